@@ -1,0 +1,151 @@
+"""The parsed form of the operator expression language.
+
+Every node is a frozen dataclass, so structurally equal sub-expressions compare and hash equal:
+a `let` binding used twice is the same node twice, and consumers (the float64 reference, the
+kernel IR) can share work by keying on nodes. Shapes are symbolic: a tuple whose entries are dim
+names (``"M"``) or the literal 1 (a broadcast or kept-reduced axis).
+
+Nodes never hold customer text, only the values parsed out of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Storage dtypes a tensor may have. Floating point data is computed in float32 on the GPU and in
+# float64 in the reference; bf16/fp16 are storage formats.
+FLOAT_DTYPES = ("fp32", "bf16", "fp16")
+INDEX_DTYPES = ("int32", "int64")
+DTYPES = FLOAT_DTYPES + INDEX_DTYPES
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int32": 4, "int64": 8}
+
+UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs")
+BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow")
+COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
+REDUCE_OPS = ("sum", "mean", "max", "min")
+
+Dim = str | int  # a dim symbol such as "M", or 1
+Shape = tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class Node:
+    """Base of all expression nodes. `shape` is symbolic; `dtype` is the value's type
+    ("fp32" for every floating intermediate, an index dtype for index tensors, "bool" for
+    comparisons)."""
+
+
+@dataclass(frozen=True)
+class Input(Node):
+    name: str
+    shape: Shape
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Const(Node):
+    value: float
+    shape: Shape = ()
+    dtype: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Unary(Node):
+    op: str
+    x: Node
+    shape: Shape
+    dtype: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Binary(Node):
+    op: str  # for "pow", b is always a Const
+    a: Node
+    b: Node
+    shape: Shape
+    dtype: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Compare(Node):
+    op: str
+    a: Node
+    b: Node
+    shape: Shape
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True)
+class Where(Node):
+    cond: Node
+    a: Node
+    b: Node
+    shape: Shape
+    dtype: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Reduce(Node):
+    op: str
+    x: Node
+    axis: int  # normalised to a non-negative axis of x
+    keepdims: bool
+    shape: Shape
+    dtype: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Gather(Node):
+    """x[..., idx[...]] along the last axis of x: x has shape (*B, N), idx has shape (*B,) or
+    (*B, 1) (the result has idx's shape). Index values outside [0, N) are a workload error."""
+
+    x: Node
+    idx: Node
+    shape: Shape
+    dtype: str = "fp32"
+
+
+@dataclass(frozen=True)
+class Cast(Node):
+    """Round x to `to` (a storage dtype) and continue in float32: bf16(x) models a bf16 store."""
+
+    x: Node
+    to: str
+    shape: Shape
+    dtype: str = "fp32"
+
+
+def children(node: Node) -> tuple[Node, ...]:
+    """The direct operands of a node, in a fixed order."""
+    if isinstance(node, Input | Const):
+        return ()
+    if isinstance(node, Unary | Reduce | Cast):
+        return (node.x,)
+    if isinstance(node, Binary | Compare):
+        return (node.a, node.b)
+    if isinstance(node, Where):
+        return (node.cond, node.a, node.b)
+    if isinstance(node, Gather):
+        return (node.x, node.idx)
+    raise TypeError(f"not an expression node: {type(node).__name__}")
+
+
+def walk(node: Node) -> list[Node]:
+    """Every distinct node reachable from `node`, operands before users (a topological order)."""
+    seen: set[Node] = set()
+    order: list[Node] = []
+    stack: list[tuple[Node, bool]] = [(node, False)]
+    while stack:
+        n, expanded = stack.pop()
+        if expanded:
+            if n not in seen:
+                seen.add(n)
+                order.append(n)
+            continue
+        if n in seen:
+            continue
+        stack.append((n, True))
+        for c in reversed(children(n)):
+            if c not in seen:
+                stack.append((c, False))
+    return order

@@ -1,0 +1,1 @@
+"""The GPU worker: verify and time PTX candidates on a GPU host. No Django here."""
