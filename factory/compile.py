@@ -1,0 +1,213 @@
+"""PTX -> cubin through nvJitLink, with the resource report parsed into data.
+
+nvJitLink is the same compiler the driver's JIT uses (13.0.88 on the H200 hosts), and it runs on a
+machine without a GPU, so every candidate is compiled and inspected on the CPU before it costs any
+GPU time. `compile_ptx` never raises on bad PTX: the report says `ok=False` and carries the log
+(with ptxas line numbers); `rejection_reason` says why a report that compiled must still be
+dropped before it is timed (local memory, too many registers for the block, too much smem).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+
+# Hopper (sm_90) and Blackwell (sm_100) facts used by the static checks.
+REGISTER_FILE_PER_SM = 65536  # 32-bit registers per SM
+MAX_REGISTERS_PER_THREAD = 255
+MAX_SMEM_PER_BLOCK_BYTES = {"sm_90": 227 * 1024, "sm_90a": 227 * 1024, "sm_100": 227 * 1024}
+
+
+@dataclass
+class EntryResources:
+    """Resources of one `.entry` as ptxas reports them."""
+
+    name: str
+    registers: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    stack_bytes: int = 0
+    smem_bytes: int = 0  # static shared memory declared by the kernel (not the driver reserve)
+    barriers: int = 0
+    cmem_bytes: int = 0
+
+
+@dataclass
+class CompileReport:
+    """What compiling one PTX text produced. Resource fields describe the first entry (our
+    kernels have exactly one); `entries` has them all. `cubin` is None when `ok` is False."""
+
+    ok: bool
+    arch: str
+    log: str = ""
+    cubin: bytes | None = None
+    registers: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    stack_bytes: int = 0
+    smem_bytes: int = 0
+    barriers: int = 0
+    compile_ms: float = 0.0
+    nvjitlink_version: str = ""
+    entries: list[EntryResources] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready form; the cubin is summarised by its size, never embedded."""
+        d = asdict(self)
+        d.pop("cubin")
+        d["cubin_bytes"] = len(self.cubin) if self.cubin else 0
+        return d
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PTXAS_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_PTXAS_USED = re.compile(r"Used (\d+) registers")
+_PTXAS_BARRIERS = re.compile(r"used (\d+) barriers")
+_PTXAS_SMEM = re.compile(r"(\d+) bytes smem")
+_PTXAS_CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
+
+
+def parse_resource_log(log: str) -> list[EntryResources]:
+    """Parse ptxas's `-verbose` lines ("ptxas info : Used 30 registers, used 1 barriers, 1024
+    bytes smem, 380 bytes cmem[0]") into one record per entry, in the order compiled."""
+    entries: list[EntryResources] = []
+    current: EntryResources | None = None
+    for line in log.splitlines():
+        if not line.startswith("ptxas"):
+            continue  # the linker's own "info :" summary repeats the data with driver smem added
+        m = _PTXAS_ENTRY.search(line)
+        if m:
+            current = EntryResources(name=m.group(1))
+            entries.append(current)
+            continue
+        if current is None:
+            continue
+        m = _PTXAS_FRAME.search(line)
+        if m:
+            current.stack_bytes = int(m.group(1))
+            current.spill_store_bytes = int(m.group(2))
+            current.spill_load_bytes = int(m.group(3))
+            continue
+        m = _PTXAS_USED.search(line)
+        if m:
+            current.registers = int(m.group(1))
+            b = _PTXAS_BARRIERS.search(line)
+            current.barriers = int(b.group(1)) if b else 0
+            s = _PTXAS_SMEM.search(line)
+            current.smem_bytes = int(s.group(1)) if s else 0
+            c = _PTXAS_CMEM.search(line)
+            current.cmem_bytes = int(c.group(1)) if c else 0
+    return entries
+
+
+def _read_log(getter_size, getter, handle) -> str:
+    try:
+        n = getter_size(handle)
+    except Exception:  # noqa: BLE001 - a broken handle simply has no log to show
+        return ""
+    if n <= 1:
+        return ""
+    buf = bytearray(n)
+    getter(handle, buf)
+    return bytes(buf).rstrip(b"\x00").decode("utf-8", errors="replace")
+
+
+def compile_ptx(ptx: str, arch: str = "sm_90", options: tuple[str, ...] = ()) -> CompileReport:
+    """Compile `ptx` for `arch` ("sm_90", "sm_90a", "sm_100") into a cubin with nvJitLink.
+
+    Always returns a report: on bad PTX `ok` is False and `log` holds ptxas's errors with line
+    numbers. Extra `options` are passed to nvJitLink as is (e.g. "-maxrregcount=64" is spelled
+    "-Xptxas=-maxrregcount=64"). `compile_ms` is host wall time for the whole link.
+    """
+    try:
+        from cuda.bindings import nvjitlink as nj
+    except ImportError as exc:  # the wheel is a pinned dependency; say so rather than crash
+        return CompileReport(ok=False, arch=arch, log=f"nvJitLink is not installed: {exc}")
+
+    opts = [f"-arch={arch}", "-verbose", *options]
+    version = ".".join(str(v) for v in nj.version())
+    start = time.perf_counter()
+    try:
+        handle = nj.create(len(opts), opts)
+    except Exception as exc:  # noqa: BLE001 - bad options are a report, not a crash
+        return CompileReport(ok=False, arch=arch, log=f"nvJitLink refused the options: {exc}")
+    try:
+        data = ptx.encode("utf-8")
+        ok = True
+        try:
+            nj.add_data(handle, nj.InputType.PTX, data, len(data), "kernel.ptx")
+            nj.complete(handle)
+        except nj.nvJitLinkError:
+            ok = False
+        info = _read_log(nj.get_info_log_size, nj.get_info_log, handle)
+        error = _read_log(nj.get_error_log_size, nj.get_error_log, handle)
+        cubin = None
+        if ok:
+            size = nj.get_linked_cubin_size(handle)
+            buf = bytearray(size)
+            nj.get_linked_cubin(handle, buf)
+            cubin = bytes(buf)
+    finally:
+        nj.destroy(handle)
+    compile_ms = (time.perf_counter() - start) * 1e3
+
+    log = "\n".join(x for x in (error, info) if x)
+    entries = parse_resource_log(info)
+    report = CompileReport(
+        ok=ok,
+        arch=arch,
+        log=log,
+        cubin=cubin,
+        compile_ms=round(compile_ms, 3),
+        nvjitlink_version=version,
+        entries=entries,
+    )
+    if entries:
+        first = entries[0]
+        report.registers = first.registers
+        report.spill_store_bytes = first.spill_store_bytes
+        report.spill_load_bytes = first.spill_load_bytes
+        report.stack_bytes = first.stack_bytes
+        report.smem_bytes = first.smem_bytes
+        report.barriers = first.barriers
+    return report
+
+
+def rejection_reason(
+    report: CompileReport, threads_per_block: int | None = None, dynamic_smem_bytes: int = 0
+) -> str:
+    """Why a compiled candidate must not be sent to a GPU, or "" when it may go.
+
+    Rejects: a failed compile; any spill or stack frame (local memory is slow device memory, and
+    our kernels never need it); a block whose registers exceed one SM's 64K register file (it
+    could not launch); static + dynamic shared memory over the per-block limit of the arch.
+    """
+    if not report.ok:
+        first = report.log.strip().splitlines()[:1]
+        return f"compile error: {first[0] if first else 'unknown'}"
+    if report.spill_store_bytes or report.spill_load_bytes:
+        return (
+            f"register spills: {report.spill_store_bytes} bytes stored, "
+            f"{report.spill_load_bytes} bytes loaded"
+        )
+    if report.stack_bytes:
+        return f"stack frame of {report.stack_bytes} bytes (local memory)"
+    if threads_per_block:
+        # Registers are allocated per warp in units of 256 (8 per thread, rounded up).
+        regs_per_thread = -(-max(report.registers, 1) // 8) * 8
+        warps = -(-threads_per_block // 32)
+        if regs_per_thread * 32 * warps > REGISTER_FILE_PER_SM:
+            return (
+                f"{report.registers} registers x {threads_per_block} threads exceeds the "
+                f"{REGISTER_FILE_PER_SM}-register file"
+            )
+    limit = MAX_SMEM_PER_BLOCK_BYTES.get(report.arch, 48 * 1024)
+    total_smem = report.smem_bytes + dynamic_smem_bytes
+    if total_smem > limit:
+        return (
+            f"{total_smem} bytes of shared memory exceeds the {limit}-byte limit on {report.arch}"
+        )
+    return ""
