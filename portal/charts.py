@@ -1,0 +1,373 @@
+"""Plotly figures for the portal, built from plain data (lists of dicts, floats, strings).
+
+Nothing here touches the database: the views gather rows with selectors and hand them over. Each
+`*_figure` function returns a figure as a plain dict (plotly's JSON schema), and `to_div` renders
+one to an HTML fragment without the plotly.js bundle, which the page loads once from our own
+static files. Figures are kept as dicts and rendered without validation because building
+`plotly.graph_objects` figures costs tens of milliseconds per chart, which the latency budget of
+a page with a 2,000-candidate population cannot afford.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+import plotly.io as pio
+
+# Colours chosen to stay readable for the common forms of colour blindness.
+CANDIDATE_COLOUR = "#1f5fbf"
+BASELINE_COLOURS = ["#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#7f7f7f", "#000000"]
+POPULATION_COLOUR = "rgba(31, 95, 191, 0.35)"
+FAILED_COLOUR = "rgba(179, 38, 30, 0.55)"
+
+_LAYOUT = {
+    "margin": {"l": 60, "r": 20, "t": 40, "b": 60},
+    "height": 360,
+    "font": {"family": "system-ui, -apple-system, Segoe UI, DejaVu Sans, sans-serif", "size": 12},
+    "paper_bgcolor": "#ffffff",
+    "plot_bgcolor": "#ffffff",
+    "legend": {"orientation": "h", "y": -0.22},
+    "hovermode": "closest",
+}
+_AXIS = {"gridcolor": "#e7eaf0", "zerolinecolor": "#c8ced8", "linecolor": "#c8ced8"}
+
+
+def _layout(title: str, **extra) -> dict:
+    layout = {**_LAYOUT, "title": {"text": title, "x": 0.01, "font": {"size": 14}}}
+    for axis in ("xaxis", "yaxis"):
+        layout[axis] = {**_AXIS, **extra.pop(axis, {})}
+    layout.update(extra)
+    return layout
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def shape_label(dims: dict) -> str:
+    """A compact, stable label for a shape: ``M=16384 N=4096`` in the manifest's dim order."""
+    return " ".join(f"{k}={v}" for k, v in dims.items())
+
+
+def generations_figure(population: Iterable[dict]) -> dict:
+    """Best time per generation (a line) over the whole population (a scatter).
+
+    Each row: ``generation`` (int), ``runtime_us`` (float or None for candidates that never got a
+    time), ``status`` (``passed`` or anything else) and optionally ``label`` (hover text). Times
+    are a candidate's median at its job's headline shape, so points are comparable.
+    """
+    xs_ok, ys_ok, text_ok = [], [], []
+    xs_bad, text_bad = [], []
+    best: dict[int, float] = {}
+    for row in population:
+        gen = int(row["generation"])
+        runtime = row.get("runtime_us")
+        label = row.get("label", "")
+        if row.get("status") == "passed" and _finite(runtime):
+            xs_ok.append(gen)
+            ys_ok.append(runtime)
+            text_ok.append(label)
+            best[gen] = min(best.get(gen, math.inf), runtime)
+        else:
+            xs_bad.append(gen)
+            text_bad.append(f"{label} ({row.get('status', 'unknown')})")
+    gens = sorted(best)
+    # The running best: what the search had found by the end of each generation.
+    running, so_far = [], math.inf
+    for gen in gens:
+        so_far = min(so_far, best[gen])
+        running.append(so_far)
+    data = [
+        {
+            "type": "scatter",
+            "mode": "markers",
+            "name": "every passing candidate",
+            "x": xs_ok,
+            "y": ys_ok,
+            "text": text_ok,
+            "marker": {"color": POPULATION_COLOUR, "size": 6},
+            "hovertemplate": "gen %{x}<br>%{y:.2f} µs<br>%{text}<extra></extra>",
+        },
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "best so far",
+            "x": gens,
+            "y": running,
+            "line": {"color": CANDIDATE_COLOUR, "width": 3, "shape": "hv"},
+            "marker": {"size": 8},
+            "hovertemplate": "gen %{x}<br>best %{y:.2f} µs<extra></extra>",
+        },
+    ]
+    if xs_bad:
+        # Failed candidates have no time; show them as ticks along the bottom so the failure
+        # rate per generation is visible without distorting the time axis.
+        floor = min(ys_ok) * 0.9 if ys_ok else 1.0
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "failed or unverified",
+                "x": xs_bad,
+                "y": [floor] * len(xs_bad),
+                "text": text_bad,
+                "marker": {"color": FAILED_COLOUR, "symbol": "line-ns-open", "size": 10},
+                "hovertemplate": "gen %{x}<br>%{text}<extra></extra>",
+            }
+        )
+    return {
+        "data": data,
+        "layout": _layout(
+            "Time per generation (lower is better)",
+            xaxis={"title": {"text": "generation"}, "dtick": 1},
+            yaxis={"title": {"text": "median runtime (µs)"}, "type": "log"},
+        ),
+    }
+
+
+def baselines_figure(rows: Iterable[dict]) -> dict:
+    """The final candidate against every baseline, per shape, with confidence intervals.
+
+    Each row: ``shape`` (label), ``name`` (``candidate`` or a baseline's name), ``median_us``,
+    ``ci_low_us`` and ``ci_high_us`` (the interval around the median). Rows without a finite
+    median are left out (a baseline that failed at a shape has no bar there).
+    """
+    by_name: dict[str, list[dict]] = defaultdict(list)
+    shapes: list[str] = []
+    for row in rows:
+        if not _finite(row.get("median_us")):
+            continue
+        by_name[row["name"]].append(row)
+        if row["shape"] not in shapes:
+            shapes.append(row["shape"])
+    names = sorted(by_name, key=lambda n: (n != "candidate", n))
+    data = []
+    for i, name in enumerate(names):
+        points = by_name[name]
+        medians = [p["median_us"] for p in points]
+        plus = [max(0.0, (p.get("ci_high_us") or p["median_us"]) - p["median_us"]) for p in points]
+        minus = [max(0.0, p["median_us"] - (p.get("ci_low_us") or p["median_us"])) for p in points]
+        colour = (
+            CANDIDATE_COLOUR
+            if name == "candidate"
+            else BASELINE_COLOURS[(i - 1) % len(BASELINE_COLOURS)]
+        )
+        data.append(
+            {
+                "type": "bar",
+                "name": name,
+                "x": [p["shape"] for p in points],
+                "y": medians,
+                "marker": {"color": colour},
+                "error_y": {
+                    "type": "data",
+                    "symmetric": False,
+                    "array": plus,
+                    "arrayminus": minus,
+                    "color": "#333",
+                    "thickness": 1.2,
+                },
+                "hovertemplate": f"{name}<br>%{{x}}<br>%{{y:.2f}} µs<extra></extra>",
+            }
+        )
+    return {
+        "data": data,
+        "layout": _layout(
+            "Candidate against baselines (median, 95% interval; lower is better)",
+            barmode="group",
+            xaxis={"title": {"text": "shape"}, "categoryorder": "array", "categoryarray": shapes},
+            yaxis={"title": {"text": "runtime (µs)"}},
+        ),
+    }
+
+
+def bandwidth_figure(rows: Iterable[dict], copy_ceiling_tbps: float | None) -> dict:
+    """Achieved memory bandwidth as a fraction of the measured copy ceiling (a roofline view for
+    memory-bound operators: 1.0 is as fast as a plain device-to-device copy of the same bytes).
+
+    Each row: ``shape``, ``name``, ``tbps`` (achieved). Without a ceiling the raw TB/s is shown.
+    """
+    ceiling = copy_ceiling_tbps if _finite(copy_ceiling_tbps) and copy_ceiling_tbps > 0 else None
+    by_name: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        if _finite(row.get("tbps")):
+            by_name[row["name"]].append(row)
+    names = sorted(by_name, key=lambda n: (n != "candidate", n))
+    data = []
+    for i, name in enumerate(names):
+        points = by_name[name]
+        ys = [p["tbps"] / ceiling if ceiling else p["tbps"] for p in points]
+        colour = (
+            CANDIDATE_COLOUR
+            if name == "candidate"
+            else BASELINE_COLOURS[(i - 1) % len(BASELINE_COLOURS)]
+        )
+        data.append(
+            {
+                "type": "bar",
+                "name": name,
+                "x": [p["shape"] for p in points],
+                "y": ys,
+                "customdata": [p["tbps"] for p in points],
+                "marker": {"color": colour},
+                "hovertemplate": (
+                    f"{name}<br>%{{x}}<br>%{{y:.0%}} of copy ceiling"
+                    "<br>%{customdata:.2f} TB/s<extra></extra>"
+                    if ceiling
+                    else f"{name}<br>%{{x}}<br>%{{y:.2f}} TB/s<extra></extra>"
+                ),
+            }
+        )
+    layout = _layout(
+        (
+            f"Bandwidth as a fraction of the measured copy ceiling ({ceiling:.2f} TB/s)"
+            if ceiling
+            else "Achieved bandwidth (TB/s)"
+        ),
+        barmode="group",
+        xaxis={"title": {"text": "shape"}},
+        yaxis=(
+            {
+                "title": {"text": "fraction of copy ceiling"},
+                "tickformat": ".0%",
+                "rangemode": "tozero",
+            }
+            if ceiling
+            else {"title": {"text": "TB/s"}}
+        ),
+    )
+    if ceiling:
+        layout["shapes"] = [
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": 1.0,
+                "y1": 1.0,
+                "line": {"color": "#b3261e", "dash": "dash", "width": 1.5},
+            }
+        ]
+        layout["annotations"] = [
+            {
+                "xref": "paper",
+                "x": 1,
+                "y": 1.0,
+                "xanchor": "right",
+                "yanchor": "bottom",
+                "text": "copy ceiling",
+                "showarrow": False,
+                "font": {"color": "#b3261e", "size": 11},
+            }
+        ]
+    return {"data": data, "layout": layout}
+
+
+def correctness_figure(rows: Iterable[dict], rel_norm_tolerance: float | None = None) -> dict:
+    """Relative error per shape (log scale), benchmarked and held-out shapes told apart, with the
+    tolerance drawn as a line. Each row: ``shape``, ``heldout`` (bool), ``rel_err``, ``passed``.
+    A zero error is drawn at a floor of 1e-12 so it stays on the log axis."""
+    groups = {False: ([], [], []), True: ([], [], [])}
+    for row in rows:
+        err = row.get("rel_err")
+        if not _finite(err):
+            continue
+        xs, ys, text = groups[bool(row.get("heldout"))]
+        xs.append(row["shape"])
+        ys.append(max(err, 1e-12))
+        text.append("passed" if row.get("passed") else "FAILED")
+    data = []
+    for heldout, (xs, ys, text) in groups.items():
+        if not xs:
+            continue
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "held-out shape" if heldout else "benchmarked shape",
+                "x": xs,
+                "y": ys,
+                "text": text,
+                "marker": {
+                    "size": 11,
+                    "symbol": "diamond" if heldout else "circle",
+                    "color": "#009e73" if heldout else CANDIDATE_COLOUR,
+                },
+                "hovertemplate": "%{x}<br>rel err %{y:.2e}<br>%{text}<extra></extra>",
+            }
+        )
+    layout = _layout(
+        "Correctness: relative error per shape (lower is better)",
+        xaxis={"title": {"text": "shape"}},
+        yaxis={"title": {"text": "‖out − ref‖ / ‖ref‖"}, "type": "log", "exponentformat": "e"},
+    )
+    if _finite(rel_norm_tolerance):
+        layout["shapes"] = [
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": rel_norm_tolerance,
+                "y1": rel_norm_tolerance,
+                "line": {"color": "#b3261e", "dash": "dash", "width": 1.5},
+            }
+        ]
+        layout["annotations"] = [
+            {
+                "xref": "paper",
+                "x": 1,
+                "y": math.log10(rel_norm_tolerance),
+                "xanchor": "right",
+                "yanchor": "bottom",
+                "text": f"tolerance {rel_norm_tolerance:g}",
+                "showarrow": False,
+                "font": {"color": "#b3261e", "size": 11},
+            }
+        ]
+    return {"data": data, "layout": layout}
+
+
+def samples_figure(samples_by_shape: dict[str, list[float]]) -> dict:
+    """The raw timing samples of one candidate, one box per shape (shows the spread the median
+    hides: outliers, bimodal clocks)."""
+    data = [
+        {
+            "type": "box",
+            "name": shape,
+            "y": samples,
+            "boxpoints": "outliers",
+            "marker": {"color": CANDIDATE_COLOUR, "size": 3},
+            "hovertemplate": "%{y:.2f} µs<extra></extra>",
+        }
+        for shape, samples in samples_by_shape.items()
+        if samples
+    ]
+    return {
+        "data": data,
+        "layout": _layout(
+            "Timing samples per shape",
+            showlegend=False,
+            yaxis={"title": {"text": "runtime (µs)"}},
+        ),
+    }
+
+
+def is_empty(figure: dict) -> bool:
+    return not any(trace.get("x") or trace.get("y") for trace in figure.get("data", []))
+
+
+def to_div(figure: dict, *, div_id: str | None = None) -> str:
+    """Render a figure to an HTML fragment (a div and a script) that expects plotly.js to be
+    already loaded by the page. Responsive, without plotly's logo or its cloud buttons."""
+    return pio.to_html(
+        figure,
+        include_plotlyjs=False,
+        full_html=False,
+        validate=False,
+        div_id=div_id,
+        default_height="360px",
+        config={"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d"]},
+    )
