@@ -1,0 +1,131 @@
+"""The Celery app: queues, routes and broker settings.
+
+Configuration comes from the environment here, not from Django settings, because a GPU host runs
+this app without Django (it needs no database credentials): there only `gpu_run_batch` is
+registered, and its results travel back through the broker to `results_record` on a portal host.
+
+Queues: `agents` (LLM and heuristic proposal), `build` (nvJitLink on CPU), `gpu.<arch>` (one
+worker process per GPU, prefork with one child), `default` (recording, bookkeeping).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from celery import Celery
+from kombu import Queue
+
+GPU_ARCHS = ("sm_90", "sm_100")
+QUEUES = ("agents", "build", *(f"gpu.{arch}" for arch in GPU_ARCHS), "default")
+GPU_TASK_NAME = "portal.gpu_run_batch"
+
+HAS_DJANGO = importlib.util.find_spec("django") is not None
+if HAS_DJANGO:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+
+def broker_dir() -> Path:
+    base = Path(os.environ.get("PTXF_VAR_DIR") or Path(__file__).resolve().parent.parent / "var")
+    return base / "broker"
+
+
+def celery_config(environ: dict[str, str] | None = None) -> dict:
+    """The Celery settings for this environment (a pure function of `environ`)."""
+    env = os.environ if environ is None else environ
+    broker_url = env.get("CELERY_BROKER_URL", "")
+    gpu_hard_limit_s = int(env.get("GPU_BATCH_TIME_LIMIT_S") or 1800)
+    config = {
+        "task_default_queue": "default",
+        "task_queues": [Queue(name, routing_key=name) for name in QUEUES],
+        "task_routes": TASK_ROUTES,
+        "task_ignore_result": True,
+        "result_backend": None,
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        # A task is acknowledged after it ran, so a worker killed mid-task gives it back; one
+        # message at a time per process, so a long GPU batch never hoards the queue.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "worker_hijack_root_logger": False,
+        "broker_connection_retry_on_startup": True,
+        "task_always_eager": env.get("CELERY_TASK_ALWAYS_EAGER", "").lower() in ("1", "true"),
+        "task_eager_propagates": True,
+        "beat_schedule": {
+            # The filesystem transport is at-most-once: a message taken by a worker that dies is
+            # gone. This sweep re-sends the task for any job stuck in a stage (idempotent tasks
+            # make a duplicate harmless). Harmless on Redis too.
+            "requeue-stuck": {"task": "portal.requeue_stuck", "schedule": 60.0},
+        },
+    }
+    if broker_url:
+        config["broker_url"] = broker_url
+        # Longer than the longest task (a GPU batch at its hard limit), else Redis hands a
+        # running task to a second worker. Unacked messages of dead workers come back on the
+        # next restore sweep: the default sweep is slow (about 100 s), 1 s brings them back in
+        # seconds.
+        config["broker_transport_options"] = {
+            "visibility_timeout": gpu_hard_limit_s + 600,
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
+    else:
+        folder = broker_dir()
+        config["broker_url"] = "filesystem://"
+        config["broker_transport_options"] = {
+            "data_folder_in": str(folder / "messages"),
+            "data_folder_out": str(folder / "messages"),
+            "processed_folder": str(folder / "processed"),
+            "store_processed": False,
+            "control_folder": str(folder / "control"),
+        }
+    return config
+
+
+TASK_ROUTES = {
+    "portal.job_start": {"queue": "default"},
+    "portal.generation_propose": {"queue": "agents"},
+    "portal.candidate_build": {"queue": "build"},
+    "portal.gpu_batch_dispatch": {"queue": "default"},
+    "portal.results_record": {"queue": "default"},
+    "portal.generation_finish": {"queue": "default"},
+    "portal.requeue_stuck": {"queue": "default"},
+    # GPU_TASK_NAME is routed per call to gpu.<arch>.
+}
+
+
+def make_folders() -> None:
+    if not os.environ.get("CELERY_BROKER_URL"):
+        for sub in ("messages", "processed", "control"):
+            (broker_dir() / sub).mkdir(parents=True, exist_ok=True)
+
+
+app = Celery("portal")
+app.conf.update(celery_config())
+make_folders()
+if HAS_DJANGO:
+    app.autodiscover_tasks(["portal"])
+
+
+@app.task(name=GPU_TASK_NAME, acks_late=True)
+def gpu_run_batch(batch: dict) -> dict:
+    """Verify and time one batch on this host's GPU; returns the results dict (CONTRACTS.md).
+
+    Runs on a GPU host without Django. CUDA is initialised here, in the prefork child, by
+    gpuworker: never in the parent, which forks children and must not hold a CUDA context.
+    """
+    from gpuworker import run_batch
+
+    return run_batch(batch)
+
+
+def gpu_task_limits(environ: dict[str, str] | None = None) -> tuple[int, int]:
+    """(soft, hard) time limits in seconds for a GPU batch; they only work with prefork."""
+    env = os.environ if environ is None else environ
+    hard_s = int(env.get("GPU_BATCH_TIME_LIMIT_S") or 1800)
+    return max(hard_s - 30, 1), hard_s
+
+
+gpu_run_batch.soft_time_limit, gpu_run_batch.time_limit = gpu_task_limits()
