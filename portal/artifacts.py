@@ -262,7 +262,8 @@ def _cuda_python_example(inputs: ArtifactInputs) -> str:
     launch = launch_for_shape(inputs.launch, dims)
     lines = [
         '"""Load and launch the approved kernel with cuda-python (cuda.core), on the first',
-        "benchmarked shape. Run from the unpacked artifact folder: python examples/load_cuda_python.py",
+        "benchmarked shape. Run from the unpacked artifact folder:",
+        "    python examples/load_cuda_python.py",
         '"""',
         "import pathlib",
         "",
@@ -378,10 +379,11 @@ def _torch_example(inputs: ArtifactInputs) -> str:
         '    """Inputs: contiguous CUDA tensors. dims: the dim sizes, e.g. '
         f'{inputs.shapes[0] if inputs.shapes else {}!r}."""'
     )
+    device = f"{in_names[0]}.device" if in_names else '"cuda"'
     for o in inputs.outputs:
         lines.append(
             f"    {o['name']} = torch.empty({_shape_expr(o['shape'])}, "
-            f"dtype={TORCH_DTYPES.get(o['dtype'], 'torch.float32')}, device={in_names[0] if in_names else 'None'}.device)"
+            f"dtype={TORCH_DTYPES.get(o['dtype'], 'torch.float32')}, device={device})"
         )
     launch = inputs.launch
 

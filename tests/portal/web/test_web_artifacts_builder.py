@@ -50,9 +50,18 @@ DONE:
 
 
 def _inputs(**overrides):
-    timing = {"dims": {"N": 4096}, "median_us": 2.0, "p20_us": 1.9, "p80_us": 2.1,
-              "ci_low_us": 1.95, "ci_high_us": 2.05, "samples_us": [2.0, 1.9, 2.1], "bytes": 32768,
-              "tbps": 0.016, "sm_clock_mhz": 1980}
+    timing = {
+        "dims": {"N": 4096},
+        "median_us": 2.0,
+        "p20_us": 1.9,
+        "p80_us": 2.1,
+        "ci_low_us": 1.95,
+        "ci_high_us": 2.05,
+        "samples_us": [2.0, 1.9, 2.1],
+        "bytes": 32768,
+        "tbps": 0.016,
+        "sm_clock_mhz": 1980,
+    }
     values = dict(
         workload_name="scale",
         workload_code="w-1",
@@ -74,11 +83,24 @@ def _inputs(**overrides):
         manifest_toml='name = "scale"\n',
         env={"gpu": "NVIDIA H200", "driver": "580.159.04", "nvjitlink": "13.0.88"},
         harness_version="gpuworker 1",
-        verification=[{"dims": {"N": 4096}, "heldout": False, "passed": True, "rel_err": 0.0,
-                       "max_abs_err": 0.0, "reason": ""}],
+        verification=[
+            {
+                "dims": {"N": 4096},
+                "heldout": False,
+                "passed": True,
+                "rel_err": 0.0,
+                "max_abs_err": 0.0,
+                "reason": "",
+            }
+        ],
         timing=[timing],
-        baselines=[{"name": "torch_eager", "status": "passed",
-                    "timing": [{**timing, "median_us": 5.0, "ci_low_us": 4.9, "ci_high_us": 5.1}]}],
+        baselines=[
+            {
+                "name": "torch_eager",
+                "status": "passed",
+                "timing": [{**timing, "median_us": 5.0, "ci_low_us": 4.9, "ci_high_us": 5.1}],
+            }
+        ],
         review={"by": "eng", "at": "2026-12-02T10:00:00Z", "comment": "clean"},
     )
     values.update(overrides)
@@ -94,9 +116,17 @@ def test_every_file_in_the_zip_is_listed_in_sha256sums_and_matches(built):
     assert verify_checksums(built.data) == []
     with zipfile.ZipFile(io.BytesIO(built.data)) as z:
         names = set(z.namelist())
-    assert {"kernel.ptx", "cubin/sm_90.cubin", "manifest.json", "report/report.json",
-            "report/REPORT.md", "examples/load_cuda_python.py", "examples/load_torch.py",
-            "SHA256SUMS", "workload.toml"} <= names
+    assert {
+        "kernel.ptx",
+        "cubin/sm_90.cubin",
+        "manifest.json",
+        "report/report.json",
+        "report/REPORT.md",
+        "examples/load_cuda_python.py",
+        "examples/load_torch.py",
+        "SHA256SUMS",
+        "workload.toml",
+    } <= names
 
 
 def test_a_cubin_is_built_for_hopper_and_for_blackwell_when_it_compiles(built):
@@ -160,6 +190,9 @@ def test_ptx_that_does_not_compile_for_its_target_builds_no_artifact():
 def test_launch_geometry_accepts_plain_integers_without_the_expression_evaluator():
     launch = {"grid": [4, 2, 1], "block": [128, 1, 1], "smem_bytes": 1024, "cluster": [2, 1, 1]}
     assert launch_for_shape(launch, {"N": 1}) == {
-        "dims": {"N": 1}, "grid": [4, 2, 1], "block": [128, 1, 1], "smem_bytes": 1024,
+        "dims": {"N": 1},
+        "grid": [4, 2, 1],
+        "block": [128, 1, 1],
+        "smem_bytes": 1024,
         "cluster": [2, 1, 1],
     }

@@ -41,19 +41,30 @@ def test_generation_chart_draws_the_running_best_over_the_population():
 def test_baseline_chart_has_one_bar_series_per_kernel_with_asymmetric_intervals():
     fig = charts.baselines_figure(
         [
-            {"shape": "N=1", "name": "torch_eager", "median_us": 20.0, "ci_low_us": 19.0,
-             "ci_high_us": 22.0},
-            {"shape": "N=1", "name": "candidate", "median_us": 10.0, "ci_low_us": 9.5,
-             "ci_high_us": 10.2},
+            {
+                "shape": "N=1",
+                "name": "torch_eager",
+                "median_us": 20.0,
+                "ci_low_us": 19.0,
+                "ci_high_us": 22.0,
+            },
+            {
+                "shape": "N=1",
+                "name": "candidate",
+                "median_us": 10.0,
+                "ci_low_us": 9.5,
+                "ci_high_us": 10.2,
+            },
             {"shape": "N=2", "name": "triton", "median_us": None},
         ]
     )
     names = [t["name"] for t in fig["data"]]
     assert names == ["candidate", "torch_eager"]  # the failed triton row has no bar
     cand = fig["data"][0]
-    assert cand["error_y"]["array"] == [0.1999999999999993] or abs(
-        cand["error_y"]["array"][0] - 0.2
-    ) < 1e-9
+    assert (
+        cand["error_y"]["array"] == [0.1999999999999993]
+        or abs(cand["error_y"]["array"][0] - 0.2) < 1e-9
+    )
     assert cand["error_y"]["arrayminus"] == [0.5]
 
 
