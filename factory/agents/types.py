@@ -1,0 +1,108 @@
+"""Shared types of the agent roles: the candidate draft and the plan."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from factory.spec.types import KernelParam, Launch
+
+ROLES = ("planner", "writer", "tuner")
+BACKENDS = ("offline", "anthropic")
+
+
+def ptx_sha256(ptx: str) -> str:
+    return hashlib.sha256(ptx.encode()).hexdigest()
+
+
+def zero_usage() -> dict:
+    return {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
+
+
+@dataclass(frozen=True)
+class CandidateDraft:
+    """One candidate kernel an agent proposes, before compilation and GPU time.
+
+    `schedule` is the generator schedule (a dict of its fields) or, for edits of a customer
+    kernel, the edit (`{"ptx_edit": True, ...}`); None for PTX written freely (Anthropic).
+    `usage` is the model use that produced it (zero for the offline backend)."""
+
+    ptx: str
+    entry: str
+    params: tuple[KernelParam, ...]
+    launch: Launch
+    schedule: dict | None
+    parent_ptx_sha256: str | None
+    role: str
+    backend: str
+    note: str
+    ptx_sha256: str = ""
+    usage: dict = field(default_factory=zero_usage)
+    predicted_us: float | None = None
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if not self.ptx_sha256:
+            object.__setattr__(self, "ptx_sha256", ptx_sha256(self.ptx))
+
+    def to_batch_candidate(self, candidate_id: str) -> dict:
+        """The candidate as a batch entry (docs/CONTRACTS.md, batch file format 1)."""
+        return {
+            "id": candidate_id,
+            "ptx": self.ptx,
+            "entry": self.entry,
+            "params": [
+                {"kind": p.kind, "ptx_type": p.ptx_type, "name": p.name, "value": p.value}
+                for p in self.params
+            ],
+            "launch": launch_to_dict(self.launch),
+        }
+
+
+def launch_to_dict(launch: Launch) -> dict:
+    return {
+        "grid": list(launch.grid),
+        "block": list(launch.block),
+        "smem_bytes": launch.smem_bytes,
+        "cluster": list(launch.cluster) if launch.cluster else None,
+    }
+
+
+def launch_from_dict(d: dict) -> Launch:
+    cluster = d.get("cluster")
+    return Launch(
+        grid=tuple(d["grid"]),
+        block=tuple(int(x) for x in d["block"]),
+        smem_bytes=d.get("smem_bytes", 0),
+        cluster=tuple(cluster) if cluster else None,
+    )
+
+
+def params_from_list(items: list[dict]) -> tuple[KernelParam, ...]:
+    return tuple(
+        KernelParam(
+            kind=str(p["kind"]),
+            ptx_type=str(p["ptx_type"]),
+            name=str(p.get("name", "")),
+            value=float(p.get("value", 0.0)),
+        )
+        for p in items
+    )
+
+
+@dataclass
+class Plan:
+    """What the planner decided for one generation: how many candidates each role makes,
+    which schedule-field values to prefer or avoid, and why (one line per decision)."""
+
+    strategy: str  # "warm_start" | "explore" | "exploit" | "customer_edits" | "freeform"
+    n_writer: int
+    n_tuner: int
+    prefer: dict[str, list[Any]] = field(default_factory=dict)
+    avoid: dict[str, list[Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    lessons_text: str = ""
