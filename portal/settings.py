@@ -219,6 +219,10 @@ CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 # loses a message whose worker died: the filesystem transport is at-most-once).
 STUCK_AFTER_S = envint("STUCK_AFTER_S", 600, minimum=5)
 
+# False on deployments whose GPU hosts reach no broker: batches then wait for a results file
+# carried back and imported (`manage.py import_results`).
+GPU_DISPATCH = envbool("GPU_DISPATCH", True)
+
 # --- The factory --------------------------------------------------------------------------------
 FACTORY_POPULATION = envint("FACTORY_POPULATION", 8, minimum=1)
 FACTORY_GENERATIONS = envint("FACTORY_GENERATIONS", 4, minimum=1)

@@ -1,0 +1,777 @@
+"""Writes. Every function here is `<entity>_<action>(*, ...)`, runs in a transaction, and is safe
+to call twice: state changes are claimed with conditional UPDATEs and rows are keyed by natural
+unique keys, so a redelivered Celery task finds what the first delivery made.
+
+The pipeline (each step is one task in portal/tasks.py that loads by id and calls one service):
+
+    job_start -> generation_propose -> candidate_build (each) -> gpu_batch_dispatch
+      -> [gpu.<arch>: gpuworker.run_batch] -> results_record -> generation_finish
+      -> generation_propose (next) ... or job to review.
+
+Follow-up tasks are queued with `on_commit`, so a worker never sees a row before it exists.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.files.base import ContentFile
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal.models import (
+    Artifact,
+    AuditEvent,
+    Baseline,
+    BaselineMeasurement,
+    Candidate,
+    Environment,
+    Flag,
+    Generation,
+    GpuBatch,
+    Job,
+    Membership,
+    Organisation,
+    ReviewDecision,
+    TimingResult,
+    VerificationResult,
+    Workload,
+    canonical_json,
+    dims_key,
+    sha256_hex,
+)
+
+log = logging.getLogger("portal.services")
+
+BATCH_FORMAT = 1
+
+
+class StageUnavailable(RuntimeError):
+    """A pipeline stage named in the settings cannot be imported."""
+
+
+def stage(dotted: str) -> Callable:
+    """The callable at `dotted` ("package.module.function" or "package.module:function")."""
+    module_name, _, attr = dotted.replace(":", ".").rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise StageUnavailable(f"{dotted}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise StageUnavailable(f"{dotted}: {module_name} has no {attr}") from None
+
+
+def _plain(value):
+    """Dataclasses (and tuples of them) to JSON-ready data."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in asdict(value).items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v > 0]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+# --- Accounts and audit -------------------------------------------------------------------------
+
+
+def audit_record(*, actor=None, org=None, verb: str, target: str = "", data=None) -> AuditEvent:
+    if actor is not None and not actor.is_authenticated:
+        actor = None
+    return AuditEvent.objects.create(
+        actor=actor, org=org, verb=verb, target=target, data=data or {}
+    )
+
+
+def organisation_create(*, name: str) -> Organisation:
+    org, _ = Organisation.objects.get_or_create(name=name)
+    return org
+
+
+def membership_set(*, user, org: Organisation, role: str) -> Membership:
+    if role not in dict(Membership.ROLE_CHOICES):
+        raise ValidationError(f"role must be customer or engineer, not {role!r}")
+    membership, _ = Membership.objects.update_or_create(user=user, org=org, defaults={"role": role})
+    return membership
+
+
+def api_token_create(*, user, name: str = "") -> tuple[str, object]:
+    """(key, token): the key is shown once; only its hash is kept."""
+    from portal.models import ApiToken
+
+    key, prefix, key_sha256 = ApiToken.new_key()
+    token = ApiToken.objects.create(user=user, name=name, prefix=prefix, key_sha256=key_sha256)
+    audit_record(actor=user, verb="token.create", target=f"token:{token.code}")
+    return key, token
+
+
+# --- Workloads and jobs -------------------------------------------------------------------------
+
+
+def workload_create(
+    *,
+    org: Organisation,
+    user,
+    manifest: str,
+    baseline_source: str | None = None,
+    baseline_filename: str | None = None,
+) -> Workload:
+    """Validate the manifest (and the customer's kernel) with factory.spec and store it. Raises
+    factory.spec.SpecError naming the field; nothing is stored when it does. The same manifest
+    and kernel uploaded again by the same organisation returns the existing workload."""
+    from factory.spec import load_manifest
+
+    spec = load_manifest(
+        manifest, baseline_source=baseline_source, baseline_filename=baseline_filename
+    )
+    tags = list(spec.tags)
+    family = ""
+    for tag in tags:
+        if tag.startswith("family:"):
+            family = tag.split(":", 1)[1].strip().lower()
+    baseline_sha = sha256_hex(baseline_source) if baseline_source else ""
+    with transaction.atomic():
+        workload, created = Workload.objects.get_or_create(
+            org=org,
+            sha256=spec.sha256,
+            baseline_sha256=baseline_sha,
+            defaults={
+                "name": spec.name,
+                "description": spec.description,
+                "manifest": spec.manifest,
+                "family": family or spec.name.lower(),
+                "tags": tags,
+                "target_gpu": spec.target,
+                "baseline_source": baseline_source or "",
+                "baseline_filename": baseline_filename or "",
+                "created_by": user,
+            },
+        )
+        if created:
+            audit_record(
+                actor=user, org=org, verb="workload.create", target=f"workload:{workload.code}"
+            )
+    return workload
+
+
+def job_create(
+    *,
+    workload: Workload,
+    user=None,
+    target_gpu: str | None = None,
+    max_generations: int | None = None,
+    population: int | None = None,
+    deadline: datetime | None = None,
+    backend: str | None = None,
+    seed: int | None = None,
+    start: bool = True,
+) -> Job:
+    target_gpu = target_gpu or workload.target_gpu or settings.FACTORY_DEFAULT_GPU
+    from portal.celery import GPU_ARCHS
+
+    if target_gpu not in GPU_ARCHS:
+        raise ValidationError(f"target_gpu must be one of {', '.join(GPU_ARCHS)}")
+    backend = backend or settings.FACTORY_BACKEND
+    if backend not in ("offline", "anthropic"):
+        raise ValidationError("backend must be offline or anthropic")
+    with transaction.atomic():
+        job = Job.objects.create(
+            workload=workload,
+            target_gpu=target_gpu,
+            backend=backend,
+            seed=seed if seed is not None else uuid.uuid4().int % (2**31),
+            max_generations=max_generations or settings.FACTORY_GENERATIONS,
+            population=population or settings.FACTORY_POPULATION,
+            deadline=deadline,
+            created_by=user,
+        )
+        audit_record(actor=user, org=workload.org, verb="job.create", target=f"job:{job.code}")
+        if start:
+            from portal import tasks
+
+            tasks.job_start.delay_on_commit(job.pk)
+    return job
+
+
+def job_cancel(*, job: Job, user) -> bool:
+    with transaction.atomic():
+        ok = job.claim(
+            Job.ACTIVE, Job.CANCELLED, stop_reason="cancelled by a user", finished=timezone.now()
+        )
+        if ok:
+            audit_record(actor=user, org=job.org, verb="job.cancel", target=f"job:{job.code}")
+    return ok
+
+
+def job_start(*, job: Job) -> Generation | None:
+    """queued -> running, and generation 0. Returns the generation to propose, or None when the
+    job was already started (a redelivery) and its generation is past proposing."""
+    with transaction.atomic():
+        if job.claim(
+            [Job.QUEUED],
+            Job.RUNNING,
+            started=timezone.now(),
+            stage=Job.STAGE_PROPOSING,
+            current_generation=0,
+        ):
+            audit_record(org=job.org, verb="job.start", target=f"job:{job.code}")
+        if job.status != Job.RUNNING:
+            return None
+        generation, _ = Generation.objects.get_or_create(job=job, index=0)
+    return generation if generation.status == Generation.PROPOSING else None
+
+
+# --- Proposing ----------------------------------------------------------------------------------
+
+
+def _field(obj, name, default=None):
+    if isinstance(obj, dict):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def generation_propose(*, generation: Generation) -> list[int]:
+    """Ask the agents (factory.loop.propose) for this generation's candidates and store them.
+    Returns the ids of the candidates to build. The agents run outside any transaction; their
+    drafts are stored in one transaction together with the claim proposing -> building, so a
+    redelivered task stores them once (a second run that loses the claim discards its drafts)."""
+    job = generation.job
+    if generation.status != Generation.PROPOSING or job.status != Job.RUNNING:
+        return list(
+            generation.candidates.filter(status=Candidate.PROPOSED).values_list("pk", flat=True)
+        )
+    from portal.evidence_store import DbEvidenceStore
+
+    propose = stage(settings.FACTORY_PROPOSE)
+    drafts = propose(
+        job.workload.spec(),
+        generation=generation.index,
+        population=job.population,
+        evidence=DbEvidenceStore(job=job),
+        backend=job.backend,
+        seed=job.seed + generation.index,
+    )
+    with transaction.atomic():
+        if not generation.claim([Generation.PROPOSING], Generation.BUILDING):
+            return []
+        Job.objects.filter(pk=job.pk).update(stage=Job.STAGE_BUILDING, updated=timezone.now())
+        made = []
+        for draft in drafts:
+            candidate = candidate_from_draft(job=job, generation=generation, draft=draft)
+            if candidate is not None:
+                made.append(candidate.pk)
+    if not made:
+        from portal import tasks
+
+        transaction.on_commit(lambda: tasks.gpu_batch_dispatch.delay(generation.pk))
+    return made
+
+
+def candidate_from_draft(*, job: Job, generation: Generation, draft) -> Candidate | None:
+    """Store one draft (a factory.agents CandidateDraft or a dict with the same fields). A PTX
+    text this job has already seen is not stored again (None)."""
+    ptx = _field(draft, "ptx")
+    ptx_sha = _field(draft, "ptx_sha256") or sha256_hex(ptx)
+    parent_sha = _field(draft, "parent_ptx_sha256")
+    parent = None
+    if parent_sha:
+        parent = Candidate.objects.filter(job=job, ptx_sha256=parent_sha).first()
+    usage = _field(draft, "usage") or {}
+    params = _field(draft, "params")
+    launch = _field(draft, "launch")
+    if launch is not None and not isinstance(launch, dict):
+        from factory.agents.types import launch_to_dict
+
+        launch = launch_to_dict(launch)
+    try:
+        with transaction.atomic():
+            return Candidate.objects.create(
+                job=job,
+                generation=generation,
+                ptx=ptx,
+                ptx_sha256=ptx_sha,
+                parent=parent,
+                role=_field(draft, "role", "") or "",
+                backend=_field(draft, "backend", "") or "",
+                schedule=_plain(_field(draft, "schedule")) or {},
+                note=_field(draft, "note", "") or "",
+                entry=_field(draft, "entry", "") or "",
+                params=_plain(params) if params is not None else None,
+                launch=launch,
+                tokens_in=int(usage.get("tokens_in", 0)),
+                tokens_out=int(usage.get("tokens_out", 0)),
+                cost_usd=round(float(usage.get("cost_usd", 0.0)), 6),
+            )
+    except IntegrityError:
+        return None
+
+
+# --- Building -----------------------------------------------------------------------------------
+
+
+def _draft_of(candidate: Candidate):
+    from factory.agents.types import CandidateDraft, launch_from_dict, params_from_list
+
+    spec = candidate.job.workload.spec()
+    params = (
+        params_from_list(candidate.params)
+        if candidate.params is not None
+        else (spec.baseline.params if spec.baseline else ())
+    )
+    launch = (
+        launch_from_dict(candidate.launch)
+        if candidate.launch
+        else (spec.baseline.launch if spec.baseline else None)
+    )
+    role = candidate.role if candidate.role in ("planner", "writer", "tuner") else "writer"
+    backend = candidate.backend if candidate.backend in ("offline", "anthropic") else "offline"
+    return CandidateDraft(
+        ptx=candidate.ptx,
+        entry=candidate.entry,
+        params=params,
+        launch=launch,
+        schedule=candidate.schedule or None,
+        parent_ptx_sha256=candidate.parent.ptx_sha256 if candidate.parent_id else None,
+        role=role,
+        backend=backend,
+        note=candidate.note,
+        ptx_sha256=candidate.ptx_sha256,
+    )
+
+
+def candidate_build(*, candidate: Candidate) -> bool:
+    """Compile with nvJitLink (CPU) and let the reviewer read the report: proposed -> compiled or
+    rejected (with the reason). Returns True when this call settled the candidate."""
+    if candidate.status != Candidate.PROPOSED:
+        return False
+    from factory.compile import compile_ptx
+
+    report = compile_ptx(candidate.ptx, arch=candidate.job.target_gpu)
+    review = stage(settings.FACTORY_REVIEW)
+    ok, reason = review(_draft_of(candidate), report)
+    status = Candidate.COMPILED if ok else Candidate.REJECTED
+    with transaction.atomic():
+        settled = candidate.claim(
+            [Candidate.PROPOSED],
+            status,
+            compile_report=report.to_dict(),
+            review={"ok": bool(ok), "reason": reason},
+            reason="" if ok else reason,
+        )
+    return settled
+
+
+def generation_builds_done(*, generation: Generation) -> bool:
+    return not generation.candidates.filter(status=Candidate.PROPOSED).exists()
+
+
+# --- The GPU batch ------------------------------------------------------------------------------
+
+
+def batch_build(*, job: Job, generation: Generation, candidates: list[Candidate], code) -> dict:
+    """The batch file for the GPU worker (docs/CONTRACTS.md, format 1)."""
+    workload = job.workload
+    spec = workload.spec()
+    baselines = list(settings.GPU_BASELINES)
+    if spec.baseline is None and "customer" in baselines:
+        baselines.remove("customer")
+    return {
+        "format": BATCH_FORMAT,
+        "batch_id": str(code),
+        "manifest": workload.manifest,
+        "baseline_source": workload.baseline_source or None,
+        "baseline_filename": workload.baseline_filename or None,
+        "shapes": [dict(d) for d in spec.shapes],
+        "heldout_shapes": [dict(d) for d in spec.heldout_shapes],
+        "candidates": [
+            {
+                "id": str(c.code),
+                "ptx": c.ptx,
+                "entry": c.entry,
+                **({"params": c.params} if c.params is not None else {}),
+                **({"launch": c.launch} if c.launch else {}),
+            }
+            for c in candidates
+        ],
+        "baselines": baselines,
+        "options": {
+            "time_budget_s_per_candidate": 2.0,
+            "timeout_s_per_candidate": 20,
+            "seed": None,
+        },
+    }
+
+
+def gpu_batch_dispatch(*, generation: Generation) -> GpuBatch | None:
+    """When every candidate of the generation is built: put the survivors in one batch, mark them
+    queued, the job waiting for GPU results, and send the batch to gpu.<arch>. With no survivors
+    the generation finishes without GPU time. Returns the batch (None without one)."""
+    job = generation.job
+    if not generation_builds_done(generation=generation):
+        return None
+    from portal import tasks
+
+    with transaction.atomic():
+        if not generation.claim([Generation.BUILDING], Generation.GPU):
+            return None
+        survivors = list(generation.candidates.filter(status=Candidate.COMPILED))
+        if not survivors:
+            transaction.on_commit(lambda: tasks.generation_finish.delay(generation.pk))
+            return None
+        code = uuid.uuid4()
+        batch = GpuBatch.objects.create(
+            code=code,
+            job=job,
+            generation=generation,
+            arch=job.target_gpu,
+            status=GpuBatch.DISPATCHED,
+            batch=batch_build(job=job, generation=generation, candidates=survivors, code=code),
+            dispatched=timezone.now(),
+        )
+        Candidate.objects.filter(pk__in=[c.pk for c in survivors]).update(
+            status=Candidate.QUEUED, updated=timezone.now()
+        )
+        job.claim([Job.RUNNING], Job.WAITING_GPU, stage=Job.STAGE_GPU)
+        transaction.on_commit(lambda: tasks.send_to_gpu(batch.pk))
+    return batch
+
+
+# --- Recording results --------------------------------------------------------------------------
+
+
+def environment_get(*, env: dict) -> Environment:
+    stable = Environment.describe(env)
+    digest = sha256_hex(canonical_json(stable))
+    environment, _ = Environment.objects.get_or_create(
+        sha256=digest,
+        defaults={
+            "gpu": str(env.get("gpu", "unknown")),
+            "sm": str(env.get("sm", "")),
+            "driver": str(env.get("driver", "")),
+            "versions": stable,
+        },
+    )
+    return environment
+
+
+def _timing_fields(t: dict) -> dict:
+    return {
+        "dims": t.get("dims") or {},
+        "median_us": float(t["median_us"]),
+        "p20_us": t.get("p20_us"),
+        "p80_us": t.get("p80_us"),
+        "ci_low_us": t.get("ci_low_us"),
+        "ci_high_us": t.get("ci_high_us"),
+        "samples_us": t.get("samples_us") or [],
+        "bytes": t.get("bytes"),
+        "tbps": t.get("tbps"),
+        "sm_clock_mhz": t.get("sm_clock_mhz"),
+    }
+
+
+class ResultsError(ValueError):
+    """A results file that does not belong to any batch, or is not format 1."""
+
+
+def results_record(*, results: dict, source: str = "worker") -> GpuBatch:
+    """Record a results file idempotently: the batch is locked and recorded once; a second call
+    (a redelivery, or the same file imported twice) changes nothing. Queues generation_finish."""
+    if not isinstance(results, dict) or results.get("format") != 1:
+        raise ResultsError("not a results file of format 1")
+    try:
+        batch_code = uuid.UUID(str(results.get("batch_id")))
+    except ValueError:
+        raise ResultsError("the results file has no valid batch_id") from None
+    from portal import tasks
+
+    with transaction.atomic():
+        batch = GpuBatch.objects.select_for_update().filter(code=batch_code).first()
+        if batch is None:
+            raise ResultsError(f"no batch {batch_code}")
+        if batch.status == GpuBatch.RECORDED:
+            return batch
+        job = batch.job
+        env = environment_get(env=results.get("env") or {})
+        by_code = {str(c.code): c for c in batch.generation.candidates.all()}
+        for entry in results.get("candidates", []):
+            candidate = by_code.get(str(entry.get("id")))
+            if candidate is None:
+                continue
+            _record_candidate(batch=batch, candidate=candidate, entry=entry, env=env)
+        for entry in results.get("baselines", []):
+            _record_baseline(batch=batch, job=job, entry=entry, env=env)
+        # Candidates the worker did not report on are failed, not left queued forever.
+        batch.generation.candidates.filter(status=Candidate.QUEUED).update(
+            status=Candidate.FAILED, reason="no result from the GPU worker"
+        )
+        batch.status = GpuBatch.RECORDED
+        batch.results = results
+        batch.source = source
+        batch.environment = env
+        batch.finished = timezone.now()
+        batch.save()
+        Job.objects.filter(pk=job.pk).update(stage=Job.STAGE_RECORDING, updated=timezone.now())
+        generation_pk = batch.generation_id
+        transaction.on_commit(lambda: tasks.generation_finish.delay(generation_pk))
+    return batch
+
+
+def _record_candidate(*, batch: GpuBatch, candidate: Candidate, entry: dict, env) -> None:
+    for v in entry.get("verification", []):
+        dims = v.get("dims") or {}
+        VerificationResult.objects.get_or_create(
+            candidate=candidate,
+            batch=batch,
+            dims_key=dims_key(dims) + (" heldout" if v.get("heldout") else ""),
+            defaults={
+                "dims": dims,
+                "heldout": bool(v.get("heldout")),
+                "passed": bool(v.get("passed")),
+                "rel_err": v.get("rel_err"),
+                "max_abs_err": v.get("max_abs_err"),
+                "reason": v.get("reason") or "",
+            },
+        )
+    medians = []
+    for t in entry.get("timing", []):
+        fields = _timing_fields(t)
+        medians.append(fields["median_us"])
+        TimingResult.objects.get_or_create(
+            candidate=candidate,
+            batch=batch,
+            dims_key=dims_key(fields["dims"]),
+            defaults={**fields, "environment": env},
+        )
+    for text in entry.get("flags", []):
+        Flag.objects.get_or_create(
+            candidate=candidate,
+            batch=batch,
+            message_sha256=sha256_hex(text),
+            defaults={"kind": text.split(":", 1)[0].strip(), "message": text},
+        )
+    gpu_status = str(entry.get("status", "failed"))
+    passed = gpu_status == "passed"
+    candidate.claim(
+        [Candidate.QUEUED],
+        Candidate.PASSED if passed else Candidate.FAILED,
+        gpu_status=gpu_status,
+        reason="" if passed else (entry.get("reason") or gpu_status),
+        score_us=geomean(medians) if passed else None,
+        compile_report=entry.get("compile") or candidate.compile_report,
+    )
+
+
+def _record_baseline(*, batch: GpuBatch, job: Job, entry: dict, env) -> None:
+    config = entry.get("config") or {}
+    baseline, _ = Baseline.objects.get_or_create(
+        name=str(entry.get("name", "unknown")),
+        version=str(entry.get("version") or ""),
+        config_sha256=sha256_hex(canonical_json(config)),
+        defaults={"config": config},
+    )
+    timings = entry.get("timing", [])
+    passed = entry.get("status") == "passed"
+    measurement, created = BaselineMeasurement.objects.get_or_create(
+        baseline=baseline,
+        batch=batch,
+        defaults={
+            "job": job,
+            "status": str(entry.get("status", "")),
+            "reason": entry.get("reason") or "",
+            "verification": entry.get("verification") or [],
+            "score_us": geomean([t["median_us"] for t in timings]) if passed else None,
+            "environment": env,
+        },
+    )
+    for t in timings:
+        fields = _timing_fields(t)
+        TimingResult.objects.get_or_create(
+            baseline_measurement=measurement,
+            dims_key=dims_key(fields["dims"]),
+            defaults={**fields, "batch": batch, "environment": env},
+        )
+
+
+def results_import(*, results: dict, user=None) -> GpuBatch:
+    """A results file carried back from an air-gapped GPU host."""
+    batch = results_record(results=results, source="import")
+    audit_record(actor=user, org=batch.job.org, verb="results.import", target=f"batch:{batch.code}")
+    return batch
+
+
+# --- Between generations ------------------------------------------------------------------------
+
+
+def _history(job: Job) -> list[float | None]:
+    return list(
+        job.generations.filter(status=Generation.DONE)
+        .order_by("index")
+        .values_list("best_score_us", flat=True)
+    )
+
+
+def job_should_stop(*, job: Job, generation: Generation) -> str:
+    """Why the search stops after `generation` ("" to go on). The budget and the deadline are
+    ours; the plateau rule is the loop's (factory.loop.should_stop) when it is installed."""
+    if generation.index + 1 >= job.max_generations:
+        return f"budget: {job.max_generations} generations"
+    if job.deadline and timezone.now() >= job.deadline:
+        return "deadline reached"
+    try:
+        should_stop = stage(settings.FACTORY_SHOULD_STOP)
+    except StageUnavailable:
+        should_stop = None
+    history = _history(job)
+    if should_stop is not None:
+        reason = should_stop(
+            history,
+            generation=generation.index,
+            max_generations=job.max_generations,
+            deadline=job.deadline,
+        )
+        return reason or ""
+    # Without the loop's rule: stop after two generations without a 1% improvement.
+    scores = [s for s in history if s is not None]
+    if len(history) >= 3 and scores:
+        best_before = min([s for s in history[:-2] if s is not None], default=None)
+        recent = min([s for s in history[-2:] if s is not None], default=None)
+        if best_before is not None and (recent is None or recent > 0.99 * best_before):
+            return "plateau: no improvement in two generations"
+    return ""
+
+
+def generation_finish(*, generation: Generation) -> Generation | None:
+    """gpu -> done; the job's best candidate updated; then the next generation (returned, to be
+    proposed) or the job to review. Idempotent: a second call finds the generation done."""
+    with transaction.atomic():
+        if not generation.claim([Generation.GPU], Generation.DONE):
+            return None
+        job = Job.objects.select_for_update().get(pk=generation.job_id)
+        best = (
+            generation.candidates.filter(status=Candidate.PASSED, score_us__isnull=False)
+            .order_by("score_us")
+            .first()
+        )
+        generation.best_candidate = best
+        generation.best_score_us = best.score_us if best else None
+        generation.finished = timezone.now()
+        generation.save(update_fields=["best_candidate", "best_score_us", "finished"])
+        overall = (
+            job.candidates.filter(status=Candidate.PASSED, score_us__isnull=False)
+            .order_by("score_us")
+            .first()
+        )
+        if job.status not in (Job.RUNNING, Job.WAITING_GPU):
+            return None
+        reason = job_should_stop(job=job, generation=generation)
+        if reason:
+            if overall is None:
+                reason = f"{reason}; no candidate passed verification"
+            job.claim(
+                [Job.RUNNING, Job.WAITING_GPU],
+                Job.REVIEW,
+                stage=Job.STAGE_DONE,
+                stop_reason=reason,
+                best_candidate=overall,
+                finished=timezone.now(),
+            )
+            audit_record(org=job.org, verb="job.review", target=f"job:{job.code}")
+            return None
+        nxt, _ = Generation.objects.get_or_create(job=job, index=generation.index + 1)
+        job.claim(
+            [Job.RUNNING, Job.WAITING_GPU],
+            Job.RUNNING,
+            stage=Job.STAGE_PROPOSING,
+            current_generation=nxt.index,
+            best_candidate=overall,
+        )
+        from portal import tasks
+
+        transaction.on_commit(lambda: tasks.generation_propose.delay(nxt.pk))
+    return nxt
+
+
+# --- Review and delivery ------------------------------------------------------------------------
+
+
+def review_decide(
+    *,
+    job: Job,
+    reviewer,
+    decision: str,
+    comment: str = "",
+    checklist: dict | None = None,
+    candidate: Candidate | None = None,
+) -> ReviewDecision:
+    """An engineer approves or rejects the job's best candidate (or the one named)."""
+    from portal.selectors import user_is_engineer
+
+    if not user_is_engineer(reviewer):
+        raise PermissionDenied("only engineers review")
+    if decision not in (ReviewDecision.APPROVE, ReviewDecision.REJECT):
+        raise ValidationError("decision must be approve or reject")
+    candidate = candidate or job.best_candidate
+    if candidate is None or candidate.job_id != job.pk:
+        raise ValidationError("no candidate of this job to review")
+    if decision == ReviewDecision.APPROVE and candidate.status != Candidate.PASSED:
+        raise ValidationError("only a candidate that passed verification can be approved")
+    to_status = Job.APPROVED if decision == ReviewDecision.APPROVE else Job.REJECTED
+    with transaction.atomic():
+        if not job.claim([Job.REVIEW], to_status, best_candidate=candidate):
+            raise ValidationError(f"the job is {job.get_status_display().lower()}, not in review")
+        review = ReviewDecision.objects.create(
+            job=job,
+            candidate=candidate,
+            reviewer=reviewer,
+            decision=decision,
+            comment=comment,
+            checklist=checklist or {},
+        )
+        audit_record(
+            actor=reviewer,
+            org=job.org,
+            verb=f"review.{decision}",
+            target=f"job:{job.code}",
+            data={"candidate": str(candidate.code), "comment": comment},
+        )
+    return review
+
+
+def artifact_record(
+    *, job: Job, candidate: Candidate, filename: str, content: bytes, user=None
+) -> Artifact:
+    """Store a built artifact (portal/artifacts.py builds the bytes). Only for an approved job;
+    the same bytes stored twice are one artifact."""
+    if job.status != Job.APPROVED:
+        raise ValidationError("artifacts are made only for approved jobs")
+    digest = sha256_hex(content)
+    with transaction.atomic():
+        existing = Artifact.objects.filter(job=job, sha256=digest).first()
+        if existing:
+            return existing
+        artifact = Artifact(
+            job=job, candidate=candidate, filename=filename, sha256=digest, size_bytes=len(content)
+        )
+        artifact.file.save(filename, ContentFile(content), save=False)
+        artifact.save()
+        audit_record(
+            actor=user, org=job.org, verb="artifact.create", target=f"artifact:{artifact.code}"
+        )
+    return artifact
