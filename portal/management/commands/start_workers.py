@@ -1,0 +1,73 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from portal.management.workers import machine_facts, worker_commands
+
+
+class Command(BaseCommand):
+    help = (
+        "Start the Celery workers this machine should run: agents+build+default always, one GPU "
+        "worker per visible GPU. Stays in the foreground; Ctrl-C stops them all."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--fake-gpus", type=int, default=None, help="pretend N GPUs (tests)")
+        parser.add_argument("--arch", default=None, help="override the GPU architecture")
+        parser.add_argument("--no-cpu", action="store_true", help="GPU workers only")
+        parser.add_argument("--beat", action="store_true", help="run the periodic sweep here")
+        parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+        parser.add_argument("--loglevel", default="info")
+
+    def handle(self, *args, **opts):
+        facts = machine_facts(fake_gpus=opts["fake_gpus"], arch=opts["arch"])
+        embedded = settings.CELERY_EMBEDDED
+        commands = worker_commands(
+            facts,
+            loglevel=opts["loglevel"],
+            cpu_queues=() if opts["no_cpu"] else ("agents", "build", "default"),
+            # One machine in embedded mode: the sweep that re-queues stuck work runs here.
+            beat=opts["beat"] or embedded,
+            embedded=embedded,
+            beat_schedule_path=str(settings.VAR_DIR / "celerybeat-schedule"),
+        )
+        for command in commands:
+            env = " ".join(f"{k}={v}" for k, v in command.env.items())
+            self.stdout.write(f"{command.name}: {env} {' '.join(command.argv)}".replace("  ", " "))
+        if opts["dry_run"]:
+            return
+        if not facts.gpu_ids:
+            self.stdout.write("no GPU visible: GPU batches wait in their queue (or get imported)")
+        procs = []
+        for command in commands:
+            env = {**os.environ, **command.env}
+            procs.append(subprocess.Popen(command.argv, env=env, cwd=settings.BASE_DIR))
+        stopping = False
+
+        def stop(signum, frame):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            while not stopping and all(p.poll() is None for p in procs):
+                time.sleep(0.5)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 20
+            for p in procs:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        failed = [p.returncode for p in procs if p.returncode not in (0, -signal.SIGTERM)]
+        if failed and not stopping:
+            sys.exit(1)

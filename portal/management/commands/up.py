@@ -1,0 +1,81 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from portal.management.commands.seed_demo import DEMO_USERS
+
+
+class Command(BaseCommand):
+    help = (
+        "Run everything on this machine: migrate, seed the demo accounts, start the workers "
+        "(start_workers) and the web server; prints the URL and the demo login. Ctrl-C stops all."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--addr", default=os.environ.get("PTXF_ADDR", "127.0.0.1:8000"))
+        parser.add_argument("--no-workers", action="store_true")
+
+    def handle(self, *args, **opts):
+        call_command("migrate", interactive=False, verbosity=0)
+        self.stdout.write("database ready")
+        call_command("seed_demo", stdout=self.stdout)
+        manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
+        procs = []
+        if not opts["no_workers"]:
+            procs.append(subprocess.Popen([*manage, "start_workers"], cwd=settings.BASE_DIR))
+        # runserver --insecure serves static files from the app and project folders without a
+        # collectstatic step; production serves var/static behind a WSGI server instead.
+        procs.append(
+            subprocess.Popen(
+                [*manage, "runserver", "--noreload", "--insecure", opts["addr"]],
+                cwd=settings.BASE_DIR,
+            )
+        )
+        url = f"http://{opts['addr']}/"
+        if self._wait_for(url + "accounts/login/", procs):
+            username, password = DEMO_USERS[0][:2]
+            self.stdout.write(self.style.SUCCESS(f"\nPTX Kernel Factory is up: {url}"))
+            self.stdout.write(f"log in as {username} / {password} (customer of Acme)")
+            self.stdout.write(f"engineers: {DEMO_USERS[1][0]} / {DEMO_USERS[1][1]}; Ctrl-C stops\n")
+        stopping = False
+
+        def stop(signum, frame):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            while not stopping and all(p.poll() is None for p in procs):
+                time.sleep(0.5)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=25)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        if not stopping:
+            sys.exit(1)
+
+    def _wait_for(self, url: str, procs, timeout_s: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in procs):
+                return False
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310
+                    if response.status < 500:
+                        return True
+            except OSError:
+                time.sleep(0.5)
+        return False
