@@ -10,7 +10,6 @@ worker process per GPU, prefork with one child), `default` (recording, bookkeepi
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 
@@ -21,7 +20,12 @@ GPU_ARCHS = ("sm_90", "sm_100")
 QUEUES = ("agents", "build", *(f"gpu.{arch}" for arch in GPU_ARCHS), "default")
 GPU_TASK_NAME = "portal.gpu_run_batch"
 
-HAS_DJANGO = importlib.util.find_spec("django") is not None
+try:
+    import django  # noqa: F401 - only whether it is installed: GPU hosts run without it
+
+    HAS_DJANGO = True
+except ImportError:
+    HAS_DJANGO = False
 if HAS_DJANGO:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 

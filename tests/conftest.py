@@ -1,0 +1,51 @@
+"""Shared test helpers. No Django at module level: the GPU tests run on hosts without Django.
+
+- `requires_gpu`: a skip mark for tests that need an NVIDIA GPU with a driver. Tests marked
+  `@pytest.mark.gpu` are skipped the same way automatically.
+- `services`-marked tests (real PostgreSQL and Redis) run only when PTXF_SERVICES=1.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+@functools.cache
+def gpu_reason() -> str:
+    """Why GPU tests cannot run here ("" when they can). Asks nvidia-smi, which talks to the
+    driver without creating a CUDA context in the test process."""
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.core") is None:
+        return "cuda-core is not installed"
+    if shutil.which("nvidia-smi") is None:
+        return "no NVIDIA driver (nvidia-smi not found)"
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"nvidia-smi failed: {exc}"
+    if "GPU " not in out:
+        return "nvidia-smi lists no GPU"
+    return ""
+
+
+requires_gpu = pytest.mark.skipif(bool(gpu_reason()), reason=f"needs a GPU: {gpu_reason()}")
+
+
+def services_available() -> bool:
+    return os.environ.get("PTXF_SERVICES", "") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_services = pytest.mark.skip(reason="needs PostgreSQL and Redis (set PTXF_SERVICES=1)")
+    for item in items:
+        if "gpu" in item.keywords and gpu_reason():
+            item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {gpu_reason()}"))
+        if "services" in item.keywords and not services_available():
+            item.add_marker(skip_services)
