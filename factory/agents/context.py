@@ -1,0 +1,288 @@
+"""What every role sees for one generation of one job: the workload, its search spaces (the
+generator's schedules and/or edits of the customer's kernel), this job's history and the
+evidence of other jobs, the lessons distilled from it, and the cost model fitted on it."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from factory import evidence as ev
+from factory.agents.ptxedit import PtxEdit, apply_edit, edit_space
+from factory.agents.types import CandidateDraft, ptx_sha256
+from factory.costmodel import CostModel
+from factory.spec.expr import DTYPE_BYTES
+
+
+@dataclass
+class GeneratorAPI:
+    """The generator's functions (issue 4), passed around so tests can supply a fake one."""
+
+    lower: Callable
+    space: Callable
+    is_valid: Callable
+    emit: Callable
+    default_schedule: Callable | None = None
+
+
+def real_generator() -> GeneratorAPI | None:
+    """The generator of this tree, or None while it is not importable."""
+    try:
+        from factory.emit import emit
+        from factory.ir import lower
+        from factory.schedules import space
+
+        try:
+            from factory.schedules import is_valid
+        except ImportError:
+
+            def is_valid(ir, schedule, dims):  # a space holds only valid schedules
+                return True
+
+        try:
+            from factory.schedules import default_schedule
+        except ImportError:
+            default_schedule = None
+    except ImportError:
+        return None
+    return GeneratorAPI(lower, space, is_valid, emit, default_schedule)
+
+
+def schedule_dict(schedule) -> dict:
+    return dataclasses.asdict(schedule) if dataclasses.is_dataclass(schedule) else dict(schedule)
+
+
+def workload_bytes(workload, dims: dict[str, int]) -> float:
+    """Fewest bytes the operator must move: every input read once, every output written once."""
+    total = 0.0
+    for t in (*workload.inputs, *workload.outputs):
+        n = 1
+        for d in t.shape:
+            n *= int(dims[d]) if isinstance(d, str) else int(d)
+        total += n * DTYPE_BYTES.get(t.dtype, 4)
+    return total
+
+
+@dataclass
+class Item:
+    """One point of a search space: a generator schedule or an edit of the customer's kernel."""
+
+    kind: str  # "generator" | "edit"
+    value: Any  # the frozen dataclass
+
+    @property
+    def schedule(self) -> dict:
+        if self.kind == "edit":
+            return self.value.to_schedule()
+        return schedule_dict(self.value)
+
+    @property
+    def key(self) -> str:
+        return ev.schedule_key(self.schedule)
+
+
+@dataclass
+class Context:
+    workload: Any
+    generation: int
+    population: int
+    seed: int
+    settings: dict
+    family: str
+    signature: str
+    dtype: str
+    gpu: str
+    dims_list: list[dict[str, int]]
+    job_records: list[dict]
+    past_records: list[dict]
+    generator: GeneratorAPI | None = None
+    ir: Any = None
+    unsupported: str = ""
+    gen_items: list[Item] = field(default_factory=list)
+    edit_items: list[Item] = field(default_factory=list)
+    model: CostModel | None = None
+    lessons: ev.Lessons | None = None
+    _emitted: dict[str, CandidateDraft | None] = field(default_factory=dict)
+
+    # --- the spaces ---------------------------------------------------------------------------
+
+    @property
+    def items(self) -> list[Item]:
+        return self.gen_items + self.edit_items
+
+    def item_for(self, schedule: dict | None) -> Item | None:
+        """The space item whose schedule dict equals `schedule` (from evidence)."""
+        if schedule is None:
+            return None
+        key = ev.schedule_key(schedule)
+        for it in self.items:
+            if it.key == key:
+                return it
+        return None
+
+    def tried_keys(self) -> set[str]:
+        return {ev.schedule_key(r.get("schedule")) for r in self.job_records if r.get("schedule")}
+
+    def tried_ptx(self) -> set[str]:
+        return {r.get("ptx_sha256") for r in self.job_records}
+
+    # --- measured ------------------------------------------------------------------------------
+
+    def objective_by_ptx(self) -> dict[str, tuple[float, dict]]:
+        """This job's passed candidates: ptx_sha256 -> (sum of median_us over the job's shapes,
+        a representative record). Candidates missing a shape are left out."""
+        need = {ev.schedule_key(d) for d in self.dims_list}
+        per: dict[str, dict[str, float]] = {}
+        rep: dict[str, dict] = {}
+        for r in ev.passed(self.job_records):
+            per.setdefault(r["ptx_sha256"], {})[ev.schedule_key(r.get("dims"))] = float(
+                r["median_us"]
+            )
+            rep[r["ptx_sha256"]] = r
+        return {sha: (sum(t.values()), rep[sha]) for sha, t in per.items() if need <= set(t)}
+
+    def best_records(self, k: int) -> list[dict]:
+        ranked = sorted(self.objective_by_ptx().values(), key=lambda x: x[0])
+        return [r for _, r in ranked[:k]]
+
+    # --- prediction ----------------------------------------------------------------------------
+
+    def predict_us(self, item: Item) -> float:
+        """Cost-model time summed over the job's shapes (the roofline prior when unfitted)."""
+        model = self.model or CostModel()
+        return sum(
+            model.predict_us(item.schedule, d, workload_bytes(self.workload, d))
+            for d in self.dims_list
+        )
+
+    # --- drafting ------------------------------------------------------------------------------
+
+    def draft(self, item: Item, *, role: str, note: str, backend: str = "offline"):
+        """Emit (or edit) the item into a CandidateDraft; None when it cannot be built."""
+        if item.key in self._emitted and self._emitted[item.key] is None:
+            return None
+        if item.kind == "generator":
+            try:
+                em = self.generator.emit(self.ir, item.value)
+            except Exception as exc:  # noqa: BLE001 - a schedule the emitter refuses is skipped
+                self._emitted[item.key] = None
+                self.settings.setdefault("_emit_errors", []).append(f"{item.key}: {exc}")
+                return None
+            d = CandidateDraft(
+                ptx=em.ptx,
+                entry=em.entry,
+                params=tuple(em.params),
+                launch=em.launch,
+                schedule=item.schedule,
+                parent_ptx_sha256=None,
+                role=role,
+                backend=backend,
+                note=note,
+                predicted_us=self.predict_us(item),
+            )
+        else:
+            base = self.workload.baseline
+            inputs = {t.name for t in self.workload.inputs}
+            done = apply_edit(base.ptx, tuple(base.params), base.launch, item.value, inputs)
+            if done is None:
+                self._emitted[item.key] = None
+                return None
+            ptx, launch, why = done
+            d = CandidateDraft(
+                ptx=ptx,
+                entry=base.entry,
+                params=tuple(base.params),
+                launch=launch,
+                schedule=item.schedule,
+                parent_ptx_sha256=ptx_sha256(base.ptx),
+                role=role,
+                backend=backend,
+                note=f"{note}: {why}",
+                predicted_us=self.predict_us(item),
+            )
+        self._emitted[item.key] = d
+        return d
+
+
+def build_context(
+    workload,
+    *,
+    generation: int,
+    population: int,
+    evidence: list[dict],
+    seed: int,
+    settings: dict,
+) -> Context:
+    settings = settings if settings is not None else {}
+    family = ev.family_of(workload)
+    gpu = getattr(workload, "target", "sm_90") or "sm_90"
+    dtype = ev.dtype_of(workload)
+    job = settings.get("job")
+    if job is not None:
+        job_records = [r for r in evidence if r.get("job") == job]
+    else:
+        job_records = [r for r in evidence if r.get("workload_sha256") == workload.sha256]
+    job_ids = {r.get("job") for r in job_records}
+    past = [r for r in evidence if r.get("job") not in job_ids]
+    ctx = Context(
+        workload=workload,
+        generation=generation,
+        population=population,
+        seed=seed,
+        settings=settings,
+        family=family,
+        signature=ev.signature_of(workload),
+        dtype=dtype,
+        gpu=gpu,
+        dims_list=[dict(d) for d in workload.shapes],
+        job_records=job_records,
+        past_records=past,
+    )
+    gen = settings.get("generator", "auto")
+    ctx.generator = real_generator() if gen == "auto" else gen
+    if ctx.generator is not None and not settings.get("no_generator"):
+        try:
+            ctx.ir = ctx.generator.lower(workload)
+            sched = ctx.generator.space(ctx.ir, ctx.dims_list)
+            ctx.gen_items = [
+                Item("generator", s)
+                for s in sched
+                if all(ctx.generator.is_valid(ctx.ir, s, d) for d in ctx.dims_list)
+            ]
+        except Exception as exc:  # noqa: BLE001 - Unsupported (or a generator bug) -> no space
+            ctx.unsupported = f"{type(exc).__name__}: {exc}"
+            ctx.ir = None
+    elif ctx.generator is None:
+        ctx.unsupported = "the generator is not available"
+    if workload.baseline is not None:
+        ctx.edit_items = [Item("edit", e) for e in edit_space()]
+    similar = [r for r in evidence if r.get("family") == family and r.get("gpu") == gpu]
+    ctx.model = CostModel().fit(similar)
+    ctx.lessons = ev.distil_lessons(evidence, family=family, gpu=gpu, dims=ctx.dims_list[0])
+    return ctx
+
+
+def default_item(ctx: Context) -> Item | None:
+    """The generator's default schedule for the job, as a space item (if it has one)."""
+    if ctx.generator is None or ctx.ir is None or ctx.generator.default_schedule is None:
+        return None
+    for args in ((ctx.ir, ctx.dims_list), (ctx.ir, ctx.dims_list[0]), (ctx.ir,)):
+        try:
+            s = ctx.generator.default_schedule(*args)
+        except TypeError:
+            continue
+        except Exception:  # noqa: BLE001
+            return None
+        found = ctx.item_for(schedule_dict(s))
+        return found or Item("generator", s)
+    return None
+
+
+def log2_distance(a: float, b: float) -> float:
+    return abs(math.log2(max(a, 1e-9)) - math.log2(max(b, 1e-9)))
+
+
+__all__ = ["Context", "GeneratorAPI", "Item", "PtxEdit", "build_context", "default_item"]

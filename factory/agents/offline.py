@@ -1,0 +1,302 @@
+"""The offline backend: heuristic planner, writer and tuner, no network.
+
+- The planner reads the job's history, the evidence of similar past jobs and the lessons, and
+  decides how many candidates the writer and the tuner make and what to prefer or avoid.
+- The writer takes untried points of the search spaces (generator schedules, edits of the
+  customer's kernel): gen 0 seeds from the winners of similar past jobs (warm start) or, cold,
+  from the default schedule plus a spread of the space (farthest-point sampling over fields);
+  later it takes the cost model's predicted-fastest untried points, with some random exploration.
+- The tuner mutates the best measured candidates one field at a time (neighbour values taken from
+  the space, so every mutant is valid) and recombines the two best field by field.
+Every choice goes through `Context.draft`, so the result is a list of CandidateDrafts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import random
+
+from factory import evidence as ev
+from factory.agents.context import Context, Item, default_item
+from factory.agents.types import CandidateDraft, Plan
+
+
+def _sort_values(values):
+    nums = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(nums) == len(values):
+        return sorted(values)
+    return sorted(values, key=lambda v: json.dumps(v, sort_keys=True, default=str))
+
+
+def _field_values(items: list[Item]) -> dict[str, list]:
+    """For each field of the items' dataclass, its distinct values in the space, sorted."""
+    out: dict[str, list] = {}
+    for it in items:
+        for f in dataclasses.fields(it.value):
+            v = getattr(it.value, f.name)
+            bucket = out.setdefault(f.name, [])
+            if v not in bucket:
+                bucket.append(v)
+    return {k: _sort_values(v) for k, v in out.items()}
+
+
+def _hamming(a, b) -> int:
+    return sum(getattr(a, f.name) != getattr(b, f.name) for f in dataclasses.fields(a))
+
+
+class OfflinePlanner:
+    def plan(self, ctx: Context) -> Plan:
+        pop = ctx.population
+        notes = []
+        if not ctx.items:
+            return Plan(
+                "freeform",
+                0,
+                0,
+                notes=[f"no search space offline ({ctx.unsupported or 'no customer kernel'})"],
+                lessons_text=ctx.lessons.text if ctx.lessons else "",
+            )
+        measured = ctx.objective_by_ptx()
+        prefer, avoid = {}, {}
+        if ctx.lessons:
+            for fname, stats in ctx.lessons.choices.items():
+                bad = [
+                    json.loads(v)
+                    for v, s in stats.items()
+                    if s["n"] >= 3 and s["wins"] == 0 and s["mean_rel"] > 1.5
+                ]
+                if bad:
+                    avoid[fname] = bad
+                prefer[fname] = ctx.lessons.preferred(fname)[:2]
+        if ctx.generation == 0 or not measured:
+            warm = self._warm(ctx)
+            if warm:
+                notes.append(f"warm start from {len(warm)} winners of similar past jobs")
+                return Plan("warm_start", pop, 0, prefer, avoid, notes, ctx.lessons.text)
+            notes.append("cold start: default schedule and a spread of the space")
+            return Plan("explore", pop, 0, prefer, avoid, notes, ctx.lessons.text)
+        history = self._best_by_generation(ctx)
+        plateau = len(history) >= 2 and history[-1] >= history[-2] * 0.99
+        if plateau:
+            n_tuner = pop // 2
+            notes.append("no gain last generation: half the population explores")
+        else:
+            n_tuner = max(1, math.ceil(pop * 0.6))
+            notes.append("improving: most of the population tunes the best")
+        return Plan("exploit", pop - n_tuner, n_tuner, prefer, avoid, notes, ctx.lessons.text)
+
+    @staticmethod
+    def _warm(ctx: Context) -> list[Item]:
+        out = []
+        for s in ev.warm_start_schedules(
+            ctx.past_records,
+            family=ctx.family,
+            dtype=ctx.dtype,
+            gpu=ctx.gpu,
+            dims=ctx.dims_list[0],
+            limit=max(ctx.population, 4),
+        ):
+            it = ctx.item_for(s)
+            if it is not None:
+                out.append(it)
+        return out
+
+    @staticmethod
+    def _best_by_generation(ctx: Context) -> list[float]:
+        per_gen: dict[int, float] = {}
+        objective = ctx.objective_by_ptx()
+        for t, r in objective.values():
+            g = int(r.get("generation", 0))
+            per_gen[g] = min(per_gen.get(g, math.inf), t)
+        best, out = math.inf, []
+        for g in sorted(per_gen):
+            best = min(best, per_gen[g])
+            out.append(best)
+        return out
+
+
+class OfflineWriter:
+    """Chooses untried points of the spaces (see module doc)."""
+
+    def __init__(self, explore_fraction: float = 0.25, oversample: int = 4):
+        self.explore_fraction = explore_fraction
+        self.oversample = oversample
+
+    def write(self, ctx: Context, plan: Plan, n: int, taken: set[str]) -> list[CandidateDraft]:
+        if n <= 0:
+            return []
+        rng = random.Random(ctx.seed * 1000 + ctx.generation)
+        tried = ctx.tried_keys() | taken
+        tried_ptx = ctx.tried_ptx()
+        untried = [it for it in ctx.items if it.key not in tried and not _avoided(it, plan)]
+        untried = untried or [it for it in ctx.items if it.key not in tried]
+        picks: list[tuple[Item, str]] = []
+        if plan.strategy == "warm_start":
+            picks += [
+                (it, "warm start: a winner of a similar past job")
+                for it in OfflinePlanner._warm(ctx)
+                if it.key not in tried
+            ]
+        if ctx.generation == 0 or not ctx.job_records:
+            d = default_item(ctx)
+            if d is not None and d.key not in tried:
+                picks.append((d, "the generator's default schedule"))
+            if ctx.edit_items:
+                # the customer's own kernel with each single safe edit: cheap, always valid
+                picks += [(it, "edit of the customer kernel") for it in self._edit_seeds(ctx)]
+        if ctx.model is not None and ctx.model.fitted:
+            ranked = sorted(untried, key=ctx.predict_us)
+            n_model = max(1, round(n * (1 - self.explore_fraction)))
+            picks += [(it, "cost model's pick") for it in ranked[: n_model * self.oversample]]
+            rest = ranked[n_model * self.oversample :]
+            rng.shuffle(rest)
+            picks += [(it, "exploration") for it in rest[:n]]
+        else:
+            picks += [(it, "spread of the space") for it in self._spread(untried, n * 2, rng)]
+        out: list[CandidateDraft] = []
+        seen: set[str] = set()
+        model_picks = 0
+        for it, why in picks:
+            if len(out) >= n:
+                break
+            if it.key in tried or it.key in seen:
+                continue
+            if why == "cost model's pick" and model_picks >= max(1, round(n * 0.75)):
+                continue
+            seen.add(it.key)
+            d = ctx.draft(it, role="writer", note=f"{why}: {_describe(it)}")
+            if d is None or d.ptx_sha256 in tried_ptx:
+                continue
+            tried_ptx.add(d.ptx_sha256)
+            out.append(d)
+            model_picks += why == "cost model's pick"
+        return out
+
+    @staticmethod
+    def _edit_seeds(ctx: Context) -> list[Item]:
+        from factory.agents.ptxedit import PtxEdit
+
+        singles = [
+            PtxEdit(ld_cache="nc"),
+            PtxEdit(ld_cache="nc", st_cache="cs"),
+            PtxEdit(block=256),
+            PtxEdit(maxnreg=64),
+        ]
+        keys = {ev.schedule_key(e.to_schedule()) for e in singles}
+        return [it for it in ctx.edit_items if it.key in keys]
+
+    @staticmethod
+    def _spread(items: list[Item], k: int, rng: random.Random) -> list[Item]:
+        """Farthest-point sampling by field (Hamming) distance: a spread of the space."""
+        if not items:
+            return []
+        pool = list(items)
+        rng.shuffle(pool)
+        chosen = [pool.pop()]
+        while pool and len(chosen) < k:
+            best = max(
+                pool,
+                key=lambda it: min(
+                    _hamming(it.value, c.value) if type(it.value) is type(c.value) else 99
+                    for c in chosen
+                ),
+            )
+            pool.remove(best)
+            chosen.append(best)
+        return chosen
+
+
+class OfflineTuner:
+    """Mutates and recombines the best measured candidates (see module doc)."""
+
+    def tune(self, ctx: Context, plan: Plan, n: int, taken: set[str]) -> list[CandidateDraft]:
+        if n <= 0:
+            return []
+        parents = [r for r in ctx.best_records(4) if ctx.item_for(r.get("schedule"))]
+        if not parents:
+            return []
+        tried = ctx.tried_keys() | taken
+        tried_ptx = ctx.tried_ptx()
+        space_keys = {it.key: it for it in ctx.items}
+        children: list[tuple[Item, str, str]] = []
+        for rank, rec in enumerate(parents):
+            p = ctx.item_for(rec["schedule"])
+            kind_items = [it for it in ctx.items if it.kind == p.kind]
+            values = _field_values(kind_items)
+            for fname, vals in values.items():
+                cur = getattr(p.value, fname)
+                if cur not in vals:
+                    continue
+                i = vals.index(cur)
+                for j in (i - 1, i + 1):
+                    if 0 <= j < len(vals):
+                        child = dataclasses.replace(p.value, **{fname: vals[j]})
+                        it = space_keys.get(Item(p.kind, child).key)
+                        if it is not None:
+                            children.append(
+                                (
+                                    it,
+                                    f"mutant of #{rank + 1}: {fname}={vals[j]!r}",
+                                    rec["ptx_sha256"],
+                                )
+                            )
+        if len(parents) >= 2:
+            a, b = (ctx.item_for(parents[0]["schedule"]), ctx.item_for(parents[1]["schedule"]))
+            if a.kind == b.kind:
+                diff = [
+                    f.name
+                    for f in dataclasses.fields(a.value)
+                    if getattr(a.value, f.name) != getattr(b.value, f.name)
+                ][:8]
+                for mask in itertools.product((0, 1), repeat=len(diff)):
+                    change = {f: getattr(b.value, f) for f, m in zip(diff, mask, strict=True) if m}
+                    if not change or len(change) == len(diff):
+                        continue
+                    it = space_keys.get(Item(a.kind, dataclasses.replace(a.value, **change)).key)
+                    if it is not None:
+                        children.append(
+                            (
+                                it,
+                                f"cross of #1 and #2: {sorted(change)} from #2",
+                                parents[0]["ptx_sha256"],
+                            )
+                        )
+        children = [c for c in children if c[0].key not in tried and not _avoided(c[0], plan)]
+        children.sort(key=lambda c: ctx.predict_us(c[0]))
+        out, seen = [], set()
+        for it, why, parent in children:
+            if len(out) >= n:
+                break
+            if it.key in seen:
+                continue
+            seen.add(it.key)
+            d = ctx.draft(it, role="tuner", note=why)
+            if d is None or d.ptx_sha256 in tried_ptx:
+                continue
+            tried_ptx.add(d.ptx_sha256)
+            out.append(dataclasses.replace(d, parent_ptx_sha256=parent))
+        return out
+
+
+def _avoided(item: Item, plan: Plan) -> bool:
+    s = item.schedule
+    return any(s.get(f) in vals for f, vals in plan.avoid.items())
+
+
+def _describe(item: Item) -> str:
+    if item.kind == "edit":
+        return item.value.describe()
+    return ", ".join(f"{k}={v}" for k, v in item.schedule.items())
+
+
+def propose_offline(ctx: Context) -> tuple[list[CandidateDraft], Plan]:
+    plan = OfflinePlanner().plan(ctx)
+    taken: set[str] = set()
+    drafts = OfflineTuner().tune(ctx, plan, plan.n_tuner, taken)
+    taken |= {ev.schedule_key(d.schedule) for d in drafts}
+    writer = OfflineWriter(explore_fraction=float(ctx.settings.get("explore_fraction", 0.25)))
+    drafts += writer.write(ctx, plan, ctx.population - len(drafts), taken)
+    return drafts[: ctx.population], plan
