@@ -1,0 +1,57 @@
+"""Domain methods on the models: transitions, conditional claims, tokens, keys."""
+
+import pytest
+from django.db import IntegrityError
+
+from portal.models import ApiToken, Candidate, Job, dims_key, sha256_hex
+
+
+def test_a_claim_moves_a_job_only_from_the_expected_status(acme_world):
+    job = acme_world["job"]  # running
+    assert not job.claim([Job.QUEUED], Job.RUNNING)
+    assert job.claim([Job.RUNNING], Job.WAITING_GPU, stage=Job.STAGE_GPU)
+    job.refresh_from_db()
+    assert (job.status, job.stage) == (Job.WAITING_GPU, Job.STAGE_GPU)
+
+
+def test_a_second_claim_of_the_same_step_gets_nothing(acme_world):
+    first = Job.objects.get(pk=acme_world["job"].pk)
+    second = Job.objects.get(pk=acme_world["job"].pk)
+    assert first.claim([Job.RUNNING], Job.REVIEW)
+    assert not second.claim([Job.RUNNING], Job.REVIEW)
+
+
+def test_finished_jobs_allow_no_further_transition():
+    assert Job(status=Job.APPROVED).can_move_to(Job.RUNNING) is False
+    assert Job(status=Job.REVIEW).can_move_to(Job.APPROVED) is True
+
+
+def test_the_same_ptx_is_stored_once_per_job(acme_world):
+    candidate = acme_world["candidate"]
+    with pytest.raises(IntegrityError):
+        Candidate.objects.create(
+            job=candidate.job,
+            generation=candidate.generation,
+            ptx=candidate.ptx,
+            ptx_sha256=candidate.ptx_sha256,
+        )
+
+
+def test_an_api_token_is_found_by_its_key_and_only_its_hash_is_stored(customer):
+    from portal import services
+
+    key, token = services.api_token_create(user=customer, name="cli")
+    assert ApiToken.lookup(key) == token
+    assert token.key_sha256 == sha256_hex(key) and key not in token.key_sha256
+    assert ApiToken.lookup(key + "x") is None
+    assert ApiToken.lookup("Bearer nonsense") is None
+
+
+def test_dims_key_is_stable_whatever_the_order_of_the_dims():
+    assert dims_key({"N": 4096, "M": 2}) == dims_key({"M": 2, "N": 4096}) == "M=2,N=4096"
+
+
+def test_job_progress_counts_candidates_by_status(acme_world):
+    progress = acme_world["job"].progress
+    assert progress["candidates"] == {Candidate.PROPOSED: 1}
+    assert progress["generations_done"] == 0
