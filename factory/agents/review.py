@@ -33,8 +33,9 @@ REGS_PER_SM = 65536
 SMEM_PER_SM_BYTES = 228 * 1024
 MAX_SMEM_PER_BLOCK_BYTES = 227 * 1024
 # Fewer resident warps than this per SM leave too few loads in flight to approach HBM bandwidth
-# on memory-bound operators (Little's law with ~600 ns latency at ~4.8 TB/s).
-MIN_WARPS_PER_SM = 8
+# on memory-bound operators (Little's law: ~600 ns latency x ~4.8 TB/s is ~2.9 MB in flight
+# chip-wide, ~22 KB per SM: 12 warps issuing 16-byte vector loads x 4 unrolled).
+MIN_WARPS_PER_SM = 12
 
 _FORBIDDEN = [
     (re.compile(r"\.attribute\s*\(\s*\.managed\s*\)"), "managed memory (.attribute(.managed))"),

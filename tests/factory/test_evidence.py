@@ -1,0 +1,122 @@
+import json
+
+from test_loop_fakes import make_workload
+
+from factory.evidence import (
+    JsonlEvidenceStore,
+    distil_lessons,
+    family_of,
+    shape_class,
+    signature_of,
+    warm_start_schedules,
+)
+
+
+def rec(job, schedule, us, *, dims=None, status="passed", family="softmax", reason=""):
+    return {
+        "job": job,
+        "workload_sha256": "w" + job,
+        "family": family,
+        "signature": "s",
+        "dims": dims or {"M": 1024, "N": 4096},
+        "dtype": "fp32",
+        "gpu": "sm_90",
+        "schedule": schedule,
+        "ptx_sha256": f"{job}-{json.dumps(schedule, sort_keys=True)}",
+        "status": status,
+        "reason": reason,
+        "median_us": us if status == "passed" else None,
+        "tbps": 1.0,
+        "generation": 0,
+        "role": "writer",
+        "backend": "offline",
+    }
+
+
+def test_the_store_filters_by_family_shape_class_dtype_and_gpu():
+    store = JsonlEvidenceStore()
+    store.add(
+        [
+            rec("a", {"b": 1}, 5.0),
+            rec("b", {"b": 2}, 6.0, family="rmsnorm"),
+            rec("c", {"b": 3}, 7.0, dims={"M": 8, "N": 64}),
+        ]
+    )
+    assert [r["job"] for r in store.query(family="softmax")] == ["a", "c"]
+    assert [r["job"] for r in store.query(shape_class="M=2^3,N=2^6")] == ["c"]
+    assert store.query(dtype="bf16") == [] and len(store.query(gpu="sm_90")) == 3
+
+
+def test_the_jsonl_store_survives_a_restart_and_stores_a_redelivered_record_once(tmp_path):
+    path = tmp_path / "evidence.jsonl"
+    store = JsonlEvidenceStore(path)
+    store.add([rec("a", {"b": 1}, 5.0)])
+    store.add([rec("a", {"b": 1}, 5.0)])  # redelivered
+    again = JsonlEvidenceStore(path)
+    assert len(again.all()) == 1 and again.all()[0]["median_us"] == 5.0
+
+
+def test_shape_classes_bucket_to_the_nearest_power_of_two():
+    assert shape_class({"N": 4000, "M": 1000}) == "M=2^10,N=2^12"
+    assert shape_class({"N": 4096}) == shape_class({"N": 4100})
+
+
+def test_the_signature_ignores_tensor_names_but_not_the_math():
+    a, b = make_workload(input_name="x"), make_workload(input_name="logits")
+    assert signature_of(a) == signature_of(b)
+    assert signature_of(a) != signature_of(make_workload(dtype="bf16"))
+    assert family_of(make_workload("My_Op", tags=("family:softmax",))) == "softmax"
+    assert family_of(make_workload("RMSNorm")) == "rmsnorm"
+
+
+def test_warm_start_ranks_each_past_jobs_winners_relative_to_that_job():
+    records = [
+        rec("small", {"b": 256}, 5.0, dims={"M": 1024, "N": 4096}),
+        rec("small", {"b": 64}, 9.0, dims={"M": 1024, "N": 4096}),
+        rec("big", {"b": 512}, 50.0, dims={"M": 4096, "N": 4096}),
+        rec("big", {"b": 256}, 52.0, dims={"M": 4096, "N": 4096}),
+        rec("far", {"b": 32}, 1.0, dims={"M": 8, "N": 16}),  # too far in shape
+        rec("other", {"b": 1024}, 1.0, family="rmsnorm"),
+    ]
+    got = warm_start_schedules(
+        records, family="softmax", dtype="fp32", gpu="sm_90", dims={"M": 2048, "N": 4096}, limit=3
+    )
+    assert got[:2] in ([{"b": 256}, {"b": 512}], [{"b": 512}, {"b": 256}])
+    assert {"b": 32} not in got and {"b": 1024} not in got
+    assert got[2] == {"b": 64}
+    excluded = warm_start_schedules(
+        records,
+        family="softmax",
+        dtype="fp32",
+        gpu="sm_90",
+        dims={"M": 1024, "N": 4096},
+        exclude_job="small",
+    )
+    assert {"b": 64} not in excluded
+
+
+def test_lessons_say_which_choices_win_and_which_failed_and_why():
+    records = [
+        rec("j", {"block": b, "vec": v}, 10.0 * (1 + abs(b - 256) / 256) / v)
+        for b in (64, 256, 1024)
+        for v in (1, 4)
+    ]
+    records.append(
+        rec(
+            "j",
+            {"block": 1024, "vec": 8},
+            None,
+            status="compile_error",
+            reason="compile error: ptxas fatal",
+        )
+    )
+    records.append(
+        rec("j", {"block": 64, "vec": 8}, None, status="rejected", reason="spills: 64 bytes stored")
+    )
+    lessons = distil_lessons(records, family="softmax", gpu="sm_90")
+    assert lessons.records == 8
+    assert lessons.preferred("vec")[0] == 4
+    assert lessons.preferred("block")[0] == 256
+    assert lessons.failures == {"compile_error: compile error": 1, "rejected: spills": 1}
+    assert "vec: 4 averages 2.25x" in lessons.text and "failed 1x: rejected: spills" in lessons.text
+    assert distil_lessons([], family="x").text.startswith("No evidence yet")
