@@ -1,0 +1,393 @@
+"""JSON API views. Every view is wrapped by `api_view`, which authenticates the bearer token,
+checks the method, and turns every refusal into a JSON error with a 4xx status (404 for objects
+of another organisation, exactly as for objects that do not exist)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from datetime import timedelta
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
+from django.db import transaction
+from django.http import FileResponse, Http404, JsonResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from portal import services
+from portal.models import ApiToken, Job
+from portal.web import access, queries
+from portal.web.forms import (
+    BASELINE_EXTENSIONS,
+    BASELINE_MAX_BYTES,
+    MANIFEST_MAX_BYTES,
+    check_text,
+)
+from portal.web.views import approved_artifact
+
+log = logging.getLogger("portal.api")
+API_VERSION = 1
+# Don't write last_used on every call: one UPDATE a minute per token is plenty.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, errors: list | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.errors = errors or []
+
+
+def error(status: int, message: str, errors: list | None = None) -> JsonResponse:
+    body = {"error": message}
+    if errors:
+        body["errors"] = errors
+    return JsonResponse(body, status=status)
+
+
+def _authenticate(request):
+    header = request.headers.get("Authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(401, "Send an API token: Authorization: Bearer <token>.")
+    token = ApiToken.lookup(key.strip())
+    if token is None or not token.user.is_active:
+        raise ApiError(401, "The API token is not valid (revoked or mistyped).")
+    now = timezone.now()
+    if token.last_used is None or now - token.last_used > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used=now)
+    return token.user
+
+
+def api_view(methods: tuple[str, ...]):
+    def decorate(view):
+        @csrf_exempt  # token authentication: no cookies, so no cross-site request to forge
+        @functools.wraps(view)
+        def wrapped(request, *args, **kwargs):
+            try:
+                if request.method not in methods:
+                    response = error(405, f"Use {' or '.join(methods)}.")
+                    response["Allow"] = ", ".join(methods)
+                    return response
+                request.user = _authenticate(request)
+                return view(request, *args, **kwargs)
+            except ApiError as exc:
+                return error(exc.status, exc.message, exc.errors)
+            except Http404:
+                return error(404, "Not found.")
+            except PermissionDenied as exc:
+                return error(403, str(exc) or "Not allowed.")
+            except RequestDataTooBig:
+                return error(413, "The request body is too large.")
+
+        return wrapped
+
+    return decorate
+
+
+# --- serialisers --------------------------------------------------------------------------------
+
+
+def _iso(value):
+    return value.isoformat() if value else None
+
+
+def job_json(request, job: Job) -> dict:
+    progress = queries.job_progress(job)
+    decision = queries.latest_decision(job)
+    body = {
+        "job": str(job.code),
+        "workload": str(job.workload.code),
+        "name": job.workload.name,
+        "status": job.status,
+        "stage": job.stage,
+        "done": job.status not in Job.ACTIVE,
+        "target": job.target_gpu,
+        "generations_done": progress["generations_done"],
+        "max_generations": job.max_generations,
+        "progress": round(progress["fraction"], 3),
+        "eta_s": progress["eta_s"],
+        "candidates": progress["totals"],
+        "gpu_queue": progress["gpu_queue"],
+        "best_candidate": str(job.best_candidate.code) if job.best_candidate_id else None,
+        "best_score_us": progress["best_score_us"],
+        "stop_reason": job.stop_reason,
+        "created": _iso(job.created),
+        "finished": _iso(job.finished),
+        "decision": (
+            {
+                "decision": decision.decision,
+                "comment": decision.comment,
+                "at": _iso(decision.created),
+            }
+            if decision
+            else None
+        ),
+        "urls": {
+            "self": request.build_absolute_uri(reverse("api-job", args=[job.code])),
+            "results": request.build_absolute_uri(reverse("api-results", args=[job.code])),
+            "artifact": request.build_absolute_uri(reverse("api-artifact", args=[job.code])),
+            "page": request.build_absolute_uri(reverse("web-job", args=[job.code])),
+        },
+    }
+    return body
+
+
+def _timing_json(t) -> dict:
+    return {
+        "dims": t.dims,
+        "median_us": t.median_us,
+        "ci_low_us": t.ci_low_us,
+        "ci_high_us": t.ci_high_us,
+        "p20_us": t.p20_us,
+        "p80_us": t.p80_us,
+        "tbps": t.tbps,
+    }
+
+
+# --- views --------------------------------------------------------------------------------------
+
+
+@api_view(("GET",))
+def root(request):
+    return JsonResponse(
+        {
+            "api_version": API_VERSION,
+            "user": request.user.get_username(),
+            "submit": request.build_absolute_uri(reverse("api-jobs")),
+        }
+    )
+
+
+def _read_submission(request) -> dict:
+    if not request.content_type or request.content_type != "application/json":
+        raise ApiError(415, "Send the submission as JSON (Content-Type: application/json).")
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError(413, "The request body is too large.") from None
+    if len(raw) > MANIFEST_MAX_BYTES + BASELINE_MAX_BYTES + 4096:
+        raise ApiError(413, "The request body is too large.")
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError(400, f"The body is not valid JSON: {exc}.") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The body must be a JSON object.")
+    errors = []
+    manifest = body.get("manifest")
+    if not isinstance(manifest, str) or not manifest.strip():
+        errors.append(["manifest", "required: the manifest's TOML text"])
+    elif len(manifest.encode()) > MANIFEST_MAX_BYTES:
+        errors.append(["manifest", f"larger than {MANIFEST_MAX_BYTES} bytes"])
+    else:
+        try:
+            check_text(manifest, what="manifest")
+        except ValidationError as exc:
+            errors.append(["manifest", exc.messages[0]])
+    source = body.get("baseline_source")
+    filename = body.get("baseline_filename")
+    if source is not None:
+        if not isinstance(source, str) or not isinstance(filename, str):
+            errors.append(["baseline_filename", "a baseline needs its source text and filename"])
+        else:
+            ext = "." + filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
+            if ext not in BASELINE_EXTENSIONS:
+                errors.append(["baseline_filename", "must end in .ptx or .cu"])
+            if len(source.encode()) > BASELINE_MAX_BYTES:
+                errors.append(["baseline_source", f"larger than {BASELINE_MAX_BYTES} bytes"])
+            else:
+                try:
+                    check_text(source, what="kernel")
+                except ValidationError as exc:
+                    errors.append(["baseline_source", exc.messages[0]])
+    generations = body.get("generations")
+    if generations is not None and (
+        not isinstance(generations, int)
+        or isinstance(generations, bool)
+        or not 1 <= generations <= 50
+    ):
+        errors.append(["generations", "a whole number from 1 to 50"])
+    if errors:
+        raise ApiError(400, "The submission was refused.", errors)
+    return {
+        "manifest": manifest,
+        "baseline_source": source,
+        "baseline_filename": filename if source is not None else None,
+        "generations": generations,
+    }
+
+
+@api_view(("GET", "POST"))
+def jobs(request):
+    if request.method == "GET":
+        rows = (
+            access.jobs_for(request.user)
+            .select_related("workload", "best_candidate")
+            .order_by("-created")[:50]
+        )
+        return JsonResponse(
+            {
+                "jobs": [
+                    {
+                        "job": str(j.code),
+                        "name": j.workload.name,
+                        "status": j.status,
+                        "created": _iso(j.created),
+                    }
+                    for j in rows
+                ]
+            }
+        )
+    org = access.primary_org(request.user)
+    if org is None:
+        raise ApiError(403, "You are not a member of any organisation.")
+    data = _read_submission(request)
+    from factory.spec import SpecError
+
+    try:
+        with transaction.atomic():
+            workload = services.workload_create(
+                org=org,
+                user=request.user,
+                manifest=data["manifest"],
+                baseline_source=data["baseline_source"],
+                baseline_filename=data["baseline_filename"],
+            )
+            job = services.job_create(
+                workload=workload, user=request.user, max_generations=data["generations"]
+            )
+    except SpecError as exc:
+        return error(400, "The manifest was refused.", [list(e) for e in exc.errors])
+    except ValidationError as exc:
+        return error(400, "; ".join(exc.messages))
+    return JsonResponse(job_json(request, job), status=201)
+
+
+@api_view(("GET",))
+def job(request, code):
+    j = access.get_job_for_user(request.user, code)
+    return JsonResponse(job_json(request, j))
+
+
+@api_view(("GET",))
+def results(request, code):
+    j = access.get_job_for_user(request.user, code)
+    body = job_json(request, j)
+    best = j.best_candidate
+    baselines = queries.job_baselines(j)
+    body["copy_ceiling_tbps"] = queries.copy_ceiling_tbps(j)
+    body["baselines"] = [
+        {
+            "name": b.name,
+            "version": b.version,
+            "status": b.status,
+            "reason": b.reason,
+            "timing": [_timing_json(t) for t in b.timings.values()],
+        }
+        for b in baselines
+    ]
+    if best is not None:
+        timings = queries.candidate_timings(best)
+        chosen = queries.default_baseline(baselines, timings)
+        body["best"] = {
+            "candidate": str(best.code),
+            "status": best.status,
+            "score_us": best.score_us,
+            "entry": best.entry,
+            "verification": [
+                {
+                    "dims": v.dims,
+                    "heldout": v.heldout,
+                    "passed": v.passed,
+                    "rel_err": v.rel_err,
+                    "max_abs_err": v.max_abs_err,
+                }
+                for v in queries.candidate_verifications(best)
+            ],
+            "timing": [_timing_json(t) for t in timings],
+            "flags": [f.message for f in queries.candidate_flags(best)],
+            "compared_with": chosen,
+            "speedups": queries.speedups(
+                timings, next((b for b in baselines if b.name == chosen), None)
+            ),
+        }
+    else:
+        body["best"] = None
+    body["generations"] = [
+        {k: g[k] for k in ("index", "status", "total", "passed", "failed", "best_score_us")}
+        for g in queries.generation_rows(j)
+    ]
+    return JsonResponse(body)
+
+
+@api_view(("GET",))
+def artifact(request, code):
+    try:
+        found = approved_artifact(request.user, code)
+    except Http404 as exc:
+        # The job itself may be visible but not approved: say so (409) rather than "not found".
+        if access.jobs_for(request.user).filter(code=code).exists():
+            return error(409, str(exc) or "Nothing has been approved for this job.")
+        raise
+    services.audit_record(
+        actor=request.user,
+        org=found.job.workload.org,
+        verb="artifact.download",
+        target=f"artifact:{found.code}",
+        data={"via": "api"},
+    )
+    response = FileResponse(
+        found.file.open("rb"),
+        as_attachment=True,
+        filename=found.filename,
+        content_type="application/zip",
+    )
+    response["X-Content-SHA256"] = found.sha256
+    return response
+
+
+@api_view(("GET",))
+def workload(request, code):
+    w = access.get_workload_for_user(request.user, code)
+    return JsonResponse(
+        {
+            "workload": str(w.code),
+            "name": w.name,
+            "description": w.description,
+            "target": w.target_gpu,
+            "sha256": w.sha256,
+            "baseline_filename": w.baseline_filename or None,
+            "created": _iso(w.created),
+            "jobs": [
+                {"job": str(j.code), "status": j.status} for j in w.jobs.order_by("-created")[:50]
+            ],
+        }
+    )
+
+
+@api_view(("GET",))
+def candidate(request, code):
+    c = access.get_candidate_for_user(request.user, code)
+    return JsonResponse(
+        {
+            "candidate": str(c.code),
+            "job": str(c.job.code),
+            "generation": c.generation.index,
+            "status": c.status,
+            "reason": c.reason,
+            "score_us": c.score_us,
+            "parent": str(c.parent.code) if c.parent_id else None,
+            "role": c.role,
+            "backend": c.backend,
+            "note": c.note,
+            "entry": c.entry,
+            "compile": c.compile_report,
+            "ptx_sha256": c.ptx_sha256,
+            "ptx": c.ptx,
+            "timing": [_timing_json(t) for t in queries.candidate_timings(c)],
+        }
+    )

@@ -1,0 +1,140 @@
+"""The catalogue side of the upload form: operator names, sample manifests, and a manifest made
+from a catalogue operator with the customer's shapes and dtype.
+
+The catalogue's TOML is parsed with tomllib, the shapes and floating dtypes are replaced, and the
+result is written back as TOML by a small writer (the standard library reads TOML but does not
+write it). The spec then validates the result like any upload, so a bad combination is reported
+by `load_manifest` against the field it concerns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tomllib
+from functools import lru_cache
+
+FLOAT_DTYPES = ("fp32", "bf16", "fp16")
+
+
+class CatalogueError(Exception):
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@lru_cache(maxsize=1)
+def _names() -> tuple[str, ...]:
+    try:
+        from factory.spec import load_catalogue
+
+        return tuple(sorted(load_catalogue()))
+    except Exception:  # noqa: BLE001 - the upload page works without the catalogue
+        return ()
+
+
+def names() -> list[str]:
+    return list(_names())
+
+
+def default_sample() -> str | None:
+    available = names()
+    for preferred in ("softmax", "rmsnorm", "layernorm"):
+        if preferred in available:
+            return preferred
+    return available[0] if available else None
+
+
+def sample_manifest(name: str) -> str | None:
+    if name not in _names():
+        return None
+    from factory.spec import catalogue_manifest
+
+    return catalogue_manifest(name)
+
+
+def manifest_for(operator: str, shapes: list[dict[str, int]], dtype: str) -> str:
+    """The catalogue operator's manifest with `shapes` to optimise for and every floating tensor
+    in `dtype`. Raises CatalogueError(field, message)."""
+    text = sample_manifest(operator)
+    if text is None:
+        raise CatalogueError("operator", f"{operator!r} is not in the catalogue.")
+    if dtype not in FLOAT_DTYPES:
+        raise CatalogueError("dtype", f"dtype must be one of {', '.join(FLOAT_DTYPES)}.")
+    data = tomllib.loads(text)
+    _set_float_dtypes(data, dtype)
+    data["shapes"] = shapes
+    return dumps(data)
+
+
+def _set_float_dtypes(node, dtype: str) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "dtype" and isinstance(value, str) and value in FLOAT_DTYPES:
+                node[key] = dtype
+            else:
+                _set_float_dtypes(value, dtype)
+    elif isinstance(node, list):
+        for item in node:
+            _set_float_dtypes(item, dtype)
+
+
+# --- a small TOML writer ------------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        # JSON's escapes (\n, \", \\, \uXXXX) are all valid in a TOML basic string.
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def _is_table_array(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def dumps(data: dict, _prefix: str = "") -> str:
+    """Write a dict (as tomllib reads it) back as TOML: plain keys first, then sub-tables and
+    arrays of tables, so the output parses back to the same dict."""
+    lines = []
+    tables = []
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            tables.append((key, value, False))
+        elif _is_table_array(value) and key != "shapes" and key != "heldout_shapes":
+            tables.append((key, value, True))
+        else:
+            lines.append(f"{_key(key)} = {_value(value)}")
+    out = "\n".join(lines)
+    for key, value, is_array in tables:
+        name = f"{_prefix}.{_key(key)}" if _prefix else _key(key)
+        if is_array:
+            for item in value:
+                body = dumps(item, name)
+                out += f"\n\n[[{name}]]\n{body}" if out else f"[[{name}]]\n{body}"
+        else:
+            body = dumps(value, name)
+            out += f"\n\n[{name}]\n{body}" if out else f"[{name}]\n{body}"
+    return out.strip("\n") + ("\n" if not _prefix else "")

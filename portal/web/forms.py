@@ -1,0 +1,228 @@
+"""Forms for the pages: the workload upload and the review decision.
+
+The upload form checks what can be checked without the spec (sizes, encodings, extensions,
+NUL bytes) and then hands the text to `factory.spec.load_manifest` through the service; a
+SpecError's (field, problem) pairs come back here and are attached to the form field they
+concern, so the customer sees each problem next to what caused it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django import forms
+
+MANIFEST_MAX_BYTES = 64 * 1024
+BASELINE_MAX_BYTES = 512 * 1024
+BASELINE_EXTENSIONS = {".ptx": "ptx", ".cu": "cuda", ".cuh": "cuda"}
+DTYPE_CHOICES = [("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16")]
+MAX_SHAPES = 16
+
+SAMPLE_MANIFEST_NAME = "softmax"
+
+
+def decode_text(data: bytes, *, what: str, max_bytes: int) -> str:
+    """Bytes from an upload to text, or a ValidationError that says what is wrong with them."""
+    if len(data) > max_bytes:
+        raise forms.ValidationError(
+            f"The {what} is {len(data):,} bytes; the limit is {max_bytes:,} bytes."
+        )
+    if not data.strip():
+        raise forms.ValidationError(f"The {what} is empty.")
+    if b"\x00" in data:
+        raise forms.ValidationError(f"The {what} contains NUL bytes: it looks like a binary file.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise forms.ValidationError(
+            f"The {what} is not UTF-8 text (byte {exc.start} cannot be decoded)."
+        ) from None
+    return check_text(text, what=what)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def check_text(text: str, *, what: str) -> str:
+    if "\x00" in text:
+        raise forms.ValidationError(f"The {what} contains NUL bytes: it looks like a binary file.")
+    match = _CONTROL.search(text)
+    if match:
+        line = text.count("\n", 0, match.start()) + 1
+        raise forms.ValidationError(
+            f"The {what} contains a control character (0x{ord(match.group()):02x}) on line "
+            f"{line}; upload plain text."
+        )
+    return text
+
+
+def parse_shapes(text: str) -> list[dict[str, int]]:
+    """``M=4096 N=4096; M=1 N=1000`` (shapes separated by ';' or new lines, dims by spaces or
+    commas) to a list of dicts, or a ValidationError naming the piece that is wrong."""
+    shapes = []
+    for n, chunk in enumerate(re.split(r"[;\n]+", text.strip()), start=1):
+        chunk = chunk.strip()
+        if not chunk:
+            continue
+        dims: dict[str, int] = {}
+        for part in re.split(r"[\s,]+", chunk):
+            name, eq, value = part.partition("=")
+            if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,15}", name):
+                raise forms.ValidationError(f"Shape {n}: {part!r} is not of the form NAME=SIZE.")
+            if not re.fullmatch(r"[0-9]{1,10}", value) or int(value) < 1:
+                raise forms.ValidationError(
+                    f"Shape {n}: {name} must be a positive whole number, not {value!r}."
+                )
+            dims[name] = int(value)
+        shapes.append(dims)
+    if not shapes:
+        raise forms.ValidationError("Give at least one shape, e.g. M=4096 N=4096.")
+    if len(shapes) > MAX_SHAPES:
+        raise forms.ValidationError(f"At most {MAX_SHAPES} shapes, not {len(shapes)}.")
+    return shapes
+
+
+class UploadForm(forms.Form):
+    MODE_MANIFEST = "manifest"
+    MODE_CATALOGUE = "catalogue"
+
+    mode = forms.ChoiceField(
+        choices=[(MODE_MANIFEST, "Write a manifest"), (MODE_CATALOGUE, "Pick from the catalogue")],
+        initial=MODE_MANIFEST,
+        widget=forms.RadioSelect,
+    )
+    manifest = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"spellcheck": "false", "rows": 22}),
+        help_text="TOML: inputs, outputs as expressions, shapes, dtypes, tolerance, target.",
+    )
+    manifest_file = forms.FileField(
+        required=False, help_text="Or upload a .toml file (up to 64 KiB)."
+    )
+    operator = forms.ChoiceField(required=False, choices=[])
+    shapes = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "class": "short"}),
+        help_text="One shape per line, e.g. M=16384 N=4096",
+    )
+    dtype = forms.ChoiceField(required=False, choices=DTYPE_CHOICES, initial="bf16")
+    baseline = forms.FileField(
+        required=False,
+        help_text="Optional: your current kernel (.ptx, or CUDA C .cu), up to 512 KiB. It is a "
+        "baseline to beat and a starting point.",
+    )
+    generations = forms.IntegerField(
+        required=False, min_value=1, max_value=50, help_text="Search budget (generations)."
+    )
+
+    def __init__(self, *args, catalogue_names: list[str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        names = catalogue_names or []
+        self.fields["operator"].choices = [("", "— choose an operator —")] + [(n, n) for n in names]
+
+    def clean_manifest_file(self):
+        upload = self.cleaned_data.get("manifest_file")
+        if not upload:
+            return None
+        name = upload.name or ""
+        if not name.lower().endswith(".toml"):
+            raise forms.ValidationError(f"{name!r}: a manifest file must end in .toml.")
+        if upload.size > MANIFEST_MAX_BYTES:
+            raise forms.ValidationError(
+                f"The manifest file is {upload.size:,} bytes; the limit is "
+                f"{MANIFEST_MAX_BYTES:,} bytes."
+            )
+        return decode_text(upload.read(), what="manifest file", max_bytes=MANIFEST_MAX_BYTES)
+
+    def clean_manifest(self):
+        text = self.cleaned_data.get("manifest") or ""
+        if len(text.encode()) > MANIFEST_MAX_BYTES:
+            raise forms.ValidationError(
+                f"The manifest is {len(text.encode()):,} bytes; the limit is "
+                f"{MANIFEST_MAX_BYTES:,} bytes."
+            )
+        return check_text(text, what="manifest") if text.strip() else ""
+
+    def clean_baseline(self):
+        upload = self.cleaned_data.get("baseline")
+        if not upload:
+            return None
+        name = (upload.name or "").rsplit("/", 1)[-1]
+        ext = "." + name.rsplit(".", 1)[-1].lower() if "." in name else ""
+        if ext not in BASELINE_EXTENSIONS:
+            raise forms.ValidationError(
+                f"{name!r}: the kernel must be PTX (.ptx) or CUDA C (.cu), "
+                f"not {ext or 'a file without an extension'}."
+            )
+        if upload.size > BASELINE_MAX_BYTES:
+            raise forms.ValidationError(
+                f"The kernel file is {upload.size:,} bytes; the limit is "
+                f"{BASELINE_MAX_BYTES:,} bytes."
+            )
+        text = decode_text(upload.read(), what="kernel file", max_bytes=BASELINE_MAX_BYTES)
+        return {"filename": name, "source": text}
+
+    def clean_shapes(self):
+        text = self.cleaned_data.get("shapes") or ""
+        if self.data.get("mode") != self.MODE_CATALOGUE:
+            return None
+        return parse_shapes(text)
+
+    def clean(self):
+        data = super().clean()
+        mode = data.get("mode")
+        if mode == self.MODE_CATALOGUE:
+            if not data.get("operator"):
+                self.add_error("operator", "Choose an operator from the catalogue.")
+        elif mode == self.MODE_MANIFEST:
+            text = data.get("manifest_file") or data.get("manifest")
+            if not text and "manifest" not in self.errors and "manifest_file" not in self.errors:
+                self.add_error("manifest", "Write a manifest or upload a .toml file.")
+            data["manifest_text"] = text
+        return data
+
+    def add_spec_errors(self, errors: list[tuple[str, str]]) -> None:
+        """Attach each SpecError (field path, problem) to the form field it concerns."""
+        for path, problem in errors:
+            self.add_error(
+                self.field_for_spec_path(path), f"{path}: {problem}" if path else problem
+            )
+
+    def field_for_spec_path(self, path: str) -> str:
+        head = re.split(r"[.\[]", path or "", maxsplit=1)[0]
+        if head in ("baseline", "kernel", "baseline_source", "baseline_filename"):
+            return "baseline"
+        if self.cleaned_data.get("mode") == self.MODE_CATALOGUE:
+            if head in ("shapes", "heldout_shapes", "dims"):
+                return "shapes"
+            if path.endswith(".dtype") or head == "dtype":
+                return "dtype"
+            return "operator"
+        return "manifest_file" if self.cleaned_data.get("manifest_file") else "manifest"
+
+
+class ReviewForm(forms.Form):
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
+    comment = forms.CharField(
+        required=False,
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 4, "class": "short"}),
+        help_text="What you checked and why you decided. The customer sees this.",
+    )
+    baseline = forms.CharField(required=False, max_length=64)
+    override = forms.BooleanField(
+        required=False,
+        label="Approve although a check fails (explain in the comment)",
+    )
+
+    def clean(self):
+        data = super().clean()
+        if data.get("decision") == "reject" and not (data.get("comment") or "").strip():
+            self.add_error("comment", "Say why it is rejected: the customer reads this.")
+        if data.get("override") and not (data.get("comment") or "").strip():
+            self.add_error("comment", "An override needs a comment explaining it.")
+        return data
+
+
+class TokenForm(forms.Form):
+    name = forms.CharField(max_length=100, required=False)

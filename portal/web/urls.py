@@ -1,0 +1,18 @@
+from django.urls import path
+
+from portal.web import views
+
+urlpatterns = [
+    path("", views.home, name="web-home"),
+    path("health/", views.health, name="web-health"),
+    path("workloads/new/", views.upload, name="web-upload"),
+    path("workloads/<uuid:code>/", views.workload, name="web-workload"),
+    path("jobs/<uuid:code>/", views.job, name="web-job"),
+    path("jobs/<uuid:code>/progress/", views.job_progress, name="web-job-progress"),
+    path("jobs/<uuid:code>/artifact/", views.artifact_download, name="web-artifact-download"),
+    path("candidates/<uuid:code>/", views.candidate, name="web-candidate"),
+    path("review/", views.review_queue, name="web-review-queue"),
+    path("review/<uuid:code>/", views.review, name="web-review"),
+    path("tokens/", views.tokens, name="web-tokens"),
+    path("tokens/<uuid:code>/revoke/", views.token_delete, name="web-token-delete"),
+]

@@ -1,0 +1,444 @@
+"""The portal's pages: plain function views. Every object is fetched through
+`portal.web.access`, which owns the organisation check (other organisations' objects are 404)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.http import FileResponse, Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from portal import charts, services
+from portal.models import ApiToken, Artifact, AuditEvent, Job, ReviewDecision
+from portal.web import access, catalogue, queries
+from portal.web.delivery import decide_and_deliver
+from portal.web.forms import ReviewForm, TokenForm, UploadForm
+
+log = logging.getLogger("portal.web")
+
+# HTTP 286 tells htmx to stop polling (and still swap the content it got).
+HTMX_STOP_POLLING = 286
+CANDIDATES_PER_PAGE = 50
+
+
+def _render(request, template: str, context: dict, *, nav: str = "", status: int = 200):
+    user = request.user
+    base = {
+        "nav": nav,
+        "is_engineer": access.is_engineer(user),
+        "organisation": access.primary_org(user),
+    }
+    return render(request, template, {**base, **context}, status=status)
+
+
+def engineer_required(view):
+    """Engineers only; to anyone else the page does not exist."""
+
+    @login_required
+    def wrapped(request, *args, **kwargs):
+        if not access.is_engineer(request.user):
+            raise Http404("No such page.")
+        return view(request, *args, **kwargs)
+
+    wrapped.__name__ = view.__name__
+    wrapped.__doc__ = view.__doc__
+    return wrapped
+
+
+# --- home ---------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def home(request):
+    user = request.user
+    jobs = (
+        access.jobs_for(user)
+        .select_related("workload", "workload__org", "best_candidate")
+        .order_by("-created")[:20]
+    )
+    context = {"jobs": jobs}
+    if access.is_engineer(user):
+        context["queue"] = list(queries.review_queue()[:20])
+    else:
+        workloads = access.workloads_for(user).order_by("-created")
+        context["workloads"] = Paginator(workloads, 20).get_page(request.GET.get("page"))
+        context["decisions"] = (
+            ReviewDecision.objects.filter(job__workload__org_id__in=access.org_ids(user))
+            .select_related("job", "job__workload")
+            .order_by("-created")[:5]
+        )
+    return _render(request, "web/home.html", context, nav="home")
+
+
+# --- upload -------------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def upload(request):
+    org = access.primary_org(request.user)
+    if org is None:
+        raise PermissionDenied("You are not a member of any organisation.")
+    names = catalogue.names()
+    if request.method == "GET":
+        initial = {"mode": UploadForm.MODE_MANIFEST}
+        sample = request.GET.get("sample")
+        if sample:
+            text = catalogue.sample_manifest(sample)
+            if text is None:
+                raise Http404("No such sample.")
+            initial["manifest"] = text
+        form = UploadForm(initial=initial, catalogue_names=names)
+        return _render(request, "web/upload.html", _upload_context(form, names), nav="upload")
+
+    form = UploadForm(request.POST, request.FILES, catalogue_names=names)
+    if not form.is_valid():
+        return _render(
+            request, "web/upload.html", _upload_context(form, names), nav="upload", status=400
+        )
+    data = form.cleaned_data
+    if data["mode"] == UploadForm.MODE_CATALOGUE:
+        try:
+            manifest = catalogue.manifest_for(data["operator"], data["shapes"], data["dtype"])
+        except catalogue.CatalogueError as exc:
+            form.add_error(exc.field, exc.message)
+            return _render(
+                request, "web/upload.html", _upload_context(form, names), nav="upload", status=400
+            )
+    else:
+        manifest = data["manifest_text"]
+    baseline = data.get("baseline") or {}
+    from factory.spec import SpecError
+
+    try:
+        # One transaction: a job that cannot be created leaves no workload behind.
+        with transaction.atomic():
+            workload = services.workload_create(
+                org=org,
+                user=request.user,
+                manifest=manifest,
+                baseline_source=baseline.get("source"),
+                baseline_filename=baseline.get("filename"),
+            )
+            job = services.job_create(
+                workload=workload, user=request.user, max_generations=data.get("generations")
+            )
+    except SpecError as exc:
+        form.add_spec_errors(exc.errors or [("", str(exc))])
+        return _render(
+            request, "web/upload.html", _upload_context(form, names), nav="upload", status=400
+        )
+    except ValidationError as exc:
+        form.add_error(None, "; ".join(exc.messages))
+        return _render(
+            request, "web/upload.html", _upload_context(form, names), nav="upload", status=400
+        )
+    messages.success(request, f"Workload {workload.name} accepted; the factory has started.")
+    return redirect("web-job", code=job.code)
+
+
+def _upload_context(form, names):
+    return {"form": form, "catalogue_names": names, "sample_name": catalogue.default_sample()}
+
+
+# --- workloads and jobs -------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def workload(request, code):
+    wl = access.get_workload_for_user(request.user, code)
+    jobs = list(wl.jobs.select_related("best_candidate").order_by("-created")[:50])
+    latest = jobs[0] if jobs else None
+    context = {
+        "workload": wl,
+        "jobs": jobs,
+        "latest": latest,
+        "progress": queries.job_progress(latest) if latest else None,
+        "steps": queries.stage_steps(latest) if latest else [],
+        "spec": queries.spec_or_none(wl),
+    }
+    return _render(request, "web/workload.html", context, nav="home")
+
+
+def _job_charts(job: Job) -> dict:
+    """The job page's charts as HTML fragments (None when there is nothing to draw yet)."""
+    best = job.best_candidate
+    baselines = queries.job_baselines(job)
+    comparison = queries.comparison_rows(best, baselines)
+    out = {}
+    population = charts.generations_figure(queries.population_rows(job))
+    out["generations"] = None if charts.is_empty(population) else charts.to_div(population)
+    if comparison:
+        out["baselines"] = charts.to_div(charts.baselines_figure(comparison))
+        out["bandwidth"] = charts.to_div(
+            charts.bandwidth_figure(comparison, queries.copy_ceiling_tbps(job))
+        )
+    if best is not None:
+        verifications = queries.candidate_verifications(best)
+        if verifications:
+            spec = queries.spec_or_none(job.workload)
+            tol = None
+            if spec is not None and spec.tolerance:
+                tol = max(t.rel_norm for t in spec.tolerance.values())
+            out["correctness"] = charts.to_div(
+                charts.correctness_figure(queries.correctness_rows(verifications), tol)
+            )
+    return out
+
+
+@login_required
+@require_GET
+def job(request, code):
+    j = access.get_job_for_user(request.user, code)
+    page = Paginator(queries.top_candidates(j), CANDIDATES_PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    decision = queries.latest_decision(j)
+    artifact = (
+        Artifact.objects.filter(job=j).order_by("-created").first()
+        if j.status == Job.APPROVED
+        else None
+    )
+    best = j.best_candidate
+    baselines = queries.job_baselines(j)
+    speed = []
+    if best is not None:
+        timings = queries.candidate_timings(best)
+        chosen = queries.default_baseline(baselines, timings)
+        speed = queries.speedups(timings, next((b for b in baselines if b.name == chosen), None))
+    context = {
+        "job": j,
+        "workload": j.workload,
+        "progress": queries.job_progress(j),
+        "steps": queries.stage_steps(j),
+        "charts": _job_charts(j),
+        "candidates": page,
+        "decision": decision,
+        "artifact": artifact,
+        "baselines": baselines,
+        "speedups": speed,
+    }
+    return _render(request, "web/job.html", context, nav="home")
+
+
+@login_required
+@require_GET
+def job_progress(request, code):
+    """The live part of the job page, polled by htmx every second while the job is active."""
+    j = access.get_job_for_user(request.user, code)
+    context = {
+        "job": j,
+        "progress": queries.job_progress(j),
+        "steps": queries.stage_steps(j),
+    }
+    response = _render(request, "web/partials/progress.html", context)
+    if j.status not in Job.ACTIVE:
+        response.status_code = HTMX_STOP_POLLING
+        # The page was drawn while the job ran: reload it once so the charts and the results
+        # (which are not part of the polled fragment) appear.
+        if request.GET.get("live") == "1":
+            response["HX-Refresh"] = "true"
+    return response
+
+
+@login_required
+@require_GET
+def candidate(request, code):
+    c = access.get_candidate_for_user(request.user, code)
+    timings = queries.candidate_timings(c)
+    verifications = queries.candidate_verifications(c)
+    samples = {charts.shape_label(t.dims): t.samples_us for t in timings if t.samples_us}
+    context = {
+        "candidate": c,
+        "job": c.job,
+        "workload": c.job.workload,
+        "ptx_lines": c.ptx.splitlines(),
+        "compile": c.compile_report or {},
+        "agent_review": c.review or {},
+        "verifications": verifications,
+        "timings": timings,
+        "flags": queries.candidate_flags(c),
+        "children": c.children.only("code", "status", "score_us").order_by("score_us")[:20],
+        "samples_chart": charts.to_div(charts.samples_figure(samples)) if samples else None,
+        "is_best": c.job.best_candidate_id == c.id,
+    }
+    return _render(request, "web/candidate.html", context, nav="home")
+
+
+# --- review -------------------------------------------------------------------------------------
+
+
+@engineer_required
+@require_GET
+def review_queue(request):
+    page = Paginator(queries.review_queue(), 25).get_page(request.GET.get("page"))
+    recent = ReviewDecision.objects.select_related("job", "job__workload", "reviewer").order_by(
+        "-created"
+    )[:10]
+    return _render(request, "web/review_queue.html", {"page": page, "recent": recent}, nav="review")
+
+
+@engineer_required
+@require_http_methods(["GET", "POST"])
+def review(request, code):
+    j = access.get_job_for_user(request.user, code)
+    best = j.best_candidate
+    if best is None:
+        raise Http404("This job has no candidate to review.")
+    form = ReviewForm(request.POST or None)
+    baseline_name = request.POST.get("baseline") or request.GET.get("baseline")
+    checks, speed, baselines = queries.review_checklist(j, best, baseline_name)
+    chosen = next((r for r in baselines if r.name == baseline_name), None)
+    chosen_name = (
+        chosen.name
+        if chosen
+        else queries.default_baseline(baselines, queries.candidate_timings(best))
+    )
+    all_ok = all(c.ok for c in checks)
+    status = 200
+    if request.method == "POST":
+        if j.status != Job.REVIEW:
+            form.add_error(None, f"The job is {j.get_status_display().lower()}, not in review.")
+            status = 409
+        elif form.is_valid():
+            decision = form.cleaned_data["decision"]
+            if decision == "approve" and not all_ok and not form.cleaned_data["override"]:
+                form.add_error(
+                    None,
+                    "A check fails: approve only with an override and a comment explaining it.",
+                )
+                status = 400
+            else:
+                checklist = {c.key: {"ok": c.ok, "detail": c.detail} for c in checks}
+                checklist["baseline"] = chosen_name
+                checklist["override"] = bool(form.cleaned_data["override"])
+                try:
+                    _, artifact = decide_and_deliver(
+                        job=j,
+                        reviewer=request.user,
+                        decision=decision,
+                        comment=form.cleaned_data["comment"],
+                        checklist=checklist,
+                    )
+                except (ValidationError, ValueError) as exc:
+                    msgs = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
+                    form.add_error(None, "; ".join(msgs))
+                    status = 400
+                else:
+                    verb = "approved" if decision == "approve" else "rejected"
+                    messages.success(
+                        request,
+                        f"{j.workload.name} {verb}; the customer has been told"
+                        + (f" and artifact {artifact.filename} is ready." if artifact else "."),
+                    )
+                    return redirect("web-review-queue")
+        else:
+            status = 400
+    comparison = queries.comparison_rows(best, baselines)
+    context = {
+        "job": j,
+        "workload": j.workload,
+        "candidate": best,
+        "checks": checks,
+        "all_ok": all_ok,
+        "speedups": speed,
+        "baselines": baselines,
+        "chosen_baseline": chosen_name,
+        "form": form,
+        "baseline_chart": charts.to_div(charts.baselines_figure(comparison))
+        if comparison
+        else None,
+        "history": AuditEvent.objects.filter(target=f"job:{j.code}")
+        .select_related("actor")
+        .order_by("-created")[:20],
+        "decisions": j.reviews.select_related("reviewer").order_by("-created"),
+    }
+    return _render(request, "web/review.html", context, nav="review", status=status)
+
+
+# --- artifacts ----------------------------------------------------------------------------------
+
+
+def approved_artifact(user, job_code) -> Artifact:
+    """The artifact of an approved job, checked every time: the job must be visible to the
+    user, approved, and the artifact's candidate the one the latest decision approved."""
+    j = access.get_job_for_user(user, job_code)
+    if j.status != Job.APPROVED:
+        raise Http404("Nothing has been approved for this job.")
+    decision = queries.latest_decision(j)
+    if decision is None or decision.decision != ReviewDecision.APPROVE:
+        raise Http404("Nothing has been approved for this job.")
+    artifact = (
+        Artifact.objects.filter(job=j, candidate_id=decision.candidate_id)
+        .order_by("-created")
+        .first()
+    )
+    if artifact is None:
+        raise Http404("The artifact is not ready.")
+    return artifact
+
+
+@login_required
+@require_GET
+def artifact_download(request, code):
+    artifact = approved_artifact(request.user, code)
+    services.audit_record(
+        actor=request.user,
+        org=artifact.job.workload.org,
+        verb="artifact.download",
+        target=f"artifact:{artifact.code}",
+    )
+    response = FileResponse(
+        artifact.file.open("rb"),
+        as_attachment=True,
+        filename=artifact.filename,
+        content_type="application/zip",
+    )
+    response["X-Content-SHA256"] = artifact.sha256
+    return response
+
+
+# --- API tokens ---------------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tokens(request):
+    new_key = None
+    form = TokenForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        new_key, _ = services.api_token_create(user=request.user, name=form.cleaned_data["name"])
+    rows = ApiToken.objects.filter(user=request.user).order_by("-created")
+    return _render(
+        request,
+        "web/tokens.html",
+        {
+            "form": form,
+            "tokens": rows,
+            "new_key": new_key,
+            "api_url": request.build_absolute_uri(reverse("api-root")),
+        },
+        nav="tokens",
+    )
+
+
+@login_required
+@require_POST
+def token_delete(request, code):
+    ApiToken.objects.filter(user=request.user, code=code).delete()
+    messages.success(request, "Token revoked.")
+    return redirect("web-tokens")
+
+
+@require_GET
+def health(request):
+    return HttpResponse("ok", content_type="text/plain")
