@@ -1,0 +1,285 @@
+"""Baselines the candidates must beat, built from the workload alone.
+
+- "customer": the workload's own kernel (its PTX and binding), run exactly like a candidate.
+- "torch_eager", "torch_compile", "torch_compile_max_autotune": the operator in torch. For the
+  catalogue operators we call the idiomatic torch function a customer would pick (F.softmax,
+  F.rms_norm, ...); anything else is translated node by node from the expression DAG. torch is
+  optional: without it these baselines are reported "unavailable", never an error.
+- "triton": a plain Triton kernel, one row per program, where one is easy (softmax, RMSNorm).
+
+Every torch-side function takes a dict of input tensors in storage dtype (bf16 as torch.bfloat16)
+and returns a dict of output tensors; the child copies them into the judged output buffers after
+the timed region. Importing this module imports neither torch nor CUDA.
+"""
+
+from __future__ import annotations
+
+from factory.spec import expr as E
+
+TORCH_BASELINES = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "triton")
+
+
+class Unavailable(Exception):
+    """This baseline does not exist for this workload or on this host (the reason says which)."""
+
+
+def _torch_dtype(torch, dtype: str):
+    return {
+        "fp32": torch.float32,
+        "bf16": torch.bfloat16,
+        "fp16": torch.float16,
+        "int32": torch.int32,
+        "int64": torch.int64,
+    }[dtype]
+
+
+def _find_eps(workload) -> float | None:
+    """The small positive constant in a norm's expression (its epsilon), if there is one."""
+    for o in workload.outputs:
+        for n in E.walk(o.expr):
+            if isinstance(n, E.Const) and 0 < n.value < 1e-2:
+                return float(n.value)
+    return None
+
+
+def _has_op(workload, cls, op: str) -> bool:
+    return any(
+        isinstance(n, cls) and getattr(n, "op", None) == op
+        for o in workload.outputs
+        for n in E.walk(o.expr)
+    )
+
+
+def dag_function(workload):
+    """A torch function computing every output from the expression DAG, in float32, with each
+    output rounded to its storage dtype. Shared sub-expressions are computed once."""
+    import torch
+
+    unary = {
+        "neg": torch.neg,
+        "exp": torch.exp,
+        "log": torch.log,
+        "sqrt": torch.sqrt,
+        "rsqrt": torch.rsqrt,
+        "tanh": torch.tanh,
+        "sigmoid": torch.sigmoid,
+        "erf": torch.erf,
+        "abs": torch.abs,
+    }
+    binary = {
+        "add": torch.add,
+        "sub": torch.sub,
+        "mul": torch.mul,
+        "div": torch.div,
+        "max": torch.maximum,
+        "min": torch.minimum,
+        "pow": torch.pow,
+    }
+    compare = {
+        "lt": torch.lt,
+        "le": torch.le,
+        "gt": torch.gt,
+        "ge": torch.ge,
+        "eq": torch.eq,
+        "ne": torch.ne,
+    }
+    reduce = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}
+    consts: dict = {}
+
+    def const(n: E.Const, device):
+        if n not in consts:
+            consts[n] = torch.tensor(n.value, dtype=torch.float32, device=device)
+        return consts[n]
+
+    def evaluate(node, inputs, memo, device):
+        for n in E.walk(node):
+            if n in memo:
+                continue
+            if isinstance(n, E.Input):
+                t = inputs[n.name]
+                v = t if n.dtype in ("int32", "int64") else t.float()
+            elif isinstance(n, E.Const):
+                v = const(n, device)
+            elif isinstance(n, E.Unary):
+                v = unary[n.op](memo[n.x])
+            elif isinstance(n, E.Binary):
+                b = n.b.value if (n.op == "pow" and isinstance(n.b, E.Const)) else memo[n.b]
+                v = binary[n.op](memo[n.a], b)
+            elif isinstance(n, E.Compare):
+                v = compare[n.op](memo[n.a], memo[n.b])
+            elif isinstance(n, E.Where):
+                v = torch.where(memo[n.cond], memo[n.a], memo[n.b])
+            elif isinstance(n, E.Reduce):
+                v = reduce[n.op](memo[n.x], dim=n.axis, keepdim=n.keepdims)
+            elif isinstance(n, E.Gather):
+                x, idx = memo[n.x], memo[n.idx].long()
+                if idx.dim() == x.dim():
+                    v = torch.gather(x, -1, idx)
+                else:
+                    v = torch.gather(x, -1, idx.unsqueeze(-1)).squeeze(-1)
+            elif isinstance(n, E.Cast):
+                v = memo[n.x].to(_torch_dtype(torch, n.to)).float()
+            else:
+                raise Unavailable(f"no torch translation for {type(n).__name__}")
+            memo[n] = v
+        return memo[node]
+
+    def fn(inputs: dict) -> dict:
+        device = next(iter(inputs.values())).device
+        memo: dict = {}
+        return {
+            o.name: evaluate(o.expr, inputs, memo, device).to(_torch_dtype(torch, o.dtype))
+            for o in workload.outputs
+        }
+
+    return fn
+
+
+def idiomatic_function(workload):
+    """The torch function a customer would call for a catalogue operator, or None."""
+    import torch
+    import torch.nn.functional as F
+
+    name = workload.name.lower().replace("-", "_")
+    ins = workload.inputs
+    outs = workload.outputs
+    if len(outs) != 1:
+        return None, None
+    out = outs[0]
+    odt = _torch_dtype(torch, out.dtype)
+    x = ins[0].name if ins else None
+    vectors = [t.name for t in ins[1:] if len(t.shape) == 1]
+    eps = _find_eps(workload)
+
+    if name in ("softmax", "softmax_lastdim") and len(ins) == 1:
+        return (lambda d: {out.name: F.softmax(d[x], dim=-1).to(odt)}), "F.softmax(x, dim=-1)"
+    if name in ("log_softmax", "logsoftmax") and len(ins) == 1:
+        return (lambda d: {out.name: F.log_softmax(d[x], dim=-1).to(odt)}), "F.log_softmax"
+    if name in ("rmsnorm", "rms_norm") and len(ins) == 2 and len(vectors) == 1 and eps:
+        w = vectors[0]
+        return (
+            lambda d: {out.name: F.rms_norm(d[x], (d[x].shape[-1],), d[w], eps).to(odt)}
+        ), f"F.rms_norm(x, (N,), w, eps={eps})"
+    if name in ("layernorm", "layer_norm") and len(ins) == 3 and len(vectors) == 2 and eps:
+        w, b = vectors
+        return (
+            lambda d: {out.name: F.layer_norm(d[x], (d[x].shape[-1],), d[w], d[b], eps).to(odt)}
+        ), f"F.layer_norm(x, (N,), w, b, eps={eps})"
+    if name in ("silu_mul", "swiglu", "silu_and_mul") and len(ins) == 2 and not vectors:
+        a, b = ins[0].name, ins[1].name
+        return (lambda d: {out.name: (F.silu(d[a]) * d[b]).to(odt)}), "F.silu(a) * b"
+    if name.startswith("gelu") and len(ins) == 1:
+        approx = "tanh" if _has_op(workload, E.Unary, "tanh") else "none"
+        return (
+            lambda d: {out.name: F.gelu(d[x], approximate=approx).to(odt)}
+        ), f"F.gelu(x, approximate={approx!r})"
+    if name in ("cross_entropy", "crossentropy", "cross_entropy_fwd") and len(ins) == 2:
+        logits, target = ins[0].name, ins[1].name
+        return (
+            lambda d: {
+                out.name: F.cross_entropy(d[logits], d[target].long(), reduction="none").to(odt)
+            }
+        ), 'F.cross_entropy(logits, target, reduction="none")'
+    return None, None
+
+
+def _triton_function(workload):
+    """A plain Triton kernel, one row per program, for softmax and RMSNorm; else Unavailable."""
+    try:
+        import torch
+        import triton
+        import triton.language as tl
+    except ImportError as e:
+        raise Unavailable(f"triton is not importable: {e}") from e
+    name = workload.name.lower().replace("-", "_")
+    ins, outs = workload.inputs, workload.outputs
+    if len(outs) != 1:
+        raise Unavailable("no plain Triton kernel for this operator")
+    out = outs[0]
+    odt = _torch_dtype(torch, out.dtype)
+
+    def warps(block: int) -> int:
+        return 4 if block <= 1024 else 8 if block <= 4096 else 16
+
+    if name in ("softmax", "softmax_lastdim") and len(ins) == 1:
+
+        @triton.jit
+        def softmax_row(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
+            row = tl.program_id(0).to(tl.int64)
+            offs = tl.arange(0, BLOCK)
+            mask = offs < n_cols
+            v = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf"))
+            v = v.to(tl.float32)
+            v = v - tl.max(v, axis=0)
+            e = tl.exp(v)
+            y = e / tl.sum(e, axis=0)
+            tl.store(y_ptr + row * n_cols + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+        xname = ins[0].name
+
+        def fn(d):
+            xt = d[xname]
+            n = xt.shape[-1]
+            rows = xt.numel() // n
+            y = torch.empty(xt.shape, dtype=odt, device=xt.device)
+            block = triton.next_power_of_2(n)
+            softmax_row[(rows,)](xt, y, n, BLOCK=block, num_warps=warps(block))
+            return {out.name: y}
+
+        return fn, "softmax_row: one row per program, BLOCK = next_pow2(N), fp32 math"
+
+    vectors = [t.name for t in ins[1:] if len(t.shape) == 1]
+    eps = _find_eps(workload)
+    if name in ("rmsnorm", "rms_norm") and len(ins) == 2 and len(vectors) == 1 and eps:
+
+        @triton.jit
+        def rmsnorm_row(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
+            row = tl.program_id(0).to(tl.int64)
+            offs = tl.arange(0, BLOCK)
+            mask = offs < n_cols
+            v = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            r = tl.rsqrt(tl.sum(v * v, axis=0) / n_cols + eps)
+            tl.store(y_ptr + row * n_cols + offs, (v * r * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+        xname, wname = ins[0].name, vectors[0]
+
+        def fn(d):
+            xt = d[xname]
+            n = xt.shape[-1]
+            y = torch.empty(xt.shape, dtype=odt, device=xt.device)
+            block = triton.next_power_of_2(n)
+            rmsnorm_row[(xt.numel() // n,)](
+                xt, d[wname], y, n, eps, BLOCK=block, num_warps=warps(block)
+            )
+            return {out.name: y}
+
+        return fn, "rmsnorm_row: one row per program, BLOCK = next_pow2(N), fp32 math"
+    raise Unavailable(f"no plain Triton kernel for {workload.name!r}")
+
+
+def make_torch_baseline(name: str, workload):
+    """(fn, version, config) for a torch-side baseline. Raises Unavailable with the reason."""
+    try:
+        import torch
+    except ImportError as e:
+        raise Unavailable(f"torch is not importable on this host: {e}") from e
+    version = torch.__version__
+    if name == "triton":
+        import triton
+
+        fn, how = _triton_function(workload)
+        return fn, triton.__version__, {"kernel": how}
+    fn, how = idiomatic_function(workload)
+    if fn is None:
+        fn, how = dag_function(workload), "expression DAG translated op by op (float32)"
+    config = {"function": how}
+    if name == "torch_eager":
+        return fn, version, config
+    if name == "torch_compile":
+        config["torch_compile"] = {"mode": "default", "dynamic": False}
+        return torch.compile(fn, dynamic=False), version, config
+    if name == "torch_compile_max_autotune":
+        config["torch_compile"] = {"mode": "max-autotune-no-cudagraphs", "dynamic": False}
+        return torch.compile(fn, mode="max-autotune-no-cudagraphs", dynamic=False), version, config
+    raise Unavailable(f"unknown torch baseline {name!r}")

@@ -1,0 +1,63 @@
+"""Flags for results a human must look at before anyone believes them.
+
+A speedup beyond the physical limit is a bug, not a result: anything faster than the measured
+device-to-device copy (bytes read + written, the same count we use for kernels) or more than
+1.5x faster than the best expert baseline at the same shape is flagged for review. Flags never
+fail a candidate by themselves; they stop it from being taken at face value.
+"""
+
+from __future__ import annotations
+
+SUSPICIOUS_SPEEDUP = 1.5
+# A few percent of measurement noise on a kernel that truly runs at the copy ceiling is not worth
+# a reviewer's time; anything clearly above it is.
+COPY_CEILING_MARGIN = 1.02
+# Baselines that count as "expert": the best a customer could pick without us.
+EXPERT_BASELINES = (
+    "torch_compile",
+    "torch_compile_max_autotune",
+    "triton",
+    "customer",
+    "torch_eager",
+)
+
+
+def _key(dims: dict) -> tuple:
+    return tuple(sorted(dims.items()))
+
+
+def best_baseline_by_shape(baselines: list[dict]) -> dict[tuple, tuple[str, float]]:
+    """Shape -> (baseline name, median_us) of the fastest passed expert baseline."""
+    best: dict[tuple, tuple[str, float]] = {}
+    for b in baselines:
+        if b.get("status") != "passed" or b.get("name") not in EXPERT_BASELINES:
+            continue
+        for t in b.get("timing", []):
+            k = _key(t["dims"])
+            if k not in best or t["median_us"] < best[k][1]:
+                best[k] = (b["name"], t["median_us"])
+    return best
+
+
+def flags_for(timing: list[dict], copy_ceiling_tbps: float | None, best: dict) -> list[str]:
+    """Human-readable flags for one entrant's timing records."""
+    flags = []
+    for t in timing:
+        shape = "x".join(f"{k}={v}" for k, v in t["dims"].items())
+        if (
+            copy_ceiling_tbps
+            and t.get("tbps")
+            and t["tbps"] > copy_ceiling_tbps * COPY_CEILING_MARGIN
+        ):
+            flags.append(
+                f"above_copy_ceiling: {t['tbps']:.2f} TB/s > copy {copy_ceiling_tbps:.2f} TB/s "
+                f"at {shape}"
+            )
+        ref = best.get(_key(t["dims"]))
+        if ref and t["median_us"] > 0 and ref[1] / t["median_us"] > SUSPICIOUS_SPEEDUP:
+            flags.append(
+                f"suspiciously_fast_vs_{ref[0]}: {ref[1] / t['median_us']:.2f}x faster at {shape}"
+            )
+        if t.get("clock_sagged"):
+            flags.append(f"sm_clock_sagged: {t.get('sm_clock_min_mhz')} MHz min at {shape}")
+    return flags

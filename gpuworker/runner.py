@@ -1,0 +1,488 @@
+"""`run_batch`: a format-1 batch in, a format-1 results dict out (docs/CONTRACTS.md).
+
+The judging process (this one) never initialises CUDA. It parses the batch, draws the inputs from
+a seed nobody else knows (os.urandom), computes the float64 reference once per shape and input
+set, compiles every candidate for the exact device with nvJitLink, and hands the GPU work to a
+child process (worker.py / child.py) one request at a time. A candidate that crashes or hangs the
+child is recorded with the reason, the child is restarted, and the batch goes on.
+
+Phases: verify every entrant (candidates, then baselines) at every shape and held-out shape, run
+twice; then, per benchmarked shape, time every entrant that passed, interleaved on the same
+inputs, with every timed run's output checked; then plausibility flags.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from datetime import UTC, datetime
+
+import numpy as np
+
+from gpuworker import plausibility
+from gpuworker.baselines import TORCH_BASELINES
+from gpuworker.batch import (
+    RESULTS_FORMAT,
+    Batch,
+    baseline_record,
+    candidate_record,
+    launch_to_json,
+    params_to_json,
+    parse_batch,
+)
+from gpuworker.judge import shape_verdict, timed_checks_reason, timing_record
+from gpuworker.worker import ChildFailed, ChildWorker
+
+DEFAULT_L2_BYTES = 60 << 20
+INPUT_SETS_L2_MULTIPLE = 3  # rotated input sets total at least 3x the L2
+MAX_SETS = 8
+_TARGET = re.compile(r"^\s*\.target\s+(sm_\d+a?)", re.M)
+
+
+class NoGpu(RuntimeError):
+    """There is no usable GPU on this host (the message says why)."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _log(log, msg: str):
+    if log:
+        log(msg)
+
+
+def _spec():
+    import factory.spec as spec
+
+    return spec
+
+
+def _numel(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+
+
+class _SharedArrays:
+    """Shared-memory blocks holding inputs and references for the child; unlinked at the end."""
+
+    def __init__(self):
+        self.blocks = []
+
+    def put(self, arr: np.ndarray) -> str:
+        from multiprocessing import shared_memory
+
+        arr = np.ascontiguousarray(arr)
+        shm = shared_memory.SharedMemory(create=True, size=max(arr.nbytes, 1))
+        np.ndarray((arr.nbytes,), dtype=np.uint8, buffer=shm.buf)[:] = arr.view(np.uint8).reshape(
+            -1
+        )
+        self.blocks.append(shm)
+        return shm.name
+
+    def close(self):
+        for shm in self.blocks:
+            shm.close()
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+        self.blocks = []
+
+
+def _compile_arch(ptx: str, device_arch: str) -> str:
+    """Compile for the device's exact architecture; keep the 'a' (arch-specific) variant when the
+    PTX asks for it on the same chip (wgmma needs sm_90a)."""
+    m = _TARGET.search(ptx)
+    if m and m.group(1).endswith("a") and m.group(1)[:-1] == device_arch:
+        return m.group(1)
+    return device_arch
+
+
+def _compile(ptx: str, arch: str) -> tuple[dict | None, bytes | None, str]:
+    """(report dict, cubin, error) through factory.compile; (None, None, "") when nvJitLink is
+    not importable here (the child then links the PTX itself)."""
+    try:
+        from factory.compile import compile_ptx
+    except ImportError:
+        return None, None, ""
+    rep = compile_ptx(ptx, arch)
+    if not rep.ok:
+        return rep.to_dict(), None, rep.log.strip()[-2000:] or "nvJitLink refused the PTX"
+    return rep.to_dict(), rep.cubin, ""
+
+
+def _prepare_data(w, batch: Batch, seed: int, l2_bytes: int, shared: _SharedArrays, log):
+    """Draw inputs, compute references, put both in shared memory. Returns the child's shape
+    specs and, per shape index, (dims, heldout, bytes moved)."""
+    spec = _spec()
+    from factory.spec.expr import DTYPE_BYTES
+
+    tolerances = {o.name: w.tolerance[o.dtype] for o in w.outputs}
+    tol_json = {
+        n: {"rel_norm": t.rel_norm, "atol": t.atol, "rtol": t.rtol} for n, t in tolerances.items()
+    }
+    shapes, meta = [], {}
+    all_shapes = [(d, False) for d in batch.shapes] + [(d, True) for d in batch.heldout_shapes]
+    for index, (dims, heldout) in enumerate(all_shapes):
+        t0 = time.monotonic()
+        first = spec.random_inputs(w, dims, seed + 7919 * index)
+        set_bytes = sum(a.nbytes for a in first.values())
+        sets = (
+            1
+            if heldout
+            else int(
+                min(
+                    MAX_SETS,
+                    max(2, math.ceil(INPUT_SETS_L2_MULTIPLE * l2_bytes / max(set_bytes, 1))),
+                )
+            )
+        )
+        inputs = {t.name: {"shm": [], "dtype": t.dtype} for t in w.inputs}
+        outputs = {
+            o.name: {"ref_shm": [], "dtype": o.dtype, "tol": tol_json[o.name]} for o in w.outputs
+        }
+        for k in range(sets):
+            arrs = (
+                first if k == 0 else spec.random_inputs(w, dims, seed + 7919 * index + 104729 * k)
+            )
+            ref = spec.reference(w, arrs, dims)
+            for name, a in arrs.items():
+                inputs[name]["shm"].append(shared.put(a))
+                inputs[name]["shape"] = list(a.shape)
+                inputs[name]["nbytes"] = int(a.nbytes)
+            for o in w.outputs:
+                r = np.ascontiguousarray(ref[o.name], dtype=np.float64)
+                outputs[o.name]["ref_shm"].append(shared.put(r))
+                outputs[o.name]["shape"] = list(r.shape)
+                outputs[o.name]["numel"] = int(r.size)
+                outputs[o.name]["nbytes"] = int(r.size) * DTYPE_BYTES[o.dtype]
+        bytes_moved = sum(t["nbytes"] for t in inputs.values()) + sum(
+            o["nbytes"] for o in outputs.values()
+        )
+        shapes.append(
+            {
+                "index": index,
+                "dims": dict(dims),
+                "heldout": heldout,
+                "sets": sets,
+                "inputs": inputs,
+                "outputs": outputs,
+            }
+        )
+        meta[index] = (dict(dims), heldout, bytes_moved)
+        _log(log, f"shape {dims}: {sets} input set(s), reference in {time.monotonic() - t0:.1f} s")
+    return shapes, meta, tol_json
+
+
+def run_batch(batch: dict, *, log=None) -> dict:
+    """Verify and time every candidate of a format-1 batch; return the format-1 results dict.
+
+    Raises BatchError (batch), SpecError (manifest) or NoGpu (no usable GPU here): those are the
+    caller's or the host's problems. Everything a candidate or baseline does, including faults
+    and hangs, ends up in its record instead.
+    """
+    started = _now()
+    b = parse_batch(batch)
+    spec = _spec()
+    w = spec.load_manifest(b.manifest, baseline_source=b.baseline_source)
+    opts = b.options
+    seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(6), "little")
+
+    child = ChildWorker()
+    try:
+        hello = child.start()
+    except ChildFailed as e:
+        raise NoGpu(e.reason) from e
+    shared = _SharedArrays()
+    try:
+        return _run(b, w, seed, child, hello, shared, started, log)
+    finally:
+        child.stop()
+        shared.close()
+
+
+def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, started: str, log):
+    opts = b.options
+    arch = hello["arch"]
+    shapes, meta, tol = _prepare_data(
+        w, b, seed, hello.get("l2_bytes") or DEFAULT_L2_BYTES, shared, log
+    )
+    child.setup(
+        {
+            "op": "setup",
+            "manifest": b.manifest,
+            "baseline_source": b.baseline_source,
+            "shapes": shapes,
+        }
+    )
+    bench_idx = [i for i, (_, heldout, _) in meta.items() if not heldout]
+    all_idx = sorted(meta)
+
+    ceiling = _request(child, {"op": "copy_ceiling"})
+    copy_ceiling_tbps = ceiling.get("tbps") if ceiling.get("ok") else None
+    _log(log, f"copy ceiling {copy_ceiling_tbps} TB/s")
+
+    # -- entrants ---------------------------------------------------------------------------
+    entrants = []  # (record, desc or None)
+    for c in b.candidates:
+        rec = candidate_record(c.id)
+        params, launch = c.params, c.launch
+        if params is None:
+            if w.baseline is None:
+                rec.update(
+                    status="failed",
+                    reason="no params/launch given and the workload has "
+                    "no baseline binding to borrow",
+                )
+                entrants.append((rec, None))
+                continue
+            params, launch = w.baseline.params, w.baseline.launch
+        report, cubin, err = _compile(c.ptx, _compile_arch(c.ptx, arch))
+        rec["compile"] = report
+        if err:
+            rec.update(status="compile_error", reason=err)
+            entrants.append((rec, None))
+            continue
+        desc = {
+            "key": f"candidate:{c.id}",
+            "kind": "ptx",
+            "cubin": cubin,
+            "ptx": c.ptx,
+            "entry": c.entry,
+            "params": params_to_json(params),
+            "launch": launch_to_json(launch),
+        }
+        entrants.append((rec, desc))
+    baselines = []
+    for name in b.baselines:
+        rec = baseline_record(name)
+        if name == "customer":
+            if w.baseline is None:
+                rec.update(status="unavailable", reason="the workload has no customer kernel")
+                baselines.append((rec, None))
+                continue
+            bk = w.baseline
+            report, cubin, err = _compile(bk.ptx, _compile_arch(bk.ptx, arch))
+            rec.update(
+                version=f"sha256:{w.sha256[:16]}",
+                config={
+                    "entry": bk.entry,
+                    "language": bk.language,
+                    "launch": launch_to_json(bk.launch),
+                },
+            )
+            if err:
+                rec.update(status="compile_error", reason=err)
+                baselines.append((rec, None))
+                continue
+            desc = {
+                "key": "baseline:customer",
+                "kind": "ptx",
+                "cubin": cubin,
+                "ptx": bk.ptx,
+                "entry": bk.entry,
+                "params": params_to_json(bk.params),
+                "launch": launch_to_json(bk.launch),
+            }
+        elif name in TORCH_BASELINES:
+            desc = {"key": f"baseline:{name}", "kind": "torch", "name": name}
+        else:  # parse_batch refuses unknown names; kept for safety
+            rec.update(status="unavailable", reason="unknown baseline")
+            baselines.append((rec, None))
+            continue
+        baselines.append((rec, desc))
+
+    # -- verification -------------------------------------------------------------------------
+    t_verify = time.monotonic()
+    for rec, desc in entrants + baselines:
+        if desc is None:
+            continue
+        reply = _guarded(
+            child,
+            {
+                "op": "verify",
+                "entrant": desc,
+                "shapes": all_idx,
+                "timeout_s": opts.timeout_s_per_candidate,
+            },
+            rec,
+        )
+        if reply is None:
+            continue
+        if desc["kind"] == "torch":
+            info = _request(child, {"op": "entrant_info", "entrant": desc})
+            if info.get("ok"):
+                rec.update(version=info["version"], config=info["config"])
+        records = [
+            shape_verdict(r, meta[r["shape"]][0], meta[r["shape"]][1], tol) for r in reply["shapes"]
+        ]
+        rec["verification"] = records
+        bad = [r for r in records if not r["passed"]]
+        if bad:
+            rec.update(
+                status="failed",
+                reason="; ".join(
+                    f"{'held-out ' if r['heldout'] else ''}{_dims_str(r['dims'])}: {r['reason']}"
+                    for r in bad[:3]
+                ),
+            )
+        else:
+            rec["status"] = "verified"
+    _log(log, f"verification done in {time.monotonic() - t_verify:.1f} s")
+
+    # -- timing -------------------------------------------------------------------------------
+    t_time = time.monotonic()
+    n_timed = sum(1 for rec, _ in entrants + baselines if rec["status"] == "verified")
+    budget = opts.time_budget_s_per_candidate * max(n_timed, 1) / max(len(bench_idx), 1)
+    for idx in bench_idx:
+        dims, _, bytes_moved = meta[idx]
+        while True:
+            live = [
+                (rec, desc) for rec, desc in entrants + baselines if rec["status"] == "verified"
+            ]
+            if not live:
+                break
+            msg = {
+                "op": "time",
+                "shape": idx,
+                "entrants": [d for _, d in live],
+                "budget_s": budget,
+                "timeout_s": opts.timeout_s_per_candidate,
+                "check_outputs": opts.check_timed_outputs,
+            }
+            try:
+                reply = child.request(msg)
+            except ChildFailed as e:
+                culprit = live[e.entrant_index][0] if 0 <= e.entrant_index < len(live) else None
+                _blame(culprit, e.kind, f"during timing at {_dims_str(dims)}: {e.reason}")
+                _restart(child)
+                if culprit is None:
+                    break
+                continue
+            if not reply.get("ok"):
+                i = reply.get("entrant_index", -1)
+                culprit = live[i][0] if 0 <= i < len(live) else None
+                _blame(culprit, "crashed", f"during timing at {_dims_str(dims)}: {reply['error']}")
+                if reply.get("fatal"):
+                    _restart(child)
+                if culprit is None:
+                    break
+                continue
+            for rec, desc in live:
+                r = reply["entrants"][desc["key"]]
+                reason = timed_checks_reason(r["timed_checks"], r["input_bytes_changed"])
+                if reason:
+                    rec.update(status="failed", reason=f"at {_dims_str(dims)}: {reason}")
+                rec["timing"].append(
+                    timing_record(
+                        dims,
+                        r["samples_us"],
+                        bytes_moved,
+                        reply["sm_clocks_mhz"],
+                        reply["sets"],
+                        r["timed_checks"],
+                    )
+                )
+            break
+    _log(log, f"timing done in {time.monotonic() - t_time:.1f} s")
+
+    for rec, _ in entrants + baselines:
+        if rec["status"] == "verified":
+            if len(rec["timing"]) == len(bench_idx):
+                rec["status"] = "passed"
+            else:
+                rec.update(status="failed", reason="not timed at every benchmarked shape")
+    best = plausibility.best_baseline_by_shape([r for r, _ in baselines])
+    for rec, _ in entrants:
+        rec["flags"] = plausibility.flags_for(rec["timing"], copy_ceiling_tbps, best)
+    for rec, _ in baselines:
+        rec["flags"] = plausibility.flags_for(rec["timing"], copy_ceiling_tbps, {})
+
+    env = {
+        k: hello.get(k)
+        for k in (
+            "gpu",
+            "sm",
+            "driver",
+            "cuda_core",
+            "cuda_bindings",
+            "nvjitlink",
+            "torch",
+            "triton",
+            "hostname",
+            "sm_count",
+            "l2_bytes",
+            "python",
+            "numpy",
+        )
+    }
+    clocks = [
+        t["sm_clock_mhz"]
+        for rec, _ in entrants + baselines
+        for t in rec["timing"]
+        if t.get("sm_clock_mhz")
+    ]
+    env.update(
+        sm_clock_mhz=max(clocks) if clocks else None,
+        started_at=started,
+        finished_at=_now(),
+        worker_restarts=child.restarts,
+    )
+    return {
+        "format": RESULTS_FORMAT,
+        "batch_id": b.batch_id,
+        "env": env,
+        "seed": seed,
+        "copy_ceiling_tbps": copy_ceiling_tbps,
+        "copy_ceiling": ceiling if ceiling.get("ok") else {"error": ceiling.get("error")},
+        "candidates": [rec for rec, _ in entrants],
+        "baselines": [rec for rec, _ in baselines],
+    }
+
+
+def _dims_str(dims: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in dims.items())
+
+
+def _blame(rec, kind: str, reason: str):
+    if rec is not None:
+        rec.update(status="timeout" if kind == "timeout" else "crashed", reason=reason)
+
+
+def _restart(child: ChildWorker):
+    child.restart()
+
+
+def _request(child: ChildWorker, msg: dict) -> dict:
+    """A request whose failure is nobody's fault but ours: restart and report."""
+    try:
+        reply = child.request(msg)
+    except ChildFailed as e:
+        _restart(child)
+        return {"ok": False, "error": str(e)}
+    if not reply.get("ok") and reply.get("fatal"):
+        _restart(child)
+    return reply
+
+
+def _guarded(child: ChildWorker, msg: dict, rec: dict) -> dict | None:
+    """Run one entrant's request; on failure fill its record and return None."""
+    try:
+        reply = child.request(msg)
+    except ChildFailed as e:
+        _blame(rec, e.kind, e.reason)
+        _restart(child)
+        return None
+    if reply.get("ok"):
+        return reply
+    if reply.get("unavailable"):
+        rec.update(status="unavailable", reason=reply["error"])
+    elif reply.get("entrant_error"):
+        rec.update(status="failed", reason=reply["error"])
+    else:
+        rec.update(status="crashed", reason=reply["error"])
+    if reply.get("fatal"):
+        _restart(child)
+    return None
