@@ -22,16 +22,18 @@ from portal.models import Candidate, Job, TimingResult, Workload
 @lru_cache(maxsize=256)
 def _describe(manifest_sha256: str, manifest: str, baseline_source: str, baseline_filename: str):
     """(signature, dtype) of a workload, parsed once per manifest."""
-    from factory.evidence import dtype_of, signature_of
-    from factory.spec import load_manifest
-
     try:
+        from factory.evidence import dtype_of, signature_of
+        from factory.spec import load_manifest
+
         spec = load_manifest(
             manifest,
             baseline_source=baseline_source or None,
             baseline_filename=baseline_filename or None,
         )
-    except Exception:  # noqa: BLE001 - a workload that no longer parses gives no evidence
+    except Exception:
+        # A workload that no longer parses (or a factory without its spec) still gives evidence
+        # by family; only the structural signature and dtype are unknown.
         return "", ""
     return signature_of(spec), dtype_of(spec)
 
