@@ -1,0 +1,1041 @@
+"""The row kernel: one group of `threads_per_row` threads per row, one pass per stage.
+
+Layout of a row among the T threads of its group: thread t owns chunks of V consecutive elements
+at columns t*V + k*T*V (k = 0, 1, ...), so a warp's 16-byte accesses cover 512 contiguous bytes.
+Two ways to walk the row:
+
+- cached: all K chunks are loaded once into registers (every load in flight before the first
+  use), and every pass runs over the registers; a row longer than T*V*K takes the stream path.
+- stream: every pass loops over the row, U = `chunks` chunks per iteration, loading again (the
+  second read of a row usually hits L2).
+
+Each pass has a fast path (every chunk of this thread is whole and 16-byte aligned: vector loads
+and stores, no predicates) and a slow path (per element predicates: the tail of a row, or any N
+that is not a multiple of V), so every kernel is correct for any M >= 1 and N >= 1.
+
+Reductions: per-thread accumulators, a butterfly over the warp (shfl.sync.bfly), then, when a row
+spans W > 1 warps, one shared-memory slot per warp and a named barrier per row group; every thread
+ends with the row's value. max(F) and sum(exp(F - max F)) can run as one online pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from factory.emit import ops
+from factory.emit.ptx import LOG2E, Builder, EmitError, f32_literal
+from factory.ir import (
+    ROLE_COL,
+    ROLE_ROW,
+    ROLE_ROWSCALAR,
+    ROLE_SCALAR,
+    ROW,
+    SCALAR,
+    KernelIR,
+    TensorRef,
+)
+from factory.schedules import NUM_SMS, Schedule
+from factory.spec import expr as E
+from factory.spec.types import KernelParam, Launch
+
+NEG_INF = float("-inf")
+IDENTITY = {"sum": 0.0, "mean": 0.0, "max": float("-inf"), "min": float("inf")}
+COMBINE = {"sum": "add.f32", "mean": "add.f32", "max": "max.f32", "min": "min.f32"}
+EXPENSIVE_UNARY = {"exp", "log", "tanh", "erf", "sigmoid", "sqrt", "rsqrt"}
+MAX_MATERIALISED_REGS = 64
+
+LOAD_PREFIX = {
+    "none": "ld.global",
+    "nc": "ld.global.nc",
+    "nc_noalloc": "ld.global.nc.L1::no_allocate",
+    "evict_first": "ld.global.nc.L1::evict_first",
+}
+STORE_PREFIX = {"none": "st.global", "cs": "st.global.cs", "noalloc": "st.global.L1::no_allocate"}
+
+
+@dataclass(frozen=True)
+class Emitted:
+    ptx: str
+    entry: str
+    params: tuple[KernelParam, ...]
+    launch: Launch
+
+
+def compute_stages(ir: KernelIR, online: bool) -> dict[E.Node, int]:
+    """Stage of every node; with `online`, a paired sum finishes with its max."""
+    pair_max = {p.sum_node: p.max_node for p in ir.online} if online else {}
+    st: dict[E.Node, int] = {}
+    for n in ir.order:
+        if isinstance(n, E.Input | E.Const):
+            st[n] = 0
+        elif isinstance(n, E.Reduce):
+            st[n] = st[pair_max[n].x] + 1 if n in pair_max else st[n.x] + 1
+        elif isinstance(n, E.Gather):
+            st[n] = st[n.x]
+        else:
+            st[n] = max(st[c] for c in E.children(n))
+    return st
+
+
+class _Ctx:
+    """Where an element's leaves come from during one evaluation."""
+
+    def __init__(self, kind: str, pass_no: int, e: int = 0, chunk_regs=None, gather=None):
+        self.kind = kind  # "elem" or "gather"
+        self.pass_no = pass_no
+        self.e = e  # element index k*V + j inside the thread's chunk group
+        self.chunk_regs = chunk_regs  # name -> list over chunks of lists of b32 regs
+        self.gather = gather  # name -> (pred, b64 address) for gathers
+        self.memo: dict = {}
+
+
+class RowKernel:
+    def __init__(self, ir: KernelIR, s: Schedule, arch: str = "sm_90"):
+        if s.family != "row":
+            raise EmitError(f"the row emitter cannot render family {s.family}")
+        self.ir, self.s, self.arch = ir, s, arch
+        self.b = Builder()
+        self.T = s.threads_per_row
+        self.R = s.rows_per_block
+        self.V = s.vec_elems
+        self.W = max(1, self.T // 32)
+        self.fast = s.fast_math
+        self.level = ir.level
+        for t in ir.inputs:
+            if t.role in (ROLE_ROW, ROLE_COL) and t.elem_bytes not in (2, 4):
+                raise EmitError(f"row input {t.name} of {t.dtype}: only 2- and 4-byte elements")
+            if t.elem_bytes * self.V < 4:
+                raise EmitError("a chunk must be at least 4 bytes of every tensor")
+        self.stages = compute_stages(ir, s.online)
+        self.pairs = list(ir.online) if s.online else []
+        self.pair_sums = {p.sum_node for p in self.pairs}
+        self.num_passes = self._num_passes()
+        self.scal: dict = {}
+        self.ptr: dict[str, str] = {}  # tensor name -> global base pointer (b64)
+        self.tptr: dict[str, str] = {}  # tensor name -> this thread's pointer in the row (b64)
+        self.rowptr: dict[str, str] = {}  # tensor name -> start of the row (b64)
+        self.rowscalar_vals: dict[str, str] = {}
+        self.index_vals: dict[str, str] = {}
+        self.red_items_total = self._count_reduce_regs()
+        self.red_slot = 0
+
+    # ---------------------------------------------------------------- structure of the work
+
+    def _num_passes(self) -> int:
+        last = 0
+        for r in self.ir.reductions:
+            if r in self.pair_sums:
+                continue
+            last = max(last, self.stages[r.x])
+        for o in self.ir.outputs:
+            if o.role == ROLE_ROW:
+                last = max(last, self.stages[o.node])
+        return last + 1
+
+    def _count_reduce_regs(self) -> int:
+        n = sum(1 for r in self.ir.reductions if r not in self.pair_sums)
+        return n + len(self.pairs)  # a pair carries two values, its max is already counted
+
+    def _pass_roots(self, p: int):
+        """(regular reductions, online pairs, row outputs) finishing their work in pass p."""
+        reds = [
+            r
+            for r in self.ir.reductions
+            if r not in self.pair_sums
+            and self.stages[r.x] == p
+            and not any(q.max_node == r for q in self.pairs)
+        ]
+        pairs = [q for q in self.pairs if self.stages[q.f_node] == p]
+        outs = [o for o in self.ir.outputs if o.role == ROLE_ROW and self.stages[o.node] == p]
+        return reds, pairs, outs
+
+    def _root_nodes(self, p: int) -> list[E.Node]:
+        reds, pairs, outs = self._pass_roots(p)
+        return [r.x for r in reds] + [q.f_node for q in pairs] + [o.node for o in outs]
+
+    def _row_closure(self, roots, stop=frozenset()) -> list[E.Node]:
+        """Row-level nodes reachable from roots through row-level nodes, operands first."""
+        seen: set = set()
+        order: list = []
+
+        def visit(n):
+            if n in seen or self.level[n] != ROW:
+                return
+            seen.add(n)
+            if n not in stop:
+                for c in E.children(n):
+                    visit(c)
+            order.append(n)
+
+        for r in roots:
+            visit(r)
+        return order
+
+    def _is_expensive(self, n: E.Node) -> bool:
+        if isinstance(n, E.Unary):
+            return n.op in EXPENSIVE_UNARY
+        if isinstance(n, E.Binary):
+            return n.op in ("div", "pow") and self.level.get(n.b) == ROW
+        return False
+
+    def _plan_materialised(self) -> list[E.Node]:
+        """Cached mode: expensive row intermediates computed in one pass and needed in a later
+        one are kept in registers instead of recomputed (softmax's exp(x - max))."""
+        chosen: list[E.Node] = []
+        per_node = self.s.chunks * self.V
+        for p in range(1, self.num_passes):
+            for n in self._row_closure(self._root_nodes(p)):
+                if (
+                    self.stages[n] < p
+                    and not isinstance(n, E.Input)
+                    and self._is_expensive(n)
+                    and n not in chosen
+                    and (len(chosen) + 1) * per_node <= MAX_MATERIALISED_REGS
+                ):
+                    chosen.append(n)
+        return chosen
+
+    # ---------------------------------------------------------------- emission entry
+
+    def render(self) -> Emitted:
+        ir, s, b = self.ir, self.s, self.b
+        entry = f"{_ident(ir.name)}_{s.tag()}"
+        tensors = [t for t in ir.inputs] + [TensorRef(o.name, o.dtype, o.role) for o in ir.outputs]
+        self.tensors = {t.name: t for t in tensors}
+        self.out_refs = {o.name: o for o in ir.outputs}
+        dims = list(ir.batch_dims) + [ir.row_dim]
+        params = tuple(KernelParam(kind="tensor", ptx_type="u64", name=t.name) for t in tensors)
+        params += tuple(KernelParam(kind="dim", ptx_type="u32", name=d) for d in dims)
+
+        self._prologue(tensors, dims)
+        loop, done, next_row = b.new_label("row"), b.new_label("done"), b.new_label("next")
+        b.label(loop)
+        p = b.reg("pred")
+        b.op(f"setp.ge.u32 {p}, {self.row}, {self.rows}")
+        b.op(f"@{p} bra {done}")
+        self._row_pointers(tensors)
+        if s.mode == "cached":
+            stream_label = b.new_label("long_row")
+            capacity = self.T * self.V * s.chunks
+            pl = b.reg("pred")
+            b.op(f"setp.gt.u32 {pl}, {self.N}, {capacity}")
+            b.op(f"@{pl} bra {stream_label}")
+            b.comment(f"the row fits in registers (N <= {capacity})")
+            self._row_body("cached")
+            b.op(f"bra.uni {next_row}")
+            b.label(stream_label)
+            b.comment("longer rows: stream every pass from memory")
+        self._row_body("stream")
+        b.label(next_row)
+        if self.W > 1:
+            b.comment("shared reduction slots are reused by the next row")
+            b.op(f"bar.sync {self.bar_id}, {self.T}")
+        b.op(f"add.u32 {self.row}, {self.row}, {self.row_stride}")
+        b.op(f"bra.uni {loop}")
+        b.label(done)
+        b.op("ret")
+
+        ptx = self._assemble(entry, params)
+        rows_expr = "*".join(ir.batch_dims) if ir.batch_dims else "1"
+        grid_x: int | str = f"ceildiv({rows_expr}, {self.R})"
+        if s.persistent_blocks_per_sm:
+            grid_x = f"min(ceildiv({rows_expr}, {self.R}), {NUM_SMS * s.persistent_blocks_per_sm})"
+        launch = Launch(grid=(grid_x, 1, 1), block=(self.T * self.R, 1, 1), smem_bytes=0)
+        return Emitted(ptx=ptx, entry=entry, params=params, launch=launch)
+
+    def _assemble(self, entry: str, params) -> str:
+        head = [
+            f"// Generated by factory.emit for workload {self.ir.name!r}",
+            f"// schedule: {self.s.to_dict()}",
+            ".version 9.0",
+            f".target {self.arch}",
+            ".address_size 64",
+            "",
+            f".visible .entry {entry}(",
+        ]
+        plines = [f"    .param .{p.ptx_type} p_{_ident(p.name)}" for p in params]
+        head.append(",\n".join(plines))
+        head.append(f")\n.maxntid {self.T * self.R}, 1, 1")
+        head.append("{")
+        body = self.b.declarations()
+        if self.W > 1 and self.red_items_total:
+            words = self.R * self.red_items_total * self.W
+            body.append(f"    .shared .align 16 .f32 red_smem[{words}];")
+        return "\n".join(head + body + [""] + self.b.lines + ["}", ""])
+
+    # ---------------------------------------------------------------- prologue and rows
+
+    def _prologue(self, tensors: list[TensorRef], dims: list[str]) -> None:
+        b, T, V = self.b, self.T, self.V
+        b.comment("parameters")
+        for t in tensors:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{_ident(t.name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            self.ptr[t.name] = r
+        dim_regs = {}
+        for d in dims:
+            r = b.reg("b32")
+            b.op(f"ld.param.u32 {r}, [p_{_ident(d)}]")
+            dim_regs[d] = r
+        self.N = dim_regs[self.ir.row_dim]
+        if self.ir.batch_dims:
+            rows = dim_regs[self.ir.batch_dims[0]]
+            for d in self.ir.batch_dims[1:]:
+                r = b.reg("b32")
+                b.op(f"mul.lo.u32 {r}, {rows}, {dim_regs[d]}")
+                rows = r
+        else:
+            rows = b.reg("b32")
+            b.op(f"mov.u32 {rows}, 1")
+        self.rows = rows
+        b.comment(f"{T} threads per row, {self.R} rows per block, {V} elements per chunk")
+        tid = b.reg("b32")
+        b.op(f"mov.u32 {tid}, %tid.x")
+        g = b.reg("b32")
+        b.op(f"shr.u32 {g}, {tid}, {T.bit_length() - 1}")
+        t = b.reg("b32")
+        b.op(f"and.b32 {t}, {tid}, {T - 1}")
+        self.g, self.t = g, t
+        lane = b.reg("b32")
+        b.op(f"and.b32 {lane}, {tid}, 31")
+        self.lane = lane
+        self.warp = b.reg("b32")
+        b.op(f"shr.u32 {self.warp}, {t}, 5")
+        # The whole row group syncs on its own named barrier (0 is left to bar.sync 0 users).
+        self.bar_id = b.reg("b32")
+        b.op(f"add.u32 {self.bar_id}, {g}, 1")
+        self.tv = b.reg("b32")
+        b.op(f"mul.lo.u32 {self.tv}, {t}, {V}")
+        b.comment("vector path: N a multiple of V and every row-wise pointer 16-byte aligned")
+        nm = b.reg("b32")
+        b.op(f"and.b32 {nm}, {self.N}, {V - 1}")
+        vec_ok = b.reg("pred")
+        b.op(f"setp.eq.u32 {vec_ok}, {nm}, 0")
+        rowwise = [t_ for t_ in tensors if t_.role in (ROLE_ROW, ROLE_COL)]
+        if rowwise:
+            acc = self.ptr[rowwise[0].name]
+            for t_ in rowwise[1:]:
+                r = b.reg("b64")
+                b.op(f"or.b64 {r}, {acc}, {self.ptr[t_.name]}")
+                acc = r
+            low = b.reg("b64")
+            b.op(f"and.b64 {low}, {acc}, 15")
+            al = b.reg("pred")
+            b.op(f"setp.eq.u64 {al}, {low}, 0")
+            b.op(f"and.pred {vec_ok}, {vec_ok}, {al}")
+        self.vec_ok = vec_ok
+        nf = b.reg("f32")
+        b.op(f"cvt.rn.f32.u32 {nf}, {self.N}")
+        self.inv_n = b.reg("f32")
+        b.op(f"rcp.rn.f32 {self.inv_n}, {nf}")
+        self.n_minus_tv = b.reg("b32")
+        b.op(f"sub.s32 {self.n_minus_tv}, {self.N}, {self.tv}")
+        self.N64 = b.reg("b64")
+        b.op(f"cvt.u64.u32 {self.N64}, {self.N}")
+        # Byte offset of this thread's first chunk, per element size.
+        self.tv_bytes: dict[int, str] = {}
+        for eb in sorted({t_.elem_bytes for t_ in rowwise}):
+            r = b.reg("b64")
+            b.op(f"mul.wide.u32 {r}, {self.tv}, {eb}")
+            self.tv_bytes[eb] = r
+        for t_ in tensors:
+            if t_.role == ROLE_COL:
+                r = b.reg("b64")
+                b.op(f"add.s64 {r}, {self.ptr[t_.name]}, {self.tv_bytes[t_.elem_bytes]}")
+                self.tptr[t_.name] = r
+                self.rowptr[t_.name] = self.ptr[t_.name]
+        ctaid = b.reg("b32")
+        b.op(f"mov.u32 {ctaid}, %ctaid.x")
+        self.row = b.reg("b32")
+        b.op(f"mad.lo.u32 {self.row}, {ctaid}, {self.R}, {g}")
+        nct = b.reg("b32")
+        b.op(f"mov.u32 {nct}, %nctaid.x")
+        self.row_stride = b.reg("b32")
+        b.op(f"mul.lo.u32 {self.row_stride}, {nct}, {self.R}")
+        self.is_t0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {self.is_t0}, {t}, 0")
+        self.lane0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {self.lane0}, {lane}, 0")
+        if self.W > 1 and self.red_items_total:
+            base = b.reg("b32")
+            b.op(f"mov.u32 {base}, red_smem")
+            gb = b.reg("b32")
+            b.op(f"mad.lo.u32 {gb}, {g}, {self.red_items_total * self.W * 4}, {base}")
+            self.red_group = gb
+            wb = b.reg("b32")
+            b.op(f"shl.b32 {wb}, {self.warp}, 2")
+            self.red_write = b.reg("b32")
+            b.op(f"add.u32 {self.red_write}, {gb}, {wb}")
+        b.blank()
+
+    def _row_pointers(self, tensors: list[TensorRef]) -> None:
+        b = self.b
+        b.comment("this row's pointers")
+        row_elems = b.reg("b64")
+        b.op(f"mul.wide.u32 {row_elems}, {self.row}, {self.N}")
+        row64 = b.reg("b64")
+        b.op(f"cvt.u64.u32 {row64}, {self.row}")
+        for t in tensors:
+            if t.role == ROLE_ROW:
+                off = b.reg("b64")
+                b.op(f"mul.lo.u64 {off}, {row_elems}, {t.elem_bytes}")
+                rp = b.reg("b64")
+                b.op(f"add.s64 {rp}, {self.ptr[t.name]}, {off}")
+                self.rowptr[t.name] = rp
+                tp = b.reg("b64")
+                b.op(f"add.s64 {tp}, {rp}, {self.tv_bytes[t.elem_bytes]}")
+                self.tptr[t.name] = tp
+            elif t.role in (ROLE_ROWSCALAR, ROLE_SCALAR):
+                if t.role == ROLE_ROWSCALAR:
+                    off = b.reg("b64")
+                    b.op(f"mul.lo.u64 {off}, {row64}, {t.elem_bytes}")
+                    a = b.reg("b64")
+                    b.op(f"add.s64 {a}, {self.ptr[t.name]}, {off}")
+                else:
+                    a = self.ptr[t.name]
+                self.rowptr[t.name] = a
+                if t.name in self.ir.input_by_name:
+                    self._load_row_scalar(t, a)
+
+    def _load_row_scalar(self, t: TensorRef, addr: str) -> None:
+        b = self.b
+        if t.dtype in E.INDEX_DTYPES:
+            r = b.reg("b64")
+            if t.dtype == "int64":
+                b.op(f"ld.global.nc.s64 {r}, [{addr}]")
+            else:
+                r32 = b.reg("b32")
+                b.op(f"ld.global.nc.s32 {r32}, [{addr}]")
+                b.op(f"cvt.s64.s32 {r}, {r32}")
+            self.index_vals[t.name] = r
+            return
+        f = b.reg("f32")
+        if t.dtype == "fp32":
+            b.op(f"ld.global.nc.f32 {f}, [{addr}]")
+        else:
+            h = b.reg("b16")
+            b.op(f"ld.global.nc.b16 {h}, [{addr}]")
+            b.op(f"cvt.f32.{'bf16' if t.dtype == 'bf16' else 'f16'} {f}, {h}")
+        self.rowscalar_vals[t.name] = f
+
+    # ---------------------------------------------------------------- the body of one row
+
+    def _row_body(self, mode: str) -> None:
+        b, s = self.b, self.s
+        self.scal = {}
+        self.mode = mode
+        self.red_slot = 0  # the cached and stream paths never run for the same row
+        chunks = s.chunks
+        self.materialised = self._plan_materialised() if mode == "cached" else []
+        mat_set = set(self.materialised)
+        per_node = chunks * self.V
+        self.mat_regs = {n: [b.reg("f32") for _ in range(per_node)] for n in self.materialised}
+
+        used_inputs: list[str] = []
+        for p in range(self.num_passes):
+            stop = {n for n in mat_set if self.stages[n] < p}
+            for n in self._row_closure(self._root_nodes(p) + self._mat_roots(p), stop):
+                if isinstance(n, E.Input) and n.name not in used_inputs:
+                    used_inputs.append(n.name)
+
+        held = None
+        if mode == "cached":
+            held = self._alloc_chunk_regs(used_inputs, chunks)
+            self._cached_loads(held, used_inputs, chunks)
+
+        for p in range(self.num_passes):
+            self._emit_pass(p, mode, held)
+
+        outs = [o for o in self.ir.outputs if o.role == ROLE_ROWSCALAR]
+        if outs:
+            b.comment("per-row outputs, written by the row's first thread")
+            for o in outs:
+                v = self._as_f32(*self._scalar(o.node))
+                self._store_scalar(o.dtype, self.rowptr[o.name], v, self.is_t0)
+
+    def _mat_roots(self, p: int) -> list[E.Node]:
+        return [n for n in getattr(self, "materialised", []) if self.stages[n] == p]
+
+    def _alloc_chunk_regs(self, names: list[str], chunks: int) -> dict:
+        regs = {}
+        for name in names:
+            eb = self.tensors[name].elem_bytes
+            words = self.V * eb // 4
+            regs[name] = [[self.b.reg("b32") for _ in range(words)] for _ in range(chunks)]
+        return regs
+
+    def _chunk_stride_bytes(self, eb: int) -> int:
+        return self.T * self.V * eb
+
+    def _cached_loads(self, held: dict, names: list[str], chunks: int) -> None:
+        b, T, V = self.b, self.T, self.V
+        self.fast_cached = b.reg("pred")
+        b.op(f"setp.ge.s32 {self.fast_cached}, {self.n_minus_tv}, {(chunks - 1) * T * V + V}")
+        b.op(f"and.pred {self.fast_cached}, {self.fast_cached}, {self.vec_ok}")
+        slow, end = b.new_label("load_tail"), b.new_label("loaded")
+        b.comment(f"load the row into registers: {chunks} chunks per thread, all in flight")
+        b.op(f"@!{self.fast_cached} bra {slow}")
+        for k in range(chunks):
+            for name in names:
+                self._load_chunk_vec(name, self.tptr[name], k, held[name][k])
+        b.op(f"bra.uni {end}")
+        b.label(slow)
+        for k in range(chunks):
+            rem = self._chunk_rem(self.n_minus_tv, k)
+            for name in names:
+                self._load_chunk_pred(name, self.tptr[name], k, held[name][k], rem)
+        b.label(end)
+
+    def _chunk_rem(self, n_minus: str, k: int) -> str:
+        """Elements of the row left from this thread's chunk k on (may be <= 0)."""
+        if k == 0:
+            return n_minus
+        r = self.b.reg("b32")
+        self.b.op(f"sub.s32 {r}, {n_minus}, {k * self.T * self.V}")
+        return r
+
+    def _load_chunk_vec(self, name: str, base: str, k: int, dst: list[str]) -> None:
+        t = self.tensors[name]
+        hint = self.s.load_hint if t.role == ROLE_ROW else "nc"
+        prefix = LOAD_PREFIX[hint]
+        off = k * self._chunk_stride_bytes(t.elem_bytes)
+        for i in range(0, len(dst), 4):
+            part = dst[i : i + 4]
+            vec = {4: ".v4", 2: ".v2", 1: ""}[len(part)]
+            regs = "{" + ", ".join(part) + "}" if len(part) > 1 else part[0]
+            self.b.op(f"{prefix}{vec}.b32 {regs}, [{base}+{off + 4 * i}]")
+
+    def _load_chunk_pred(self, name: str, base: str, k: int, dst: list[str], rem: str) -> None:
+        b = self.b
+        t = self.tensors[name]
+        prefix = LOAD_PREFIX[self.s.load_hint if t.role == ROLE_ROW else "nc"]
+        off = k * self._chunk_stride_bytes(t.elem_bytes)
+        preds = self._elem_preds(rem)
+        if t.elem_bytes == 4:
+            for j, r in enumerate(dst):
+                b.op(f"mov.b32 {r}, 0")
+                b.op(f"@{preds[j]} {prefix}.b32 {r}, [{base}+{off + 4 * j}]")
+            return
+        for w, r in enumerate(dst):
+            hs = []
+            for half in range(2):
+                j = 2 * w + half
+                h = b.reg("b16")
+                b.op(f"mov.b16 {h}, 0")
+                b.op(f"@{preds[j]} {prefix}.b16 {h}, [{base}+{off + 2 * j}]")
+                hs.append(h)
+            b.op(f"mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
+
+    def _elem_preds(self, rem: str) -> list[str]:
+        preds = []
+        for j in range(self.V):
+            p = self.b.reg("pred")
+            self.b.op(f"setp.gt.s32 {p}, {rem}, {j}")
+            preds.append(p)
+        return preds
+
+    # ---------------------------------------------------------------- one pass
+
+    def _emit_pass(self, p: int, mode: str, held) -> None:
+        b = self.b
+        reds, pairs, outs = self._pass_roots(p)
+        mats = self._mat_roots(p) if mode == "cached" else []
+        if not (reds or pairs or outs or mats):
+            return
+        b.comment(
+            f"pass {p}: "
+            + ", ".join(
+                [f"{r.op}" for r in reds]
+                + ["online max/sum" for _ in pairs]
+                + [f"store {o.name}" for o in outs]
+            )
+        )
+        self._prepare_scalars(p)
+        accs = []
+        for r in reds:
+            a = b.reg("f32")
+            b.op(f"mov.f32 {a}, {f32_literal(IDENTITY[r.op])}")
+            accs.append(a)
+        pair_accs = []
+        for _ in pairs:
+            m, s_ = b.reg("f32"), b.reg("f32")
+            b.op(f"mov.f32 {m}, {f32_literal(NEG_INF)}")
+            b.op(f"mov.f32 {s_}, 0f00000000")
+            pair_accs.append((m, s_))
+        work = (reds, accs, pairs, pair_accs, outs, mats)
+        if mode == "cached":
+            slow, end = b.new_label(f"p{p}_tail"), b.new_label(f"p{p}_end")
+            b.op(f"@!{self.fast_cached} bra {slow}")
+            self._elements(p, work, held, self.s.chunks, fast=True, ptrs=self.tptr)
+            b.op(f"bra.uni {end}")
+            b.label(slow)
+            self._elements(
+                p, work, held, self.s.chunks, fast=False, ptrs=self.tptr, n_minus=self.n_minus_tv
+            )
+            b.label(end)
+        else:
+            self._stream_loop(p, work)
+        self._finish_reductions(reds, accs, pairs, pair_accs)
+
+    def _stream_loop(self, p: int, work) -> None:
+        b, T, V, U = self.b, self.T, self.V, self.s.chunks
+        reds, accs, pairs, pair_accs, outs, mats = work
+        names = []
+        for n in self._row_closure(self._root_nodes(p)):
+            if isinstance(n, E.Input) and n.name not in names:
+                names.append(n.name)
+        out_names = [o.name for o in outs]
+        col = b.reg("b32")
+        b.op(f"mov.u32 {col}, 0")
+        ptrs = {}
+        for name in names + out_names:
+            r = b.reg("b64")
+            b.op(f"mov.b64 {r}, {self.tptr[name]}")
+            ptrs[name] = r
+        regs = self._alloc_chunk_regs(names, U)
+        top, slow, nxt, end = (b.new_label(f"p{p}_{x}") for x in ("loop", "tail", "next", "end"))
+        b.label(top)
+        pe = b.reg("pred")
+        b.op(f"setp.ge.u32 {pe}, {col}, {self.N}")
+        b.op(f"@{pe} bra {end}")
+        n_minus = b.reg("b32")
+        b.op(f"sub.s32 {n_minus}, {self.n_minus_tv}, {col}")
+        fast = b.reg("pred")
+        b.op(f"setp.ge.s32 {fast}, {n_minus}, {(U - 1) * T * V + V}")
+        b.op(f"and.pred {fast}, {fast}, {self.vec_ok}")
+        b.op(f"@!{fast} bra {slow}")
+        for k in range(U):
+            for name in names:
+                self._load_chunk_vec(name, ptrs[name], k, regs[name][k])
+        self._elements(p, work, regs, U, fast=True, ptrs=ptrs)
+        b.op(f"bra.uni {nxt}")
+        b.label(slow)
+        for k in range(U):
+            rem = self._chunk_rem(n_minus, k)
+            for name in names:
+                self._load_chunk_pred(name, ptrs[name], k, regs[name][k], rem)
+        self._elements(p, work, regs, U, fast=False, ptrs=ptrs, n_minus=n_minus)
+        b.label(nxt)
+        b.op(f"add.u32 {col}, {col}, {U * T * V}")
+        for name, r in ptrs.items():
+            b.op(f"add.s64 {r}, {r}, {U * self._chunk_stride_bytes(self.tensors[name].elem_bytes)}")
+        b.op(f"bra.uni {top}")
+        b.label(end)
+
+    def _elements(self, p, work, regs, chunks, *, fast: bool, ptrs, n_minus=None) -> None:
+        """Per-element work of a pass over `chunks` chunks whose inputs are in `regs`."""
+        b, V = self.b, self.V
+        reds, accs, pairs, pair_accs, outs, mats = work
+        pair_vals: list[list[str]] = [[] for _ in pairs]
+        for k in range(chunks):
+            preds = None
+            if not fast:
+                preds = self._elem_preds(self._chunk_rem(n_minus, k))
+            out_vals: dict[str, list[str]] = {o.name: [] for o in outs}
+            for j in range(V):
+                e = k * V + j
+                ctx = _Ctx("elem", p, e=e, chunk_regs=regs)
+                for n in mats:
+                    v = self._as_f32(*self._eval(n, ctx))
+                    b.op(f"mov.f32 {self.mat_regs[n][e]}, {v}")
+                for r, a in zip(reds, accs, strict=True):
+                    v = self._as_f32(*self._eval(r.x, ctx))
+                    if preds:
+                        v2 = b.reg("f32")
+                        b.op(f"selp.f32 {v2}, {v}, {f32_literal(IDENTITY[r.op])}, {preds[j]}")
+                        v = v2
+                    b.op(f"{COMBINE[r.op]} {a}, {a}, {v}")
+                for q, vals in zip(pairs, pair_vals, strict=True):
+                    v = self._as_f32(*self._eval(q.f_node, ctx))
+                    if preds:
+                        v2 = b.reg("f32")
+                        b.op(f"selp.f32 {v2}, {v}, {f32_literal(NEG_INF)}, {preds[j]}")
+                        v = v2
+                    vals.append(v)
+                for o in outs:
+                    v = self._as_f32(*self._eval(o.node, ctx))
+                    if preds:
+                        self._store_elem(o, ptrs[o.name], k, j, v, preds[j])
+                    else:
+                        out_vals[o.name].append(v)
+            if fast:
+                for o in outs:
+                    self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name])
+        for (m, s_), vals in zip(pair_accs, pair_vals, strict=True):
+            self._online_update(m, s_, vals)
+
+    def _online_update(self, m: str, s_: str, vals: list[str]) -> None:
+        """Fold a group of values into (running max m, running sum s of exp(v - m))."""
+        b = self.b
+        b.comment("online max/sum over this group")
+        gm = vals[0]
+        for v in vals[1:]:
+            r = b.reg("f32")
+            b.op(f"max.f32 {r}, {gm}, {v}")
+            gm = r
+        mn = b.reg("f32")
+        b.op(f"max.f32 {mn}, {m}, {gm}")
+        nms = self._neg_scaled_safe_max(mn)
+        sc = b.reg("f32")
+        b.op(f"fma.rn.f32 {sc}, {m}, {f32_literal(LOG2E)}, {nms}")
+        b.op(f"ex2.approx.ftz.f32 {sc}, {sc}")
+        b.op(f"mul.f32 {s_}, {s_}, {sc}")
+        for v in vals:
+            t = b.reg("f32")
+            b.op(f"fma.rn.f32 {t}, {v}, {f32_literal(LOG2E)}, {nms}")
+            b.op(f"ex2.approx.ftz.f32 {t}, {t}")
+            b.op(f"add.f32 {s_}, {s_}, {t}")
+        b.op(f"mov.f32 {m}, {mn}")
+
+    def _neg_scaled_safe_max(self, mn: str) -> str:
+        """-max*log2(e), with an all -inf max taken as 0 so that exp(-inf - -inf) is 0, not NaN."""
+        b = self.b
+        pinf = b.reg("pred")
+        b.op(f"setp.eq.f32 {pinf}, {mn}, {f32_literal(NEG_INF)}")
+        ms = b.reg("f32")
+        b.op(f"selp.f32 {ms}, 0f00000000, {mn}, {pinf}")
+        nms = b.reg("f32")
+        b.op(f"mul.f32 {nms}, {ms}, {f32_literal(-LOG2E)}")
+        return nms
+
+    # ---------------------------------------------------------------- stores
+
+    def _store_chunk_vec(self, o, base: str, k: int, vals: list[str]) -> None:
+        b = self.b
+        prefix = STORE_PREFIX[self.s.store_hint]
+        eb = E.DTYPE_BYTES[o.dtype]
+        off = k * self._chunk_stride_bytes(eb)
+        words = []
+        if eb == 4:
+            words = vals
+        else:
+            cvt = "cvt.rn.bf16x2.f32" if o.dtype == "bf16" else "cvt.rn.f16x2.f32"
+            for i in range(0, len(vals), 2):
+                r = b.reg("b32")
+                b.op(f"{cvt} {r}, {vals[i + 1]}, {vals[i]}")  # the first operand is the high half
+                words.append(r)
+        typ = ".f32" if eb == 4 else ".b32"
+        for i in range(0, len(words), 4):
+            part = words[i : i + 4]
+            vec = {4: ".v4", 2: ".v2", 1: ""}[len(part)]
+            regs = "{" + ", ".join(part) + "}" if len(part) > 1 else part[0]
+            b.op(f"{prefix}{vec}{typ} [{base}+{off + 4 * i}], {regs}")
+
+    def _store_elem(self, o, base: str, k: int, j: int, v: str, pred: str) -> None:
+        eb = E.DTYPE_BYTES[o.dtype]
+        off = k * self._chunk_stride_bytes(eb) + j * eb
+        self._store_scalar(o.dtype, f"{base}+{off}", v, pred)
+
+    def _store_scalar(self, dtype: str, addr: str, v: str, pred: str) -> None:
+        b = self.b
+        prefix = STORE_PREFIX[self.s.store_hint]
+        if dtype == "fp32":
+            b.op(f"@{pred} {prefix}.f32 [{addr}], {v}")
+            return
+        h = b.reg("b16")
+        b.op(f"cvt.rn.{'bf16' if dtype == 'bf16' else 'f16'}.f32 {h}, {v}")
+        b.op(f"@{pred} {prefix}.b16 [{addr}], {h}")
+
+    # ---------------------------------------------------------------- reductions across threads
+
+    def _finish_reductions(self, reds, accs, pairs, pair_accs) -> None:
+        b = self.b
+        if not (reds or pairs):
+            return
+        b.comment("row reduction: warp butterfly" + (", then across warps" if self.W > 1 else ""))
+        for off in (16, 8, 4, 2, 1):
+            for r, a in zip(reds, accs, strict=True):
+                o = b.reg("f32")
+                b.op(f"shfl.sync.bfly.b32 {o}, {a}, {off}, 31, -1")
+                b.op(f"{COMBINE[r.op]} {a}, {a}, {o}")
+            for m, s_ in pair_accs:
+                mo, so = b.reg("f32"), b.reg("f32")
+                b.op(f"shfl.sync.bfly.b32 {mo}, {m}, {off}, 31, -1")
+                b.op(f"shfl.sync.bfly.b32 {so}, {s_}, {off}, 31, -1")
+                self._pair_combine(m, s_, mo, so)
+        if self.W > 1:
+            # Slots [group][slot][warp] of one f32 each; every stage uses its own slots, so no
+            # thread overwrites a value another may still be reading within a row.
+            slot0 = self.red_slot
+            self.red_slot += len(accs) + len(pair_accs)
+            if self.red_slot > self.red_items_total:
+                raise EmitError("internal: more reduction slots used than counted")
+            for idx, a in enumerate(accs):
+                off = (slot0 + idx) * self.W * 4
+                b.op(f"@{self.lane0} st.shared.f32 [{self.red_write}+{off}], {a}")
+            for pidx, (m, _s) in enumerate(pair_accs):
+                off = (slot0 + len(accs) + pidx) * self.W * 4
+                b.op(f"@{self.lane0} st.shared.f32 [{self.red_write}+{off}], {m}")
+            b.op(f"bar.sync {self.bar_id}, {self.T}")
+            for idx, (r, a) in enumerate(zip(reds, accs, strict=True)):
+                base = (slot0 + idx) * self.W * 4
+                b.op(f"ld.shared.f32 {a}, [{self.red_group}+{base}]")
+                for w in range(1, self.W):
+                    o = b.reg("f32")
+                    b.op(f"ld.shared.f32 {o}, [{self.red_group}+{base + 4 * w}]")
+                    b.op(f"{COMBINE[r.op]} {a}, {a}, {o}")
+            self._pairs_across_warps(pair_accs, slot0 + len(accs))
+        for r, a in zip(reds, accs, strict=True):
+            if r.op == "mean":
+                v = b.reg("f32")
+                b.op(f"mul.f32 {v}, {a}, {self.inv_n}")
+                self.scal[r] = (v, "f32")
+            else:
+                self.scal[r] = (a, "f32")
+        for q, (m, s_) in zip(pairs, pair_accs, strict=True):
+            self.scal[q.max_node] = (m, "f32")
+            self.scal[q.sum_node] = (s_, "f32")
+
+    def _pairs_across_warps(self, pair_accs, first_slot: int) -> None:
+        """Pairs: the max went through the slot above; the warp's sum rescaled to the row max
+        goes through a second round (a barrier later), so each slot stays one word."""
+        b = self.b
+        if not pair_accs:
+            return
+        for pidx, (m, s_) in enumerate(pair_accs):
+            base = (first_slot + pidx) * self.W * 4
+            rowmax = b.reg("f32")
+            b.op(f"ld.shared.f32 {rowmax}, [{self.red_group}+{base}]")
+            for w in range(1, self.W):
+                o = b.reg("f32")
+                b.op(f"ld.shared.f32 {o}, [{self.red_group}+{base + 4 * w}]")
+                b.op(f"max.f32 {rowmax}, {rowmax}, {o}")
+            nms = self._neg_scaled_safe_max(rowmax)
+            sc = b.reg("f32")
+            b.op(f"fma.rn.f32 {sc}, {m}, {f32_literal(LOG2E)}, {nms}")
+            b.op(f"ex2.approx.ftz.f32 {sc}, {sc}")
+            b.op(f"mul.f32 {s_}, {s_}, {sc}")
+            b.op(f"mov.f32 {m}, {rowmax}")
+        # Second round: every thread read the maxima above before anyone overwrites them.
+        b.op(f"bar.sync {self.bar_id}, {self.T}")
+        for pidx, (_m, s_) in enumerate(pair_accs):
+            base = (first_slot + pidx) * self.W * 4
+            b.op(f"@{self.lane0} st.shared.f32 [{self.red_write}+{base}], {s_}")
+        b.op(f"bar.sync {self.bar_id}, {self.T}")
+        for pidx, (_m, s_) in enumerate(pair_accs):
+            base = (first_slot + pidx) * self.W * 4
+            b.op(f"ld.shared.f32 {s_}, [{self.red_group}+{base}]")
+            for w in range(1, self.W):
+                o = b.reg("f32")
+                b.op(f"ld.shared.f32 {o}, [{self.red_group}+{base + 4 * w}]")
+                b.op(f"add.f32 {s_}, {s_}, {o}")
+
+    def _pair_combine(self, m: str, s_: str, mo: str, so: str) -> None:
+        b = self.b
+        mn = b.reg("f32")
+        b.op(f"max.f32 {mn}, {m}, {mo}")
+        nms = self._neg_scaled_safe_max(mn)
+        a = b.reg("f32")
+        b.op(f"fma.rn.f32 {a}, {m}, {f32_literal(LOG2E)}, {nms}")
+        b.op(f"ex2.approx.ftz.f32 {a}, {a}")
+        c = b.reg("f32")
+        b.op(f"fma.rn.f32 {c}, {mo}, {f32_literal(LOG2E)}, {nms}")
+        b.op(f"ex2.approx.ftz.f32 {c}, {c}")
+        t = b.reg("f32")
+        b.op(f"mul.f32 {t}, {so}, {c}")
+        b.op(f"fma.rn.f32 {s_}, {s_}, {a}, {t}")
+        b.op(f"mov.f32 {m}, {mn}")
+
+    # ---------------------------------------------------------------- scalar-level values
+
+    def _prepare_scalars(self, p: int) -> None:
+        """Compute, before the pass branches, every per-row value the pass reads."""
+        stop = (
+            {n for n in self.materialised if self.stages[n] < p} if self.mode == "cached" else set()
+        )
+        roots = self._root_nodes(p) + (self._mat_roots(p) if self.mode == "cached" else [])
+        for n in self._row_closure(roots, stop):
+            if n in stop:
+                continue
+            for c in E.children(n):
+                if self.level[c] == SCALAR:
+                    self._scalar(c)
+            if (
+                isinstance(n, E.Binary)
+                and n.op == "div"
+                and self.level[n.b] == SCALAR
+                and self.level[n.a] == ROW
+            ):
+                key = ("rcp", n.b)
+                if key not in self.scal:
+                    v = self._as_f32(*self._scalar(n.b))
+                    self.scal[key] = (ops.rcp(self.b, v, False), "f32")
+        for o in self.ir.outputs:
+            if o.role == ROLE_ROW and self.stages[o.node] == p and self.level[o.node] == SCALAR:
+                self._scalar(o.node)
+
+    def _scalar(self, n: E.Node):
+        if n in self.scal:
+            return self.scal[n]
+        b = self.b
+        if isinstance(n, E.Const):
+            v = (b.const_f32(n.value), "f32")
+        elif isinstance(n, E.Input):
+            if n.name in self.rowscalar_vals:
+                v = (self.rowscalar_vals[n.name], "f32")
+            elif n.name in self.index_vals:
+                f = b.reg("f32")
+                b.op(f"cvt.rn.f32.s64 {f}, {self.index_vals[n.name]}")
+                v = (f, "f32")
+            else:
+                raise EmitError(f"internal: per-row input {n.name} was not loaded")
+        elif isinstance(n, E.Reduce):
+            raise EmitError("internal: a reduction was read before its pass finished")
+        elif isinstance(n, E.Gather):
+            v = self._gather(n)
+        else:
+            args = [self._scalar(c) for c in E.children(n)]
+            v = self._apply(n, args)
+        self.scal[n] = v
+        return v
+
+    def _gather(self, n: E.Gather):
+        """x[row, idx[row]]: every thread of the row evaluates x at that one column (the loads
+        hit the same address, so it costs one transaction per warp). Out-of-range -> NaN."""
+        b = self.b
+        idx = self.index_vals[n.idx.name]
+        ok = b.reg("pred")
+        b.op(f"setp.lt.u64 {ok}, {idx}, {self.N64}")
+        addrs = {}
+        for leaf in self._row_closure([n.x]):
+            if isinstance(leaf, E.Input) and leaf.name not in addrs:
+                t = self.tensors[leaf.name]
+                off = b.reg("b64")
+                b.op(f"mul.lo.u64 {off}, {idx}, {t.elem_bytes}")
+                a = b.reg("b64")
+                b.op(f"add.s64 {a}, {self.rowptr[leaf.name]}, {off}")
+                addrs[leaf.name] = a
+        ctx = _Ctx("gather", -1, gather=(ok, addrs))
+        val = self._as_f32(*self._eval(n.x, ctx))
+        r = b.reg("f32")
+        b.op(f"selp.f32 {r}, {val}, 0f7FC00000, {ok}")
+        return (r, "f32")
+
+    # ---------------------------------------------------------------- elementwise evaluation
+
+    def _eval(self, n: E.Node, ctx: _Ctx):
+        if n in ctx.memo:
+            return ctx.memo[n]
+        if self.level[n] == SCALAR:
+            if n not in self.scal:
+                raise EmitError(f"internal: per-row value {type(n).__name__} not prepared")
+            return self.scal[n]
+        if (
+            ctx.kind == "elem"
+            and self.mode == "cached"
+            and n in self.mat_regs
+            and self.stages[n] < ctx.pass_no
+        ):
+            v = (self.mat_regs[n][ctx.e], "f32")
+        elif isinstance(n, E.Input):
+            v = (self._leaf(n, ctx), "f32")
+        elif (
+            isinstance(n, E.Binary)
+            and n.op == "div"
+            and ("rcp", n.b) in self.scal
+            and self.level[n.a] == ROW
+        ):
+            a = self._as_f32(*self._eval(n.a, ctx))
+            r = self.b.reg("f32")
+            self.b.op(f"mul.f32 {r}, {a}, {self.scal[('rcp', n.b)][0]}")
+            v = (r, "f32")
+        else:
+            args = [self._eval(c, ctx) for c in E.children(n)]
+            v = self._apply(n, args)
+        ctx.memo[n] = v
+        return v
+
+    def _leaf(self, n: E.Input, ctx: _Ctx) -> str:
+        b = self.b
+        t = self.tensors[n.name]
+        if ctx.kind == "gather":
+            ok, addrs = ctx.gather
+            if t.elem_bytes == 4:
+                raw = b.reg("b32")
+                b.op(f"mov.b32 {raw}, 0")
+                b.op(f"@{ok} ld.global.b32 {raw}, [{addrs[n.name]}]")
+                return self._unpack_word(t.dtype, raw, 0)
+            h = b.reg("b16")
+            b.op(f"mov.b16 {h}, 0")
+            b.op(f"@{ok} ld.global.b16 {h}, [{addrs[n.name]}]")
+            return self._unpack_half(t.dtype, h)
+        k, j = divmod(ctx.e, self.V)
+        words = ctx.chunk_regs[n.name][k]
+        if t.elem_bytes == 4:
+            return self._unpack_word(t.dtype, words[j], 0)
+        return self._unpack_word(t.dtype, words[j // 2], j % 2)
+
+    def _unpack_word(self, dtype: str, word: str, half: int) -> str:
+        """Element `half` (0 = low) of a 32-bit word as f32."""
+        b = self.b
+        f = b.reg("f32")
+        if dtype == "fp32":
+            b.op(f"mov.b32 {f}, {word}")
+        elif dtype == "int32":
+            b.op(f"cvt.rn.f32.s32 {f}, {word}")
+        elif dtype == "bf16":
+            # bf16 -> f32 is the 16 bits moved to the top of the word.
+            w = b.reg("b32")
+            if half == 0:
+                b.op(f"shl.b32 {w}, {word}, 16")
+            else:
+                b.op(f"and.b32 {w}, {word}, -65536")
+            b.op(f"mov.b32 {f}, {w}")
+        elif dtype == "fp16":
+            lo, hi = b.reg("b16"), b.reg("b16")
+            b.op(f"mov.b32 {{{lo}, {hi}}}, {word}")
+            b.op(f"cvt.f32.f16 {f}, {hi if half else lo}")
+        else:
+            raise EmitError(f"cannot read {dtype} elements")
+        return f
+
+    def _unpack_half(self, dtype: str, h: str) -> str:
+        b = self.b
+        f = b.reg("f32")
+        b.op(f"cvt.f32.{'bf16' if dtype == 'bf16' else 'f16'} {f}, {h}")
+        return f
+
+    def _as_f32(self, reg: str, kind: str) -> str:
+        if kind == "f32":
+            return reg
+        r = self.b.reg("f32")
+        self.b.op(f"selp.f32 {r}, 0f3F800000, 0f00000000, {reg}")
+        return r
+
+    def _as_pred(self, reg: str, kind: str) -> str:
+        if kind == "pred":
+            return reg
+        p = self.b.reg("pred")
+        self.b.op(f"setp.neu.f32 {p}, {reg}, 0f00000000")
+        return p
+
+    def _apply(self, n: E.Node, args):
+        b, fast = self.b, self.fast
+        if isinstance(n, E.Unary):
+            fn = ops.UNARY.get(n.op)
+            if fn is None:
+                raise EmitError(f"no PTX for unary {n.op}")
+            return (fn(b, self._as_f32(*args[0]), fast), "f32")
+        if isinstance(n, E.Binary):
+            x = self._as_f32(*args[0])
+            if n.op == "pow":
+                return (ops.pow_const(b, x, float(n.b.value), fast), "f32")
+            fn = ops.BINARY.get(n.op)
+            if fn is None:
+                raise EmitError(f"no PTX for binary {n.op}")
+            return (fn(b, x, self._as_f32(*args[1]), fast), "f32")
+        if isinstance(n, E.Compare):
+            return (ops.compare(b, n.op, self._as_f32(*args[0]), self._as_f32(*args[1])), "pred")
+        if isinstance(n, E.Where):
+            p = self._as_pred(*args[0])
+            r = b.reg("f32")
+            b.op(f"selp.f32 {r}, {self._as_f32(*args[1])}, {self._as_f32(*args[2])}, {p}")
+            return (r, "f32")
+        if isinstance(n, E.Cast):
+            return (ops.cast_round(b, self._as_f32(*args[0]), n.to), "f32")
+        raise EmitError(f"cannot render {type(n).__name__}")
+
+
+def _ident(name: str) -> str:
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name)

@@ -1,0 +1,239 @@
+"""Schedule spaces: how a row kernel is laid out on the GPU, as flat frozen option objects.
+
+A `Schedule` is one point in the space. Its fields are plain ints, bools and short strings so that
+search code can mutate any field generically (`dataclasses.replace`), serialise it (`asdict`) and
+rebuild it (`Schedule.from_dict`). Whether a point makes sense for an IR at some dims is decided in
+one place, `is_valid`; `space` is the product of the option lists filtered by it.
+
+Hardware facts (Hopper, sm_90) that bound the space:
+- 1024 threads per block, 64K 32-bit registers and 2048 threads per SM, 132 SMs on H100 SXM/H200;
+- 16-byte accesses per thread (ld.global.v4.b32) are the widest and the coalescing sweet spot;
+- named barriers 0..15, so at most 15 row groups per block (barrier 1 + group) when a row spans
+  several warps.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, fields
+
+from factory.ir import KernelIR
+
+NUM_SMS = 132  # H100 SXM / H200; the persistent grid is sized from it
+MAX_THREADS_PER_BLOCK = 1024
+REGISTER_BUDGET_PER_THREAD = 128  # our estimate's cap: beyond it occupancy drops below 2 blocks
+
+MODES = ("cached", "stream")
+LOAD_HINTS = ("none", "nc", "nc_noalloc", "evict_first")
+STORE_HINTS = ("none", "cs", "noalloc")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One layout of the row kernel.
+
+    threads_per_row: threads that share one row (32 = a warp; more = several warps, reduced
+        through shared memory).
+    rows_per_block: row groups per block (block size = threads_per_row * rows_per_block).
+    vec_elems: elements per thread per chunk (8 bf16 = one 16-byte ld.global.v4).
+    chunks: "cached": chunks per thread held in registers, so the row capacity is
+        threads_per_row * vec_elems * chunks (longer rows fall back to streaming);
+        "stream": chunks loaded per loop iteration (the unroll, loads in flight).
+    mode: "cached" reads the row once into registers and makes every pass there; "stream" reads
+        it again from memory (L2) for every pass.
+    online: fuse max(F) and sum(exp(F - max F)) into one pass (running max, rescaled sum).
+    load_hint / store_hint: cache qualifiers for row data (streamed once: keep it out of L1).
+    persistent_blocks_per_sm: 0 = one block per row group; k > 0 = grid of k blocks per SM
+        looping over rows.
+    fast_math: approximate div/sqrt/tanh (allowed only where the tolerance is loose).
+    """
+
+    family: str = "row"
+    threads_per_row: int = 256
+    rows_per_block: int = 1
+    vec_elems: int = 8
+    chunks: int = 4
+    mode: str = "cached"
+    online: bool = False
+    load_hint: str = "nc_noalloc"
+    store_hint: str = "cs"
+    persistent_blocks_per_sm: int = 0
+    fast_math: bool = True
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Schedule:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown schedule fields: {sorted(unknown)}")
+        return cls(**d)
+
+    @property
+    def threads_per_block(self) -> int:
+        return self.threads_per_row * self.rows_per_block
+
+    def tag(self) -> str:
+        """A short, stable name for entry points and tables."""
+        s = (
+            f"{self.mode[0]}t{self.threads_per_row}r{self.rows_per_block}"
+            f"v{self.vec_elems}c{self.chunks}"
+        )
+        if self.online:
+            s += "o"
+        if self.persistent_blocks_per_sm:
+            s += f"p{self.persistent_blocks_per_sm}"
+        if not self.fast_math:
+            s += "x"
+        return s + f"_{self.load_hint[:2]}{self.store_hint[:2]}"
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def fast_math_allowed(ir: KernelIR) -> bool:
+    """Approximate div/sqrt/tanh carry about 2^-11..2^-21 relative error: only for outputs whose
+    tolerance is at least bf16/fp16-sized."""
+    return ir.tolerance_rel_norm >= 1e-3
+
+
+def estimate_registers(ir: KernelIR, s: Schedule) -> int:
+    """A rough per-thread register count for the cached mode (held row data plus materialised
+    intermediates); the compile report is the truth, this only prunes the space early."""
+    if s.mode != "cached":
+        return 40 + 8 * s.chunks * s.vec_elems // 4
+    held = 0
+    for t in ir.row_inputs():
+        held += s.chunks * max(1, s.vec_elems * t.elem_bytes // 4)
+    materialised = 0
+    if ir.num_stages > 1:
+        materialised = s.chunks * s.vec_elems  # at most one f32 row intermediate, usually
+    return 32 + held + materialised
+
+
+def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str]:
+    """Whether `s` is a sensible layout of `ir` at `dims`; (False, reason) otherwise.
+    Correctness never depends on it (every emitted kernel handles any M and N); it prunes layouts
+    that cannot launch or would waste the machine at these dims."""
+    if s.family != "row":
+        return False, f"unknown family {s.family}"
+    if s.mode not in MODES:
+        return False, f"unknown mode {s.mode}"
+    if s.load_hint not in LOAD_HINTS or s.store_hint not in STORE_HINTS:
+        return False, "unknown cache hint"
+    if not _pow2(s.threads_per_row) or not 32 <= s.threads_per_row <= MAX_THREADS_PER_BLOCK:
+        return False, "threads_per_row must be a power of two in [32, 1024]"
+    if not _pow2(s.vec_elems) or s.vec_elems > 16:
+        return False, "vec_elems must be a power of two <= 16"
+    if s.chunks < 1 or s.chunks > 16:
+        return False, "chunks must be in [1, 16]"
+    if s.rows_per_block < 1 or s.threads_per_block > MAX_THREADS_PER_BLOCK:
+        return False, f"{s.threads_per_block} threads per block exceeds 1024"
+    if s.threads_per_row > 32 and s.rows_per_block > 15:
+        return False, "at most 15 row groups per block (named barriers)"
+    if s.persistent_blocks_per_sm < 0 or s.persistent_blocks_per_sm > 32:
+        return False, "persistent_blocks_per_sm must be in [0, 32]"
+    if s.fast_math and not fast_math_allowed(ir):
+        return False, "fast_math is not allowed by the output tolerance"
+    if s.online and not ir.online:
+        return False, "online needs a max/sum-of-exp pair"
+    widest = 16 // ir.min_elem_bytes()
+    if s.vec_elems * ir.min_elem_bytes() > 32:
+        return False, "more than 32 bytes per chunk of the narrowest tensor"
+    if s.vec_elems < widest // 2:
+        return False, "accesses narrower than 8 bytes"
+    n = int(dims[ir.row_dim])
+    per_pass = s.threads_per_row * s.vec_elems
+    if s.mode == "cached":
+        capacity = per_pass * s.chunks
+        if n > capacity:
+            return False, f"row of {n} exceeds the register capacity {capacity}"
+        if n <= capacity // 2:
+            return False, f"row of {n} fills under half of the capacity {capacity}"
+        regs = estimate_registers(ir, s)
+        if regs > REGISTER_BUDGET_PER_THREAD:
+            return False, f"about {regs} registers per thread"
+    else:
+        if n < per_pass * s.chunks:
+            return False, "stream mode on a row shorter than one iteration"
+    return True, ""
+
+
+def _modes_for(ir: KernelIR) -> list[tuple[str, bool]]:
+    out = [("cached", False), ("stream", False)]
+    if ir.online:
+        out += [("cached", True), ("stream", True)]
+    return out
+
+
+def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
+    """Every valid schedule for all of `dims_list` (the product of the option lists, filtered by
+    `is_valid`), in a stable order."""
+    fast_options = [True, False] if fast_math_allowed(ir) else [False]
+    vecs = sorted({16 // ir.min_elem_bytes(), 32 // ir.min_elem_bytes()})
+    out = []
+    for t, r, v, c, (mode, online), lh, sh, p, fm in itertools.product(
+        (32, 64, 128, 256, 512, 1024),
+        (1, 2, 4, 8),
+        vecs,
+        (1, 2, 4, 8),
+        _modes_for(ir),
+        ("nc", "nc_noalloc"),
+        ("none", "cs"),
+        (0, 2),
+        fast_options,
+    ):
+        s = Schedule(
+            threads_per_row=t,
+            rows_per_block=r,
+            vec_elems=v,
+            chunks=c,
+            mode=mode,
+            online=online,
+            load_hint=lh,
+            store_hint=sh,
+            persistent_blocks_per_sm=p,
+            fast_math=fm,
+        )
+        if all(is_valid(ir, s, d)[0] for d in dims_list):
+            out.append(s)
+    return out
+
+
+def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
+    """A good first layout at `dims`: the row in registers up to 32K elements (4 chunks of 16
+    bytes per thread, the fewest threads that cover the row, at least a warp), streaming with
+    the online max/sum beyond that."""
+    n = int(dims[ir.row_dim])
+    eb = ir.min_elem_bytes()
+    v = 16 // eb
+    fm = fast_math_allowed(ir)
+    online = bool(ir.online)
+    chunks = 4
+    threads = 32
+    while threads * v * chunks < n and threads < MAX_THREADS_PER_BLOCK:
+        threads *= 2
+    if threads * v * chunks >= n:
+        rows = max(1, min(4, 128 // threads))
+        # The online pair costs a second exp per element when the row is in registers anyway.
+        return Schedule(
+            threads_per_row=threads,
+            rows_per_block=rows,
+            vec_elems=v,
+            chunks=chunks,
+            mode="cached",
+            online=False,
+            fast_math=fm,
+        )
+    return Schedule(
+        threads_per_row=1024,
+        rows_per_block=1,
+        vec_elems=v,
+        chunks=4,
+        mode="stream",
+        online=online,
+        fast_math=fm,
+    )
