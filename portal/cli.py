@@ -1,0 +1,273 @@
+"""`ptxf`: a small command-line client for the JSON API, using only the standard library.
+
+    export PTXF_URL=https://factory.example.com/api/v1/   (or the portal's root URL)
+    export PTXF_TOKEN=ptxf_...
+    ptxf submit manifest.toml [--baseline kernel.ptx] [--generations 4] [--wait]
+    ptxf status JOB
+    ptxf results JOB
+    ptxf download JOB -o kernel.zip
+
+Exit codes: 0 done, 1 refused by the server (the message is printed), 2 bad usage or
+configuration, 3 the server could not be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+USER_AGENT = "ptxf/1"
+TIMEOUT_S = 60
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def api_base(url: str) -> str:
+    """Accept the portal root or the API root; return the API root with a trailing slash."""
+    url = url.strip().rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise CliError(f"PTXF_URL must start with http:// or https://, not {url!r}", 2)
+    if not url.endswith("/api/v1"):
+        url = url + ("/v1" if url.endswith("/api") else "/api/v1")
+    return url + "/"
+
+
+class Client:
+    def __init__(self, url: str, token: str):
+        if not token:
+            raise CliError(
+                "set PTXF_TOKEN to an API token (create one on the portal's Tokens page)", 2
+            )
+        self.base = api_base(url)
+        self.token = token
+
+    def _request(self, method: str, path: str, body: dict | None = None):
+        data = None
+        headers = {
+            "Authorization": f"Bearer {self.token}",
+            "Accept": "application/json",
+            "User-Agent": USER_AGENT,
+        }
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        request = urllib.request.Request(
+            urllib.parse.urljoin(self.base, path), data=data, headers=headers, method=method
+        )
+        try:
+            return urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 - http(s) only
+        except urllib.error.HTTPError as exc:
+            raise CliError(_describe_error(exc)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise CliError(f"cannot reach {self.base}: {getattr(exc, 'reason', exc)}", 3) from None
+
+    def json(self, method: str, path: str, body: dict | None = None) -> dict:
+        with self._request(method, path, body) as response:
+            return json.loads(response.read().decode())
+
+    def download(self, path: str, out: Path) -> tuple[int, str, str | None]:
+        """Stream to `out` (through a temporary file, so a broken download leaves nothing);
+        returns (bytes, sha256, the server's sha256)."""
+        digest = hashlib.sha256()
+        size = 0
+        tmp = out.with_name(out.name + ".part")
+        with self._request("GET", path) as response, open(tmp, "wb") as fh:
+            expected = response.headers.get("X-Content-SHA256")
+            while chunk := response.read(1 << 16):
+                fh.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+        if expected and expected != digest.hexdigest():
+            tmp.unlink(missing_ok=True)
+            raise CliError(f"checksum mismatch: got {digest.hexdigest()}, expected {expected}")
+        tmp.replace(out)
+        return size, digest.hexdigest(), expected
+
+
+def _describe_error(exc: urllib.error.HTTPError) -> str:
+    try:
+        body = json.loads(exc.read().decode())
+    except (ValueError, UnicodeDecodeError):
+        return f"HTTP {exc.code}: {exc.reason}"
+    lines = [f"HTTP {exc.code}: {body.get('error', exc.reason)}"]
+    for field, problem in body.get("errors", []):
+        lines.append(f"  {field}: {problem}" if field else f"  {problem}")
+    return "\n".join(lines)
+
+
+def _job_path(job: str) -> str:
+    job = job.strip()
+    if not job or "/" in job or not all(c.isalnum() or c == "-" for c in job):
+        raise CliError(f"{job!r} is not a job id", 2)
+    return f"jobs/{job}/"
+
+
+def _print_status(info: dict, out) -> None:
+    bar_width = 30
+    filled = int(round(info.get("progress", 0) * bar_width))
+    print(f"job       {info['job']}  ({info['name']})", file=out)
+    print(
+        f"status    {info['status']}{' / ' + info['stage'] if info.get('stage') else ''}", file=out
+    )
+    print(
+        f"progress  [{'#' * filled}{'.' * (bar_width - filled)}] "
+        f"{info.get('generations_done', 0)}/{info.get('max_generations', '?')} generations",
+        file=out,
+    )
+    if info.get("eta_s") is not None and not info.get("done"):
+        print(f"eta       about {int(info['eta_s'])} s", file=out)
+    counts = info.get("candidates") or {}
+    if counts:
+        print(
+            f"candidates {counts.get('total', 0)} ({counts.get('passed', 0)} verified, "
+            f"{counts.get('failed', 0)} failed, {counts.get('rejected', 0)} refused)",
+            file=out,
+        )
+    if info.get("best_score_us"):
+        print(f"best      {info['best_score_us']:.3f} us", file=out)
+    if info.get("decision"):
+        d = info["decision"]
+        print(f"decision  {d['decision']}: {d.get('comment') or ''}".rstrip(), file=out)
+
+
+def cmd_submit(client: Client, args, out) -> int:
+    path = Path(args.manifest)
+    try:
+        manifest = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {path}: {exc}", 2) from None
+    body: dict = {"manifest": manifest}
+    if args.baseline:
+        bpath = Path(args.baseline)
+        try:
+            body["baseline_source"] = bpath.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"cannot read {bpath}: {exc}", 2) from None
+        body["baseline_filename"] = bpath.name
+    if args.generations:
+        body["generations"] = args.generations
+    info = client.json("POST", "jobs/", body)
+    print(info["job"], file=out)
+    if args.wait:
+        return _wait(client, info["job"], out)
+    return 0
+
+
+def _wait(client: Client, job: str, out, poll_s: float = 5.0) -> int:
+    while True:
+        info = client.json("GET", _job_path(job))
+        if info.get("done") or info["status"] == "review":
+            _print_status(info, out)
+            return 0 if info["status"] in ("review", "approved") else 1
+        time.sleep(poll_s)
+
+
+def cmd_status(client: Client, args, out) -> int:
+    info = client.json("GET", _job_path(args.job))
+    if args.json:
+        json.dump(info, out, indent=2)
+        print(file=out)
+    else:
+        _print_status(info, out)
+    return 0
+
+
+def cmd_results(client: Client, args, out) -> int:
+    info = client.json("GET", _job_path(args.job) + "results/")
+    if args.json:
+        json.dump(info, out, indent=2)
+        print(file=out)
+        return 0
+    _print_status(info, out)
+    best = info.get("best")
+    if not best:
+        print("no timed candidate yet", file=out)
+        return 0
+    print(f"\nbest candidate {best['candidate']}  entry {best['entry']}", file=out)
+    for v in best["verification"]:
+        dims = " ".join(f"{k}={n}" for k, n in v["dims"].items())
+        kind = "held-out" if v["heldout"] else "bench"
+        print(
+            f"  verify  {dims:<24} {kind:<8} {'ok' if v['passed'] else 'FAIL'}  "
+            f"rel_err {v['rel_err'] if v['rel_err'] is not None else float('nan'):.2e}",
+            file=out,
+        )
+    if best.get("compared_with"):
+        print(f"  against {best['compared_with']}:", file=out)
+    for s in best.get("speedups", []):
+        if s.get("missing"):
+            print(f"  {s['shape']:<24} not measured", file=out)
+            continue
+        interval = f"[{s['low']:.2f}, {s['high']:.2f}]" if s.get("low") else ""
+        print(
+            f"  {s['shape']:<24} {s['baseline_us']:9.2f} us -> {s['candidate_us']:9.2f} us  "
+            f"{s['speedup']:.2f}x {interval}",
+            file=out,
+        )
+    for flag in best.get("flags", []):
+        print(f"  flag: {flag}", file=out)
+    return 0
+
+
+def cmd_download(client: Client, args, out) -> int:
+    target = Path(args.output or f"{args.job}.zip")
+    size, digest, expected = client.download(_job_path(args.job) + "artifact/", target)
+    note = " (matches the server's checksum)" if expected else ""
+    print(f"{target}  {size} bytes  sha256 {digest}{note}", file=out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ptxf", description="PTX Kernel Factory command-line client."
+    )
+    parser.add_argument("--url", default=os.environ.get("PTXF_URL", "http://127.0.0.1:8000"))
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("submit", help="submit a workload manifest and start a job")
+    p.add_argument("manifest")
+    p.add_argument("--baseline", help="your current kernel (.ptx or .cu)")
+    p.add_argument("--generations", type=int)
+    p.add_argument("--wait", action="store_true", help="poll until the search is done")
+    p.set_defaults(run=cmd_submit)
+    p = sub.add_parser("status", help="a job's progress")
+    p.add_argument("job")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_status)
+    p = sub.add_parser("results", help="a job's best kernel against the baselines")
+    p.add_argument("job")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_results)
+    p = sub.add_parser("download", help="download an approved artifact")
+    p.add_argument("job")
+    p.add_argument("-o", "--output")
+    p.set_defaults(run=cmd_download)
+    return parser
+
+
+def main(argv: list[str] | None = None, out=None) -> int:
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        client = Client(args.url, os.environ.get("PTXF_TOKEN", ""))
+        return args.run(client, args, out)
+    except CliError as exc:
+        print(f"ptxf: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
