@@ -63,9 +63,8 @@ class Client:
         if body is not None:
             data = json.dumps(body).encode()
             headers["Content-Type"] = "application/json"
-        request = urllib.request.Request(
-            urllib.parse.urljoin(self.base, path), data=data, headers=headers, method=method
-        )
+        url = urllib.parse.urljoin(self.base, path)  # api_base() allowed http(s) only
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310
         try:
             return urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 - http(s) only
         except urllib.error.HTTPError as exc:
