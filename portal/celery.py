@@ -71,7 +71,9 @@ def celery_config(environ: dict[str, str] | None = None) -> dict:
         # next restore sweep: the default sweep is slow (about 100 s), 1 s brings them back in
         # seconds.
         config["broker_transport_options"] = {
-            "visibility_timeout": gpu_hard_limit_s + 600,
+            "visibility_timeout": int(
+                env.get("CELERY_VISIBILITY_TIMEOUT_S") or gpu_hard_limit_s + 600
+            ),
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
         }

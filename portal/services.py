@@ -329,17 +329,14 @@ def candidate_from_draft(*, job: Job, generation: Generation, draft) -> Candidat
 def _draft_of(candidate: Candidate):
     from factory.agents.types import CandidateDraft, launch_from_dict, params_from_list
 
-    spec = candidate.job.workload.spec()
-    params = (
-        params_from_list(candidate.params)
-        if candidate.params is not None
-        else (spec.baseline.params if spec.baseline else ())
-    )
-    launch = (
-        launch_from_dict(candidate.launch)
-        if candidate.launch
-        else (spec.baseline.launch if spec.baseline else None)
-    )
+    if candidate.params is not None and candidate.launch:
+        params = params_from_list(candidate.params)
+        launch = launch_from_dict(candidate.launch)
+    else:
+        # No binding of its own: the candidate is an edit of the customer's kernel.
+        baseline = candidate.job.workload.spec().baseline
+        params = baseline.params if baseline else ()
+        launch = baseline.launch if baseline else None
     role = candidate.role if candidate.role in ("planner", "writer", "tuner") else "writer"
     backend = candidate.backend if candidate.backend in ("offline", "anthropic") else "offline"
     return CandidateDraft(
