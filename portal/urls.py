@@ -9,16 +9,10 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
 ]
 
-# The pages and the API are written alongside; until their url modules exist the project still
-# loads (the guard goes once they land).
-try:
-    urlpatterns.append(path("api/", include("portal.api.urls")))
-except ImportError:
-    pass
-try:
-    urlpatterns.append(path("", include("portal.web.urls")))
-except ImportError:
-    pass
+urlpatterns += [
+    path("api/", include("portal.api.urls")),
+    path("", include("portal.web.urls")),
+]
 
 if settings.DEBUG:
     from django.conf.urls.static import static
