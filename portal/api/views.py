@@ -387,7 +387,8 @@ def candidate(request, code):
             "entry": c.entry,
             "compile": c.compile_report,
             "ptx_sha256": c.ptx_sha256,
-            "ptx": c.ptx,
+            # A customer gets the PTX once it is approved (the artifact carries it too).
+            "ptx": c.ptx if access.may_read_ptx(request.user, c) else None,
             "timing": [_timing_json(t) for t in queries.candidate_timings(c)],
         }
     )

@@ -94,3 +94,20 @@ def get_candidate_for_user(user, code) -> Candidate:
 
 def get_artifact_for_user(user, code) -> Artifact:
     return _one(artifacts_for(user).select_related("job", "job__workload", "candidate"), code)
+
+
+def may_read_ptx(user, candidate) -> bool:
+    """Engineers read every candidate's PTX; a customer reads only the PTX an engineer approved
+    (before that, the kernel is not a deliverable, and handing it out would bypass the review)."""
+    if is_engineer(user):
+        return True
+    from portal.models import Job, ReviewDecision
+
+    if candidate.job.status != Job.APPROVED:
+        return False
+    latest = ReviewDecision.objects.filter(job_id=candidate.job_id).order_by("-created").first()
+    return (
+        latest is not None
+        and latest.decision == ReviewDecision.APPROVE
+        and latest.candidate_id == candidate.id
+    )

@@ -257,11 +257,13 @@ def candidate(request, code):
     timings = queries.candidate_timings(c)
     verifications = queries.candidate_verifications(c)
     samples = {charts.shape_label(t.dims): t.samples_us for t in timings if t.samples_us}
+    show_ptx = access.may_read_ptx(request.user, c)
     context = {
         "candidate": c,
         "job": c.job,
         "workload": c.job.workload,
-        "ptx_lines": c.ptx.splitlines(),
+        "show_ptx": show_ptx,
+        "ptx_lines": c.ptx.splitlines() if show_ptx else [],
         "compile": c.compile_report or {},
         "agent_review": c.review or {},
         "verifications": verifications,

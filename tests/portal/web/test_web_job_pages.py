@@ -1,0 +1,122 @@
+"""The home, workload, job (with live progress), candidate and token pages."""
+
+import pytest
+from django.urls import reverse
+
+from portal.models import Job
+from portal.web.delivery import decide_and_deliver
+from tests.portal.web.world import job_in_review
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def review_job(orgs, customer, settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return job_in_review(orgs[0], customer, failing=(2,))
+
+
+def test_the_home_page_answers_200_for_a_customer_and_an_engineer(
+    client, customer, engineer, review_job
+):
+    client.force_login(customer)
+    page = client.get(reverse("web-home"))
+    assert page.status_code == 200 and "softmax" in page.content.decode()
+    client.force_login(engineer)
+    page = client.get(reverse("web-home"))
+    assert page.status_code == 200
+    assert reverse("web-review", args=[review_job.code]) in page.content.decode()
+
+
+def test_the_login_page_renders_and_logs_a_customer_in(client, customer):
+    assert client.get(reverse("login")).status_code == 200
+    response = client.post(reverse("login"), {"username": "alice", "password": "alice-pass"})
+    assert response.status_code == 302
+    assert client.get(reverse("web-home")).status_code == 200
+
+
+def test_the_job_page_shows_progress_charts_and_the_speedup(client, customer, review_job):
+    client.force_login(customer)
+    response = client.get(reverse("web-job", args=[review_job.code]))
+    assert response.status_code == 200
+    charts = response.context["charts"]
+    assert set(charts) == {"generations", "baselines", "bandwidth", "correctness"}
+    assert all(charts.values())
+    html = response.content.decode()
+    assert "/static/vendor/plotly.min.js" in html and "cdn" not in html.lower()
+    assert "2.00×" in html or "1.9" in html  # torch_compile at 2x base, best candidate at base
+    assert response.context["candidates"].paginator.count == 3
+
+
+def test_the_progress_fragment_polls_while_the_job_runs(client, customer, review_job):
+    Job.objects.filter(pk=review_job.pk).update(status=Job.RUNNING, stage=Job.STAGE_PROPOSING)
+    client.force_login(customer)
+    response = client.get(reverse("web-job-progress", args=[review_job.code]))
+    assert response.status_code == 200
+    assert 'hx-trigger="every 1s"' in response.content.decode()
+
+
+def test_the_progress_fragment_stops_polling_with_286_when_the_job_is_done(
+    client, customer, review_job
+):
+    client.force_login(customer)
+    response = client.get(reverse("web-job-progress", args=[review_job.code]) + "?live=1")
+    assert response.status_code == 286
+    assert "hx-trigger" not in response.content.decode()
+    # Drawn while the job ran: reload once so the charts appear.
+    assert response["HX-Refresh"] == "true"
+
+
+def test_the_gpu_queue_counts_batches_waiting_and_running(client, customer, review_job):
+    from portal.models import GpuBatch
+
+    GpuBatch.objects.filter(job=review_job).update(status=GpuBatch.PENDING)
+    Job.objects.filter(pk=review_job.pk).update(status=Job.WAITING_GPU)
+    client.force_login(customer)
+    progress = client.get(reverse("web-job-progress", args=[review_job.code])).context["progress"]
+    assert progress["gpu_queue"]["waiting"] == 1 and progress["gpu_queue"]["position"] == 1
+
+
+def test_the_candidate_page_shows_lineage_compile_verification_and_timing(
+    client, engineer, review_job
+):
+    client.force_login(engineer)
+    best = review_job.best_candidate
+    response = client.get(reverse("web-candidate", args=[best.code]))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'class="ln">1<' in html  # PTX with line numbers
+    assert "held out" in html and "benchmarked" in html
+    assert "variant 0" in html  # what changed
+    assert len(response.context["timings"]) == 2
+
+
+def test_a_customer_reads_the_ptx_only_once_it_is_approved(client, customer, engineer, review_job):
+    best = review_job.best_candidate
+    client.force_login(customer)
+    assert not client.get(reverse("web-candidate", args=[best.code])).context["show_ptx"]
+    decide_and_deliver(
+        job=review_job, reviewer=engineer, decision="approve", comment="", checklist={}
+    )
+    assert client.get(reverse("web-candidate", args=[best.code])).context["show_ptx"]
+
+
+def test_the_workload_page_shows_the_spec_and_the_latest_jobs_progress(
+    client, customer, review_job
+):
+    client.force_login(customer)
+    response = client.get(reverse("web-workload", args=[review_job.workload.code]))
+    assert response.status_code == 200
+    assert response.context["latest"] == review_job
+
+
+def test_a_customer_creates_and_revokes_an_api_token(client, customer):
+    from portal.models import ApiToken
+
+    client.force_login(customer)
+    response = client.post(reverse("web-tokens"), {"name": "laptop"})
+    key = response.context["new_key"]
+    assert key.startswith("ptxf_") and ApiToken.lookup(key).user == customer
+    token = ApiToken.objects.get(user=customer)
+    client.post(reverse("web-token-delete", args=[token.code]))
+    assert ApiToken.lookup(key) is None
