@@ -1,0 +1,41 @@
+from gpuworker.plausibility import best_baseline_by_shape, flags_for
+
+DIMS = {"M": 16384, "N": 4096}
+
+
+def timing(median_us, tbps, **extra):
+    return {"dims": DIMS, "median_us": median_us, "tbps": tbps, **extra}
+
+
+def baselines():
+    return [
+        {"name": "torch_eager", "status": "passed", "timing": [timing(300.0, 1.3)]},
+        {"name": "triton", "status": "passed", "timing": [timing(100.0, 3.8)]},
+        {"name": "torch_compile", "status": "failed", "timing": [timing(10.0, 40.0)]},
+    ]
+
+
+def test_the_best_passed_baseline_per_shape_is_the_bar():
+    best = best_baseline_by_shape(baselines())
+    assert best[tuple(sorted(DIMS.items()))] == ("triton", 100.0)  # the failed one is ignored
+
+
+def test_a_result_above_the_copy_ceiling_is_flagged():
+    flags = flags_for([timing(90.0, 4.9)], 4.28, {})
+    assert len(flags) == 1 and flags[0].startswith("above_copy_ceiling")
+
+
+def test_more_than_one_and_a_half_times_the_best_baseline_is_flagged():
+    best = best_baseline_by_shape(baselines())
+    flags = flags_for([timing(60.0, 4.0)], 4.28, best)
+    assert any(f.startswith("suspiciously_fast_vs_triton") for f in flags)
+
+
+def test_a_plausible_result_has_no_flags():
+    best = best_baseline_by_shape(baselines())
+    assert flags_for([timing(95.0, 4.0)], 4.28, best) == []
+
+
+def test_a_sagging_clock_is_flagged():
+    flags = flags_for([timing(95.0, 4.0, clock_sagged=True, sm_clock_min_mhz=1200)], 4.28, {})
+    assert flags == ["sm_clock_sagged: 1200 MHz min at M=16384xN=4096"]
