@@ -1,0 +1,177 @@
+"""The JSON API: bearer tokens, JSON errors with 4xx codes, other organisations' objects 404."""
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from portal import services
+from portal.artifacts import verify_checksums
+from portal.web.delivery import decide_and_deliver
+from tests.portal.web.world import job_in_review
+
+pytestmark = pytest.mark.django_db
+
+
+def _auth(user):
+    key, _ = services.api_token_create(user=user, name="test")
+    return {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+
+
+@pytest.fixture
+def review_job(orgs, customer, settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return job_in_review(orgs[0], customer)
+
+
+def test_a_request_without_a_token_is_401_json(client, review_job):
+    response = client.get(reverse("api-job", args=[review_job.code]))
+    assert response.status_code == 401
+    assert "Bearer" in response.json()["error"]
+
+
+def test_a_revoked_or_mistyped_token_is_401(client, customer, review_job):
+    headers = {"HTTP_AUTHORIZATION": "Bearer ptxf_deadbeef_nope"}
+    assert client.get(reverse("api-job", args=[review_job.code]), **headers).status_code == 401
+
+
+def test_a_customer_polls_their_job(client, customer, review_job):
+    response = client.get(reverse("api-job", args=[review_job.code]), **_auth(customer))
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "review" and body["done"] is True
+    assert body["best_candidate"] == str(review_job.best_candidate.code)
+
+
+def test_results_carry_verification_timing_baselines_and_speedups(client, customer, review_job):
+    body = client.get(reverse("api-results", args=[review_job.code]), **_auth(customer)).json()
+    best = body["best"]
+    assert len(best["verification"]) == 3 and all(v["passed"] for v in best["verification"])
+    assert best["compared_with"] == "torch_compile"
+    assert all(s["speedup"] == pytest.approx(2.0) for s in best["speedups"])
+    assert body["copy_ceiling_tbps"] == 4.28
+
+
+def test_a_customer_gets_404_for_every_object_of_another_organisation(
+    client, outsider, review_job, acme_world
+):
+    headers = _auth(outsider)
+    urls = [
+        reverse("api-job", args=[review_job.code]),
+        reverse("api-results", args=[review_job.code]),
+        reverse("api-artifact", args=[review_job.code]),
+        reverse("api-workload", args=[review_job.workload.code]),
+        reverse("api-candidate", args=[review_job.best_candidate.code]),
+        reverse("api-artifact", args=[acme_world["approved_job"].code]),
+    ]
+    for url in urls:
+        response = client.get(url, **headers)
+        assert response.status_code == 404, url
+        assert response.json() == {"error": "Not found."}
+
+
+def test_the_artifact_of_an_unapproved_job_is_refused_with_409(client, customer, review_job):
+    response = client.get(reverse("api-artifact", args=[review_job.code]), **_auth(customer))
+    assert response.status_code == 409
+    assert "approved" in response.json()["error"]
+
+
+def test_an_approved_artifact_downloads_and_its_checksums_verify(
+    client, customer, engineer, review_job
+):
+    decide_and_deliver(
+        job=review_job, reviewer=engineer, decision="approve", comment="", checklist={}
+    )
+    response = client.get(reverse("api-artifact", args=[review_job.code]), **_auth(customer))
+    assert response.status_code == 200
+    data = b"".join(response.streaming_content)
+    assert verify_checksums(data) == []
+    import hashlib
+
+    assert response["X-Content-SHA256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_a_customer_reads_a_candidates_ptx_only_after_approval(
+    client, customer, engineer, review_job
+):
+    url = reverse("api-candidate", args=[review_job.best_candidate.code])
+    headers = _auth(customer)
+    assert client.get(url, **headers).json()["ptx"] is None
+    decide_and_deliver(
+        job=review_job, reviewer=engineer, decision="approve", comment="", checklist={}
+    )
+    assert client.get(url, **headers).json()["ptx"].startswith("//")
+
+
+def _submit(client, user, body, content_type="application/json"):
+    data = body if isinstance(body, bytes | str) else json.dumps(body)
+    return client.post(reverse("api-jobs"), data=data, content_type=content_type, **_auth(user))
+
+
+@pytest.mark.parametrize(
+    "body, content_type, status, field",
+    [
+        ({"manifest": "x"}, "text/plain", 415, None),
+        (b"{not json", "application/json", 400, None),
+        (b"\xff\xfe", "application/json", 400, None),
+        ([1, 2], "application/json", 400, None),
+        ({}, "application/json", 400, "manifest"),
+        ({"manifest": "   "}, "application/json", 400, "manifest"),
+        ({"manifest": "name = 'x'\x00"}, "application/json", 400, "manifest"),
+        ({"manifest": "a" * 70_000}, "application/json", 400, "manifest"),
+        (
+            {"manifest": "name='x'", "baseline_source": "x", "baseline_filename": "k.exe"},
+            "application/json",
+            400,
+            "baseline_filename",
+        ),
+        (
+            {"manifest": "name='x'", "baseline_source": "\x01bin", "baseline_filename": "k.ptx"},
+            "application/json",
+            400,
+            "baseline_source",
+        ),
+        ({"manifest": "name='x'", "generations": 0}, "application/json", 400, "generations"),
+        ({"manifest": "name='x'", "generations": True}, "application/json", 400, "generations"),
+    ],
+)
+def test_bad_submissions_get_a_json_error_naming_the_field(
+    client, customer, body, content_type, status, field
+):
+    response = _submit(client, customer, body, content_type)
+    assert response.status_code == status
+    payload = response.json()
+    assert payload["error"]
+    if field:
+        assert field in [f for f, _ in payload["errors"]]
+
+
+def test_a_huge_body_is_413(client, customer, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    response = _submit(client, customer, {"manifest": "a" * 5000})
+    assert response.status_code == 413
+
+
+def test_the_wrong_method_is_405_json(client, customer, review_job):
+    response = client.delete(reverse("api-job", args=[review_job.code]), **_auth(customer))
+    assert response.status_code == 405 and response["Allow"] == "GET"
+
+
+def test_a_manifest_the_spec_refuses_gets_its_field_errors(client, customer):
+    if not hasattr(pytest.importorskip("factory.spec"), "load_manifest"):
+        pytest.skip("factory.spec has not landed")
+    from portal.models import Job, Workload
+
+    response = _submit(client, customer, {"manifest": 'name = "x"\n[[outputs]]\nname = 1\n'})
+    assert response.status_code == 400
+    assert response.json()["errors"]
+    assert not Workload.objects.exists() and not Job.objects.exists()
+
+
+def test_the_jobs_list_shows_only_the_customers_organisation(
+    client, customer, outsider, review_job
+):
+    mine = client.get(reverse("api-jobs"), **_auth(customer)).json()["jobs"]
+    theirs = client.get(reverse("api-jobs"), **_auth(outsider)).json()["jobs"]
+    assert [j["job"] for j in mine] == [str(review_job.code)]
+    assert theirs == []
