@@ -1,0 +1,141 @@
+"""The job pipeline end to end without a GPU: a catalogue operator goes from upload to "waiting
+for GPU results", then to review once a results file is imported. Tasks run eagerly here (the
+same task functions the workers run, in order, on commit); the real agents, generator, compiler
+and reviewer do the work."""
+
+import json
+
+import pytest
+from django.core.management import call_command
+
+from portal import services, tasks
+from portal.celery import app
+from portal.models import (
+    Candidate,
+    Generation,
+    GpuBatch,
+    Job,
+    TimingResult,
+    VerificationResult,
+)
+from tests.portal.results_files import results_for
+
+
+@pytest.fixture
+def eager(settings):
+    settings.GPU_DISPATCH = False  # no GPU here: batches wait for an imported results file
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+def catalogue_manifest(name):
+    spec = pytest.importorskip("factory.spec")
+    if not hasattr(spec, "catalogue_manifest"):
+        pytest.skip("factory.spec has no catalogue yet")
+    return spec.catalogue_manifest(name)
+
+
+@pytest.fixture
+def upload(customer, orgs, eager, django_capture_on_commit_callbacks):
+    def upload(name="softmax", **budget):
+        manifest = catalogue_manifest(name)
+        with django_capture_on_commit_callbacks(execute=True):
+            workload = services.workload_create(org=orgs[0], user=customer, manifest=manifest)
+            job = services.job_create(
+                workload=workload,
+                user=customer,
+                max_generations=budget.get("max_generations", 1),
+                population=budget.get("population", 4),
+                seed=7,
+            )
+        job.refresh_from_db()
+        return job
+
+    return upload
+
+
+def pipeline_counts(job):
+    return (
+        Generation.objects.filter(job=job).count(),
+        Candidate.objects.filter(job=job).count(),
+        GpuBatch.objects.filter(job=job).count(),
+        VerificationResult.objects.filter(candidate__job=job).count(),
+        TimingResult.objects.filter(candidate__job=job).count(),
+    )
+
+
+def test_a_catalogue_job_reaches_waiting_for_gpu_results_without_a_gpu(upload):
+    job = upload()
+    assert job.status == Job.WAITING_GPU, job.stop_reason
+    batch = job.batches.get()
+    assert batch.status == GpuBatch.DISPATCHED
+    assert batch.batch["format"] == 1 and batch.batch["batch_id"] == str(batch.code)
+    queued = set(job.candidates.filter(status=Candidate.QUEUED).values_list("code", flat=True))
+    assert {c["id"] for c in batch.batch["candidates"]} == {str(code) for code in queued}
+    assert queued, "no candidate survived the build"
+    for candidate in job.candidates.all():
+        assert candidate.compile_report is not None
+        assert candidate.status in (Candidate.QUEUED, Candidate.REJECTED)
+        assert candidate.status == Candidate.QUEUED or candidate.reason
+
+
+def test_importing_the_results_file_sends_the_job_to_review(
+    upload, tmp_path, django_capture_on_commit_callbacks
+):
+    job = upload()
+    batch_file = tmp_path / "batch.json"
+    call_command("export_batch", str(job.code), "-o", str(batch_file))
+    batch = json.loads(batch_file.read_text())
+    results_file = tmp_path / "results.json"
+    results_file.write_text(json.dumps(results_for(batch)))
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("import_results", str(results_file))
+    job.refresh_from_db()
+    assert job.status == Job.REVIEW, job.stop_reason
+    assert job.best_candidate.status == Candidate.PASSED
+    assert job.best_candidate.score_us == pytest.approx(10.0)
+
+
+def test_importing_the_same_results_twice_records_nothing_twice(
+    upload, django_capture_on_commit_callbacks
+):
+    job = upload()
+    results = results_for(job.batches.get().batch)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.results_import(results=results)
+    before = pipeline_counts(job)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.results_import(results=results)
+    assert pipeline_counts(job) == before
+    assert Job.objects.get(pk=job.pk).status == Job.REVIEW
+
+
+def test_every_task_run_again_makes_nothing_twice(upload, django_capture_on_commit_callbacks):
+    job = upload()
+    before = pipeline_counts(job)
+    generation = job.generations.get()
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.job_start.apply(args=[job.pk])
+        tasks.generation_propose.apply(args=[generation.pk])
+        for candidate in job.candidates.all():
+            tasks.candidate_build.apply(args=[candidate.pk])
+        tasks.gpu_batch_dispatch.apply(args=[generation.pk])
+        tasks.requeue_stuck.apply(kwargs={"older_than_s": 0})
+    assert pipeline_counts(job) == before
+    assert Job.objects.get(pk=job.pk).status == Job.WAITING_GPU
+
+
+def test_a_second_generation_starts_from_the_first_ones_results(
+    upload, django_capture_on_commit_callbacks
+):
+    job = upload(max_generations=2)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.results_import(results=results_for(job.batches.get().batch))
+    job.refresh_from_db()
+    assert job.current_generation == 1
+    assert job.status == Job.WAITING_GPU, job.stop_reason
+    first, second = job.generations.order_by("index")
+    assert first.status == Generation.DONE and first.best_candidate is not None
+    # The next generation proposed new kernels (never the same PTX twice in a job).
+    assert second.candidates.exists()
