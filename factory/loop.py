@@ -44,6 +44,7 @@ class ProposeReport:
     model_train_records: int
     unsupported: str = ""
     notes: list[str] = field(default_factory=list)
+    usage: dict = field(default_factory=zero_usage)  # all model use, even if nothing came of it
 
 
 def propose_with_report(
@@ -82,6 +83,12 @@ def propose_with_report(
         unsupported=ctx.unsupported,
         notes=notes + plan.notes + settings.get("_emit_errors", [])[:5],
     )
+    if "_usage" in settings:
+        report.usage = dict(settings["_usage"])
+    else:
+        for d in drafts:
+            for k in report.usage:
+                report.usage[k] += d.usage.get(k, 0)
     return drafts, report
 
 
@@ -341,6 +348,8 @@ def run_job(
         "dtype": ev.dtype_of(workload),
         "gpu": workload.target,
     }
+    ptx_by_sha: dict[str, str] = {}  # what the model-backed tuner reads back
+    settings["ptx_by_sha256"] = ptx_by_sha
     for g in range(generations):
         t0 = time.monotonic()
         evidence = evidence_store.query(family=common["family"]) + [
@@ -355,10 +364,7 @@ def run_job(
             seed=seed,
             settings=settings,
         )
-        usage = zero_usage()
-        for d in drafts:
-            for k in usage:
-                usage[k] += d.usage.get(k, 0)
+        usage = dict(report.usage)
         rejected, survivors = [], {}
         for d in drafts:
             rep = compile_fn(d.ptx, workload.target)
@@ -440,6 +446,8 @@ def run_job(
                     "predicted_us": d.predicted_us,
                 }
             )
+            if us is not None:
+                ptx_by_sha[d.ptx_sha256] = d.ptx
             if us is not None and us < gen_best:
                 gen_best, gen_best_id = us, cid
         if gen_best_id is not None and gen_best < best_so_far:
