@@ -37,10 +37,24 @@ class EntrantError(Exception):
     """The entrant cannot be run as described (binding, launch geometry, missing entry)."""
 
 
-class ShapeData:
-    def __init__(self, spec: dict, stream):
+def _upload_shared(loc: dict, ptr: int):
+    """Copy one array the judging process shared (shared memory or a file) to the device."""
+    if "shm" in loc:
         from multiprocessing import shared_memory
 
+        shm = shared_memory.SharedMemory(name=loc["shm"])
+        try:
+            host = np.ndarray((loc["nbytes"],), dtype=np.uint8, buffer=shm.buf)
+            gpu.upload(ptr, host)
+            del host
+        finally:
+            shm.close()
+    else:
+        gpu.upload(ptr, np.fromfile(loc["file"], dtype=np.uint8, count=loc["nbytes"]))
+
+
+class ShapeData:
+    def __init__(self, spec: dict, stream):
         self.index = spec["index"]
         self.dims = spec["dims"]
         self.heldout = spec["heldout"]
@@ -49,18 +63,12 @@ class ShapeData:
         self.outputs = {}  # name -> dict(out=GuardedTensor, prev=DeviceMemory, refs=[...], ...)
         for name, t in spec["inputs"].items():
             slots, pristine = [], []
-            for shm_name in t["shm"]:
-                shm = shared_memory.SharedMemory(name=shm_name)
-                try:
-                    host = np.ndarray((t["nbytes"],), dtype=np.uint8, buffer=shm.buf)
-                    p = gpu.DeviceMemory(t["nbytes"])
-                    gpu.upload(p.ptr, host)
-                    s = gpu.GuardedTensor(t["nbytes"], gpu.INPUT_GUARD_BYTE)
-                    gpu.copy_d2d(s.ptr, p.ptr, t["nbytes"], stream)
-                    s.fill_guards(stream)
-                    del host
-                finally:
-                    shm.close()
+            for loc in t["shm"]:
+                p = gpu.DeviceMemory(t["nbytes"])
+                _upload_shared(loc, p.ptr)
+                s = gpu.GuardedTensor(t["nbytes"], gpu.INPUT_GUARD_BYTE)
+                gpu.copy_d2d(s.ptr, p.ptr, t["nbytes"], stream)
+                s.fill_guards(stream)
                 slots.append(s)
                 pristine.append(p)
             self.inputs[name] = {
@@ -72,15 +80,9 @@ class ShapeData:
             }
         for name, o in spec["outputs"].items():
             refs = []
-            for shm_name in o["ref_shm"]:
-                shm = shared_memory.SharedMemory(name=shm_name)
-                try:
-                    host = np.ndarray((o["numel"] * 8,), dtype=np.uint8, buffer=shm.buf)
-                    r = gpu.DeviceMemory(o["numel"] * 8)
-                    gpu.upload(r.ptr, host)
-                    del host
-                finally:
-                    shm.close()
+            for loc in o["ref_shm"]:
+                r = gpu.DeviceMemory(o["numel"] * 8)
+                _upload_shared(loc, r.ptr)
                 refs.append(r)
             out = gpu.GuardedTensor(o["nbytes"], gpu.OUTPUT_GUARD_BYTE)
             out.fill_guards(stream)

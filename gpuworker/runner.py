@@ -65,23 +65,43 @@ def _numel(shape) -> int:
 
 
 class _SharedArrays:
-    """Shared-memory blocks holding inputs and references for the child; unlinked at the end."""
+    """Inputs and references handed to the child: shared-memory blocks when /dev/shm has room,
+    else files in a temporary folder (a full /dev/shm kills a writer with SIGBUS, so we check
+    first). Each `put` returns a locator the child opens with `open_shared`."""
 
     def __init__(self):
-        self.blocks = []
+        import tempfile
 
-    def put(self, arr: np.ndarray) -> str:
+        self.blocks = []
+        self.tmpdir = None
+        self._tempfile = tempfile
+
+    def _shm_room(self, nbytes: int) -> bool:
+        try:
+            st = os.statvfs("/dev/shm")  # noqa: S108 - only its free space is read
+        except OSError:
+            return False
+        return st.f_bavail * st.f_frsize > nbytes * 1.2 + (256 << 20)
+
+    def put(self, arr: np.ndarray) -> dict:
         from multiprocessing import shared_memory
 
         arr = np.ascontiguousarray(arr)
-        shm = shared_memory.SharedMemory(create=True, size=max(arr.nbytes, 1))
-        np.ndarray((arr.nbytes,), dtype=np.uint8, buffer=shm.buf)[:] = arr.view(np.uint8).reshape(
-            -1
-        )
-        self.blocks.append(shm)
-        return shm.name
+        flat = arr.view(np.uint8).reshape(-1)
+        if self._shm_room(arr.nbytes):
+            shm = shared_memory.SharedMemory(create=True, size=max(arr.nbytes, 1))
+            np.ndarray((arr.nbytes,), dtype=np.uint8, buffer=shm.buf)[:] = flat
+            self.blocks.append(shm)
+            return {"shm": shm.name, "nbytes": int(arr.nbytes)}
+        if self.tmpdir is None:
+            self.tmpdir = self._tempfile.mkdtemp(prefix="gpuworker-")
+        path = os.path.join(self.tmpdir, f"a{len(os.listdir(self.tmpdir))}.bin")
+        flat.tofile(path)
+        return {"file": path, "nbytes": int(arr.nbytes)}
 
     def close(self):
+        import shutil
+
         for shm in self.blocks:
             shm.close()
             try:
@@ -89,6 +109,9 @@ class _SharedArrays:
             except FileNotFoundError:
                 pass
         self.blocks = []
+        if self.tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
 
 
 def _compile_arch(ptx: str, device_arch: str) -> str:
