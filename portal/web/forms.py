@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.core.validators import ProhibitNullCharactersValidator
 
 MANIFEST_MAX_BYTES = 64 * 1024
 BASELINE_MAX_BYTES = 512 * 1024
@@ -118,6 +119,13 @@ class UploadForm(forms.Form):
     def __init__(self, *args, catalogue_names: list[str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         names = catalogue_names or []
+        # Django refuses NUL characters in text fields with a terse message; say what it means.
+        for name, what in (("manifest", "manifest"), ("shapes", "shape list")):
+            self.fields[name].validators = [
+                ProhibitNullCharactersValidator(
+                    message=f"The {what} contains NUL bytes: it looks like a binary file."
+                )
+            ]
         self.fields["operator"].choices = [("", "— choose an operator —")] + [(n, n) for n in names]
 
     def clean_manifest_file(self):
