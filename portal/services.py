@@ -362,7 +362,11 @@ def candidate_build(*, candidate: Candidate) -> bool:
 
     report = compile_ptx(candidate.ptx, arch=candidate.job.target_gpu)
     review = stage(settings.FACTORY_REVIEW)
-    ok, reason = review(_draft_of(candidate), report)
+    try:
+        ok, reason = review(_draft_of(candidate), report)
+    except Exception as exc:  # a reviewer bug must not stall the generation
+        log.exception("review of candidate %s failed", candidate.code)
+        ok, reason = False, f"review error: {type(exc).__name__}: {exc}"[:500]
     status = Candidate.COMPILED if ok else Candidate.REJECTED
     with transaction.atomic():
         settled = candidate.claim(

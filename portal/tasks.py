@@ -32,8 +32,11 @@ def job_start(job_id: int) -> None:
         generation_propose.delay_on_commit(generation.pk)
 
 
-@shared_task(name="portal.generation_propose")
-def generation_propose(generation_id: int) -> None:
+PROPOSE_RETRIES = 2
+
+
+@shared_task(name="portal.generation_propose", bind=True, max_retries=PROPOSE_RETRIES)
+def generation_propose(self, generation_id: int) -> None:
     generation = Generation.objects.select_related("job__workload").filter(pk=generation_id)
     generation = generation.first()
     if generation is None:
@@ -42,6 +45,14 @@ def generation_propose(generation_id: int) -> None:
         candidate_ids = services.generation_propose(generation=generation)
     except services.StageUnavailable as exc:
         _fail(generation.job, f"the agents are not installed: {exc}")
+        return
+    except Exception as exc:
+        # An agent backend can fail for a while (rate limits, a network blip): try again with
+        # a pause, then give the job up with the reason rather than leave it running forever.
+        if self.request.retries < PROPOSE_RETRIES and not self.request.is_eager:
+            raise self.retry(exc=exc, countdown=15 * (self.request.retries + 1)) from exc
+        log.exception("proposing generation %s failed", generation_id)
+        _fail(generation.job, f"the agents failed: {type(exc).__name__}: {exc}")
         return
     for candidate_id in candidate_ids:
         candidate_build.delay_on_commit(candidate_id)

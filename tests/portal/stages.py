@@ -20,3 +20,7 @@ def slow_review(draft, compile_report):
     from factory.agents.review import review
 
     return review(draft, compile_report)
+
+
+def failing_propose(workload, **kwargs):
+    raise RuntimeError("the model is unavailable")

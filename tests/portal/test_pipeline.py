@@ -139,3 +139,17 @@ def test_a_second_generation_starts_from_the_first_ones_results(
     assert first.status == Generation.DONE and first.best_candidate is not None
     # The next generation proposed new kernels (never the same PTX twice in a job).
     assert second.candidates.exists()
+
+
+def test_a_job_whose_agents_fail_is_failed_with_the_reason(upload, settings):
+    settings.FACTORY_PROPOSE = "tests.portal.stages:failing_propose"
+    job = upload()
+    assert job.status == Job.FAILED
+    assert "the model is unavailable" in job.stop_reason
+
+
+def test_a_job_whose_agents_are_not_installed_is_failed_with_the_reason(upload, settings):
+    settings.FACTORY_PROPOSE = "factory.nowhere.propose"
+    job = upload()
+    assert job.status == Job.FAILED
+    assert "not installed" in job.stop_reason
