@@ -7,6 +7,8 @@ initialised only when `open_device` is called, and only ever in the worker's chi
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 DTYPE_CODES = {"fp32": 0, "bf16": 1, "fp16": 2, "int32": 3, "int64": 4}
@@ -213,8 +215,15 @@ def nvml_handle_for(pci_bus_id: str | None):
         import pynvml
 
         pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - NVML is optional: clocks are then unknown
+        return None
+    try:
         if pci_bus_id:
             return pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
-        return pynvml.nvmlDeviceGetHandleByIndex(0)
+    except Exception:  # noqa: BLE001, S110 - bus id spelled differently: fall back to the index
+        pass
+    try:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+        return pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
     except Exception:  # noqa: BLE001 - NVML is optional: clocks are then unknown
         return None

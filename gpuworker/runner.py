@@ -232,7 +232,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
     shapes, meta, tol = _prepare_data(
         w, b, seed, hello.get("l2_bytes") or DEFAULT_L2_BYTES, shared, log
     )
-    child.setup(
+    reply = child.setup(
         {
             "op": "setup",
             "manifest": b.manifest,
@@ -240,6 +240,8 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
             "shapes": shapes,
         }
     )
+    if not reply.get("ok"):
+        raise RuntimeError(f"the worker could not take the batch's data: {reply.get('error')}")
     bench_idx = [i for i, (_, heldout, _) in meta.items() if not heldout]
     all_idx = sorted(meta)
 
