@@ -115,7 +115,18 @@ if HAS_DJANGO:
     app.autodiscover_tasks(["portal"])
 
 
-@app.task(name=GPU_TASK_NAME, acks_late=True)
+def gpu_task_limits(environ: dict[str, str] | None = None) -> tuple[int, int]:
+    """(soft, hard) time limits in seconds for a GPU batch; they only work with prefork. The
+    hard limit is what stops a batch whose kernel hangs past the worker's own timeouts."""
+    env = os.environ if environ is None else environ
+    hard_s = int(env.get("GPU_BATCH_TIME_LIMIT_S") or 1800)
+    return max(hard_s - 30, 1), hard_s
+
+
+_GPU_SOFT_S, _GPU_HARD_S = gpu_task_limits()
+
+
+@app.task(name=GPU_TASK_NAME, acks_late=True, soft_time_limit=_GPU_SOFT_S, time_limit=_GPU_HARD_S)
 def gpu_run_batch(batch: dict) -> dict:
     """Verify and time one batch on this host's GPU; returns the results dict (CONTRACTS.md).
 
@@ -125,13 +136,3 @@ def gpu_run_batch(batch: dict) -> dict:
     from gpuworker import run_batch
 
     return run_batch(batch)
-
-
-def gpu_task_limits(environ: dict[str, str] | None = None) -> tuple[int, int]:
-    """(soft, hard) time limits in seconds for a GPU batch; they only work with prefork."""
-    env = os.environ if environ is None else environ
-    hard_s = int(env.get("GPU_BATCH_TIME_LIMIT_S") or 1800)
-    return max(hard_s - 30, 1), hard_s
-
-
-gpu_run_batch.soft_time_limit, gpu_run_batch.time_limit = gpu_task_limits()
