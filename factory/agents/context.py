@@ -72,16 +72,14 @@ class Item:
 
     kind: str  # "generator" | "edit"
     value: Any  # the frozen dataclass
+    schedule: dict = field(init=False, repr=False)
+    key: str = field(init=False, repr=False)
 
-    @property
-    def schedule(self) -> dict:
-        if self.kind == "edit":
-            return self.value.to_schedule()
-        return schedule_dict(self.value)
-
-    @property
-    def key(self) -> str:
-        return ev.schedule_key(self.schedule)
+    def __post_init__(self):
+        self.schedule = (
+            self.value.to_schedule() if self.kind == "edit" else schedule_dict(self.value)
+        )
+        self.key = ev.schedule_key(self.schedule)
 
 
 @dataclass
@@ -106,6 +104,7 @@ class Context:
     model: CostModel | None = None
     lessons: ev.Lessons | None = None
     _emitted: dict[str, CandidateDraft | None] = field(default_factory=dict)
+    _by_key: dict[str, Item] = field(default_factory=dict)
 
     # --- the spaces ---------------------------------------------------------------------------
 
@@ -117,11 +116,9 @@ class Context:
         """The space item whose schedule dict equals `schedule` (from evidence)."""
         if schedule is None:
             return None
-        key = ev.schedule_key(schedule)
-        for it in self.items:
-            if it.key == key:
-                return it
-        return None
+        if len(self._by_key) != len(self.items):
+            self._by_key = {it.key: it for it in self.items}
+        return self._by_key.get(ev.schedule_key(schedule))
 
     def tried_keys(self) -> set[str]:
         return {ev.schedule_key(r.get("schedule")) for r in self.job_records if r.get("schedule")}
@@ -207,6 +204,11 @@ class Context:
         return d
 
 
+def _valid(verdict) -> bool:
+    """is_valid may answer a bool or (bool, reason)."""
+    return bool(verdict[0]) if isinstance(verdict, tuple) else bool(verdict)
+
+
 def build_context(
     workload,
     *,
@@ -250,7 +252,7 @@ def build_context(
             ctx.gen_items = [
                 Item("generator", s)
                 for s in sched
-                if all(ctx.generator.is_valid(ctx.ir, s, d) for d in ctx.dims_list)
+                if all(_valid(ctx.generator.is_valid(ctx.ir, s, d)) for d in ctx.dims_list)
             ]
         except Exception as exc:  # noqa: BLE001 - Unsupported (or a generator bug) -> no space
             ctx.unsupported = f"{type(exc).__name__}: {exc}"

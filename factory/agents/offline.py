@@ -144,6 +144,12 @@ class OfflineWriter:
             d = default_item(ctx)
             if d is not None and d.key not in tried:
                 picks.append((d, "the generator's default schedule"))
+            if d is not None and not ctx.past_records:
+                # cold: the default is the generator's best guess, so half the start is its
+                # one-field neighbours and the other half a spread of the space
+                near = [it for it in _neighbours(ctx, d) if it.key not in tried]
+                rng.shuffle(near)
+                picks += [(it, "neighbour of the default") for it in near[: max(1, n // 2)]]
             if ctx.edit_items:
                 # the customer's own kernel with each single safe edit: cheap, always valid
                 picks += [(it, "edit of the customer kernel") for it in self._edit_seeds(ctx)]
@@ -196,17 +202,40 @@ class OfflineWriter:
         pool = list(items)
         rng.shuffle(pool)
         chosen = [pool.pop()]
+        nearest = [_distance(it, chosen[0]) for it in pool]
         while pool and len(chosen) < k:
-            best = max(
-                pool,
-                key=lambda it: min(
-                    _hamming(it.value, c.value) if type(it.value) is type(c.value) else 99
-                    for c in chosen
-                ),
-            )
-            pool.remove(best)
-            chosen.append(best)
+            i = max(range(len(pool)), key=nearest.__getitem__)
+            pick = pool.pop(i)
+            nearest.pop(i)
+            chosen.append(pick)
+            nearest = [min(d, _distance(it, pick)) for d, it in zip(nearest, pool, strict=True)]
         return chosen
+
+
+def _neighbours(ctx: Context, item: Item) -> list[Item]:
+    """Space items that differ from `item` in one field by one step of that field's sorted
+    values (every neighbour is valid: it is taken from the space)."""
+    kind_items = [it for it in ctx.items if it.kind == item.kind]
+    by_key = {it.key: it for it in kind_items}
+    out = []
+    for fname, vals in _field_values(kind_items).items():
+        cur = getattr(item.value, fname)
+        if cur not in vals:
+            continue
+        i = vals.index(cur)
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(vals):
+                child = dataclasses.replace(item.value, **{fname: vals[j]})
+                it = by_key.get(Item(item.kind, child).key)
+                if it is not None:
+                    out.append(it)
+    return out
+
+
+def _distance(a: Item, b: Item) -> int:
+    if type(a.value) is not type(b.value):
+        return 99
+    return _hamming(a.value, b.value)
 
 
 class OfflineTuner:
