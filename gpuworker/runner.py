@@ -324,6 +324,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
     for rec, desc in entrants + baselines:
         if desc is None:
             continue
+        t_entrant = time.monotonic()
         reply = _guarded(
             child,
             {
@@ -334,7 +335,13 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
             },
             rec,
         )
+        rec["verify_wall_s"] = round(time.monotonic() - t_entrant, 3)
         if reply is None:
+            _log(
+                log,
+                f"{desc['key']}: {rec['status']} after {rec['verify_wall_s']:.1f} s "
+                f"({rec['reason'][:100]})",
+            )
             continue
         if desc["kind"] == "torch":
             info = _request(child, {"op": "entrant_info", "entrant": desc})
@@ -454,6 +461,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
         started_at=started,
         finished_at=_now(),
         worker_restarts=child.restarts,
+        restart_s=child.restart_s,
     )
     return {
         "format": RESULTS_FORMAT,
@@ -477,7 +485,9 @@ def _blame(rec, kind: str, reason: str):
 
 
 def _restart(child: ChildWorker):
+    t0 = time.monotonic()
     child.restart()
+    child.restart_s.append(round(time.monotonic() - t0, 3))
 
 
 def _request(child: ChildWorker, msg: dict) -> dict:

@@ -36,6 +36,7 @@ class ChildWorker:
         self.hello: dict | None = None
         self.setup_msg: dict | None = None
         self.restarts = 0
+        self.restart_s: list[float] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> dict:

@@ -1,0 +1,296 @@
+"""Two checks of the GPU worker's timing, recorded under bench/results/.
+
+    PYTHONPATH=. python3 bench/timer_check.py --out DIR [timer] [throughput]
+
+timer: for each suite operator (first suite shape), the worker times the torch eager and plain
+Triton baselines (and, for softmax, an honest PTX kernel) inside run_batch; then this process
+times the very same functions with triton.testing.do_bench (its own L2 flush, median). The two
+medians should agree within 5%. Writes DIR/timer.json and DIR/timer.md.
+
+throughput: one batch of 50 honest PTX candidates for the catalogue softmax at the suite shapes
+plus one kernel that never finishes, verified and timed end to end. The figure is the batch's
+wall time (target: under two minutes) and what the hang cost (its time limit, plus a restart).
+Writes DIR/throughput.json and DIR/throughput.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+FIXTURES = ROOT / "tests" / "fixtures" / "redteam"
+
+SUITE_FIRST_SHAPE = {
+    "softmax": {"M": 16384, "N": 4096},
+    "layernorm": {"M": 16384, "N": 4096},
+    "rmsnorm": {"M": 16384, "N": 4096},
+    "add_rmsnorm": {"M": 16384, "N": 4096},
+    "silu_mul": {"M": 16384, "N": 4096},
+    "gelu_tanh": {"M": 16384, "N": 4096},
+    "cross_entropy": {"M": 4096, "N": 32000},
+}
+SUITE_SOFTMAX_SHAPES = [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}]
+
+
+def _log(t0):
+    return lambda m: print(f"[{time.monotonic() - t0:6.1f}] {m}", file=sys.stderr, flush=True)
+
+
+def _honest_candidate(cid: str, w, block: int, entry="honest_bf16") -> dict:
+    x, y = w.inputs[0].name, w.outputs[0].name
+    return {
+        "id": cid,
+        "ptx": (FIXTURES / f"{entry}.ptx").read_text(),
+        "entry": entry,
+        "params": [
+            {"kind": "tensor", "ptx_type": "u64", "name": x},
+            {"kind": "tensor", "ptx_type": "u64", "name": y},
+            {"kind": "dim", "ptx_type": "u32", "name": "M"},
+            {"kind": "dim", "ptx_type": "u32", "name": "N"},
+        ],
+        "launch": {"grid": ["M", 1, 1], "block": [block, 1, 1], "smem_bytes": 0, "cluster": None},
+    }
+
+
+def _softmax_ok(w) -> bool:
+    return (
+        len(w.inputs) == 1
+        and len(w.outputs) == 1
+        and w.inputs[0].dtype == "bf16"
+        and w.outputs[0].dtype == "bf16"
+    )
+
+
+def _torch_inputs(w, dims, seed):
+    import torch
+
+    from factory.spec import random_inputs
+
+    out = {}
+    for name, a in random_inputs(w, dims, seed).items():
+        if a.dtype == np.uint16:
+            out[name] = torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16)
+        else:
+            out[name] = torch.from_numpy(a).cuda()
+    return out
+
+
+def do_bench_us(fn) -> float:
+    from triton.testing import do_bench
+
+    return 1000.0 * do_bench(fn, warmup=200, rep=1000, return_mode="median")
+
+
+def run_timer(out: Path, ops: list[str] | None) -> list[dict]:
+    from factory.compile import compile_ptx
+    from factory.spec import catalogue_manifest, load_catalogue
+    from gpuworker import run_batch
+    from gpuworker.baselines import Unavailable, make_torch_baseline
+
+    t0 = time.monotonic()
+    log = _log(t0)
+    cat = load_catalogue()
+    names = [n for n in SUITE_FIRST_SHAPE if n in cat and (not ops or n in ops)]
+    rows, raw = [], []
+    for name in names:
+        w = cat[name]
+        dims = SUITE_FIRST_SHAPE[name]
+        cands = (
+            [_honest_candidate("honest_bf16", w, 256)]
+            if name == "softmax" and _softmax_ok(w)
+            else []
+        )
+        batch = {
+            "format": 1,
+            "batch_id": f"timer-{name}-{uuid.uuid4()}",
+            "manifest": catalogue_manifest(name),
+            "shapes": [dims],
+            "heldout_shapes": [],
+            "candidates": cands,
+            "baselines": ["torch_eager", "triton"],
+            "options": {"time_budget_s_per_candidate": 1.0, "timeout_s_per_candidate": 30},
+        }
+        log(f"{name}: run_batch")
+        res = run_batch(batch, log=log)
+        raw.append(res)
+        import torch
+
+        inputs = _torch_inputs(w, dims, 1234)
+        entrants = [(b["name"], b) for b in res["baselines"]] + [
+            (c["id"], c) for c in res["candidates"]
+        ]
+        for label, rec in entrants:
+            if rec["status"] != "passed":
+                rows.append(
+                    {
+                        "op": name,
+                        "dims": dims,
+                        "what": label,
+                        "ours_us": None,
+                        "do_bench_us": None,
+                        "ratio": None,
+                        "note": f"{rec['status']}: {rec['reason'][:80]}",
+                    }
+                )
+                continue
+            ours = rec["timing"][0]["median_us"]
+            if label == "honest_bf16":
+                fn = _ptx_fn(compile_ptx, w, dims, inputs)
+            else:
+                try:
+                    f, _, _ = make_torch_baseline(label, w)
+                except Unavailable as e:
+                    rows.append({"op": name, "what": label, "note": str(e)})
+                    continue
+                fn = lambda f=f, d=inputs: f(d)  # noqa: E731
+            theirs = do_bench_us(fn)
+            rows.append(
+                {
+                    "op": name,
+                    "dims": dims,
+                    "what": label,
+                    "ours_us": ours,
+                    "do_bench_us": theirs,
+                    "ratio": ours / theirs,
+                    "ours_p20_us": rec["timing"][0]["p20_us"],
+                    "ours_p80_us": rec["timing"][0]["p80_us"],
+                    "note": "",
+                }
+            )
+            log(f"{name} {label}: ours {ours:.1f} us, do_bench {theirs:.1f} us")
+        del inputs
+        torch.cuda.empty_cache()
+    (out / "timer.json").write_text(json.dumps({"rows": rows, "results": raw}, indent=1))
+    lines = [
+        "# Worker timing vs triton.testing.do_bench (median, same function, same shape)",
+        "",
+        "| operator | shape | function | worker median us (p20-p80) | do_bench median us "
+        "| worker/do_bench | within 5% |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.get("ratio") is None:
+            lines.append(
+                f"| {r['op']} | {r.get('dims', '')} | {r['what']} | - | - | - | {r['note']} |"
+            )
+            continue
+        lines.append(
+            f"| {r['op']} | {r['dims']['M']}x{r['dims']['N']} | {r['what']} | {r['ours_us']:.1f} "
+            f"({r['ours_p20_us']:.1f}-{r['ours_p80_us']:.1f}) | {r['do_bench_us']:.1f} | "
+            f"{r['ratio']:.3f} | {'yes' if abs(r['ratio'] - 1) <= 0.05 else '**no**'} |"
+        )
+    md = "\n".join(lines) + "\n"
+    (out / "timer.md").write_text(md)
+    print(md)
+    return rows
+
+
+def _ptx_fn(compile_ptx, w, dims, inputs):
+    import torch
+    from cuda.core import Device, LaunchConfig, ObjectCode, Stream, launch
+
+    Device().set_current()
+    rep = compile_ptx((FIXTURES / "honest_bf16.ptx").read_text(), "sm_90")
+    kernel = ObjectCode.from_cubin(rep.cubin).get_kernel("honest_bf16")
+    x = inputs[w.inputs[0].name]
+    y = torch.empty_like(x)
+    stream = Stream.from_handle(torch.cuda.current_stream().cuda_stream)
+    cfg = LaunchConfig(grid=dims["M"], block=256)
+    args = (x.data_ptr(), y.data_ptr(), np.uint32(dims["M"]), np.uint32(dims["N"]))
+    return lambda: launch(stream, cfg, kernel, *args)
+
+
+def run_throughput(out: Path, n_honest: int = 50, timeout_s: float = 5.0) -> dict:
+    from factory.spec import catalogue_manifest, load_catalogue
+    from gpuworker import run_batch
+
+    w = load_catalogue()["softmax"]
+    if not _softmax_ok(w):
+        raise SystemExit("the catalogue softmax is not bf16 -> bf16; honest_bf16 does not fit it")
+    blocks = [128, 256, 512, 1024]
+    cands = [
+        _honest_candidate(f"honest-{i:02d}-b{blocks[i % 4]}", w, blocks[i % 4])
+        for i in range(n_honest)
+    ]
+    hang = _honest_candidate("hang", w, 256, entry="infinite_loop")
+    cands.insert(n_honest // 2, hang)
+    heldout = list(w.heldout_shapes) or [{"M": 1, "N": 4095}, {"M": 37, "N": 1000}]
+    batch = {
+        "format": 1,
+        "batch_id": f"throughput-{uuid.uuid4()}",
+        "manifest": catalogue_manifest("softmax"),
+        "shapes": SUITE_SOFTMAX_SHAPES,
+        "heldout_shapes": heldout,
+        "candidates": cands,
+        "baselines": [],
+        "options": {"time_budget_s_per_candidate": 0.5, "timeout_s_per_candidate": timeout_s},
+    }
+    t0 = time.monotonic()
+    res = run_batch(batch, log=_log(t0))
+    wall = time.monotonic() - t0
+    status = {}
+    for c in res["candidates"]:
+        status[c["status"]] = status.get(c["status"], 0) + 1
+    hang_rec = next(c for c in res["candidates"] if c["id"] == "hang")
+    honest = [c for c in res["candidates"] if c["id"] != "hang"]
+    med = (
+        {f"{t['dims']['M']}x{t['dims']['N']}": [] for t in honest[0]["timing"]}
+        if honest[0]["timing"]
+        else {}
+    )
+    for c in honest:
+        for t in c["timing"]:
+            med[f"{t['dims']['M']}x{t['dims']['N']}"].append(t["tbps"])
+    summary = {
+        "wall_s": wall,
+        "candidates": len(cands),
+        "statuses": status,
+        "hang_status": hang_rec["status"],
+        "hang_reason": hang_rec["reason"],
+        "hang_verify_wall_s": hang_rec.get("verify_wall_s"),
+        "timeout_s": timeout_s,
+        "restart_s": res["env"].get("restart_s"),
+        "copy_ceiling_tbps": res["copy_ceiling_tbps"],
+        "honest_tbps_median_by_shape": {k: float(np.median(v)) for k, v in med.items()},
+    }
+    (out / "throughput.json").write_text(json.dumps({"summary": summary, "results": res}, indent=1))
+    md = (
+        "# Throughput: 50 honest candidates + 1 hanging kernel, softmax bf16, suite shapes\n\n"
+        f"- batch wall time: **{wall:.1f} s** (target < 120 s) for {len(cands)} candidates, "
+        f"3 benchmarked shapes + {len(heldout)} held-out shapes, verified twice each and timed\n"
+        f"- statuses: {status}\n"
+        f"- hanging kernel: {hang_rec['status']} after {hang_rec.get('verify_wall_s')} s "
+        f"(time limit {timeout_s} s); worker restart(s) took {res['env'].get('restart_s')} s\n"
+        f"- copy ceiling {res['copy_ceiling_tbps']:.2f} TB/s; honest kernels' median TB/s by "
+        f"shape: {summary['honest_tbps_median_by_shape']}\n"
+    )
+    (out / "throughput.md").write_text(md)
+    print(md)
+    return summary
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", nargs="*", default=["timer", "throughput"])
+    p.add_argument("--out", default=".")
+    p.add_argument("--ops", nargs="*")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if "throughput" in args.what:
+        run_throughput(out)
+    if "timer" in args.what:
+        run_timer(out, args.ops)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
