@@ -1,0 +1,106 @@
+"""On the GPU: the worker's verdicts on honest and broken kernels, and the command line.
+Skipped without a GPU (the shared conftest skips everything marked `gpu`)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.redteam import build_batch  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def results():
+    from gpuworker import run_batch
+
+    batch, _ = build_batch(
+        timeout_s=3.0,
+        budget_s=0.1,
+        only=[
+            "honest_block",
+            "partial_rows",
+            "oob_write",
+            "input_mutation",
+            "illegal_address",
+            "infinite_loop",
+            "honest_warp",
+        ],
+    )
+    return run_batch(batch)
+
+
+def by_id(results):
+    return {c["id"]: c for c in results["candidates"]}
+
+
+def test_honest_kernels_pass_with_timing_at_every_benchmarked_shape(results):
+    for cid in ("honest_block", "honest_warp"):
+        c = by_id(results)[cid]
+        assert c["status"] == "passed", c["reason"]
+        assert len(c["verification"]) == 4  # 1 benchmarked + 3 held-out shapes
+        assert all(v["passed"] and v["bitwise_equal"] for v in c["verification"])
+        (t,) = c["timing"]
+        assert t["median_us"] > 0 and len(t["samples_us"]) >= 3
+        assert t["ci_low_us"] <= t["median_us"] <= t["ci_high_us"]
+        assert 0 < t["tbps"] < 10
+        assert t["timed_runs_checked"] >= 3
+
+
+def test_cheats_are_caught_with_the_reason(results):
+    c = by_id(results)
+    assert c["partial_rows"]["status"] == "failed" and "NaN/inf" in c["partial_rows"]["reason"]
+    assert "out-of-bounds write" in c["oob_write"]["reason"]
+    assert "input mutation" in c["input_mutation"]["reason"]
+
+
+def test_a_fault_and_a_hang_are_recorded_and_the_batch_completes(results):
+    c = by_id(results)
+    assert c["illegal_address"]["status"] == "crashed"
+    assert "CUDA_ERROR" in c["illegal_address"]["reason"]
+    assert c["infinite_loop"]["status"] == "timeout"
+    assert c["infinite_loop"]["verify_wall_s"] < 3.0 + 2.0  # no more than its limit, plus polling
+    assert results["env"]["worker_restarts"] >= 2
+    assert c["honest_warp"]["status"] == "passed"  # after the restarts
+
+
+def test_the_results_file_has_the_contract_shape(results):
+    assert results["format"] == 1
+    assert results["env"]["gpu"] and results["env"]["sm"].startswith("sm_")
+    assert 1.0 < results["copy_ceiling_tbps"] < 10.0
+    json.dumps(results)  # plain JSON all the way down
+
+
+def test_the_command_line_runs_a_batch_file(tmp_path):
+    batch, _ = build_batch(timeout_s=3.0, budget_s=0.05, only=["honest_block"])
+    path = tmp_path / "batch.json"
+    path.write_text(json.dumps(batch))
+    out = tmp_path / "results.json"
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuworker", "run", str(path), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0, p.stderr
+    res = json.loads(out.read_text())
+    assert res["candidates"][0]["status"] == "passed"
+
+
+def test_probe_names_the_gpu():
+    p = subprocess.run(
+        [sys.executable, "-m", "gpuworker", "probe"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert p.returncode == 0
+    assert json.loads(p.stdout)["gpu"]
