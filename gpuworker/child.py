@@ -199,7 +199,10 @@ class TorchEntrant:
     tensors), run on our stream over our buffers so it sees exactly the candidates' inputs."""
 
     def __init__(self, session: Session, desc: dict):
-        import torch
+        try:
+            import torch
+        except ImportError as e:
+            raise Unavailable(f"torch is not importable on this host: {e}") from e
 
         from gpuworker.baselines import make_torch_baseline
 
