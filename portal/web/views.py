@@ -211,6 +211,7 @@ def job(request, code):
     best = j.best_candidate
     baselines = queries.job_baselines(j)
     speed = []
+    chosen = None
     if best is not None:
         timings = queries.candidate_timings(best)
         chosen = queries.default_baseline(baselines, timings)
@@ -226,6 +227,7 @@ def job(request, code):
         "artifact": artifact,
         "baselines": baselines,
         "speedups": speed,
+        "chosen_baseline": chosen,
     }
     return _render(request, "web/job.html", context, nav="home")
 
