@@ -67,16 +67,24 @@ def _numel(shape) -> int:
 class _SharedArrays:
     """Inputs and references handed to the child: shared-memory blocks when /dev/shm has room,
     else files in a temporary folder (a full /dev/shm kills a writer with SIGBUS, so we check
-    first). Each `put` returns a locator the child opens with `open_shared`."""
+    first). Each `put` returns a locator the child opens with `_upload_shared`. Helper processes
+    make blocks and `release` them; the judging process `adopt`s them and unlinks at `close`."""
 
-    def __init__(self):
+    def __init__(self, tmpdir: str | None = None):
+        self.blocks = []
+        self.tmpdir = tmpdir
+        self.owns_tmpdir = False
+
+    def tmpdir_for_helpers(self) -> str:
         import tempfile
 
-        self.blocks = []
-        self.tmpdir = None
-        self._tempfile = tempfile
+        if self.tmpdir is None:
+            self.tmpdir = tempfile.mkdtemp(prefix="gpuworker-")
+            self.owns_tmpdir = True
+        return self.tmpdir
 
-    def _shm_room(self, nbytes: int) -> bool:
+    @staticmethod
+    def _shm_room(nbytes: int) -> bool:
         try:
             st = os.statvfs("/dev/shm")  # noqa: S108 - only its free space is read
         except OSError:
@@ -93,11 +101,23 @@ class _SharedArrays:
             np.ndarray((arr.nbytes,), dtype=np.uint8, buffer=shm.buf)[:] = flat
             self.blocks.append(shm)
             return {"shm": shm.name, "nbytes": int(arr.nbytes)}
-        if self.tmpdir is None:
-            self.tmpdir = self._tempfile.mkdtemp(prefix="gpuworker-")
-        path = os.path.join(self.tmpdir, f"a{len(os.listdir(self.tmpdir))}.bin")
+        import uuid
+
+        path = os.path.join(self.tmpdir_for_helpers(), f"{uuid.uuid4().hex}.bin")
         flat.tofile(path)
         return {"file": path, "nbytes": int(arr.nbytes)}
+
+    def release(self):
+        """Unmap our blocks but leave them in place for whoever adopts them."""
+        for shm in self.blocks:
+            shm.close()
+        self.blocks = []
+
+    def adopt(self, loc: dict):
+        from multiprocessing import shared_memory
+
+        if "shm" in loc:
+            self.blocks.append(shared_memory.SharedMemory(name=loc["shm"]))
 
     def close(self):
         import shutil
@@ -109,7 +129,7 @@ class _SharedArrays:
             except FileNotFoundError:
                 pass
         self.blocks = []
-        if self.tmpdir:
+        if self.tmpdir and self.owns_tmpdir:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
             self.tmpdir = None
 
@@ -136,51 +156,97 @@ def _compile(ptx: str, arch: str) -> tuple[dict | None, bytes | None, str]:
     return rep.to_dict(), rep.cubin, ""
 
 
-def _prepare_data(w, batch: Batch, seed: int, l2_bytes: int, shared: _SharedArrays, log):
-    """Draw inputs, compute references, put both in shared memory. Returns the child's shape
-    specs and, per shape index, (dims, heldout, bytes moved)."""
+def _make_set(task: tuple) -> tuple[dict, dict]:
+    """One input set and its float64 reference, placed where the child can read them. Runs in
+    a helper process (or inline); returns (inputs, outputs) as name -> (locator, shape)."""
+    manifest, baseline_source, dims, seed, tmpdir = task
     spec = _spec()
+    w = spec.load_manifest(manifest, baseline_source=baseline_source)
+    arrs = spec.random_inputs(w, dims, seed)
+    ref = spec.reference(w, arrs, dims)
+    store = _SharedArrays(tmpdir=tmpdir)
+    ins = {name: (store.put(a), list(np.shape(a))) for name, a in arrs.items()}
+    outs = {
+        o.name: (store.put(np.asarray(ref[o.name], dtype=np.float64)), list(np.shape(ref[o.name])))
+        for o in w.outputs
+    }
+    store.release()
+    return ins, outs
+
+
+def _declared_bytes(decl_shape, dtype: str, dims: dict) -> int:
     from factory.spec.expr import DTYPE_BYTES
 
-    tolerances = {o.name: w.tolerance[o.dtype] for o in w.outputs}
+    n = 1
+    for d in decl_shape:
+        n *= dims[d] if isinstance(d, str) else int(d)
+    return n * DTYPE_BYTES[dtype]
+
+
+def _prepare_data(w, batch: Batch, seed: int, l2_bytes: int, shared: _SharedArrays, log):
+    """Draw inputs and compute references (in parallel helper processes where the host has the
+    cores), placed where the child can read them. Returns the child's shape specs, per shape
+    index (dims, heldout, bytes moved), and the tolerances by output."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from factory.spec.expr import DTYPE_BYTES
+
+    t0 = time.monotonic()
     tol_json = {
-        n: {"rel_norm": t.rel_norm, "atol": t.atol, "rtol": t.rtol} for n, t in tolerances.items()
+        o.name: {
+            "rel_norm": w.tolerance[o.dtype].rel_norm,
+            "atol": w.tolerance[o.dtype].atol,
+            "rtol": w.tolerance[o.dtype].rtol,
+        }
+        for o in w.outputs
     }
-    shapes, meta = [], {}
     all_shapes = [(d, False) for d in batch.shapes] + [(d, True) for d in batch.heldout_shapes]
+    plan, tasks = [], []
     for index, (dims, heldout) in enumerate(all_shapes):
-        t0 = time.monotonic()
-        first = spec.random_inputs(w, dims, seed + 7919 * index)
-        set_bytes = sum(a.nbytes for a in first.values())
-        sets = (
-            1
-            if heldout
-            else int(
-                min(
-                    MAX_SETS,
-                    max(2, math.ceil(INPUT_SETS_L2_MULTIPLE * l2_bytes / max(set_bytes, 1))),
+        set_bytes = sum(_declared_bytes(t.shape, t.dtype, dims) for t in w.inputs)
+        want = math.ceil(INPUT_SETS_L2_MULTIPLE * l2_bytes / max(set_bytes, 1))
+        sets = 1 if heldout else int(min(MAX_SETS, max(2, want)))
+        plan.append((index, dims, heldout, sets))
+        for k in range(sets):
+            task_seed = (seed + 7919 * index + 104729 * k) % (2**63)
+            tasks.append(
+                (
+                    batch.manifest,
+                    batch.baseline_source,
+                    dict(dims),
+                    task_seed,
+                    shared.tmpdir_for_helpers(),
                 )
             )
-        )
+    workers = min(len(tasks), max(1, (os.cpu_count() or 2) - 2), 8)
+    if workers > 1:
+        ctx = __import__("multiprocessing").get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            made = list(pool.map(_make_set, tasks))
+    else:
+        made = [_make_set(t) for t in tasks]
+    for ins, outs in made:
+        for loc, _ in list(ins.values()) + list(outs.values()):
+            shared.adopt(loc)
+    shapes, meta, cursor = [], {}, 0
+    for index, dims, heldout, sets in plan:
         inputs = {t.name: {"shm": [], "dtype": t.dtype} for t in w.inputs}
         outputs = {
             o.name: {"ref_shm": [], "dtype": o.dtype, "tol": tol_json[o.name]} for o in w.outputs
         }
-        for k in range(sets):
-            arrs = (
-                first if k == 0 else spec.random_inputs(w, dims, seed + 7919 * index + 104729 * k)
-            )
-            ref = spec.reference(w, arrs, dims)
-            for name, a in arrs.items():
-                inputs[name]["shm"].append(shared.put(a))
-                inputs[name]["shape"] = list(a.shape)
-                inputs[name]["nbytes"] = int(a.nbytes)
+        for _ in range(sets):
+            ins, outs = made[cursor]
+            cursor += 1
+            for name, (loc, shape) in ins.items():
+                inputs[name]["shm"].append(loc)
+                inputs[name].update(shape=shape, nbytes=loc["nbytes"])
             for o in w.outputs:
-                r = np.ascontiguousarray(ref[o.name], dtype=np.float64)
-                outputs[o.name]["ref_shm"].append(shared.put(r))
-                outputs[o.name]["shape"] = list(r.shape)
-                outputs[o.name]["numel"] = int(r.size)
-                outputs[o.name]["nbytes"] = int(r.size) * DTYPE_BYTES[o.dtype]
+                loc, shape = outs[o.name]
+                numel = int(np.prod(shape, dtype=np.int64)) if shape else 1
+                outputs[o.name]["ref_shm"].append(loc)
+                outputs[o.name].update(
+                    shape=shape, numel=numel, nbytes=numel * DTYPE_BYTES[o.dtype]
+                )
         bytes_moved = sum(t["nbytes"] for t in inputs.values()) + sum(
             o["nbytes"] for o in outputs.values()
         )
@@ -195,7 +261,11 @@ def _prepare_data(w, batch: Batch, seed: int, l2_bytes: int, shared: _SharedArra
             }
         )
         meta[index] = (dict(dims), heldout, bytes_moved)
-        _log(log, f"shape {dims}: {sets} input set(s), reference in {time.monotonic() - t0:.1f} s")
+    _log(
+        log,
+        f"{len(tasks)} input sets and references for {len(plan)} shapes in "
+        f"{time.monotonic() - t0:.1f} s ({workers} helper process(es))",
+    )
     return shapes, meta, tol_json
 
 
