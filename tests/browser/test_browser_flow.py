@@ -1,0 +1,108 @@
+"""The whole flow on real pages in Chromium: a customer uploads a workload, the factory writes
+and compiles a generation, the GPU results come back (imported from a results file recorded on
+an H200), an engineer approves, and the customer downloads a zip whose checksums verify.
+
+Screenshots of the job page and the review page go to test-artifacts/."""
+
+import hashlib
+import io
+import json
+import zipfile
+
+import pytest
+from django.core.management import call_command
+
+from tests.browser import recorded
+from tests.browser.conftest import log_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+RECORDING = "softmax_h200.json"
+
+
+def _factory_ready() -> bool:
+    try:
+        from factory.loop import propose  # noqa: F401
+        from factory.spec import catalogue_manifest, load_manifest  # noqa: F401
+    except ImportError:
+        return False
+    return (recorded.FIXTURES / RECORDING).exists()
+
+
+@pytest.fixture
+def eager_pipeline(settings, tmp_path):
+    """Run the Celery tasks in the request that queues them (no workers in a test) and keep
+    batches for import instead of sending them to a GPU queue."""
+    from portal.celery import app
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    settings.GPU_DISPATCH = False
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = before
+
+
+@pytest.mark.skipif(
+    not _factory_ready(), reason="needs factory.spec, factory.loop and the recording"
+)
+def test_the_whole_flow_from_upload_to_a_verified_download(
+    live_server, new_page, artifacts_dir, orgs, customer, engineer, eager_pipeline, tmp_path
+):
+    from portal.models import GpuBatch, Job
+
+    base = live_server.url
+    page = new_page()
+    log_in(page, base, "alice", "alice-pass")
+
+    # Upload: start from the sample manifest, one generation of budget.
+    page.click("text=New workload")
+    page.click("text=Start from the softmax sample")
+    assert "softmax" in page.input_value("#id_manifest")
+    page.fill("#id_generations", "1")
+    page.click("text=Validate and start")
+    page.wait_for_url(f"{base}/jobs/**")
+    job = Job.objects.get()
+    assert job.status == Job.WAITING_GPU, (job.status, job.stop_reason)
+    assert page.locator("#progress").get_attribute("hx-trigger") == "every 1s"
+
+    # The GPU host is air-gapped: its recorded results are imported; the page, still polling,
+    # notices the job is done and reloads with the charts.
+    batch = GpuBatch.objects.get(job=job)
+    results = recorded.rebase(recorded.load(RECORDING), batch.batch)
+    results_path = tmp_path / "results.json"
+    results_path.write_text(json.dumps(results))
+    call_command("import_results", str(results_path))
+    page.wait_for_selector("#progress[data-status=review]", timeout=20_000)
+    page.wait_for_selector(".plotly-graph-div .main-svg")
+    page.screenshot(path=str(artifacts_dir / "workload_page.png"), full_page=True)
+
+    # An engineer reviews and approves.
+    reviewer = new_page()
+    log_in(reviewer, base, "erin", "erin-pass")
+    reviewer.click("text=Review queue")
+    reviewer.click(f"a[href='/review/{job.code}/']")
+    reviewer.wait_for_selector("#checklist")
+    reviewer.screenshot(path=str(artifacts_dir / "review_page.png"), full_page=True)
+    failing = reviewer.locator("#checklist li.fail").all_inner_texts()
+    reviewer.fill("#id_comment", "Checked the evidence of the H200 run.")
+    if failing:
+        reviewer.check("#id_override")
+    reviewer.click("#approve")
+    reviewer.wait_for_url(f"{base}/review/")
+    job.refresh_from_db()
+    assert job.status == Job.APPROVED
+
+    # The customer is told on the job page and downloads the artifact.
+    page.goto(f"{base}/jobs/{job.code}/")
+    assert "Approved" in page.locator("#decision").inner_text()
+    with page.expect_download() as download_info:
+        page.click("#download")
+    data = open(download_info.value.path(), "rb").read()
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        for line in z.read("SHA256SUMS").decode().splitlines():
+            digest, name = line.split("  ", 1)
+            assert hashlib.sha256(z.read(name)).hexdigest() == digest, name
+        manifest = json.loads(z.read("manifest.json"))
+    assert manifest["entry"] == job.best_candidate.entry
+    assert manifest["launch_per_shape"] and manifest["versions"]["driver"]
