@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 from django.contrib import messages
@@ -16,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal import charts, services
-from portal.models import ApiToken, Artifact, AuditEvent, Job, ReviewDecision
+from portal.models import ApiToken, Artifact, AuditEvent, GpuBatch, Job, ReviewDecision
 from portal.web import access, catalogue, queries
 from portal.web.delivery import decide_and_deliver
 from portal.web.forms import ReviewForm, TokenForm, UploadForm
@@ -198,7 +199,10 @@ def _job_charts(job: Job) -> dict:
 @login_required
 @require_GET
 def job(request, code):
-    j = access.get_job_for_user(request.user, code)
+    return _job_page(request, access.get_job_for_user(request.user, code))
+
+
+def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
     page = Paginator(queries.top_candidates(j), CANDIDATES_PER_PAGE).get_page(
         request.GET.get("page")
     )
@@ -228,8 +232,65 @@ def job(request, code):
         "baselines": baselines,
         "speedups": speed,
         "chosen_baseline": chosen,
+        "open_batch": (
+            GpuBatch.objects.filter(job=j, status=GpuBatch.DISPATCHED).only("code").first()
+            if access.is_engineer(request.user)
+            else None
+        ),
+        "import_error": import_error,
     }
-    return _render(request, "web/job.html", context, nav="home")
+    return _render(request, "web/job.html", context, nav="home", status=status)
+
+
+# --- air-gapped GPU hosts: batch out, results in ------------------------------------------------
+
+RESULTS_MAX_BYTES = 64 * 1024 * 1024
+
+
+@engineer_required
+@require_GET
+def job_batch(request, code):
+    """The batch waiting for a GPU, as a file for `python -m gpuworker run` on a GPU host."""
+    j = access.get_job_for_user(request.user, code)
+    batch = GpuBatch.objects.filter(job=j, status=GpuBatch.DISPATCHED).order_by("-id").first()
+    if batch is None:
+        raise Http404("No batch is waiting for a GPU.")
+    response = HttpResponse(json.dumps(batch.batch, indent=1), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="batch-{batch.code}.json"'
+    return response
+
+
+@engineer_required
+@require_POST
+def job_import(request, code):
+    """A results file carried back from a GPU host; it must answer one of this job's batches."""
+    j = access.get_job_for_user(request.user, code)
+    upload = request.FILES.get("results")
+    error = ""
+    results = None
+    if upload is None:
+        error = "Choose the results file (results.json) that the GPU host wrote."
+    elif upload.size > RESULTS_MAX_BYTES:
+        error = f"The results file is {upload.size:,} bytes; the limit is {RESULTS_MAX_BYTES:,}."
+    else:
+        try:
+            results = json.loads(upload.read().decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            error = f"The results file is not JSON: {exc}"
+    if not error:
+        batch_id = str(results.get("batch_id", "")) if isinstance(results, dict) else ""
+        owned = {str(c) for c in GpuBatch.objects.filter(job=j).values_list("code", flat=True)}
+        if batch_id not in owned:
+            error = "This results file answers a batch of another job (its batch_id is not ours)."
+    if not error:
+        try:
+            batch = services.results_import(results=results, user=request.user)
+        except services.ResultsError as exc:
+            error = f"The results file was refused: {exc}"
+        else:
+            messages.success(request, f"Results of batch {str(batch.code)[:8]} recorded.")
+            return redirect("web-job", code=j.code)
+    return _job_page(request, j, status=400, import_error=error)
 
 
 @login_required
