@@ -10,7 +10,6 @@ import json
 import zipfile
 
 import pytest
-from django.core.management import call_command
 
 from tests.browser import recorded
 from tests.browser.conftest import log_in
@@ -66,20 +65,28 @@ def test_the_whole_flow_from_upload_to_a_verified_download(
     assert job.status == Job.WAITING_GPU, (job.status, job.stop_reason)
     assert page.locator("#progress").get_attribute("hx-trigger") == "every 1s"
 
-    # The GPU host is air-gapped: its recorded results are imported; the page, still polling,
-    # notices the job is done and reloads with the charts.
-    batch = GpuBatch.objects.get(job=job)
-    results = recorded.rebase(recorded.load(RECORDING), batch.batch)
+    # The GPU host is air-gapped: an engineer downloads the batch from the job page and
+    # imports the results file that the H200 wrote for it (a recording, put onto this batch).
+    reviewer = new_page()
+    log_in(reviewer, base, "erin", "erin-pass")
+    reviewer.goto(f"{base}/jobs/{job.code}/")
+    with reviewer.expect_download() as batch_download:
+        reviewer.click("text=Download batch")
+    batch_doc = json.loads(open(batch_download.value.path()).read())
+    assert batch_doc["batch_id"] == str(GpuBatch.objects.get(job=job).code)
+    results = recorded.rebase(recorded.load(RECORDING), batch_doc)
     results_path = tmp_path / "results.json"
     results_path.write_text(json.dumps(results))
-    call_command("import_results", str(results_path))
+    reviewer.set_input_files("#id_results", str(results_path))
+    reviewer.click("#import")
+    reviewer.wait_for_selector("text=recorded")
+
+    # The customer's page, still polling, notices the job is done and reloads with the charts.
     page.wait_for_selector("#progress[data-status=review]", timeout=20_000)
     page.wait_for_selector(".plotly-graph-div .main-svg")
     page.screenshot(path=str(artifacts_dir / "workload_page.png"), full_page=True)
 
-    # An engineer reviews and approves.
-    reviewer = new_page()
-    log_in(reviewer, base, "erin", "erin-pass")
+    # The engineer reviews and approves.
     reviewer.click("text=Review queue")
     reviewer.click(f"a[href='/review/{job.code}/']")
     reviewer.wait_for_selector("#checklist")
