@@ -1,0 +1,1 @@
+"""The benchmark suite runner (bench.suite) and the recorded results of real GPU runs."""
