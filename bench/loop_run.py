@@ -216,7 +216,10 @@ def candidates_to_within(h: JobHistory, target: float, tol: float = 0.05) -> int
 
 
 def find_customer_example():
-    from factory.spec import load_manifest
+    try:
+        from factory.spec import load_manifest
+    except ImportError as exc:
+        return None, f"factory.spec.load_manifest is not available: {exc}"
 
     root = Path(__file__).resolve().parents[1] / "factory" / "examples"
     if not root.is_dir():
@@ -258,8 +261,9 @@ class Budget:
         return self.end - time.monotonic()
 
 
-def run(args) -> dict:
-    from factory.spec import load_catalogue
+def run(args, catalogue: dict | None = None, customer: tuple | None = None) -> dict:
+    """The whole run; `catalogue` and `customer` ((workload, label)) replace the catalogue and
+    the factory/examples kernel (tests)."""
 
     if args.fake:
         bench_fn = FakeGpu()
@@ -277,7 +281,10 @@ def run(args) -> dict:
     budget = Budget(args.budget_s)
     store = ev.JsonlEvidenceStore(out / "evidence.jsonl")
     sweep_store = ev.JsonlEvidenceStore()  # never shown to the loop
-    catalogue = load_catalogue()
+    if catalogue is None:
+        from factory.spec import load_catalogue
+
+        catalogue = load_catalogue()
     result: dict = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "args": vars(args),
@@ -368,7 +375,7 @@ def run(args) -> dict:
             rec["warm"] = warm_experiment(w, w0, row_dim, bench_fn, store, args, common, name)
             save()
     if budget.left() > 45:
-        result["customer"] = customer_experiment(bench_fn, store, args, common)
+        result["customer"] = customer_experiment(bench_fn, store, args, common, customer)
     else:
         result["skipped"].append("customer kernel: time budget spent")
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -419,8 +426,8 @@ def warm_experiment(w, w0, row_dim, bench_fn, store, args, common, name) -> dict
     return out
 
 
-def customer_experiment(bench_fn, store, args, common) -> dict:
-    w, where = find_customer_example()
+def customer_experiment(bench_fn, store, args, common, customer=None) -> dict:
+    w, where = customer or find_customer_example()
     if w is None:
         return {"skipped": where}
     gen = real_generator()

@@ -300,6 +300,47 @@ def records_from_results(
     return out
 
 
+def _kind(d: CandidateDraft) -> str:
+    if d.schedule is None:
+        return "freeform"
+    return "edit" if d.schedule.get("ptx_edit") else "generator"
+
+
+def _prune_by_kind(items, population: int, model_fitted: bool, per_candidate_s: float):
+    """Keep `population` of the survivors, each kind (generator schedule, edit of the customer's
+    kernel, free-form PTX) in proportion to its share of the proposal (at least one each), so
+    the planner's split survives. Within a kind: the cost model's predicted fastest when it is
+    fitted, else the planner's order. Returns (kept, prune report dict or None)."""
+    groups: dict[str, list] = {}
+    for cid, d in items:
+        groups.setdefault(_kind(d), []).append((cid, d))
+    quota = {k: max(1, round(population * len(v) / len(items))) for k, v in groups.items()}
+    while sum(quota.values()) > population:
+        biggest = max(quota, key=quota.get)
+        quota[biggest] -= 1
+    kept = []
+    for k, group in groups.items():
+        if model_fitted:
+            predicted = [d.predicted_us or math.inf for _, d in group]
+            chosen, _ = prune_items(group, predicted, keep=quota[k])
+        else:
+            chosen = group[: quota[k]]
+        kept += chosen
+    if not model_fitted:
+        return kept, None
+    pruned = len(items) - len(kept)
+    report = {
+        "kept": len(kept),
+        "pruned": pruned,
+        "gpu_seconds_saved": pruned * per_candidate_s,
+        "note": f"cost model kept {len(kept)} of {len(items)} by kind {quota}",
+        "pruned_ptx_sha256": sorted(
+            {d.ptx_sha256 for _, d in items} - {d.ptx_sha256 for _, d in kept}
+        ),
+    }
+    return kept, report
+
+
 def run_job(
     workload,
     bench_fn: Callable[[dict], dict],
@@ -393,19 +434,12 @@ def run_job(
             survivors[str(uuid.uuid4())] = d
         prune = None
         if len(survivors) > population:
-            items = list(survivors.items())
-            if report.model_fitted:
-                predicted = [d.predicted_us or math.inf for _, d in items]
-                kept, pr = prune_items(
-                    items, predicted, keep=population, gpu_seconds_per_candidate=per_candidate_s
-                )
-                prune = asdict(pr)
-                prune["pruned_ptx_sha256"] = sorted(
-                    {d.ptx_sha256 for _, d in items} - {d.ptx_sha256 for _, d in kept}
-                )
-                history.gpu_seconds_saved_by_pruning += pr.gpu_seconds_saved
-            else:
-                kept = items[:population]  # no model yet: keep the planner's order
+            kept, pr = _prune_by_kind(
+                list(survivors.items()), population, report.model_fitted, per_candidate_s
+            )
+            if pr is not None:
+                prune = pr
+                history.gpu_seconds_saved_by_pruning += pr["gpu_seconds_saved"]
             survivors = dict(kept)
         results: dict = {"candidates": []}
         if survivors or (g == 0 and baselines):

@@ -126,21 +126,38 @@ class OfflineWriter:
         self.oversample = oversample
 
     def write(self, ctx: Context, plan: Plan, n: int, taken: set[str]) -> list[CandidateDraft]:
+        """With both a generator space and a customer kernel, a quarter of the writer's slots
+        (at least one) go to edits of the customer's kernel, the rest to generator schedules;
+        slots one pool cannot fill go to the other."""
+        if n <= 0:
+            return []
+        if not (ctx.gen_items and ctx.edit_items):
+            return self._write(ctx, plan, n, set(taken), None)
+        n_edit = max(1, n // 4)
+        out = self._write(ctx, plan, n - n_edit, set(taken), "generator")
+        out += self._write(ctx, plan, n - len(out), set(taken), "edit")
+        if len(out) < n:
+            have = taken | {ev.schedule_key(d.schedule) for d in out}
+            out += self._write(ctx, plan, n - len(out), have, "generator")
+        return out
+
+    def _write(self, ctx, plan, n, taken, kind) -> list[CandidateDraft]:
         if n <= 0:
             return []
         rng = random.Random(ctx.seed * 1000 + ctx.generation)
         tried = ctx.tried_keys() | taken
         tried_ptx = ctx.tried_ptx()
-        untried = [it for it in ctx.items if it.key not in tried and not _avoided(it, plan)]
-        untried = untried or [it for it in ctx.items if it.key not in tried]
+        pool = [it for it in ctx.items if kind is None or it.kind == kind]
+        untried = [it for it in pool if it.key not in tried and not _avoided(it, plan)]
+        untried = untried or [it for it in pool if it.key not in tried]
         picks: list[tuple[Item, str]] = []
         if plan.strategy == "warm_start":
             picks += [
                 (it, "warm start: a winner of a similar past job")
                 for it in OfflinePlanner._warm(ctx)
-                if it.key not in tried
+                if it.key not in tried and (kind is None or it.kind == kind)
             ]
-        if ctx.generation == 0 or not ctx.job_records:
+        if (ctx.generation == 0 or not ctx.job_records) and kind != "edit":
             d = default_item(ctx)
             if d is not None and d.key not in tried:
                 picks.append((d, "the generator's default schedule"))
@@ -150,6 +167,7 @@ class OfflineWriter:
                 near = [it for it in _neighbours(ctx, d) if it.key not in tried]
                 rng.shuffle(near)
                 picks += [(it, "neighbour of the default") for it in near[: max(1, n // 2)]]
+        if (ctx.generation == 0 or not ctx.job_records) and kind != "generator":
             if ctx.edit_items:
                 # the customer's own kernel with each single safe edit: cheap, always valid
                 picks += [(it, "edit of the customer kernel") for it in self._edit_seeds(ctx)]

@@ -8,10 +8,11 @@ What it checks, from the compile report and the PTX text alone:
   registers (allocated per warp in units of 256, i.e. per thread in steps of 8) and 228 KiB of
   shared memory; a candidate that fits no block, or fewer than `min_warps_per_sm` warps, is
   rejected (too little memory traffic in flight to reach bandwidth);
-- scalar global accesses where a vector access was possible: two or more scalar loads (or stores)
-  off the same base register at adjacent offsets, the first aligned to the pair, could have been
-  one `.v2`/`.v4` access (a heuristic: base alignment is not known statically, so it is a warning
-  rather than a rejection for edits of a customer's own kernel);
+- scalar global accesses where a vector access was possible: two or more unguarded scalar loads
+  (or stores) off the same base register at adjacent offsets, the first aligned to the pair, with
+  no vector access at the same address beside them, could have been one `.v2`/`.v4` access
+  (a heuristic: base alignment is not known statically, so it is a warning rather than a
+  rejection for edits of a customer's own kernel; predicated element-wise tails are exempt);
 - forbidden patterns: managed memory (`.attribute(.managed)`), calls to functions not defined in
   the module (printf's `vprintf`, device `malloc`/`free`, any `.extern .func`), `brkpt`,
   `pmevent`, and launch blocks over 1,024 threads.
@@ -47,7 +48,7 @@ _FORBIDDEN = [
 ]
 _LOCAL = re.compile(r"\.local\b|\bld\.local\b|\bst\.local\b")
 _SCALAR_ACCESS = re.compile(
-    r"^\s*(?:@!?%\w+\s+)?(ld|st)\.global((?:\.[a-zA-Z0-9:_]+)*?)\.(f32|b32|u32|s32|f16|b16|u16|"
+    r"^\s*(@!?%\w+\s+)?(ld|st)\.global((?:\.[a-zA-Z0-9:_]+)*?)\.(f32|b32|u32|s32|f16|b16|u16|"
     r"s16|bf16|f64|b64|u64|s64)\s+[^;\[]*\[\s*(%\w+)\s*(?:\+\s*(-?\d+))?\s*\]",
     re.M,
 )
@@ -93,15 +94,21 @@ def scalar_vector_opportunities(ptx: str) -> list[str]:
     """Places where adjacent scalar global accesses off one base register could be one vector
     access: a list of short descriptions (empty when none)."""
     groups: dict[tuple, set[int]] = defaultdict(set)
+    vector_at: set[tuple] = set()
     for m in _SCALAR_ACCESS.finditer(ptx):
-        op, quals, ty, base, off = m.groups()
-        if ".v2" in quals or ".v4" in quals:
+        guard, op, quals, ty, base, off = m.groups()
+        if ".v2" in quals or ".v4" in quals or ".v8" in quals:
+            vector_at.add((op, base, int(off or 0)))
             continue
+        if guard:
+            continue  # element-wise guarded accesses: the tail of a row, where vectors cannot go
         size = _TYPE_BYTES.get(ty, 4)
         groups[(op, base, size)].add(int(off or 0))
     found = []
     for (op, base, size), offsets in groups.items():
         for o in sorted(offsets):
+            if (op, base, o) in vector_at:
+                continue  # a vector path for the same addresses exists beside this one
             if o % (2 * size) == 0 and o + size in offsets:
                 found.append(f"{op}.global at [{base}+{o}] and [{base}+{o + size}]")
                 break

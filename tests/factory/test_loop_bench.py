@@ -1,0 +1,63 @@
+"""bench/loop_run.py end to end on a CPU, with the real generator and a fake GPU (invented
+times): checks the plumbing and the write-up, not performance."""
+
+import argparse
+import dataclasses
+import json
+
+from test_agents_ptx import customer_baseline
+from test_loop_fakes import make_workload
+
+from bench import loop_run
+from factory.spec.expr import Binary, Input, Reduce, Unary
+from factory.spec.types import OutputDecl, Tolerance
+
+
+def softmax_workload():
+    x = Input("x", ("M", "N"), "fp32")
+    m = Reduce("max", x, 1, True, ("M", 1))
+    e = Unary("exp", Binary("sub", x, m, ("M", "N")), ("M", "N"))
+    s = Reduce("sum", e, 1, True, ("M", 1))
+    y = Binary("div", e, s, ("M", "N"))
+    w = make_workload("softmax", dims={"M": 8192, "N": 4096})
+    return dataclasses.replace(
+        w,
+        outputs=(OutputDecl("y", ("M", "N"), "fp32", y),),
+        tolerance={"fp32": Tolerance(1e-5, 1e-5, 1e-5)},
+    )
+
+
+def test_the_loop_run_writes_results_and_a_report_with_a_fake_gpu(tmp_path):
+    args = argparse.Namespace(
+        out=str(tmp_path),
+        ops=["softmax", "missing_op"],
+        generations=3,
+        warm_generations=1,
+        customer_generations=2,
+        population=4,
+        prune_factor=2,
+        sweep_limit=24,
+        budget_s=300,
+        seed=0,
+        fake=True,
+        render=None,
+    )
+    customer = dataclasses.replace(softmax_workload(), baseline=customer_baseline())
+    result = loop_run.run(
+        args, catalogue={"softmax": softmax_workload()}, customer=(customer, "rowsoftmax.cu")
+    )
+    loop_run.render(result, tmp_path)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    sm = saved["operators"]["softmax"]
+    assert sm["dims"] == {"M": 4096, "N": 4096}  # halved to fit the byte budget
+    assert sm["sweep"]["swept"] == 24 and sm["sweep"]["space_size"] > 1000
+    assert len(sm["cold"]["best_so_far_by_generation"]) == 3 and sm["cold"]["monotone"]
+    assert sm["warm"]["warm"]["strategies"][0] == "warm_start"
+    assert any("missing_op" in s for s in saved["skipped"])
+    report = (tmp_path / "report.md").read_text()
+    assert "FAKE RUN" in report and "| softmax |" in report
+    assert (tmp_path / "evidence.jsonl").exists()
+    cust = saved["customer"]
+    assert cust["customer_us"] == 120.0 and cust["edits_tried"] > 0
+    assert cust["job"]["baselines"] == {"customer": 120.0}
+    assert (tmp_path / "charts.html").stat().st_size > 1000
