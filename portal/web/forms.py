@@ -113,7 +113,12 @@ class UploadForm(forms.Form):
         "baseline to beat and a starting point.",
     )
     generations = forms.IntegerField(
-        required=False, min_value=1, max_value=50, help_text="Search budget (generations)."
+        required=False,
+        min_value=1,
+        max_value=50,
+        widget=forms.NumberInput(attrs={"placeholder": "default: 4"}),
+        help_text="How many generations the search may run (1 to 50); it stops early on a "
+        "plateau.",
     )
 
     def __init__(self, *args, catalogue_names: list[str] | None = None, **kwargs):
