@@ -600,8 +600,25 @@ class Session:
         return {"version": getattr(e, "version", ""), "config": getattr(e, "config", {})}
 
 
+def _watch_parent():
+    """Exit when the judging process is gone (killed by a Celery hard time limit, say): an
+    orphaned child would otherwise keep the GPU busy with a hung kernel."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(5)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
 def child_main(conn, deadline, current):
     """Serve requests until told to stop. Replies are dicts with `ok`."""
+    _watch_parent()
     deadline.value = time.monotonic() + 120
     try:
         session = Session(deadline, current)

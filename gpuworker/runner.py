@@ -33,7 +33,7 @@ from gpuworker.batch import (
     parse_batch,
 )
 from gpuworker.judge import shape_verdict, timed_checks_reason, timing_record
-from gpuworker.worker import ChildFailed, ChildWorker
+from gpuworker.worker import ChildFailed, ChildWorker, allow_children
 
 DEFAULT_L2_BYTES = 60 << 20
 INPUT_SETS_L2_MULTIPLE = 3  # rotated input sets total at least 3x the L2
@@ -220,6 +220,7 @@ def _prepare_data(w, batch: Batch, seed: int, l2_bytes: int, shared: _SharedArra
             )
     workers = min(len(tasks), max(1, (os.cpu_count() or 2) - 2), 8)
     if workers > 1:
+        allow_children()
         ctx = __import__("multiprocessing").get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             made = list(pool.map(_make_set, tasks))

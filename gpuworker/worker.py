@@ -27,6 +27,15 @@ class ChildFailed(Exception):
         super().__init__(f"{kind}: {reason}")
 
 
+def allow_children():
+    """Celery's prefork children are daemonic, and multiprocessing refuses to start a process
+    from a daemonic one. Our child is killed with us (see child.py's parent watch), so lift the
+    flag for this process."""
+    proc = mp.current_process()
+    if getattr(proc, "_config", {}).get("daemon"):
+        proc._config["daemon"] = False
+
+
 class ChildWorker:
     def __init__(self, start_timeout_s: float = 180.0):
         self.ctx = mp.get_context("spawn")
@@ -42,6 +51,7 @@ class ChildWorker:
     def start(self) -> dict:
         from gpuworker.child import child_main
 
+        allow_children()
         self.deadline = self.ctx.Value("d", time.monotonic() + self.start_timeout_s, lock=False)
         self.current = self.ctx.Value("i", -1, lock=False)
         parent_conn, child_conn = self.ctx.Pipe()
