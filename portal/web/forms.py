@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from django import forms
+from django.conf import settings
 from django.core.validators import ProhibitNullCharactersValidator
 
 MANIFEST_MAX_BYTES = 64 * 1024
@@ -116,7 +117,6 @@ class UploadForm(forms.Form):
         required=False,
         min_value=1,
         max_value=50,
-        widget=forms.NumberInput(attrs={"placeholder": "default: 4"}),
         help_text="How many generations the search may run (1 to 50); it stops early on a "
         "plateau.",
     )
@@ -124,6 +124,9 @@ class UploadForm(forms.Form):
     def __init__(self, *args, catalogue_names: list[str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         names = catalogue_names or []
+        self.fields["generations"].widget.attrs["placeholder"] = (
+            f"default: {settings.FACTORY_GENERATIONS}"
+        )
         # Django refuses NUL characters in text fields with a terse message; say what it means.
         for name, what in (("manifest", "manifest"), ("shapes", "shape list")):
             self.fields[name].validators = [
