@@ -28,9 +28,11 @@ class CatalogueError(Exception):
 @lru_cache(maxsize=1)
 def _names() -> tuple[str, ...]:
     try:
-        from factory.spec import load_catalogue
+        import factory.spec
 
-        return tuple(sorted(load_catalogue()))
+        if hasattr(factory.spec, "catalogue_names"):
+            return tuple(sorted(factory.spec.catalogue_names()))
+        return tuple(sorted(factory.spec.load_catalogue()))
     except Exception:  # noqa: BLE001 - the upload page works without the catalogue
         return ()
 
@@ -66,6 +68,9 @@ def manifest_for(operator: str, shapes: list[dict[str, int]], dtype: str) -> str
     data = tomllib.loads(text)
     _set_float_dtypes(data, dtype)
     data["shapes"] = shapes
+    # The catalogue's held-out shapes belong to its own example shapes; without them the spec
+    # derives held-out shapes from the customer's first shape.
+    data.pop("heldout_shapes", None)
     return dumps(data)
 
 
