@@ -8,6 +8,7 @@ organisation does not exist as far as its viewer is concerned (a 403 would confi
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.http import Http404
 
 from portal.models import Artifact, Candidate, Job, Membership, Organisation, Workload
@@ -67,12 +68,8 @@ def _one(qs, code):
     # catches codes that arrive through the API body or query strings.
     try:
         return qs.get(code=code)
-    except (qs.model.DoesNotExist, ValueError, TypeError):
+    except (qs.model.DoesNotExist, ValidationError, ValueError, TypeError):
         raise Http404("No such object.") from None
-    except Exception as exc:  # ValidationError for a badly formed UUID string
-        if exc.__class__.__name__ == "ValidationError":
-            raise Http404("No such object.") from None
-        raise
 
 
 def get_workload_for_user(user, code) -> Workload:

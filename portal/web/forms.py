@@ -117,8 +117,7 @@ class UploadForm(forms.Form):
         required=False,
         min_value=1,
         max_value=50,
-        help_text="How many generations the search may run (1 to 50); it stops early on a "
-        "plateau.",
+        help_text="How many generations the search may run (1 to 50); it stops early on a plateau.",
     )
 
     def __init__(self, *args, catalogue_names: list[str] | None = None, **kwargs):

@@ -51,32 +51,33 @@ def spec_or_none(workload):
 # --- progress -----------------------------------------------------------------------------------
 
 
-def stage_steps(job: Job) -> list[dict]:
-    """The stage timeline with done/current/failed marks."""
+def _stage_key(job: Job) -> str:
+    """Where on the timeline the job is (or was when it stopped)."""
     if job.status == Job.QUEUED:
-        current = "queued"
-    elif job.status in (Job.RUNNING, Job.WAITING_GPU):
-        current = {"building": "building", "gpu": "gpu", "recording": "gpu"}.get(
-            job.stage, "gpu" if job.status == Job.WAITING_GPU else "proposing"
-        )
-    elif job.status == Job.REVIEW:
-        current = "review"
-    elif job.status == Job.APPROVED:
-        current = "approved"
-    else:
-        current = None
+        return "queued"
+    if job.status in (Job.REVIEW, Job.REJECTED):
+        return "review"
+    if job.status == Job.APPROVED:
+        return "approved"
+    if job.status == Job.WAITING_GPU:
+        return "gpu"
+    return {"building": "building", "gpu": "gpu", "recording": "gpu", "done": "review"}.get(
+        job.stage, "proposing"
+    )
+
+
+def stage_steps(job: Job) -> list[dict]:
+    """The stage timeline: steps before the current one are done; the current one is current,
+    or failed when the job failed, was cancelled or was rejected there."""
     keys = [k for k, _ in STAGES]
+    reached = keys.index(_stage_key(job))
+    stopped = job.status in (Job.FAILED, Job.CANCELLED, Job.REJECTED)
     steps = []
-    reached = keys.index(current) if current in keys else -1
     for i, (key, label) in enumerate(STAGES):
-        if job.status in (Job.FAILED, Job.CANCELLED, Job.REJECTED):
-            state = "failed" if key == "review" and job.status == Job.REJECTED else ""
-            if job.status != Job.REJECTED and i == 0:
-                state = "failed"
-        elif i < reached or job.status == Job.APPROVED:
+        if job.status == Job.APPROVED or i < reached:
             state = "done"
         elif i == reached:
-            state = "current"
+            state = "failed" if stopped else "current"
         else:
             state = ""
         steps.append({"key": key, "label": label, "state": state})

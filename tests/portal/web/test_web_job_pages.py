@@ -120,3 +120,21 @@ def test_a_customer_creates_and_revokes_an_api_token(client, customer):
     token = ApiToken.objects.get(user=customer)
     client.post(reverse("web-token-delete", args=[token.code]))
     assert ApiToken.lookup(key) is None
+
+
+@pytest.mark.parametrize(
+    "status, stage, expected",
+    [
+        (Job.QUEUED, "", ["current", "", "", "", "", ""]),
+        (Job.RUNNING, Job.STAGE_BUILDING, ["done", "done", "current", "", "", ""]),
+        (Job.WAITING_GPU, Job.STAGE_GPU, ["done", "done", "done", "current", "", ""]),
+        (Job.REVIEW, Job.STAGE_DONE, ["done", "done", "done", "done", "current", ""]),
+        (Job.APPROVED, Job.STAGE_DONE, ["done"] * 6),
+        (Job.REJECTED, Job.STAGE_DONE, ["done", "done", "done", "done", "failed", ""]),
+        (Job.FAILED, Job.STAGE_PROPOSING, ["done", "failed", "", "", "", ""]),
+    ],
+)
+def test_the_stage_timeline_marks_done_current_and_failed_steps(status, stage, expected):
+    from portal.web.queries import stage_steps
+
+    assert [s["state"] for s in stage_steps(Job(status=status, stage=stage))] == expected
