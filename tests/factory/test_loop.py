@@ -209,3 +209,31 @@ def test_should_stop_on_budget_time_and_plateau():
         [None, 5.0, None, None, None], generation=4, max_generations=9, deadline_s_left=None
     )
     assert stuck.startswith("plateau")
+
+
+def test_pruning_keeps_each_kinds_share_so_customer_edits_survive():
+    from factory.loop import _prune_by_kind
+
+    def d(kind, us, i):
+        sched = {"ptx_edit": True, "i": i} if kind == "edit" else {"block": i}
+        return CandidateDraft(
+            ptx=f"// {kind} {i}",
+            entry="k",
+            params=(),
+            launch=None,
+            schedule=sched,
+            parent_ptx_sha256=None,
+            role="writer",
+            backend="offline",
+            note="",
+            predicted_us=us,
+        )
+
+    items = [(f"g{i}", d("gen", 10.0 + i, i)) for i in range(9)]
+    items += [(f"e{i}", d("edit", 500.0 + i, i)) for i in range(3)]
+    kept, report = _prune_by_kind(items, 4, True, 2.0)
+    ids = [cid for cid, _ in kept]
+    assert ids == ["g0", "g1", "g2", "e0"]
+    assert report["pruned"] == 8 and report["gpu_seconds_saved"] == 16.0
+    kept, report = _prune_by_kind(items, 4, False, 2.0)
+    assert report is None and [cid for cid, _ in kept] == ["g0", "g1", "g2", "e0"]
