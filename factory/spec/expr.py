@@ -149,3 +149,66 @@ def walk(node: Node) -> list[Node]:
             if c not in seen:
                 stack.append((c, False))
     return order
+
+
+# Hashing and equality: dataclass methods recurse through every operand on every call, and `let`
+# bindings make the node graph a DAG whose tree expansion can be exponential in its size
+# (`a2 = a1 + a1`, `a3 = a2 + a2`, ...). So each node remembers its hash after the first call, and
+# equality walks the two graphs once, remembering the pairs already found equal. The cached hash
+# lives in the instance's __dict__ (not a field: repr and asdict ignore it) and is dropped when
+# pickling, because str hashes differ between processes. Semantics are unchanged: structural.
+def _fields_of(node: Node) -> tuple:
+    return tuple(getattr(node, f) for f in node.__dataclass_fields__)
+
+
+def _graphs_equal(a: Node, b: Node) -> bool:
+    done: set[tuple[int, int]] = set()
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y or (id(x), id(y)) in done:
+            continue
+        if x.__class__ is not y.__class__ or hash(x) != hash(y):
+            return False
+        for fx, fy in zip(_fields_of(x), _fields_of(y), strict=True):
+            if isinstance(fx, Node):
+                if not isinstance(fy, Node):
+                    return False
+                stack.append((fx, fy))
+            elif fx != fy:
+                return False
+        done.add((id(x), id(y)))
+    return True
+
+
+def _install_graph_methods(cls: type) -> None:
+    structural_hash = cls.__hash__
+
+    def __hash__(self) -> int:  # noqa: N807
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = structural_hash(self)
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __eq__(self, other: object) -> bool:  # noqa: N807
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return _graphs_equal(self, other)
+
+    cls.__hash__ = __hash__
+    cls.__eq__ = __eq__
+
+
+def _getstate(self: Node) -> dict:
+    state = dict(self.__dict__)
+    state.pop("_hash", None)
+    return state
+
+
+Node.__getstate__ = _getstate
+for _cls in (Input, Const, Unary, Binary, Compare, Where, Reduce, Gather, Cast):
+    _install_graph_methods(_cls)
+del _cls

@@ -38,6 +38,7 @@ class OutputDecl:
     shape: Shape
     dtype: str
     expr: Node
+    source: str = ""  # the expression text from the manifest, for display
 
 
 @dataclass(frozen=True)

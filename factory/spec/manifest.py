@@ -1,0 +1,842 @@
+"""`load_manifest`: TOML text in, a validated `Workload` out, or a SpecError listing every
+(field, problem) found. Pure: nothing is written, nothing is read but the arguments (compiling a
+CUDA C baseline runs NVRTC in a sandboxed subprocess, see `factory.spec.kernels`)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import tomllib
+
+import numpy as np
+
+from factory.spec import kernels
+from factory.spec.dims import dim_expr_names
+from factory.spec.expr import (
+    DTYPE_BYTES,
+    DTYPES,
+    FLOAT_DTYPES,
+    INDEX_DTYPES,
+    Const,
+    Gather,
+    Input,
+    Node,
+    children,
+    walk,
+)
+from factory.spec.limits import (
+    MAX_CONST_ABS,
+    MAX_CONSTANTS,
+    MAX_DIM,
+    MAX_ELEMENTS,
+    MAX_GRAPH_DEPTH,
+    MAX_GRAPH_NODES,
+    MAX_INPUTS,
+    MAX_LETS,
+    MAX_MANIFEST_BYTES,
+    MAX_NAME_CHARS,
+    MAX_OUTPUTS,
+    MAX_RANK,
+    MAX_SHAPE_ROWS,
+    MAX_TAGS,
+    MAX_TEXT_CHARS,
+    MAX_TOTAL_BYTES,
+    SMOKE_TEST_MAX_ELEMENTS,
+)
+from factory.spec.parse import FUNCTION_NAMES, ExprError, ExprParser, shape_text
+from factory.spec.reference import random_inputs, reference
+from factory.spec.types import (
+    BaselineKernel,
+    KernelParam,
+    Launch,
+    OutputDecl,
+    SpecError,
+    TensorDecl,
+    Tolerance,
+    Workload,
+)
+
+TARGETS = ("sm_90", "sm_100")
+TOP_LEVEL_KEYS = (
+    "name", "description", "target", "tags", "inputs", "constants", "let", "outputs", "shapes",
+    "heldout_shapes", "tolerance", "baseline",
+)  # fmt: skip
+
+# Tolerances per output dtype. A result passes when ||out - ref|| / ||ref|| <= rel_norm and
+# |out - ref| <= atol + rtol * |ref| everywhere. rel_norm < 1 means an all-zeros output fails.
+DEFAULT_TOLERANCE = {
+    "bf16": Tolerance(rel_norm=1e-2, atol=1e-2, rtol=2e-2),  # bf16 keeps 8 bits: 2^-9 = 2e-3
+    "fp16": Tolerance(rel_norm=5e-3, atol=1e-3, rtol=5e-3),  # fp16 keeps 11 bits: 2^-12 = 2.4e-4
+    "fp32": Tolerance(rel_norm=1e-5, atol=1e-5, rtol=1e-4),
+}
+MAX_REL_NORM = 0.5  # looser than this and a garbage output could pass
+MAX_RTOL = 0.5
+MAX_ATOL = 1.0
+
+# Random input values the judge draws when a manifest gives no range.
+DEFAULT_FLOAT_RANGE = (-4.0, 4.0)
+FLOAT_RANGE_LIMIT = {"fp32": 1e30, "bf16": 1e30, "fp16": 60000.0}
+INDEX_LIMITS = {"int32": (-(2**31), 2**31), "int64": (-(2**63), 2**63)}
+
+# Held-out batch size for the "small M" row: odd, not a multiple of 8, and small.
+HELDOUT_SMALL_BATCH = 37
+
+_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+_DIM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")
+_WORKLOAD_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
+_TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}$")
+_RESERVED = FUNCTION_NAMES | {"ceildiv", "True", "False", "None"}
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def add(self, field: str, problem: str) -> None:
+        if len(self.items) < 100:  # a hostile manifest could produce millions
+            self.items.append((field, problem))
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise SpecError(self.items)
+
+
+def _is_int(v: object) -> bool:
+    return type(v) is int  # bool is an int subclass; TOML true must not pass as 1
+
+
+def _is_number(v: object) -> bool:
+    return type(v) in (int, float)
+
+
+def _fmt(v: object, limit: int = 40) -> str:
+    r = repr(v)
+    return r if len(r) <= limit else r[: limit - 3] + "..."
+
+
+def decode_text(data: str | bytes, field: str, max_bytes: int) -> str:
+    """Customer text as str: UTF-8, no NUL or other control bytes but tab/newline/CR, within
+    `max_bytes`. Raises SpecError naming `field`."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        raw = bytes(data)
+        if len(raw) > max_bytes:
+            raise SpecError([(field, f"is {len(raw)} bytes; the limit is {max_bytes}")])
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise SpecError(
+                [(field, f"is not UTF-8 text (bad byte at offset {e.start})")]
+            ) from None
+    elif isinstance(data, str):
+        text = data
+        if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+            raise SpecError([(field, f"is larger than the limit of {max_bytes} bytes")])
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SpecError([(field, "contains characters that are not valid UTF-8")]) from None
+    else:
+        raise SpecError([(field, "must be text")])
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    bad = re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", text)
+    if bad:
+        what = "NUL bytes" if bad.group() == "\x00" else "binary control characters"
+        line = text.count("\n", 0, bad.start()) + 1
+        raise SpecError([(field, f"contains {what} (line {line}); upload plain text")])
+    return text
+
+
+# -- the public entry point -----------------------------------------------------------------------
+
+
+def load_manifest(
+    text: str | bytes,
+    *,
+    baseline_source: str | bytes | None = None,
+    baseline_filename: str | None = None,
+) -> Workload:
+    """Validate a workload manifest (TOML) and return the Workload.
+
+    `baseline_source` is the uploaded kernel file the manifest's [baseline] table describes
+    (PTX, or CUDA C that is compiled to PTX with NVRTC in a sandboxed subprocess). Raises
+    SpecError whose `errors` lists (field, problem) pairs; never anything else for bad input."""
+    manifest = decode_text(text, "manifest", MAX_MANIFEST_BYTES)
+    try:
+        data = tomllib.loads(manifest)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError([("manifest", f"is not valid TOML: {str(e)[:200]}")]) from None
+    except (RecursionError, MemoryError, ValueError):
+        raise SpecError([("manifest", "is not valid TOML (nested too deeply)")]) from None
+    return _Loader(data, manifest, baseline_source, baseline_filename).load()
+
+
+class _Loader:
+    def __init__(self, data: dict, manifest: str, source, filename) -> None:
+        self.data = data
+        self.manifest = manifest
+        self.baseline_source = source
+        self.baseline_filename = filename
+        self.err = _Errors()
+        self.inputs: dict[str, TensorDecl] = {}
+        self.dims: list[str] = []  # in order of first appearance
+        self.scope: dict[str, Node] = {}
+        self.interner: dict[Node, Node] = {}
+
+    def load(self) -> Workload:
+        d, err = self.data, self.err
+        for key in d:
+            if key not in TOP_LEVEL_KEYS:
+                err.add(key, "unknown field (expected one of: " + ", ".join(TOP_LEVEL_KEYS) + ")")
+
+        name = self._string("name", required=True, pattern=_WORKLOAD_NAME_RE)
+        description = self._string("description", max_chars=MAX_TEXT_CHARS) or ""
+        target = d.get("target", "sm_90")
+        if target not in TARGETS:
+            err.add("target", f"must be one of {', '.join(TARGETS)}, not {_fmt(target)}")
+        tags = self._tags()
+
+        self._inputs()
+        self._constants()
+        self._lets()
+        outputs = self._outputs()
+        err.raise_if_any()  # everything below needs well-formed tensors and expressions
+
+        self._check_graph(outputs)
+        self._check_gather_indices(outputs)
+        shapes = self._shape_rows("shapes", d.get("shapes"), required=True)
+        if "heldout_shapes" in d:
+            heldout = self._shape_rows("heldout_shapes", d["heldout_shapes"], required=False)
+        elif shapes:
+            heldout = self._derive_heldout(shapes[0])
+            self._check_rows("heldout_shapes (derived)", heldout)
+        else:
+            heldout = []
+        tolerance = self._tolerance(outputs)
+        err.raise_if_any()
+
+        self._check_index_ranges(shapes, heldout)
+        baseline = self._baseline(outputs, shapes + heldout, target)
+        err.raise_if_any()
+
+        workload = Workload(
+            name=name,
+            description=description,
+            inputs=tuple(self.inputs.values()),
+            outputs=tuple(outputs),
+            shapes=tuple(shapes),
+            heldout_shapes=tuple(heldout),
+            tolerance=tolerance,
+            target=target,
+            manifest=self.manifest,
+            sha256=hashlib.sha256(self.manifest.encode("utf-8")).hexdigest(),
+            baseline=baseline,
+            tags=tags,
+        )
+        self._smoke_test(workload)
+        err.raise_if_any()
+        return workload
+
+    # -- scalar fields ----------------------------------------------------------------------
+
+    def _string(self, field, *, required=False, pattern=None, max_chars=MAX_NAME_CHARS, src=None):
+        src = self.data if src is None else src
+        key = field.rsplit(".", 1)[-1]
+        if key not in src:
+            if required:
+                self.err.add(field, "is required")
+            return None
+        v = src[key]
+        if not isinstance(v, str):
+            self.err.add(field, "must be a string")
+            return None
+        if len(v) > max_chars:
+            self.err.add(field, f"is longer than {max_chars} characters")
+            return None
+        if pattern is not None and not pattern.match(v):
+            self.err.add(field, f"{_fmt(v)} is not allowed (letters, digits, '_' or '-')")
+            return None
+        return v
+
+    def _tags(self) -> tuple[str, ...]:
+        tags = self.data.get("tags", [])
+        if not isinstance(tags, list):
+            self.err.add("tags", "must be a list of strings")
+            return ()
+        if len(tags) > MAX_TAGS:
+            self.err.add("tags", f"at most {MAX_TAGS} tags")
+            return ()
+        out = []
+        for i, t in enumerate(tags):
+            if not isinstance(t, str) or not _TAG_RE.match(t):
+                self.err.add(f"tags[{i}]", "must be a short string such as 'family:softmax'")
+            else:
+                out.append(t)
+        return tuple(out)
+
+    def _table(self, field: str, limit: int, *, required: bool) -> dict:
+        v = self.data.get(field)
+        if v is None:
+            if required:
+                self.err.add(field, "is required")
+            return {}
+        if not isinstance(v, dict):
+            self.err.add(field, "must be a table")
+            return {}
+        if len(v) > limit:
+            self.err.add(field, f"has {len(v)} entries; the limit is {limit}")
+            return {}
+        return v
+
+    def _new_name(self, field: str, name: str) -> bool:
+        if not _NAME_RE.match(name):
+            self.err.add(field, "names are a letter then letters, digits or '_' (at most 32)")
+        elif name in _RESERVED:
+            self.err.add(field, f"{name!r} is a built-in function name")
+        elif name in self.scope or name in self.dims:
+            self.err.add(field, f"{name!r} is already defined")
+        else:
+            return True
+        return False
+
+    # -- inputs, constants, lets, outputs ---------------------------------------------------------
+
+    def _inputs(self) -> None:
+        table = self._table("inputs", MAX_INPUTS, required=True)
+        if "inputs" in self.data and not table and isinstance(self.data["inputs"], dict):
+            self.err.add("inputs", "declare at least one input tensor")
+        # Dim names first, so a tensor name may not shadow a dim declared later.
+        for spec in table.values():
+            if isinstance(spec, dict) and isinstance(spec.get("shape"), list):
+                for d in spec["shape"]:
+                    if isinstance(d, str) and _DIM_RE.match(d) and d not in self.dims:
+                        self.dims.append(d)
+        for name, spec in table.items():
+            field = f"inputs.{name}"
+            if not self._new_name(field, name):
+                continue
+            if not isinstance(spec, dict):
+                self.err.add(field, "must be a table with shape and dtype")
+                continue
+            for key in spec:
+                if key not in ("shape", "dtype", "range"):
+                    self.err.add(f"{field}.{key}", "unknown field (shape, dtype, range)")
+            shape = self._shape(f"{field}.shape", spec.get("shape"))
+            dtype = spec.get("dtype")
+            if dtype not in DTYPES:
+                self.err.add(f"{field}.dtype", f"must be one of {', '.join(DTYPES)}")
+                continue
+            if shape is None:
+                continue
+            low_high = self._range(f"{field}.range", spec.get("range"), dtype)
+            if low_high is None:
+                continue
+            decl = TensorDecl(name, shape, dtype, low_high[0], low_high[1])
+            self.inputs[name] = decl
+            self.scope[name] = self._make(Input(name, shape, dtype))
+
+    def _make(self, node: Node) -> Node:
+        return self.interner.setdefault(node, node)
+
+    def _shape(self, field: str, v: object):
+        if not isinstance(v, list):
+            self.err.add(field, 'must be a list of dim names or sizes, e.g. ["M", "N"]')
+            return None
+        if len(v) > MAX_RANK:
+            self.err.add(field, f"rank {len(v)} is above the limit of {MAX_RANK}")
+            return None
+        out = []
+        for i, d in enumerate(v):
+            if isinstance(d, str):
+                if not _DIM_RE.match(d):
+                    self.err.add(f"{field}[{i}]", "dim names are a letter then letters/digits")
+                    return None
+                if d in _RESERVED:
+                    self.err.add(f"{field}[{i}]", f"{d!r} is a built-in function name")
+                    return None
+                out.append(d)
+            elif _is_int(d) and 1 <= d <= MAX_DIM:
+                out.append(d)
+            else:
+                self.err.add(f"{field}[{i}]", f"must be a dim name or an integer in 1..{MAX_DIM}")
+                return None
+        return tuple(out)
+
+    def _range(self, field: str, v: object, dtype: str):
+        if dtype in INDEX_DTYPES:
+            if v is None:
+                self.err.add(field, 'index tensors need a range such as [0, "V"] (high excluded)')
+                return None
+            if not isinstance(v, list) or len(v) != 2:
+                self.err.add(field, "must be [low, high]")
+                return None
+            low, high = v
+            lo_lim, hi_lim = INDEX_LIMITS[dtype]
+            if not _is_int(low) or not lo_lim <= low < hi_lim:
+                self.err.add(field, f"low must be an integer that fits {dtype}")
+                return None
+            if isinstance(high, str):
+                if high not in self.dims:
+                    self.err.add(field, f"high {_fmt(high)} is not a dim of any input")
+                    return None
+            elif not _is_int(high) or not low < high <= hi_lim:
+                self.err.add(field, f"high must be a dim name or an integer above low in {dtype}")
+                return None
+            return low, high
+        if v is None:
+            return DEFAULT_FLOAT_RANGE
+        if not isinstance(v, list) or len(v) != 2 or not all(_is_number(x) for x in v):
+            self.err.add(field, "must be [low, high], two numbers")
+            return None
+        low, high = float(v[0]), float(v[1])
+        limit = FLOAT_RANGE_LIMIT[dtype]
+        if not (math.isfinite(low) and math.isfinite(high)) or max(abs(low), abs(high)) > limit:
+            self.err.add(field, f"values must be finite and within +-{limit:g} for {dtype}")
+            return None
+        if not low < high:
+            self.err.add(field, "low must be below high")
+            return None
+        return low, high
+
+    def _constants(self) -> None:
+        for name, v in self._table("constants", MAX_CONSTANTS, required=False).items():
+            field = f"constants.{name}"
+            if not self._new_name(field, name):
+                continue
+            if not _is_number(v) or not math.isfinite(float(v)) or abs(v) > MAX_CONST_ABS:
+                self.err.add(field, f"must be a finite number within +-{MAX_CONST_ABS:g}")
+                continue
+            self.scope[name] = self._make(Const(float(v)))
+
+    def _lets(self) -> None:
+        for name, text in self._table("let", MAX_LETS, required=False).items():
+            field = f"let.{name}"
+            if not self._new_name(field, name):
+                continue
+            node = self._parse(field, text)
+            if node is not None:
+                self.scope[name] = node
+
+    def _parse(self, field: str, text: object) -> Node | None:
+        try:
+            return ExprParser(self.scope, self.interner).parse(text)
+        except ExprError as e:
+            self.err.add(field, str(e))
+            return None
+
+    def _outputs(self) -> list[OutputDecl]:
+        out: list[OutputDecl] = []
+        table = self._table("outputs", MAX_OUTPUTS, required=True)
+        if "outputs" in self.data and not table and isinstance(self.data["outputs"], dict):
+            self.err.add("outputs", "declare at least one output")
+        for name, spec in table.items():
+            field = f"outputs.{name}"
+            if not self._new_name(field, name):
+                continue
+            if not isinstance(spec, dict):
+                self.err.add(field, "must be a table with expr and dtype")
+                continue
+            for key in spec:
+                if key not in ("expr", "dtype", "shape"):
+                    self.err.add(f"{field}.{key}", "unknown field (expr, dtype, shape)")
+            dtype = spec.get("dtype")
+            if dtype not in FLOAT_DTYPES:
+                self.err.add(f"{field}.dtype", f"must be one of {', '.join(FLOAT_DTYPES)}")
+            if "expr" not in spec:
+                self.err.add(f"{field}.expr", "is required")
+                continue
+            node = self._parse(f"{field}.expr", spec["expr"])
+            if node is None or dtype not in FLOAT_DTYPES:
+                continue
+            if node.dtype == "bool":
+                self.err.add(f"{field}.expr", "is a comparison; use where(c, 1.0, 0.0)")
+                continue
+            if not any(isinstance(n, Input) for n in walk(node)):
+                self.err.add(f"{field}.expr", "does not depend on any input")
+                continue
+            if "shape" in spec:
+                declared = self._shape(f"{field}.shape", spec["shape"])
+                if declared is not None and declared != node.shape:
+                    self.err.add(
+                        f"{field}.shape",
+                        f"is {shape_text(declared)} but the expression gives "
+                        f"{shape_text(node.shape)}",
+                    )
+                    continue
+            out.append(OutputDecl(name, node.shape, dtype, node, source=spec["expr"].strip()))
+        return out
+
+    def _check_graph(self, outputs: list[OutputDecl]) -> None:
+        nodes: list[Node] = []
+        seen: set[Node] = set()
+        for o in outputs:
+            for n in walk(o.expr):
+                if n not in seen:
+                    seen.add(n)
+                    nodes.append(n)
+        if len(nodes) > MAX_GRAPH_NODES:
+            self.err.add("outputs", f"the operator has {len(nodes)} nodes; limit {MAX_GRAPH_NODES}")
+            return
+        depth: dict[Node, int] = {}
+        for n in nodes:  # operands come before users
+            depth[n] = 1 + max((depth[c] for c in children(n)), default=0)
+            if depth[n] > MAX_GRAPH_DEPTH:
+                self.err.add("let", f"expressions nest deeper than {MAX_GRAPH_DEPTH} in total")
+                return
+
+    def _check_gather_indices(self, outputs: list[OutputDecl]) -> None:
+        for o in outputs:
+            for n in walk(o.expr):
+                if not isinstance(n, Gather):
+                    continue
+                decl = self.inputs[n.idx.name]
+                axis = n.x.shape[-1]
+                field = f"inputs.{decl.name}.range"
+                if decl.low < 0:
+                    self.err.add(field, "gather indices must be >= 0")
+                elif isinstance(decl.high, str) and decl.high != axis:
+                    self.err.add(field, f"gather indices must stay below {axis}, not {decl.high}")
+                elif _is_int(decl.high) and _is_int(axis) and decl.high > axis:
+                    self.err.add(field, f"gather indices must stay below {axis}")
+
+    def _check_index_ranges(self, shapes, heldout) -> None:
+        # Integer highs against symbolic gather axes, and ranges that end up empty.
+        for label, rows in (("shapes", shapes), ("heldout_shapes", heldout)):
+            for i, row in enumerate(rows):
+                for decl in self.inputs.values():
+                    if isinstance(decl.high, str) and row[decl.high] <= decl.low:
+                        self.err.add(
+                            f"{label}[{i}].{decl.high}",
+                            f"leaves inputs.{decl.name}.range empty",
+                        )
+
+    # -- shapes ----------------------------------------------------------------------------------
+
+    def _shape_rows(self, field: str, rows: object, *, required: bool) -> list[dict[str, int]]:
+        if rows is None or rows == []:
+            if required:
+                self.err.add(field, "give at least one row, e.g. [[shapes]] M = 4096")
+            return []
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            self.err.add(field, "must be an array of tables ([[" + field + "]])")
+            return []
+        if len(rows) > MAX_SHAPE_ROWS:
+            self.err.add(field, f"has {len(rows)} rows; the limit is {MAX_SHAPE_ROWS}")
+            return []
+        out = []
+        for i, row in enumerate(rows):
+            ok = True
+            for k, v in row.items():
+                if k not in self.dims:
+                    self.err.add(f"{field}[{i}].{k}", "is not a dim of any input")
+                    ok = False
+                elif not _is_int(v) or not 1 <= v <= MAX_DIM:
+                    self.err.add(f"{field}[{i}].{k}", f"must be an integer in 1..{MAX_DIM}")
+                    ok = False
+            for k in self.dims:
+                if k not in row:
+                    self.err.add(f"{field}[{i}]", f"gives no size for dim {k}")
+                    ok = False
+            if ok:
+                clean = {k: row[k] for k in self.dims}
+                if clean in out:
+                    self.err.add(f"{field}[{i}]", "repeats an earlier row")
+                else:
+                    out.append(clean)
+        self._check_rows(field, out)
+        return out
+
+    def _check_rows(self, field: str, rows: list[dict[str, int]]) -> None:
+        decls = list(self.inputs.values())
+        for i, row in enumerate(rows):
+            total = 0
+            for decl in decls:
+                n = _elements(decl.shape, row)
+                if n > MAX_ELEMENTS:
+                    self.err.add(
+                        f"{field}[{i}]",
+                        f"inputs.{decl.name} would have {n} elements; the limit is {MAX_ELEMENTS}",
+                    )
+                total += n * DTYPE_BYTES[decl.dtype]
+            if total > MAX_TOTAL_BYTES:
+                self.err.add(f"{field}[{i}]", f"inputs take {total} bytes; limit {MAX_TOTAL_BYTES}")
+
+    def _derive_heldout(self, row: dict[str, int]) -> list[dict[str, int]]:
+        """Two shapes the candidate is never tuned for: a single row with the inner dims shrunk
+        to an odd size (N-1), and a few rows with the inner dims grown to an odd size (N+3).
+        Batch dims are those that appear before the last axis of some input; the rest are inner
+        (row length, vocabulary) dims."""
+        batch = {d for t in self.inputs.values() for d in t.shape[:-1] if isinstance(d, str)}
+        one, few = {}, {}
+        for k, v in row.items():
+            if k not in batch:
+                one[k] = _odd_below(v)
+                few[k] = _odd_above(v)
+            else:
+                one[k] = 1
+                few[k] = HELDOUT_SMALL_BATCH
+        rows = [one] if one == few else [one, few]
+        return rows
+
+    # -- tolerance ---------------------------------------------------------------------------
+
+    def _tolerance(self, outputs: list[OutputDecl]) -> dict[str, Tolerance]:
+        table = self._table("tolerance", len(FLOAT_DTYPES), required=False)
+        result: dict[str, Tolerance] = {}
+        for dtype, spec in table.items():
+            field = f"tolerance.{dtype}"
+            if dtype not in FLOAT_DTYPES:
+                self.err.add(field, f"must be one of {', '.join(FLOAT_DTYPES)}")
+                continue
+            if not isinstance(spec, dict):
+                self.err.add(field, "must be a table with rel_norm, atol, rtol")
+                continue
+            base = DEFAULT_TOLERANCE[dtype]
+            values = {"rel_norm": base.rel_norm, "atol": base.atol, "rtol": base.rtol}
+            limits = {"rel_norm": MAX_REL_NORM, "atol": MAX_ATOL, "rtol": MAX_RTOL}
+            ok = True
+            for key, v in spec.items():
+                if key not in values:
+                    self.err.add(f"{field}.{key}", "unknown field (rel_norm, atol, rtol)")
+                    ok = False
+                elif not _is_number(v) or not math.isfinite(float(v)):
+                    self.err.add(f"{field}.{key}", "must be a number")
+                    ok = False
+                elif not (0 < v <= limits[key] if key == "rel_norm" else 0 <= v <= limits[key]):
+                    self.err.add(f"{field}.{key}", f"must be in (0, {limits[key]}]")
+                    ok = False
+                else:
+                    values[key] = float(v)
+            if ok:
+                result[dtype] = Tolerance(**values)
+        for o in outputs:
+            result.setdefault(o.dtype, DEFAULT_TOLERANCE[o.dtype])
+        return dict(sorted(result.items()))
+
+    # -- baseline kernel --------------------------------------------------------------------------
+
+    def _baseline(self, outputs, rows, target) -> BaselineKernel | None:
+        spec = self.data.get("baseline")
+        if spec is None:
+            if self.baseline_source is not None:
+                self.err.add("baseline", "a kernel file was uploaded but [baseline] is missing")
+            return None
+        if not isinstance(spec, dict):
+            self.err.add("baseline", "must be a table")
+            return None
+        err = self.err
+        for key in spec:
+            if key not in ("language", "file", "entry", "params", "launch"):
+                err.add(f"baseline.{key}", "unknown field (language, file, entry, params, launch)")
+        language = spec.get("language")
+        if language not in ("ptx", "cuda"):
+            err.add("baseline.language", 'must be "ptx" or "cuda"')
+        file = self._string("baseline.file", required=True, max_chars=128, src=spec)
+        if file is not None and not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", file):
+            err.add("baseline.file", "must be a plain file name such as kernel.cu")
+        entry = self._string("baseline.entry", required=True, max_chars=256, src=spec)
+        if entry is not None and not re.match(r"^[A-Za-z_$][A-Za-z0-9_$]*$", entry):
+            err.add("baseline.entry", 'must be the kernel\'s (extern "C") entry name')
+            entry = None
+        params = self._params(spec.get("params"), outputs)
+        launch = self._launch(spec.get("launch"), rows)
+        if self.baseline_source is None:
+            err.add("baseline.file", "the kernel file was not uploaded")
+            return None
+        if self.baseline_filename is not None and file is not None:
+            if self.baseline_filename != file:
+                err.add("baseline.file", f"names {file!r} but the uploaded file is another")
+        if err or language is None or entry is None or params is None or launch is None:
+            return None
+        try:
+            source = decode_text(self.baseline_source, "baseline.source", kernels.MAX_SOURCE_BYTES)
+            if language == "cuda":
+                ptx = kernels.compile_cuda(source, target=target)
+            else:
+                ptx = source
+            info = kernels.check_ptx(ptx, target=target, field="baseline.source")
+        except SpecError as e:
+            for f, p in e.errors:
+                err.add(f, p)
+            return None
+        kernels.check_entry(info, entry, params, self.err)
+        if err:
+            return None
+        return BaselineKernel(language, source, ptx, entry, params, launch)
+
+    def _params(self, v, outputs) -> tuple[KernelParam, ...] | None:
+        field = "baseline.params"
+        if not isinstance(v, list) or not all(isinstance(p, dict) for p in v):
+            self.err.add(field, "must be an array of tables ([[baseline.params]])")
+            return None
+        if len(v) > kernels.MAX_PARAMS:
+            self.err.add(field, f"at most {kernels.MAX_PARAMS} parameters")
+            return None
+        tensors = set(self.inputs) | {o.name for o in outputs}
+        out = []
+        ok = True
+        for i, p in enumerate(v):
+            f = f"{field}[{i}]"
+            for key in p:
+                if key not in ("kind", "ptx_type", "name", "value"):
+                    self.err.add(f"{f}.{key}", "unknown field (kind, ptx_type, name, value)")
+                    ok = False
+            kind = p.get("kind")
+            default_type = {"tensor": "u64", "dim": "u32", "scalar": "f32"}.get(kind)
+            if default_type is None:
+                self.err.add(f"{f}.kind", 'must be "tensor", "dim" or "scalar"')
+                ok = False
+                continue
+            ptx_type = p.get("ptx_type", default_type)
+            allowed = kernels.PARAM_TYPES[kind]
+            if ptx_type not in allowed:
+                self.err.add(f"{f}.ptx_type", f"for a {kind} must be one of {', '.join(allowed)}")
+                ok = False
+            name = p.get("name", "")
+            value = p.get("value", 0.0)
+            if kind == "tensor" and name not in tensors:
+                self.err.add(f"{f}.name", "must name an input or output tensor")
+                ok = False
+            elif kind == "dim" and name not in self.dims:
+                self.err.add(f"{f}.name", "must name a dim")
+                ok = False
+            elif kind == "scalar":
+                if "name" in p:
+                    self.err.add(f"{f}.name", "a scalar has a value, not a name")
+                    ok = False
+                elif not _is_number(value) or not math.isfinite(float(value)):
+                    self.err.add(f"{f}.value", "must be a finite number")
+                    ok = False
+            if ok:
+                out.append(
+                    KernelParam(
+                        kind,
+                        ptx_type,
+                        name if kind != "scalar" else "",
+                        float(value) if kind == "scalar" else 0.0,
+                    )
+                )
+        return tuple(out) if ok else None
+
+    def _launch(self, v, rows) -> Launch | None:
+        field = "baseline.launch"
+        if not isinstance(v, dict):
+            self.err.add(field, "is required: grid, block, smem_bytes")
+            return None
+        for key in v:
+            if key not in ("grid", "block", "smem_bytes", "cluster"):
+                self.err.add(f"{field}.{key}", "unknown field (grid, block, smem_bytes, cluster)")
+        grid = self._triple(f"{field}.grid", v.get("grid"), allow_expr=True)
+        block = self._triple(f"{field}.block", v.get("block"), allow_expr=False)
+        smem = v.get("smem_bytes", 0)
+        if not (_is_int(smem) or isinstance(smem, str)):
+            self.err.add(f"{field}.smem_bytes", "must be an integer or shape arithmetic")
+            smem = None
+        elif isinstance(smem, str):
+            try:
+                unknown = dim_expr_names(smem) - set(self.dims)
+            except SpecError as e:
+                self.err.add(f"{field}.smem_bytes", e.errors[0][1])
+                smem = None
+            else:
+                if unknown:
+                    self.err.add(f"{field}.smem_bytes", f"unknown dims {sorted(unknown)}")
+                    smem = None
+        cluster = None
+        if "cluster" in v:
+            cluster = self._triple(f"{field}.cluster", v["cluster"], allow_expr=False)
+            if cluster is None:
+                return None
+        if grid is None or block is None or smem is None:
+            return None
+        launch = Launch(grid=grid, block=block, smem_bytes=smem, cluster=cluster)
+        for i, row in enumerate(rows):
+            for problem in kernels.launch_problems(launch, row):
+                self.err.add(field, f"at {_row_text(row)}: {problem}")
+                break
+            if self.err and i > 3:
+                break
+        return launch if not self.err else None
+
+    def _triple(self, field, v, *, allow_expr):
+        if not isinstance(v, list) or not 1 <= len(v) <= 3:
+            self.err.add(field, "must be a list of 1 to 3 entries (x, y, z)")
+            return None
+        out = []
+        for i, e in enumerate(v):
+            if _is_int(e):
+                if not 1 <= e <= MAX_DIM:
+                    self.err.add(f"{field}[{i}]", f"must be in 1..{MAX_DIM}")
+                    return None
+                out.append(e)
+            elif allow_expr and isinstance(e, str):
+                try:
+                    unknown = dim_expr_names(e) - set(self.dims)
+                except SpecError as ex:
+                    self.err.add(f"{field}[{i}]", ex.errors[0][1])
+                    return None
+                if unknown:
+                    self.err.add(f"{field}[{i}]", f"unknown dims {sorted(unknown)}")
+                    return None
+                out.append(e)
+            else:
+                what = "an integer or shape arithmetic" if allow_expr else "an integer"
+                self.err.add(f"{field}[{i}]", f"must be {what}")
+                return None
+        while len(out) < 3:
+            out.append(1)
+        return tuple(out)
+
+    # -- a tiny dry run of the reference -----------------------------------------------------
+
+    def _smoke_test(self, w: Workload) -> None:
+        """Evaluate the reference once on the smallest held-out shape with the declared input
+        ranges: a workload whose reference is NaN or infinite there can never be verified."""
+        rows = sorted(w.heldout_shapes + w.shapes, key=lambda r: _row_elements(w, r))
+        if not rows or _row_elements(w, rows[0]) > SMOKE_TEST_MAX_ELEMENTS:
+            return
+        dims = rows[0]
+        try:
+            with np.errstate(all="ignore"):
+                ref = reference(w, random_inputs(w, dims, seed=0), dims)
+        except SpecError as e:
+            for f, p in e.errors:
+                self.err.add(f, p)
+            return
+        for o in w.outputs:
+            if not np.all(np.isfinite(ref[o.name])):
+                self.err.add(
+                    f"outputs.{o.name}.expr",
+                    f"the reference is NaN or infinite at {_row_text(dims)} on inputs drawn from "
+                    "the declared ranges (check [inputs.*].range, log/sqrt of negatives, x/0)",
+                )
+
+
+def _elements(shape, row: dict[str, int]) -> int:
+    n = 1
+    for d in shape:
+        n *= row[d] if isinstance(d, str) else d
+    return n
+
+
+def _row_elements(w: Workload, row: dict[str, int]) -> int:
+    return sum(_elements(d.shape, row) for d in w.inputs) + sum(
+        _elements(o.shape, row) for o in w.outputs
+    )
+
+
+def _row_text(row: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in row.items())
+
+
+def _odd_below(v: int) -> int:
+    """The largest odd number below v (odd is never a multiple of 8), at least 1."""
+    return max(1, v - 1 if v % 2 == 0 else v - 2)
+
+
+def _odd_above(v: int) -> int:
+    return v + 3 if v % 2 == 0 else v + 2
