@@ -75,9 +75,7 @@ def candidate_schedules(ir, dims) -> list[Schedule]:
             replace(base, threads_per_row=1024, chunks=8),
         ]
     if ir.online and n <= 65536:
-        out.append(
-            replace(base, mode="stream", online=True, threads_per_row=1024, chunks=4)
-        )
+        out.append(replace(base, mode="stream", online=True, threads_per_row=1024, chunks=4))
     seen, uniq = set(), []
     for s in out:
         if s not in seen and all(is_valid(ir, s, d)[0] for d in [dims]):
@@ -103,8 +101,10 @@ def main_direct(out_dir: str) -> int:
     results = {"copy_ceiling_tbps": ceiling, "runs": []}
 
     def ref_fn(o, f64, rows):
-        sub = {k: (v[rows] if v.ndim and v.shape[0] > max(rows) and k != "w" and k != "b" else v)
-               for k, v in f64.items()}
+        sub = {
+            k: (v[rows] if v.ndim and v.shape[0] > max(rows) and k != "w" and k != "b" else v)
+            for k, v in f64.items()
+        }
         r = ex.eval64(o.node, sub)
         return r.reshape(len(rows), -1) if o.role == "row" else r.reshape(len(rows))
 

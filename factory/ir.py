@@ -177,7 +177,9 @@ def lower(workload) -> KernelIR:
         if o.dtype not in E.FLOAT_DTYPES:
             raise Unsupported(f"output {o.name} has dtype {o.dtype}: only float outputs")
         outputs.append(OutputRef(o.name, o.dtype, role, o.expr))
-    rels = [t.rel_norm for t in workload.tolerance.values()] or [1e-5]
+    # The strictest tolerance among the dtypes actually written decides what math is allowed.
+    rels = [workload.tolerance[o.dtype].rel_norm for o in outputs if o.dtype in workload.tolerance]
+    rels = rels or [t.rel_norm for t in workload.tolerance.values()] or [1e-5]
     return lower_nodes(
         name=workload.name,
         batch_dims=batch,

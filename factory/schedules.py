@@ -56,7 +56,7 @@ class Schedule:
     mode: str = "cached"
     online: bool = False
     load_hint: str = "nc_noalloc"
-    store_hint: str = "cs"
+    store_hint: str = "none"
     persistent_blocks_per_sm: int = 0
     fast_math: bool = True
 

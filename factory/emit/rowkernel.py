@@ -440,9 +440,16 @@ class RowKernel:
                     used_inputs.append(n.name)
 
         held = None
+        # The fallback stream path (rows past the register capacity) keeps few loads in flight
+        # so that it does not raise the register count of the whole kernel.
+        self.stream_chunks = s.chunks if s.mode == "stream" else min(s.chunks, 2)
         if mode == "cached":
-            held = self._alloc_chunk_regs(used_inputs, chunks)
-            self._cached_loads(held, used_inputs, chunks)
+            # Row data is loaded once, up front; per-column vectors (weights) are loaded by the
+            # pass that reads them (they stay in L1/L2 across rows, and holding them from the
+            # start would cost registers for the whole row).
+            row_names = [n for n in used_inputs if self.tensors[n].role == ROLE_ROW]
+            held = self._alloc_chunk_regs(row_names, chunks)
+            self._cached_loads(held, row_names, chunks)
 
         for p in range(self.num_passes):
             self._emit_pass(p, mode, held)
@@ -565,13 +572,27 @@ class RowKernel:
             pair_accs.append((m, s_))
         work = (reds, accs, pairs, pair_accs, outs, mats)
         if mode == "cached":
+            chunks = self.s.chunks
+            stop = {n for n in self.materialised if self.stages[n] < p}
+            cols = []
+            for n in self._row_closure(self._root_nodes(p) + mats, stop):
+                if isinstance(n, E.Input) and self.tensors[n.name].role == ROLE_COL:
+                    cols.append(n.name)
+            regs = dict(held) | self._alloc_chunk_regs(cols, chunks)
             slow, end = b.new_label(f"p{p}_tail"), b.new_label(f"p{p}_end")
             b.op(f"@!{self.fast_cached} bra {slow}")
-            self._elements(p, work, held, self.s.chunks, fast=True, ptrs=self.tptr)
+            for k in range(chunks):
+                for name in cols:
+                    self._load_chunk_vec(name, self.tptr[name], k, regs[name][k])
+            self._elements(p, work, regs, chunks, fast=True, ptrs=self.tptr)
             b.op(f"bra.uni {end}")
             b.label(slow)
+            for k in range(chunks):
+                rem = self._chunk_rem(self.n_minus_tv, k)
+                for name in cols:
+                    self._load_chunk_pred(name, self.tptr[name], k, regs[name][k], rem)
             self._elements(
-                p, work, held, self.s.chunks, fast=False, ptrs=self.tptr, n_minus=self.n_minus_tv
+                p, work, regs, chunks, fast=False, ptrs=self.tptr, n_minus=self.n_minus_tv
             )
             b.label(end)
         else:
@@ -579,7 +600,7 @@ class RowKernel:
         self._finish_reductions(reds, accs, pairs, pair_accs)
 
     def _stream_loop(self, p: int, work) -> None:
-        b, T, V, U = self.b, self.T, self.V, self.s.chunks
+        b, T, V, U = self.b, self.T, self.V, self.stream_chunks
         reds, accs, pairs, pair_accs, outs, mats = work
         names = []
         for n in self._row_closure(self._root_nodes(p)):

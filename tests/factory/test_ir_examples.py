@@ -266,7 +266,9 @@ def test_a_reduction_along_the_batch_axis_is_unsupported():
     x = _x()
     col_sum = E.Reduce("sum", x, 0, True, (1, "N"))
     with pytest.raises(Unsupported, match="last axis"):
-        _lower("bad", [TensorRef("x", "bf16", ROLE_ROW)], [OutputRef("y", "fp32", ROLE_ROW, col_sum)])
+        _lower(
+            "bad", [TensorRef("x", "bf16", ROLE_ROW)], [OutputRef("y", "fp32", ROLE_ROW, col_sum)]
+        )
 
 
 def test_a_per_row_output_that_varies_along_the_row_is_unsupported():

@@ -1,0 +1,69 @@
+"""Schedule spaces: serialisable points, one validity predicate, a sensible default."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import asdict, fields, replace
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_ir_examples import EXAMPLES  # noqa: E402
+
+from factory.schedules import Schedule, default_schedule, is_valid, space  # noqa: E402
+
+SUITE = [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}]
+
+
+def test_a_schedule_round_trips_through_json_and_has_only_simple_fields():
+    s = Schedule(threads_per_row=512, chunks=2, mode="stream", online=True)
+    d = json.loads(json.dumps(asdict(s)))
+    assert Schedule.from_dict(d) == s
+    assert all(f.type in ("int", "bool", "str") for f in fields(Schedule))
+
+
+def test_from_dict_refuses_unknown_fields():
+    with pytest.raises(ValueError, match="unknown schedule fields"):
+        Schedule.from_dict({"threads": 3})
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "silu_mul", "cross_entropy"])
+def test_the_default_is_valid_at_its_dims(name):
+    ir = EXAMPLES[name]()
+    for dims in SUITE + [{"M": 4096, "N": 32000}, {"M": 4096, "N": 128256}]:
+        s = default_schedule(ir, dims)
+        ok, why = is_valid(ir, s, dims)
+        assert ok, (dims, s, why)
+
+
+def test_the_space_holds_only_valid_points_for_every_dims():
+    ir = EXAMPLES["softmax"]()
+    sp = space(ir, SUITE)
+    assert len(sp) > 20 and len(set(sp)) == len(sp)
+    for s in sp:
+        assert all(is_valid(ir, s, d)[0] for d in SUITE)
+    assert any(s.mode == "stream" and s.online for s in sp)
+
+
+def test_validity_says_why():
+    ir = EXAMPLES["softmax"]()
+    base = default_schedule(ir, SUITE[0])
+    cases = {
+        "1024": replace(base, threads_per_row=1024, rows_per_block=2),
+        "capacity": replace(base, chunks=1, threads_per_row=64),
+        "power of two": replace(base, threads_per_row=96),
+        "unknown mode": replace(base, mode="tiles"),
+    }
+    for words, s in cases.items():
+        ok, why = is_valid(ir, s, SUITE[0])
+        assert not ok and words in why, (words, why)
+
+
+def test_fast_math_is_refused_where_the_tolerance_is_tight():
+    ir = EXAMPLES["softmax_fp32"]()
+    s = replace(default_schedule(ir, SUITE[0]), fast_math=True)
+    ok, why = is_valid(ir, s, SUITE[0])
+    assert not ok and "tolerance" in why
+    assert default_schedule(ir, SUITE[0]).fast_math is False
