@@ -280,7 +280,7 @@ class Session:
         self.l2_bytes = props.l2_cache_size
         self.max_smem_optin = props.max_shared_memory_per_block_optin
         self.stream = self.dev.create_stream()
-        judge = ObjectCode.from_ptx(JUDGE_PTX.read_text())
+        judge = ObjectCode.from_ptx(JUDGE_PTX.read_bytes())  # a str would be read as a path
         self.k_compare = judge.get_kernel("judge_compare")
         self.k_differ = judge.get_kernel("judge_bytes_differ")
         self.k_not = judge.get_kernel("judge_bytes_not")
