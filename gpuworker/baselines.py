@@ -175,11 +175,15 @@ def idiomatic_function(workload):
         ), f"F.gelu(x, approximate={approx!r})"
     if name in ("cross_entropy", "crossentropy", "cross_entropy_fwd") and len(ins) == 2:
         logits, target = ins[0].name, ins[1].name
+        # Losses are computed from float32 logits in practice (bf16 logsumexp loses the fp32
+        # output's precision), so that is what a customer would call.
         return (
             lambda d: {
-                out.name: F.cross_entropy(d[logits], d[target].long(), reduction="none").to(odt)
+                out.name: F.cross_entropy(d[logits].float(), d[target].long(), reduction="none").to(
+                    odt
+                )
             }
-        ), 'F.cross_entropy(logits, target, reduction="none")'
+        ), 'F.cross_entropy(logits.float(), target, reduction="none")'
     return None, None
 
 
