@@ -192,7 +192,8 @@ def _triton_function(workload):
     try:
         import torch
         import triton
-        import triton.language as tl
+
+        from gpuworker import triton_kernels as tk
     except ImportError as e:
         raise Unavailable(f"triton is not importable: {e}") from e
     name = workload.name.lower().replace("-", "_")
@@ -202,32 +203,15 @@ def _triton_function(workload):
     out = outs[0]
     odt = _torch_dtype(torch, out.dtype)
 
-    def warps(block: int) -> int:
-        return 4 if block <= 1024 else 8 if block <= 4096 else 16
-
     if name in ("softmax", "softmax_lastdim") and len(ins) == 1:
-
-        @triton.jit
-        def softmax_row(x_ptr, y_ptr, n_cols, BLOCK: tl.constexpr):
-            row = tl.program_id(0).to(tl.int64)
-            offs = tl.arange(0, BLOCK)
-            mask = offs < n_cols
-            v = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=-float("inf"))
-            v = v.to(tl.float32)
-            v = v - tl.max(v, axis=0)
-            e = tl.exp(v)
-            y = e / tl.sum(e, axis=0)
-            tl.store(y_ptr + row * n_cols + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
-
         xname = ins[0].name
 
         def fn(d):
             xt = d[xname]
             n = xt.shape[-1]
-            rows = xt.numel() // n
             y = torch.empty(xt.shape, dtype=odt, device=xt.device)
             block = triton.next_power_of_2(n)
-            softmax_row[(rows,)](xt, y, n, BLOCK=block, num_warps=warps(block))
+            tk.softmax_row[(xt.numel() // n,)](xt, y, n, BLOCK=block, num_warps=tk.num_warps(block))
             return {out.name: y}
 
         return fn, "softmax_row: one row per program, BLOCK = next_pow2(N), fp32 math"
@@ -235,17 +219,6 @@ def _triton_function(workload):
     vectors = [t.name for t in ins[1:] if len(t.shape) == 1]
     eps = _find_eps(workload)
     if name in ("rmsnorm", "rms_norm") and len(ins) == 2 and len(vectors) == 1 and eps:
-
-        @triton.jit
-        def rmsnorm_row(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
-            row = tl.program_id(0).to(tl.int64)
-            offs = tl.arange(0, BLOCK)
-            mask = offs < n_cols
-            v = tl.load(x_ptr + row * n_cols + offs, mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-            r = tl.rsqrt(tl.sum(v * v, axis=0) / n_cols + eps)
-            tl.store(y_ptr + row * n_cols + offs, (v * r * w).to(y_ptr.dtype.element_ty), mask=mask)
-
         xname, wname = ins[0].name, vectors[0]
 
         def fn(d):
@@ -253,8 +226,8 @@ def _triton_function(workload):
             n = xt.shape[-1]
             y = torch.empty(xt.shape, dtype=odt, device=xt.device)
             block = triton.next_power_of_2(n)
-            rmsnorm_row[(xt.numel() // n,)](
-                xt, d[wname], y, n, eps, BLOCK=block, num_warps=warps(block)
+            tk.rmsnorm_row[(xt.numel() // n,)](
+                xt, d[wname], y, n, eps, BLOCK=block, num_warps=tk.num_warps(block)
             )
             return {out.name: y}
 
