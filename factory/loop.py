@@ -10,9 +10,11 @@ formats), so the factory never imports the GPU worker.
 from __future__ import annotations
 
 import math
+import os
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from factory import evidence as ev
@@ -407,8 +409,10 @@ def run_job(
         )
         usage = dict(report.usage)
         rejected, survivors = [], {}
-        for d in drafts:
-            rep = compile_fn(d.ptx, workload.target)
+        # nvJitLink releases the GIL while it compiles: threads compile a population in parallel
+        with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+            reports = list(pool.map(lambda d: compile_fn(d.ptx, workload.target), drafts))
+        for d, rep in zip(drafts, reports, strict=True):
             ok, reason = review(d, rep)
             if not ok:
                 rejected.append({"ptx_sha256": d.ptx_sha256, "note": d.note, "reason": reason})

@@ -74,12 +74,14 @@ class Item:
     value: Any  # the frozen dataclass
     schedule: dict = field(init=False, repr=False)
     key: str = field(init=False, repr=False)
+    values: tuple = field(init=False, repr=False)  # field values in order, for distances
 
     def __post_init__(self):
         self.schedule = (
             self.value.to_schedule() if self.kind == "edit" else schedule_dict(self.value)
         )
         self.key = ev.schedule_key(self.schedule)
+        self.values = tuple(self.schedule.values())
 
 
 @dataclass
@@ -262,7 +264,11 @@ def build_context(
     if workload.baseline is not None:
         ctx.edit_items = [Item("edit", e) for e in edit_space()]
     similar = [r for r in evidence if r.get("family") == family and r.get("gpu") == gpu]
-    ctx.model = CostModel().fit(similar)
+    # the same operator's evidence teaches the model most; the family's when that is too little
+    same_op = [r for r in similar if r.get("signature") == ctx.signature]
+    ctx.model = CostModel().fit(same_op)
+    if not ctx.model.fitted:
+        ctx.model = CostModel().fit(similar)
     ctx.lessons = ev.distil_lessons(evidence, family=family, gpu=gpu, dims=ctx.dims_list[0])
     return ctx
 

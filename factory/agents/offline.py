@@ -251,9 +251,9 @@ def _neighbours(ctx: Context, item: Item) -> list[Item]:
 
 
 def _distance(a: Item, b: Item) -> int:
-    if type(a.value) is not type(b.value):
+    if a.kind != b.kind or len(a.values) != len(b.values):
         return 99
-    return _hamming(a.value, b.value)
+    return sum(x != y for x, y in zip(a.values, b.values, strict=True))
 
 
 class OfflineTuner:

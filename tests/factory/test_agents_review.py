@@ -1,11 +1,11 @@
 import pytest
-from test_agents_ptx import CUSTOMER_PTX, LAUNCH, PARAMS
 
 from factory.agents import review
 from factory.agents.review import occupancy_warps, scalar_vector_opportunities
 from factory.agents.types import CandidateDraft
 from factory.compile import compile_ptx
 from factory.spec.types import Launch
+from tests.factory.test_agents_ptx import CUSTOMER_PTX, LAUNCH, PARAMS
 
 CLEAN = """.version 8.0
 .target sm_90

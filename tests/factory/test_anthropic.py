@@ -6,11 +6,11 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from test_loop_fakes import FakeBench, fake_generator, make_workload
 
 from factory.compile import compile_ptx
 from factory.evidence import JsonlEvidenceStore
 from factory.loop import propose_with_report, run_job
+from tests.factory.test_loop_fakes import FakeBench, fake_generator, make_workload
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "anthropic"
 KERNELS = json.loads((FIXTURES / "kernels.json").read_text())

@@ -1,7 +1,5 @@
 import json
 
-from test_loop_fakes import make_workload
-
 from factory.evidence import (
     JsonlEvidenceStore,
     distil_lessons,
@@ -10,6 +8,7 @@ from factory.evidence import (
     signature_of,
     warm_start_schedules,
 )
+from tests.factory.test_loop_fakes import make_workload
 
 
 def rec(job, schedule, us, *, dims=None, status="passed", family="softmax", reason=""):

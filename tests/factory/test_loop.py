@@ -1,16 +1,16 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_loop_fakes import (
+
+from factory.evidence import JsonlEvidenceStore, schedule_key
+from factory.loop import CandidateDraft, propose, run_job, should_stop
+from tests.factory.test_loop_fakes import (
     FakeBench,
     fake_compile,
     fake_generator,
     make_workload,
     sweep_best_us,
 )
-
-from factory.evidence import JsonlEvidenceStore, schedule_key
-from factory.loop import CandidateDraft, propose, run_job, should_stop
 
 
 def _settings(**extra):
@@ -148,7 +148,7 @@ def test_pruning_benches_only_the_predicted_fastest_and_counts_the_time_saved():
 
 
 def test_the_customer_kernel_edits_run_through_the_loop_when_the_generator_refuses():
-    from test_agents_ptx import CUSTOMER_PTX, customer_baseline
+    from tests.factory.test_agents_ptx import CUSTOMER_PTX, customer_baseline
 
     w = make_workload(baseline=customer_baseline())
     store = JsonlEvidenceStore()

@@ -5,12 +5,11 @@ import argparse
 import dataclasses
 import json
 
-from test_agents_ptx import customer_baseline
-from test_loop_fakes import make_workload
-
 from bench import loop_run
 from factory.spec.expr import Binary, Input, Reduce, Unary
 from factory.spec.types import OutputDecl, Tolerance
+from tests.factory.test_agents_ptx import customer_baseline
+from tests.factory.test_loop_fakes import make_workload
 
 
 def softmax_workload():
