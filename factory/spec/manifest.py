@@ -186,6 +186,7 @@ class _Loader:
         self.dims: list[str] = []  # in order of first appearance
         self.scope: dict[str, Node] = {}
         self.interner: dict[Node, Node] = {}
+        self.gathers: list[tuple[TensorDecl, str | int]] = []  # (index input, gathered axis)
 
     def load(self) -> Workload:
         d, err = self.data, self.err
@@ -495,6 +496,7 @@ class _Loader:
                     continue
                 decl = self.inputs[n.idx.name]
                 axis = n.x.shape[-1]
+                self.gathers.append((decl, axis))
                 field = f"inputs.{decl.name}.range"
                 if decl.low < 0:
                     self.err.add(field, "gather indices must be >= 0")
@@ -512,6 +514,15 @@ class _Loader:
                         self.err.add(
                             f"{label}[{i}].{decl.high}",
                             f"leaves inputs.{decl.name}.range empty",
+                        )
+                for decl, axis in self.gathers:
+                    size = row[axis] if isinstance(axis, str) else axis
+                    high = row[decl.high] if isinstance(decl.high, str) else decl.high
+                    if high > size:
+                        self.err.add(
+                            f"inputs.{decl.name}.range",
+                            f"gather indices up to {high - 1} overflow the gathered axis of "
+                            f"size {size} at {label}[{i}]",
                         )
 
     # -- shapes ----------------------------------------------------------------------------------
