@@ -9,6 +9,7 @@ import test is rewritten onto a fresh batch with `rebase_recorded`.
 from __future__ import annotations
 
 import copy
+import hashlib
 
 
 def dims_key(dims):
@@ -95,12 +96,25 @@ def results_for(batch: dict, *, failing: set[str] = frozenset(), base_us: float 
 
 
 def rebase_recorded(recorded: dict, batch: dict) -> dict:
-    """A results file recorded for one batch, rewritten onto `batch` (same candidates by PTX
-    order): new batch_id and candidate ids, everything measured kept as recorded."""
+    """A results file recorded for one batch, put onto `batch`: new batch_id and candidate ids,
+    every measured number kept as recorded. An entry recorded for the same PTX (by sha256) goes
+    to that candidate; the others take the recorded entries in order, passing ones first. A
+    recording made at other shapes is refused."""
+    shapes = {dims_key(d) for d in batch["shapes"]}
+    entries = recorded["candidates"]
+    for entry in entries:
+        timed = {dims_key(t["dims"]) for t in entry.get("timing", [])}
+        if timed and timed != shapes:
+            raise ValueError(f"recorded at {sorted(timed)}, not at {sorted(shapes)}")
+    by_sha = {e["ptx_sha256"]: e for e in entries if e.get("ptx_sha256")}
+    ordered = [e for e in entries if e["status"] == "passed"]
+    ordered += [e for e in entries if e["status"] != "passed"]
     out = copy.deepcopy(recorded)
     out["batch_id"] = batch["batch_id"]
-    ids = [c["id"] for c in batch["candidates"]]
-    assert len(ids) == len(out["candidates"]), "the recorded file is for another batch"
-    for entry, new_id in zip(out["candidates"], ids, strict=True):
-        entry["id"] = new_id
+    out["candidates"] = []
+    for i, candidate in enumerate(batch["candidates"]):
+        sha = hashlib.sha256(candidate["ptx"].encode()).hexdigest()
+        entry = copy.deepcopy(by_sha.get(sha) or ordered[i % len(ordered)])
+        entry["id"] = candidate["id"]
+        out["candidates"].append(entry)
     return out

@@ -4,6 +4,7 @@ same task functions the workers run, in order, on commit); the real agents, gene
 and reviewer do the work."""
 
 import json
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -18,7 +19,9 @@ from portal.models import (
     TimingResult,
     VerificationResult,
 )
-from tests.portal.results_files import results_for
+from tests.portal.results_files import rebase_recorded, results_for
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "results" / "softmax_h200.json"
 
 
 @pytest.fixture
@@ -153,3 +156,23 @@ def test_a_job_whose_agents_are_not_installed_is_failed_with_the_reason(upload, 
     job = upload()
     assert job.status == Job.FAILED
     assert "not installed" in job.stop_reason
+
+
+@pytest.mark.skipif(not RECORDED.exists(), reason=f"no H200 recording at {RECORDED}")
+def test_a_results_file_recorded_on_an_h200_sends_the_job_to_review(
+    upload, django_capture_on_commit_callbacks
+):
+    job = upload()
+    recorded = json.loads(RECORDED.read_text())
+    results = rebase_recorded(recorded, job.batches.get().batch)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.results_import(results=results)
+    job.refresh_from_db()
+    assert job.status == Job.REVIEW, job.stop_reason
+    batch = job.batches.get()
+    assert batch.environment.gpu.startswith("NVIDIA H200")
+    passed = job.candidates.filter(status=Candidate.PASSED)
+    assert passed.exists() and job.best_candidate in passed
+    assert TimingResult.objects.filter(candidate=job.best_candidate).count() == len(
+        batch.batch["shapes"]
+    )
