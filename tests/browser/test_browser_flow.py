@@ -16,7 +16,10 @@ from tests.browser.conftest import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-RECORDING = "softmax_h200.json"
+# A results file recorded on an H200 for softmax batches when one is there; otherwise one written
+# by hand in the contract's format (its "note" says so).
+RECORDINGS = ("softmax_h200.json", "softmax_contract_example.json")
+RECORDING = next((n for n in RECORDINGS if (recorded.FIXTURES / n).exists()), RECORDINGS[-1])
 
 
 def _factory_ready() -> bool:
