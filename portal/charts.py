@@ -51,6 +51,11 @@ def shape_label(dims: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in dims.items())
 
 
+def _tick(label: str) -> str:
+    # One dim per line on a category axis, so long shapes never overlap or tilt.
+    return label.replace(" ", "<br>")
+
+
 def generations_figure(population: Iterable[dict]) -> dict:
     """Best time per generation (a line) over the whole population (a scatter).
 
@@ -158,7 +163,7 @@ def baselines_figure(rows: Iterable[dict]) -> dict:
             {
                 "type": "bar",
                 "name": name,
-                "x": [p["shape"] for p in points],
+                "x": [_tick(p["shape"]) for p in points],
                 "y": medians,
                 "marker": {"color": colour},
                 "error_y": {
@@ -177,7 +182,11 @@ def baselines_figure(rows: Iterable[dict]) -> dict:
         "layout": _layout(
             "Candidate against baselines (median, 95% interval; lower is better)",
             barmode="group",
-            xaxis={"title": {"text": "shape"}, "categoryorder": "array", "categoryarray": shapes},
+            xaxis={
+                "title": {"text": "shape"},
+                "categoryorder": "array",
+                "categoryarray": [_tick(x) for x in shapes],
+            },
             yaxis={"title": {"text": "runtime (µs)"}},
         ),
     }
@@ -208,7 +217,7 @@ def bandwidth_figure(rows: Iterable[dict], copy_ceiling_tbps: float | None) -> d
             {
                 "type": "bar",
                 "name": name,
-                "x": [p["shape"] for p in points],
+                "x": [_tick(p["shape"]) for p in points],
                 "y": ys,
                 "customdata": [p["tbps"] for p in points],
                 "marker": {"color": colour},
@@ -275,7 +284,7 @@ def correctness_figure(rows: Iterable[dict], rel_norm_tolerance: float | None = 
         if not _finite(err):
             continue
         xs, ys, text = groups[bool(row.get("heldout"))]
-        xs.append(row["shape"])
+        xs.append(_tick(row["shape"]))
         ys.append(max(err, 1e-12))
         text.append("passed" if row.get("passed") else "FAILED")
     data = []
@@ -301,7 +310,12 @@ def correctness_figure(rows: Iterable[dict], rel_norm_tolerance: float | None = 
     layout = _layout(
         "Correctness: relative error per shape (lower is better)",
         xaxis={"title": {"text": "shape"}},
-        yaxis={"title": {"text": "‖out − ref‖ / ‖ref‖"}, "type": "log", "exponentformat": "e"},
+        yaxis={
+            "title": {"text": "‖out − ref‖ / ‖ref‖"},
+            "type": "log",
+            "dtick": 1,  # one tick per decade
+            "exponentformat": "power",
+        },
     )
     if _finite(rel_norm_tolerance):
         layout["shapes"] = [
@@ -336,7 +350,7 @@ def samples_figure(samples_by_shape: dict[str, list[float]]) -> dict:
     data = [
         {
             "type": "box",
-            "name": shape,
+            "name": _tick(shape),
             "y": samples,
             "boxpoints": "outliers",
             "marker": {"color": CANDIDATE_COLOUR, "size": 3},
