@@ -1,29 +1,44 @@
 """The benchmark suite: generated kernels against every baseline, on the GPU, in one run.
 
-    PYTHONPATH=. python3 -m bench.suite --out bench/results [--max-autotune] [--direct]
+    PYTHONPATH=. python3 -m bench.suite --out bench/results            # on a GPU host
+    PYTHONPATH=. python3 -m bench.suite --report bench/results/<run>    # redraw table + chart
 
-(placeholder while the batch path is written: --direct times our kernels with bench.direct)
+For every suite case (operator x shape) it emits a handful of schedules (compiled and screened on
+the CPU first: no spills, no stack, registers within the file), puts them in one format-1 batch
+per operator with the baselines, and hands it to `gpuworker.run_batch`, which verifies every
+entrant at every shape and held-out shape, measures the copy ceiling, and times candidates and
+baselines interleaved on the same inputs. The fastest verified candidate per shape is "ours".
+Raw results (one JSON per operator, written as soon as it finishes), `table.md` and `chart.html`
+land in `<out>/<date>-h200/`.
+
+Options: --max-autotune adds torch.compile(mode="max-autotune") (minutes of compiling);
+--ops/--shapes N narrow the run; --budget-s sets the timing budget per entrant; --direct times
+only our kernels with bench.direct (no baselines; for generator development).
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
+import math
 import os
 import sys
+import time
+import uuid
 from dataclasses import replace
+from datetime import UTC, datetime
 
-from factory.schedules import Schedule, default_schedule
+from factory.schedules import Schedule, default_schedule, is_valid
 
-SUITE_SHAPES = {
-    "softmax": [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}],
-    "layernorm": [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}],
-    "rmsnorm": [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}],
-    "add_rmsnorm": [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}],
-    "silu_mul": [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}],
-    "gelu_tanh": [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}],
-    "cross_entropy": [{"M": 4096, "N": 32000}, {"M": 4096, "N": 128256}],
-}
+OPS = ("softmax", "layernorm", "rmsnorm", "add_rmsnorm", "silu_mul", "gelu_tanh", "cross_entropy")
+# The suite shapes are the catalogue manifests' own `shapes` (bf16 16384x4096, 16384x8192,
+# 32768x4096; cross-entropy 4096x32000 and 4096x128256).
+BASELINES = ("torch_eager", "torch_compile", "triton")
+CANDIDATES_PER_SHAPE = 3
+
+
+# ---------------------------------------------------------------- launch arithmetic
 
 
 def eval_launch(expr, dims) -> int:
@@ -53,92 +68,363 @@ def eval_launch(expr, dims) -> int:
     return ev(ast.parse(str(expr), mode="eval"))
 
 
-def candidate_schedules(ir, dims) -> list[Schedule]:
-    """A handful of layouts worth timing at `dims` (deduplicated, valid)."""
-    from factory.schedules import is_valid
+# ---------------------------------------------------------------- candidates
+
+
+def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Schedule]:
+    """A handful of layouts worth timing at `dims`, best guess first, screened on the CPU
+    (compiled: no spills, no stack, registers x threads within the register file)."""
+    from factory.compile import compile_ptx, rejection_reason
+    from factory.emit import emit
 
     base = default_schedule(ir, dims)
     n = dims[ir.row_dim]
     v = base.vec_elems
-    out = [base]
+    out = []
     if base.mode == "cached":
-        for t in (64, 128, 256, 512, 1024):
-            for c in (1, 2, 4, 8):
-                if t * v * c >= n > t * v * c // 2:
-                    out.append(replace(base, threads_per_row=t, chunks=c, rows_per_block=1))
-        out.append(replace(base, persistent_blocks_per_sm=2))
-        out.append(replace(base, store_hint="none", load_hint="nc"))
-    else:
-        out += [
-            replace(base, threads_per_row=512, chunks=4),
-            replace(base, threads_per_row=1024, chunks=2),
-            replace(base, threads_per_row=1024, chunks=8),
-        ]
-    if ir.online and n <= 65536:
-        out.append(replace(base, mode="stream", online=True, threads_per_row=1024, chunks=4))
-    seen, uniq = set(), []
+        # The row in registers; then the same with registers capped for 1024 threads per SM;
+        # then the same capacity with twice the threads and half the chunks each.
+        out += [base, replace(base, min_threads_per_sm=1024)]
+        for t, c in ((base.threads_per_row * 2, 2), (base.threads_per_row // 2, 8)):
+            if 32 <= t <= 1024 and t * v * c >= n:
+                out.append(replace(base, threads_per_row=t, chunks=c, rows_per_block=1))
+    online = [
+        replace(base, mode="stream", online=True, threads_per_row=t, chunks=c, rows_per_block=1)
+        for t, c in ((256, 4), (512, 4), (512, 2), (1024, 2))
+    ]
+    if ir.online and not any(o.role == "row" for o in ir.outputs):
+        # A per-row result from max/sum-of-exp (cross-entropy): one streaming pass reads the row
+        # once either way, and keeps few registers, so more rows are in flight per SM.
+        out = online + out
+    elif ir.online:
+        out += online
+    if base.mode != "cached":
+        out = [base] + out
+    picked = []
     for s in out:
-        if s not in seen and all(is_valid(ir, s, d)[0] for d in [dims]):
+        if s in picked or not is_valid(ir, s, dims)[0]:
+            continue
+        rep = compile_ptx(emit(ir, s).ptx)
+        if rejection_reason(rep, s.threads_per_block):
+            continue
+        picked.append(s)
+        if len(picked) >= limit:
+            break
+    return picked
+
+
+def _catalogue():
+    from factory.ir import lower
+    from factory.spec import catalogue_manifest, load_catalogue
+
+    cat = load_catalogue()
+    return {name: (w, catalogue_manifest(name), lower(w)) for name, w in cat.items()}
+
+
+def build_batch(
+    name: str, manifest: str, ir, shapes: list[dict], baselines, budget_s: float, ir_heldout=()
+):
+    """One format-1 batch for one operator: the union of each shape's candidates."""
+    from factory.emit import emit
+
+    cands, seen = [], set()
+    for dims in shapes:
+        for s in candidate_schedules(ir, dims):
+            if s in seen:
+                continue
             seen.add(s)
-            uniq.append(s)
-    return uniq
+            em = emit(ir, s)
+            cands.append(
+                {
+                    "id": f"{name}:{s.tag()}",
+                    "ptx": em.ptx,
+                    "entry": em.entry,
+                    "params": [
+                        {"kind": p.kind, "ptx_type": p.ptx_type, "name": p.name} for p in em.params
+                    ],
+                    "launch": {
+                        "grid": list(em.launch.grid),
+                        "block": list(em.launch.block),
+                        "smem_bytes": em.launch.smem_bytes,
+                        "cluster": None,
+                    },
+                    "schedule": s.to_dict(),
+                }
+            )
+    # The manifest's own held-out shapes (one row, N off the vector width) plus a row longer
+    # than any register capacity, which takes the streaming fallback.
+    heldout = [dict(h) for h in ir_heldout] + [
+        {d: (7 if d != ir.row_dim else 40000) for d in shapes[0]}
+    ]
+    batch = {
+        "format": 1,
+        "batch_id": str(uuid.uuid4()),
+        "manifest": manifest,
+        "baseline_source": None,
+        "shapes": shapes,
+        "heldout_shapes": heldout,
+        "candidates": [{k: v for k, v in c.items() if k != "schedule"} for c in cands],
+        "baselines": list(baselines),
+        "options": {
+            "time_budget_s_per_candidate": budget_s,
+            "timeout_s_per_candidate": 60,
+            "seed": None,
+        },
+    }
+    return batch, {c["id"]: c["schedule"] for c in cands}
 
 
-def _hand_examples():
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "factory"))
-    import test_ir_examples as ex
-
-    return ex
+# ---------------------------------------------------------------- the run
 
 
-def main_direct(out_dir: str) -> int:
+def run_suite(args) -> int:
+    import gpuworker
+
+    cat = _catalogue()
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    out_dir = os.path.join(args.out, f"{stamp}-h200")
+    os.makedirs(out_dir, exist_ok=True)
+    baselines = list(BASELINES) + (["torch_compile_max_autotune"] if args.max_autotune else [])
+    t0 = time.monotonic()
+    for name in args.ops:
+        if name not in cat:
+            print(f"{name}: not in the catalogue, skipped", flush=True)
+            continue
+        w, manifest, ir = cat[name]
+        shapes = [dict(d) for d in w.shapes][: args.shapes]
+        batch, schedules = build_batch(
+            name, manifest, ir, shapes, baselines, args.budget_s, w.heldout_shapes
+        )
+        print(
+            f"[{time.monotonic() - t0:6.1f} s] {name}: {len(batch['candidates'])} candidates, "
+            f"{len(shapes)} shapes",
+            flush=True,
+        )
+        t1 = time.monotonic()
+        res = gpuworker.run_batch(batch)
+        res["suite"] = {
+            "op": name,
+            "schedules": schedules,
+            "wall_s": time.monotonic() - t1,
+            "bytes_per_shape": {
+                _dims_key(d): ir.bytes_per_row(d[ir.row_dim]) * _rows(ir, d) for d in shapes
+            },
+        }
+        with open(os.path.join(out_dir, f"raw_{name}.json"), "w") as f:
+            json.dump(res, f, indent=1)
+        for line in summarise(res)[:6]:
+            print("   ", line, flush=True)
+    report(out_dir)
+    print(f"done in {time.monotonic() - t0:.1f} s -> {out_dir}", flush=True)
+    return 0
+
+
+def _rows(ir, dims) -> int:
+    return math.prod(int(dims[d]) for d in ir.batch_dims) if ir.batch_dims else 1
+
+
+def _dims_key(d: dict) -> str:
+    return "x".join(str(d[k]) for k in sorted(d))
+
+
+def summarise(res: dict) -> list[str]:
+    out = []
+    for c in res.get("candidates", []):
+        t = ", ".join(f"{x['median_us']:.1f} us {x.get('tbps', 0):.2f} TB/s" for x in c["timing"])
+        out.append(f"{c['id']}: {c['status']} {t} {c.get('reason', '')[:100]}")
+    for b in res.get("baselines", []):
+        t = ", ".join(f"{x['median_us']:.1f} us" for x in b.get("timing", []))
+        out.append(f"{b['name']}: {b['status']} {t} {b.get('reason', '')[:80]}")
+    return out
+
+
+# ---------------------------------------------------------------- the table and the chart
+
+
+def _timing_at(rec: dict, dims: dict):
+    for t in rec.get("timing", []):
+        if t["dims"] == dims:
+            return t
+    return None
+
+
+def rows_from(raw: dict) -> list[dict]:
+    """One table row per (shape, implementation): our best verified candidate and each
+    baseline, with bandwidth, the fraction of the copy ceiling and speedups."""
+    name = raw["suite"]["op"]
+    ceiling = raw.get("copy_ceiling_tbps")
+    shapes = []
+    for rec in raw.get("candidates", []) + raw.get("baselines", []):
+        for t in rec.get("timing", []):
+            if t["dims"] not in shapes:
+                shapes.append(t["dims"])
+    rows = []
+    for dims in shapes:
+        ours = None
+        for c in raw.get("candidates", []):
+            t = _timing_at(c, dims)
+            if (
+                c["status"] == "passed"
+                and t
+                and (ours is None or t["median_us"] < ours[1]["median_us"])
+            ):
+                ours = (c, t)
+        base = []
+        for b in raw.get("baselines", []):
+            t = _timing_at(b, dims)
+            if b["status"] == "passed" and t:
+                base.append((b, t))
+        best_base = min((t["median_us"] for _, t in base), default=None)
+        compiled = [t["median_us"] for b, t in base if b["name"] == "torch_compile"]
+        entries = ([("ours: " + ours[0]["id"].split(":", 1)[1], ours[1], True)] if ours else []) + [
+            (b["name"], t, True) for b, t in base
+        ]
+        for impl, t, verified in entries:
+            tbps = t.get("tbps")
+            rows.append(
+                {
+                    "op": name,
+                    "shape": "x".join(str(v) for v in dims.values()),
+                    "dtype": "bf16",
+                    "implementation": impl,
+                    "verified": verified,
+                    "median_us": t["median_us"],
+                    "p20_us": t.get("p20_us"),
+                    "p80_us": t.get("p80_us"),
+                    "tbps": tbps,
+                    "copy_ceiling_tbps": ceiling,
+                    "fraction_of_ceiling": (tbps / ceiling) if (tbps and ceiling) else None,
+                    "speedup_vs_best_baseline": (best_base / t["median_us"]) if best_base else None,
+                    "speedup_vs_torch_compile": (compiled[0] / t["median_us"])
+                    if compiled
+                    else None,
+                    "ours": impl.startswith("ours"),
+                }
+            )
+    return rows
+
+
+def report(out_dir: str) -> None:
+    """Write table.md (and chart.html when plotly is importable) from the raw JSON files."""
+    raws = []
+    for fn in sorted(os.listdir(out_dir)):
+        if fn.startswith("raw_") and fn.endswith(".json"):
+            with open(os.path.join(out_dir, fn)) as f:
+                raws.append(json.load(f))
+    if not raws:
+        return
+    rows = [r for raw in raws for r in rows_from(raw)]
+    env = raws[0].get("env", {})
+    lines = [
+        f"# Suite results, {env.get('started_at', '')[:10]}, {env.get('gpu', '?')}",
+        "",
+        f"GPU {env.get('gpu')}, driver {env.get('driver')}, "
+        f"SM clock {env.get('sm_clock_mhz')} MHz; "
+        f"cuda-core {env.get('cuda_core')}, cuda-bindings {env.get('cuda_bindings')}, "
+        f"nvJitLink {env.get('nvjitlink')}, torch {env.get('torch')}, triton {env.get('triton')}.",
+        "Bytes count each input read once and each output written once; copy ceiling = "
+        "device-to-device copy measured in the same batch.",
+        "",
+        "| op | shape | dtype | implementation | verified | median_us | TB/s | copy ceiling | "
+        "fraction of ceiling | speedup vs best baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def f(x, fmt):
+        return "–" if x is None else format(x, fmt)
+
+    for r in rows:
+        lines.append(
+            f"| {r['op']} | {r['shape']} | {r['dtype']} | {r['implementation']} | "
+            f"{'yes' if r['verified'] else 'no'} | {f(r['median_us'], '.1f')} | "
+            f"{f(r['tbps'], '.2f')} | {f(r['copy_ceiling_tbps'], '.2f')} | "
+            f"{f(r['fraction_of_ceiling'], '.0%')} | {f(r['speedup_vs_best_baseline'], '.2f')} |"
+        )
+    ours = [r for r in rows if r["ours"]]
+    sp = [r["speedup_vs_torch_compile"] for r in ours if r["speedup_vs_torch_compile"]]
+    if sp:
+        geo = math.exp(sum(math.log(x) for x in sp) / len(sp))
+        lines += ["", f"Geomean speedup of ours over torch.compile: {geo:.2f}x ({len(sp)} cases)."]
+    lines += ["", "Failed or rejected entrants:"]
+    for raw in raws:
+        for rec in raw.get("candidates", []) + raw.get("baselines", []):
+            if rec["status"] != "passed":
+                who = rec.get("id") or rec.get("name")
+                lines.append(f"- {raw['suite']['op']} {who}: {rec['status']} {rec['reason'][:200]}")
+    with open(os.path.join(out_dir, "table.md"), "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    with open(os.path.join(out_dir, "rows.json"), "w") as fh:
+        json.dump(rows, fh, indent=1)
+    try:
+        import plotly.graph_objects as go
+    except ImportError:
+        return
+    fig = go.Figure()
+    impls = sorted({("ours" if r["ours"] else r["implementation"]) for r in rows})
+    for impl in impls:
+        sel = [r for r in rows if ("ours" if r["ours"] else r["implementation"]) == impl]
+        fig.add_bar(
+            name=impl,
+            x=[f"{r['op']} {r['shape']}" for r in sel],
+            y=[r["fraction_of_ceiling"] for r in sel],
+        )
+    fig.update_layout(
+        barmode="group",
+        title=f"Fraction of the copy ceiling, {env.get('gpu', '')}",
+        yaxis={"title": "achieved / copy bandwidth", "tickformat": ".0%"},
+    )
+    fig.write_html(os.path.join(out_dir, "chart.html"), include_plotlyjs=True)
+
+
+# ---------------------------------------------------------------- direct mode (development)
+
+
+def main_direct(args) -> int:
     from bench.direct import Device, run_ir
 
-    ex = _hand_examples()
+    cat = _catalogue()
     dev = Device()
     ceiling = dev.copy_ceiling_tbps()
     print(f"copy ceiling {ceiling:.2f} TB/s", flush=True)
     results = {"copy_ceiling_tbps": ceiling, "runs": []}
-
-    def ref_fn(o, f64, rows):
-        sub = {
-            k: (v[rows] if v.ndim and v.shape[0] > max(rows) and k != "w" and k != "b" else v)
-            for k, v in f64.items()
-        }
-        r = ex.eval64(o.node, sub)
-        return r.reshape(len(rows), -1) if o.role == "row" else r.reshape(len(rows))
-
-    for name in ("softmax", "layernorm", "add_rmsnorm", "silu_mul", "gelu_tanh", "cross_entropy"):
-        ir = ex.EXAMPLES[name]()
-        for dims in SUITE_SHAPES[name][:2]:
-            recs = run_ir(dev, ir, candidate_schedules(ir, dims), dims, ref_fn)
+    for name in args.ops:
+        if name not in cat:
+            continue
+        _, _, ir = cat[name]
+        for dims in [dict(d) for d in cat[name][0].shapes][: args.shapes]:
+            recs = run_ir(dev, ir, candidate_schedules(ir, dims, limit=8), dims)
             for r in recs:
                 r["op"] = name
                 print(
                     f"{name:14s} {dims['M']}x{dims['N']:<7d} {r['tag']:28s} "
                     f"{r.get('status'):8s} {r.get('median_us', 0):9.1f} us "
-                    f"{r.get('tbps', 0):5.2f} TB/s regs {r.get('registers')} "
-                    f"chk {r.get('check')} {r.get('reason', '')}",
+                    f"{r.get('tbps', 0):5.2f} TB/s regs {r.get('registers')} {r.get('reason', '')}",
                     flush=True,
                 )
             results["runs"] += recs
-    with open(os.path.join(out_dir, "direct.json"), "w") as f:
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "direct.json"), "w") as f:
         json.dump(results, f, indent=1)
     return 0
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m bench.suite")
+    p = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__.splitlines()[0])
     p.add_argument("--out", default="bench/results")
-    p.add_argument("--direct", action="store_true")
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--shapes", type=int, default=3, help="the first N suite shapes of each op")
+    p.add_argument("--budget-s", type=float, default=0.5, help="timing budget per entrant")
     p.add_argument("--max-autotune", action="store_true")
+    p.add_argument("--direct", action="store_true")
+    p.add_argument("--report", metavar="DIR", help="only redraw table.md/chart.html in DIR")
     args = p.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
+    args.ops = [o for o in args.ops.split(",") if o]
+    if args.report:
+        report(args.report)
+        return 0
     if args.direct:
-        return main_direct(args.out)
-    raise SystemExit("the batch path is not written yet")
+        return main_direct(args)
+    return run_suite(args)
 
 
 if __name__ == "__main__":

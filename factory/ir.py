@@ -296,7 +296,7 @@ def lower_nodes(
 
 def _find_online_pairs(reductions: list[E.Reduce], stage) -> list[OnlinePair]:
     """Spot sum(exp(F - max(F))) (softmax, log-softmax, logsumexp, cross-entropy)."""
-    maxes = {r.x: r for r in reductions if r.op == "max"}
+    maxes = [r for r in reductions if r.op == "max"]
     pairs = []
     for r in reductions:
         if r.op != "sum" or not isinstance(r.x, E.Unary) or r.x.op != "exp":
@@ -304,7 +304,21 @@ def _find_online_pairs(reductions: list[E.Reduce], stage) -> list[OnlinePair]:
         inner = r.x.x
         if not (isinstance(inner, E.Binary) and inner.op == "sub"):
             continue
-        m = maxes.get(inner.a)
-        if m is not None and inner.b == m:
-            pairs.append(OnlinePair(max_node=m, sum_node=r, f_node=inner.a))
+        for m in maxes:
+            if m.x == inner.a and inner.b == m:
+                pairs.append(OnlinePair(max_node=m, sum_node=r, f_node=inner.a))
+                break
     return pairs
+
+
+def reduction_aliases(reductions: list[E.Reduce]) -> dict[E.Reduce, E.Reduce]:
+    """Reductions that differ only in keepdims are one value: map each to the first."""
+    first: dict[tuple, E.Reduce] = {}
+    alias = {}
+    for r in reductions:
+        key = (r.op, r.x)
+        if key in first:
+            alias[r] = first[key]
+        else:
+            first[key] = r
+    return alias

@@ -8,8 +8,8 @@ one place, `is_valid`; `space` is the product of the option lists filtered by it
 Hardware facts (Hopper, sm_90) that bound the space:
 - 1024 threads per block, 64K 32-bit registers and 2048 threads per SM, 132 SMs on H100 SXM/H200;
 - 16-byte accesses per thread (ld.global.v4.b32) are the widest and the coalescing sweet spot;
-- named barriers 0..15, so at most 15 row groups per block (barrier 1 + group) when a row spans
-  several warps.
+- a barrier id held in a register makes ptxas reserve all 16 named barriers, which cuts the
+  blocks an SM holds: a row that spans several warps gets a block of its own (`bar.sync 0`).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class Schedule:
     persistent_blocks_per_sm: 0 = one block per row group; k > 0 = grid of k blocks per SM
         looping over rows.
     fast_math: approximate div/sqrt/tanh (allowed only where the tolerance is loose).
+    min_threads_per_sm: 0 = let ptxas choose the registers; k > 0 = ask for at least k resident
+        threads per SM (.minnctapersm), which caps the registers (65536 / k per thread).
     """
 
     family: str = "row"
@@ -59,6 +61,7 @@ class Schedule:
     store_hint: str = "none"
     persistent_blocks_per_sm: int = 0
     fast_math: bool = True
+    min_threads_per_sm: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,6 +90,8 @@ class Schedule:
             s += f"p{self.persistent_blocks_per_sm}"
         if not self.fast_math:
             s += "x"
+        if self.min_threads_per_sm:
+            s += f"m{self.min_threads_per_sm}"
         return s + f"_{self.load_hint[:2]}{self.store_hint[:2]}"
 
 
@@ -132,10 +137,14 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         return False, "chunks must be in [1, 16]"
     if s.rows_per_block < 1 or s.threads_per_block > MAX_THREADS_PER_BLOCK:
         return False, f"{s.threads_per_block} threads per block exceeds 1024"
-    if s.threads_per_row > 32 and s.rows_per_block > 15:
-        return False, "at most 15 row groups per block (named barriers)"
+    if s.threads_per_row > 32 and s.rows_per_block > 1:
+        # Each multi-warp row group would sync on its own named barrier, whose id is then a
+        # register: ptxas reserves all 16 barriers and far fewer blocks fit on an SM.
+        return False, "one multi-warp row group per block (a register barrier id costs occupancy)"
     if s.persistent_blocks_per_sm < 0 or s.persistent_blocks_per_sm > 32:
         return False, "persistent_blocks_per_sm must be in [0, 32]"
+    if s.min_threads_per_sm not in (0, 512, 1024, 1536, 2048):
+        return False, "min_threads_per_sm must be 0, 512, 1024, 1536 or 2048"
     if s.fast_math and not fast_math_allowed(ir):
         return False, "fast_math is not allowed by the output tolerance"
     if s.online and not ir.online:
@@ -217,7 +226,7 @@ def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     while threads * v * chunks < n and threads < MAX_THREADS_PER_BLOCK:
         threads *= 2
     if threads * v * chunks >= n:
-        rows = max(1, min(4, 128 // threads))
+        rows = 4 if threads == 32 else 1
         # The online pair costs a second exp per element when the row is in registers anyway.
         return Schedule(
             threads_per_row=threads,

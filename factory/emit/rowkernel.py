@@ -33,6 +33,7 @@ from factory.ir import (
     SCALAR,
     KernelIR,
     TensorRef,
+    reduction_aliases,
 )
 from factory.schedules import NUM_SMS, Schedule
 from factory.spec import expr as E
@@ -116,6 +117,8 @@ class RowKernel:
         self.rowptr: dict[str, str] = {}  # tensor name -> start of the row (b64)
         self.rowscalar_vals: dict[str, str] = {}
         self.index_vals: dict[str, str] = {}
+        # max(x, keepdims=True) and max(x) are one value: only the first is computed.
+        self.alias = reduction_aliases(ir.reductions)
         self.red_items_total = self._count_reduce_regs()
         self.red_slot = 0
 
@@ -133,8 +136,11 @@ class RowKernel:
         return last + 1
 
     def _count_reduce_regs(self) -> int:
-        n = sum(1 for r in self.ir.reductions if r not in self.pair_sums)
+        n = sum(1 for r in self.ir.reductions if r not in self.pair_sums and r not in self.alias)
         return n + len(self.pairs)  # a pair carries two values, its max is already counted
+
+    def _canon(self, r: E.Reduce) -> E.Reduce:
+        return self.alias.get(r, r)
 
     def _pass_roots(self, p: int):
         """(regular reductions, online pairs, row outputs) finishing their work in pass p."""
@@ -142,8 +148,9 @@ class RowKernel:
             r
             for r in self.ir.reductions
             if r not in self.pair_sums
+            and r not in self.alias
             and self.stages[r.x] == p
-            and not any(q.max_node == r for q in self.pairs)
+            and not any(self._canon(q.max_node) == r for q in self.pairs)
         ]
         pairs = [q for q in self.pairs if self.stages[q.f_node] == p]
         outs = [o for o in self.ir.outputs if o.role == ROLE_ROW and self.stages[o.node] == p]
@@ -227,9 +234,9 @@ class RowKernel:
             b.comment("longer rows: stream every pass from memory")
         self._row_body("stream")
         b.label(next_row)
-        if self.W > 1:
+        if self.W > 1 and self.red_items_total:
             b.comment("shared reduction slots are reused by the next row")
-            b.op(f"bar.sync {self.bar_id}, {self.T}")
+            b.op(self.bar)
         b.op(f"add.u32 {self.row}, {self.row}, {self.row_stride}")
         b.op(f"bra.uni {loop}")
         b.label(done)
@@ -256,6 +263,9 @@ class RowKernel:
         plines = [f"    .param .{p.ptx_type} p_{_ident(p.name)}" for p in params]
         head.append(",\n".join(plines))
         head.append(f")\n.maxntid {self.T * self.R}, 1, 1")
+        if self.s.min_threads_per_sm:
+            blocks = max(1, self.s.min_threads_per_sm // (self.T * self.R))
+            head.append(f".minnctapersm {blocks}")
         head.append("{")
         body = self.b.declarations()
         if self.W > 1 and self.red_items_total:
@@ -302,9 +312,16 @@ class RowKernel:
         self.lane = lane
         self.warp = b.reg("b32")
         b.op(f"shr.u32 {self.warp}, {t}, 5")
-        # The whole row group syncs on its own named barrier (0 is left to bar.sync 0 users).
-        self.bar_id = b.reg("b32")
-        b.op(f"add.u32 {self.bar_id}, {g}, 1")
+        if self.R == 1 or self.T == 32:
+            # One row group per block: the block barrier. An immediate id matters: a barrier id
+            # held in a register makes ptxas reserve all 16 barriers, and the SM then holds far
+            # fewer blocks at once.
+            self.bar = "bar.sync 0"
+        else:
+            # Several multi-warp row groups per block: each syncs on its own named barrier.
+            bar_id = b.reg("b32")
+            b.op(f"add.u32 {bar_id}, {g}, 1")
+            self.bar = f"bar.sync {bar_id}, {T}"
         self.tv = b.reg("b32")
         b.op(f"mul.lo.u32 {self.tv}, {t}, {V}")
         b.comment("vector path: N a multiple of V and every row-wise pointer 16-byte aligned")
@@ -788,7 +805,7 @@ class RowKernel:
             for pidx, (m, _s) in enumerate(pair_accs):
                 off = (slot0 + len(accs) + pidx) * self.W * 4
                 b.op(f"@{self.lane0} st.shared.f32 [{self.red_write}+{off}], {m}")
-            b.op(f"bar.sync {self.bar_id}, {self.T}")
+            b.op(self.bar)
             for idx, (r, a) in enumerate(zip(reds, accs, strict=True)):
                 base = (slot0 + idx) * self.W * 4
                 b.op(f"ld.shared.f32 {a}, [{self.red_group}+{base}]")
@@ -806,7 +823,14 @@ class RowKernel:
                 self.scal[r] = (a, "f32")
         for q, (m, s_) in zip(pairs, pair_accs, strict=True):
             self.scal[q.max_node] = (m, "f32")
+            self.scal[self._canon(q.max_node)] = (m, "f32")
             self.scal[q.sum_node] = (s_, "f32")
+            self.scal[self._canon(q.sum_node)] = (s_, "f32")
+        for src, dst in self.alias.items():
+            if dst in self.scal and src not in self.scal:
+                self.scal[src] = self.scal[dst]
+            if src in self.scal and dst not in self.scal:
+                self.scal[dst] = self.scal[src]
 
     def _pairs_across_warps(self, pair_accs, first_slot: int) -> None:
         """Pairs: the max went through the slot above; the warp's sum rescaled to the row max
@@ -829,11 +853,11 @@ class RowKernel:
             b.op(f"mul.f32 {s_}, {s_}, {sc}")
             b.op(f"mov.f32 {m}, {rowmax}")
         # Second round: every thread read the maxima above before anyone overwrites them.
-        b.op(f"bar.sync {self.bar_id}, {self.T}")
+        b.op(self.bar)
         for pidx, (_m, s_) in enumerate(pair_accs):
             base = (first_slot + pidx) * self.W * 4
             b.op(f"@{self.lane0} st.shared.f32 [{self.red_write}+{base}], {s_}")
-        b.op(f"bar.sync {self.bar_id}, {self.T}")
+        b.op(self.bar)
         for pidx, (_m, s_) in enumerate(pair_accs):
             base = (first_slot + pidx) * self.W * 4
             b.op(f"ld.shared.f32 {s_}, [{self.red_group}+{base}]")

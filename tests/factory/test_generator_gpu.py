@@ -3,7 +3,7 @@ at benchmark-like shapes and held-out ones (one row, odd N, N not a multiple of 
 rows longer than the register capacity). Compared with a float64 evaluation of the same DAG.
 
 Runs under pytest (marked gpu: skipped without a GPU) and as a script on a GPU host:
-    PYTHONPATH=. python3 tests/factory/test_generator_gpu.py [--out DIR]
+    PYTHONPATH=. python3 tests/factory/test_generator_gpu.py [--catalogue] [--out DIR]
 """
 
 from __future__ import annotations
@@ -244,11 +244,107 @@ def test_generated_kernels_match_the_float64_reference(gpu, name):
     assert not failures, failures[:5]
 
 
+# ---------------------------------------------------------- the catalogue, through factory.spec
+
+
+def _catalogue():
+    from factory.ir import Unsupported, lower
+    from factory.spec import load_catalogue
+
+    out = {}
+    for name, w in sorted(load_catalogue().items()):
+        try:
+            out[name] = (w, lower(w))
+        except Unsupported:
+            continue
+    return out
+
+
+def check_catalogue_case(gpu, w, ir, sched, dims, seed=0, sample_rows=None) -> dict:
+    """Run one catalogue operator on factory.spec's random inputs and compare with its float64
+    reference under the manifest's tolerance (on `sample_rows` only, for the big shapes)."""
+    from factory.spec import random_inputs, reference, to_float64
+
+    rec = {"op": w.name, "schedule": sched.tag(), "dims": dims}
+    em = emit(ir, sched)
+    rep = compile_ptx(em.ptx)
+    if not rep.ok:
+        return rec | {"passed": False, "reason": "compile: " + rep.log[:300]}
+    host = random_inputs(w, dims, seed)
+    rows_dim = ir.batch_dims[0]
+    m = dims[rows_dim]
+    ptrs, outs = {}, {}
+    for name, a in host.items():
+        ptrs[name] = gpu.alloc(a.nbytes)
+        gpu.upload(ptrs[name], a)
+    for o in w.outputs:
+        shape = tuple(dims[d] if isinstance(d, str) else d for d in o.shape)
+        outs[o.name] = np.zeros(
+            shape, {"bf16": np.uint16, "fp16": np.float16}.get(o.dtype, np.float32)
+        )
+        ptrs[o.name] = gpu.alloc(outs[o.name].nbytes)
+        gpu.poison(ptrs[o.name], outs[o.name].nbytes)
+    args = [ptrs[p.name] if p.kind == "tensor" else np.uint32(dims[p.name]) for p in em.params]
+    rows = list(range(m)) if sample_rows is None else sorted({r % m for r in sample_rows})
+    try:
+        gpu.run(rep.cubin, em, args, dims)
+        sub = {}
+        for t in w.inputs:
+            a = host[t.name]
+            sub[t.name] = a[rows] if t.shape and t.shape[0] == rows_dim else a
+        ref = reference(w, sub, dims | {rows_dim: len(rows)})
+        ok, notes = True, []
+        for o in w.outputs:
+            got = to_float64(gpu.download(ptrs[o.name], outs[o.name])[rows], o.dtype)
+            want = np.asarray(ref[o.name]).reshape(got.shape)
+            tol = w.tolerance[o.dtype]
+            err = np.abs(got - want)
+            rel = float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+            bad = ~(err <= tol.atol + tol.rtol * np.abs(want))
+            this = bool(np.isfinite(got).all()) and rel <= tol.rel_norm and not bad.any()
+            ok = ok and this
+            notes.append(f"{o.name}: rel {rel:.2e} bad {int(bad.sum())}")
+        rec |= {"passed": ok, "reason": "; ".join(notes)}
+    except Exception as e:  # noqa: BLE001 - a crash is a failed case
+        rec |= {"passed": False, "reason": f"crash: {e}"}
+    finally:
+        for p in ptrs.values():
+            gpu.free(p)
+    return rec
+
+
+def catalogue_cases():
+    """Every catalogue operator: its suite candidates at each suite shape (sampled rows), and
+    the default schedule of the first shape at every held-out shape (every row)."""
+    from bench.suite import candidate_schedules
+
+    for name, (w, ir) in _catalogue().items():
+        for dims in w.shapes:
+            for s in candidate_schedules(ir, dict(dims), limit=2):
+                yield w, ir, s, dict(dims), [0, 1, 4097, -1]
+        s0 = default_schedule(ir, dict(w.shapes[0]))
+        for dims in w.heldout_shapes:
+            yield w, ir, s0, dict(dims), None
+
+
+@pytest.mark.gpu
+def test_the_catalogue_matches_its_float64_reference_at_suite_and_heldout_shapes(gpu):
+    failures = []
+    for w, ir, s, dims, rows in catalogue_cases():
+        rec = check_catalogue_case(gpu, w, ir, s, dims, sample_rows=rows)
+        if not rec["passed"]:
+            failures.append(rec)
+    assert not failures, failures[:5]
+
+
 def main() -> int:
     out_dir = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
     gpu = Gpu()
     t0 = time.time()
     recs = [check_case(gpu, *c) for c in all_cases()]
+    if "--catalogue" in sys.argv:
+        for w, ir, s, dims, rows in catalogue_cases():
+            recs.append(check_catalogue_case(gpu, w, ir, s, dims, sample_rows=rows))
     fails = [r for r in recs if not r["passed"]]
     for r in fails[:60]:
         print("FAIL", r["op"], r["schedule"], r["dims"], r["reason"][:200])
