@@ -1,3 +1,4 @@
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -237,3 +238,52 @@ def test_pruning_keeps_each_kinds_share_so_customer_edits_survive():
     assert report["pruned"] == 8 and report["gpu_seconds_saved"] == 16.0
     kept, report = _prune_by_kind(items, 4, False, 2.0)
     assert report is None and [cid for cid, _ in kept] == ["g0", "g1", "g2", "e0"]
+
+
+def test_with_the_real_generator_a_cold_generation_compiles_and_passes_review():
+    from factory.agents import review
+    from factory.compile import compile_ptx
+    from factory.spec import load_catalogue
+
+    w = load_catalogue()["softmax"]
+    w = dataclasses.replace(w, shapes=({"M": 4096, "N": 4096},))
+    drafts = propose(w, generation=0, population=6, evidence=[])
+    assert len(drafts) == 6
+    assert "default" in drafts[0].note
+    for d in drafts:
+        ok, reason = review(d, compile_ptx(d.ptx))
+        assert ok, f"{d.note}: {reason}"
+
+
+def test_with_the_real_generator_a_similar_jobs_winner_seeds_generation_zero():
+    from factory.spec import load_catalogue
+
+    w = load_catalogue()["rmsnorm"]
+    past_dims = {"M": 8192, "N": 4096}
+    w_past = dataclasses.replace(w, shapes=(past_dims,))
+    tried = propose(w_past, generation=0, population=4, evidence=[])
+    records = [
+        {
+            "job": "past",
+            "workload_sha256": w.sha256,
+            "family": "norm",
+            "signature": "",
+            "dims": past_dims,
+            "dtype": "bf16",
+            "gpu": "sm_90",
+            "schedule": d.schedule,
+            "ptx_sha256": d.ptx_sha256,
+            "status": "passed",
+            "reason": "",
+            "median_us": 100.0 - i,
+            "tbps": 1.0,
+            "generation": 0,
+            "role": "writer",
+            "backend": "offline",
+        }
+        for i, d in enumerate(tried)
+    ]
+    winner = tried[-1].schedule
+    w_new = dataclasses.replace(w, shapes=({"M": 4096, "N": 4096},))
+    drafts = propose(w_new, generation=0, population=4, evidence=records, settings={"job": "new"})
+    assert drafts[0].schedule == winner and drafts[0].note.startswith("warm start")
