@@ -344,6 +344,7 @@ def run(args, catalogue: dict | None = None, customer: tuple | None = None) -> d
             evidence_store=store,
             job=f"cold-{name}",
             deadline_s=min(JOB_CAP_S, max(5.0, budget.left() - 20)),
+            gpu_seconds_per_candidate=sweep["gpu_s_per_candidate"],
             **common,
         )
         rec["cold"] = job_summary(cold)
