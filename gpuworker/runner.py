@@ -13,6 +13,7 @@ inputs, with every timed run's output checked; then plausibility flags.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -281,6 +282,12 @@ def run_batch(batch: dict, *, log=None) -> dict:
     b = parse_batch(batch)
     spec = _spec()
     w = spec.load_manifest(b.manifest, baseline_source=b.baseline_source)
+    # The workload's own held-out shapes are always checked too: a batch cannot opt out of them.
+    heldout = [dict(d) for d in b.heldout_shapes]
+    for d in w.heldout_shapes:
+        if dict(d) not in heldout and dict(d) not in [dict(s) for s in b.shapes]:
+            heldout.append(dict(d))
+    b = dataclasses.replace(b, heldout_shapes=tuple(heldout))
     opts = b.options
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(6), "little")
 
