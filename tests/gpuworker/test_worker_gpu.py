@@ -44,7 +44,9 @@ def test_honest_kernels_pass_with_timing_at_every_benchmarked_shape(results):
     for cid in ("honest_block", "honest_warp"):
         c = by_id(results)[cid]
         assert c["status"] == "passed", c["reason"]
-        assert len(c["verification"]) == 4  # 1 benchmarked + 3 held-out shapes
+        # 1 benchmarked shape; the batch's 3 held-out shapes and the manifest's own
+        assert sum(not v["heldout"] for v in c["verification"]) == 1
+        assert sum(v["heldout"] for v in c["verification"]) >= 3
         assert all(v["passed"] and v["bitwise_equal"] for v in c["verification"])
         (t,) = c["timing"]
         assert t["median_us"] > 0 and len(t["samples_us"]) >= 3
