@@ -100,13 +100,17 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         out += online
     if base.mode != "cached":
         out = [base] + out
-    picked = []
+    picked, regs_of = [], {}
     for s in out:
         if s in picked or not is_valid(ir, s, dims)[0]:
             continue
         rep = compile_ptx(emit(ir, s).ptx)
         if rejection_reason(rep, s.threads_per_block):
             continue
+        uncapped = replace(s, min_threads_per_sm=0)
+        if s.min_threads_per_sm and regs_of.get(uncapped) == rep.registers:
+            continue  # the cap changed nothing: the same machine code as the uncapped one
+        regs_of[s] = rep.registers
         picked.append(s)
         if len(picked) >= limit:
             break
@@ -184,11 +188,16 @@ def run_suite(args) -> int:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     out_dir = os.path.join(args.out, f"{stamp}-h200")
     os.makedirs(out_dir, exist_ok=True)
-    baselines = list(BASELINES) + (["torch_compile_max_autotune"] if args.max_autotune else [])
+    baselines = [b for b in args.baselines.split(",") if b]
+    if args.max_autotune and "torch_compile_max_autotune" not in baselines:
+        baselines.append("torch_compile_max_autotune")
     t0 = time.monotonic()
     for name in args.ops:
         if name not in cat:
             print(f"{name}: not in the catalogue, skipped", flush=True)
+            continue
+        if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
+            print(f"{name}: past the deadline, skipped", flush=True)
             continue
         w, manifest, ir = cat[name]
         shapes = [dict(d) for d in w.shapes][: args.shapes]
@@ -415,6 +424,10 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", type=int, default=3, help="the first N suite shapes of each op")
     p.add_argument("--budget-s", type=float, default=0.5, help="timing budget per entrant")
     p.add_argument("--max-autotune", action="store_true")
+    p.add_argument("--baselines", default=",".join(BASELINES))
+    p.add_argument(
+        "--deadline-s", type=float, default=0, help="start no new operator after this many s"
+    )
     p.add_argument("--direct", action="store_true")
     p.add_argument("--report", metavar="DIR", help="only redraw table.md/chart.html in DIR")
     args = p.parse_args(argv)

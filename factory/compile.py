@@ -100,6 +100,36 @@ def parse_resource_log(log: str) -> list[EntryResources]:
             current.smem_bytes = int(s.group(1)) if s else 0
             c = _PTXAS_CMEM.search(line)
             current.cmem_bytes = int(c.group(1)) if c else 0
+    if not entries:
+        entries = _parse_linker_summary(log)
+    return entries
+
+
+_LINK_FUNC = re.compile(r"Function properties for '([^']+)'")
+_LINK_USED = re.compile(
+    r"used (\d+) registers, used (\d+) barriers, (\d+) stack, (\d+) bytes smem, "
+    r"(\d+) bytes cmem\[0\], (\d+) bytes lmem"
+)
+# The linker's summary counts the 1 KB of shared memory the driver reserves per block on sm_90.
+_DRIVER_SMEM_BYTES = 1024
+
+
+def _parse_linker_summary(log: str) -> list[EntryResources]:
+    """Fallback when no ptxas lines came through: the linker's own per-function summary."""
+    entries: list[EntryResources] = []
+    current = None
+    for line in log.splitlines():
+        m = _LINK_FUNC.search(line)
+        if m:
+            current = EntryResources(name=m.group(1))
+            entries.append(current)
+            continue
+        m = _LINK_USED.search(line)
+        if m and current is not None:
+            regs, bars, stack, smem, cmem, _lmem = (int(x) for x in m.groups())
+            current.registers, current.barriers, current.stack_bytes = regs, bars, stack
+            current.smem_bytes = max(0, smem - _DRIVER_SMEM_BYTES)
+            current.cmem_bytes = cmem
     return entries
 
 

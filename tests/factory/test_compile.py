@@ -112,3 +112,14 @@ def test_it_parses_a_verbose_log_into_entries():
     [e] = parse_resource_log(log)
     assert (e.registers, e.stack_bytes, e.spill_store_bytes, e.spill_load_bytes) == (40, 16, 8, 4)
     assert (e.smem_bytes, e.barriers, e.cmem_bytes) == (512, 1, 380)
+
+
+def test_it_falls_back_to_the_linker_summary_when_ptxas_lines_are_missing():
+    log = (
+        "info    : 0 bytes gmem\n"
+        "info    : Function properties for 'k':\n"
+        "info    : used 30 registers, used 1 barriers, 0 stack, 2048 bytes smem, "
+        "540 bytes cmem[0], 0 bytes lmem\n"
+    )
+    [e] = parse_resource_log(log)
+    assert (e.name, e.registers, e.barriers, e.smem_bytes) == ("k", 30, 1, 1024)
