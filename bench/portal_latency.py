@@ -2,7 +2,8 @@
 
 Builds a throwaway database (SQLite under a temporary PTXF_VAR_DIR, or the PostgreSQL named by
 DATABASE_URL), fills it with one job of 2,000 candidates over 20 generations, each passing
-candidate with verification results at 3 shapes and timings at 2 shapes with 100 raw samples,
+candidate (softmax, the catalogue manifest) with verification results at 5 shapes and timings at
+3 shapes with 100 raw samples,
 5 baselines, flags, and a few hundred other jobs around it. Then every page and API endpoint is
 requested through Django's full middleware stack (the test client, no network), and the p50 and
 p95 latencies are written to bench/results/portal_latency-<date>.json and .md.
@@ -29,8 +30,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_P95_MS = 300.0
-SHAPES = [{"M": 4096, "N": 4096}, {"M": 16384, "N": 8192}]
-HELDOUT = [{"M": 1, "N": 4095}]
 BASELINES = ["customer", "torch_eager", "torch_compile", "torch_compile_max_autotune", "triton"]
 
 
@@ -120,7 +119,21 @@ def populate(n_candidates: int, generations: int = 20):
     for j in range(40):
         Job.objects.create(workload=new_workload(acme, f"acme-op-{j}"), status=Job.FAILED)
 
-    workload = new_workload(acme, "softmax-big")
+    # The big job's workload is the real softmax manifest, so pages pay for parsing it.
+    from factory.spec import catalogue_manifest, load_manifest
+
+    manifest = catalogue_manifest("softmax")
+    spec = load_manifest(manifest)
+    shapes = [dict(d) for d in spec.shapes]
+    heldout = [dict(d) for d in spec.heldout_shapes]
+    workload = Workload.objects.create(
+        org=acme,
+        name=spec.name,
+        manifest=manifest,
+        sha256=spec.sha256,
+        target_gpu=spec.target,
+        created_by=customer,
+    )
     job = Job.objects.create(
         workload=workload,
         status=Job.WAITING_GPU,
@@ -157,8 +170,8 @@ def populate(n_candidates: int, generations: int = 20):
         batch_doc = {
             "format": 1,
             "batch_id": str(code),
-            "shapes": SHAPES,
-            "heldout_shapes": HELDOUT,
+            "shapes": shapes,
+            "heldout_shapes": heldout,
             "candidates": [{"id": str(c.code)} for c in cands],
         }
         GpuBatch.objects.create(
@@ -183,10 +196,10 @@ def populate(n_candidates: int, generations: int = 20):
                             "max_abs_err": 1e-3,
                             "reason": "",
                         }
-                        for h, shapes in ((False, SHAPES), (True, HELDOUT))
-                        for d in shapes
+                        for h, rows in ((False, shapes), (True, heldout))
+                        for d in rows
                     ],
-                    "timing": [_timing(d, speed, rng) for d in SHAPES] if passed else [],
+                    "timing": [_timing(d, speed, rng) for d in shapes] if passed else [],
                     "flags": ["above_copy_ceiling: 4.5 TB/s"] if rng.random() < 0.02 else [],
                 }
             )
@@ -205,7 +218,7 @@ def populate(n_candidates: int, generations: int = 20):
                     "status": "passed",
                     "reason": "",
                     "verification": [],
-                    "timing": [_timing(d, 150.0 + 10 * i, rng) for d in SHAPES],
+                    "timing": [_timing(d, 150.0 + 10 * i, rng) for d in shapes],
                 }
                 for i, name in enumerate(BASELINES)
             ],

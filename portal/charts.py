@@ -60,24 +60,22 @@ def generations_figure(population: Iterable[dict]) -> dict:
     """Best time per generation (a line) over the whole population (a scatter).
 
     Each row: ``generation`` (int), ``runtime_us`` (float or None for candidates that never got a
-    time), ``status`` (``passed`` or anything else) and optionally ``label`` (hover text). Times
+    time) and ``status`` (``passed`` or anything else; shown on hover for the failed). Times
     are a candidate's median at its job's headline shape, so points are comparable.
     """
-    xs_ok, ys_ok, text_ok = [], [], []
+    xs_ok, ys_ok = [], []
     xs_bad, text_bad = [], []
     best: dict[int, float] = {}
     for row in population:
         gen = int(row["generation"])
         runtime = row.get("runtime_us")
-        label = row.get("label", "")
         if row.get("status") == "passed" and _finite(runtime):
             xs_ok.append(gen)
             ys_ok.append(runtime)
-            text_ok.append(label)
             best[gen] = min(best.get(gen, math.inf), runtime)
         else:
             xs_bad.append(gen)
-            text_bad.append(f"{label} ({row.get('status', 'unknown')})")
+            text_bad.append(str(row.get("status", "unknown")))
     gens = sorted(best)
     # The running best: what the search had found by the end of each generation.
     running, so_far = [], math.inf
@@ -91,9 +89,8 @@ def generations_figure(population: Iterable[dict]) -> dict:
             "name": "every passing candidate",
             "x": xs_ok,
             "y": ys_ok,
-            "text": text_ok,
             "marker": {"color": POPULATION_COLOUR, "size": 6},
-            "hovertemplate": "gen %{x}<br>%{y:.2f} µs<br>%{text}<extra></extra>",
+            "hovertemplate": "gen %{x}<br>%{y:.2f} µs<extra></extra>",
         },
         {
             "type": "scatter",

@@ -95,8 +95,8 @@ def _iso(value):
     return value.isoformat() if value else None
 
 
-def job_json(request, job: Job) -> dict:
-    progress = queries.job_progress(job)
+def job_json(request, job: Job, progress: dict | None = None) -> dict:
+    progress = progress or queries.job_progress(job)
     decision = queries.latest_decision(job)
     body = {
         "job": str(job.code),
@@ -276,7 +276,8 @@ def job(request, code):
 @api_view(("GET",))
 def results(request, code):
     j = access.get_job_for_user(request.user, code)
-    body = job_json(request, j)
+    progress = queries.job_progress(j)
+    body = job_json(request, j, progress)
     best = j.best_candidate
     baselines = queries.job_baselines(j)
     body["copy_ceiling_tbps"] = queries.copy_ceiling_tbps(j)
@@ -319,7 +320,7 @@ def results(request, code):
         body["best"] = None
     body["generations"] = [
         {k: g[k] for k in ("index", "status", "total", "passed", "failed", "best_score_us")}
-        for g in queries.generation_rows(j)
+        for g in progress["generations"]
     ]
     return JsonResponse(body)
 

@@ -12,6 +12,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from django.core.cache import cache
 from django.db.models import Count, F
 from django.utils import timezone
 
@@ -194,17 +195,13 @@ def format_duration(seconds: float | None) -> str:
 
 
 def population_rows(job: Job) -> list[dict]:
-    """Every candidate of the job as (generation, score, status), for the population chart."""
+    """Every candidate of the job as (generation, score, status), for the population chart.
+    Plain columns only: thousands of rows, and no UUIDs to convert."""
     return [
-        {
-            "generation": gen,
-            "runtime_us": score,
-            "status": status,
-            "label": str(code)[:8],
-        }
-        for gen, score, status, code in Candidate.objects.filter(job=job)
+        {"generation": gen, "runtime_us": score, "status": status}
+        for gen, score, status in Candidate.objects.filter(job=job)
         .order_by()
-        .values_list("generation__index", "score_us", "status", "code")
+        .values_list("generation__index", "score_us", "status")
     ]
 
 
@@ -260,19 +257,33 @@ def job_baselines(job: Job) -> list[BaselineSeries]:
 
 
 def copy_ceiling_tbps(job: Job) -> float | None:
-    """The measured copy ceiling of the job's latest recorded batch (a JSON key lookup: the
-    results document itself can be megabytes)."""
-    values = (
+    """The measured copy ceiling of the job's latest recorded batch. A recorded results file
+    never changes, so the number is read once per batch (a JSON lookup into a document that can
+    be megabytes) and then served from the cache."""
+    latest = (
         GpuBatch.objects.filter(job=job, status=GpuBatch.RECORDED)
         .order_by("-finished", "-id")
-        .values_list("results__copy_ceiling_tbps", flat=True)[:1]
+        .values_list("id", "code")
+        .first()
     )
-    for value in values:
+    if latest is None:
+        return None
+    batch_id, batch_code = latest
+
+    def read() -> float | None:
+        value = (
+            GpuBatch.objects.filter(pk=batch_id)
+            .values_list("results__copy_ceiling_tbps", flat=True)
+            .first()
+        )
         try:
             return float(value) if value is not None else None
         except (TypeError, ValueError):
             return None
-    return None
+
+    # A missing ceiling is cached as -1 (the cache cannot tell a stored None from a miss).
+    value = cache.get_or_set(f"ptxf:copy-ceiling:{batch_code}", lambda: read() or -1.0, 24 * 3600)
+    return value if value > 0 else None
 
 
 def comparison_rows(candidate: Candidate | None, baselines: list[BaselineSeries]) -> list[dict]:
