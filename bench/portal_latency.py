@@ -344,6 +344,8 @@ def main(argv=None) -> int:
                 "python": platform.python_version(),
                 "machine": platform.machine(),
                 "cpus": os.cpu_count(),
+                # The development machines are shared: the load says how busy this one was.
+                "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
             },
             "data": counts,
             "fill_s": round(fill_s, 1),
