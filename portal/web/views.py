@@ -328,6 +328,7 @@ def candidate(request, code):
         "show_ptx": show_ptx,
         "ptx_lines": c.ptx.splitlines() if show_ptx else [],
         "compile": c.compile_report or {},
+        "compile_rows": _compile_rows(c.compile_report or {}),
         "agent_review": c.review or {},
         "verifications": verifications,
         "timings": timings,
@@ -337,6 +338,30 @@ def candidate(request, code):
         "is_best": c.job.best_candidate_id == c.id,
     }
     return _render(request, "web/candidate.html", context, nav="home")
+
+
+def _compile_rows(report: dict) -> list[tuple[str, str]]:
+    """The compile report as (label, text) rows; fields a report lacks show as a dash."""
+
+    def get(key, unit=""):
+        value = report.get(key)
+        if value is None or value == "":
+            return "–"
+        if isinstance(value, float):
+            value = f"{value:.1f}"
+        return f"{value}{unit}"
+
+    stored, loaded = report.get("spill_store_bytes"), report.get("spill_load_bytes", 0)
+    spills = "–" if stored is None else f"{stored} B stored / {loaded} B loaded"
+    return [
+        ("Registers per thread", get("registers")),
+        ("Spills", spills),
+        ("Stack frame", get("stack_bytes", " B")),
+        ("Shared memory", get("smem_bytes", " B")),
+        ("Barriers", get("barriers")),
+        ("Compile time", get("compile_ms", " ms")),
+        ("nvJitLink", get("nvjitlink_version")),
+    ]
 
 
 # --- review -------------------------------------------------------------------------------------

@@ -27,6 +27,10 @@ def test_an_engineer_approves_in_the_browser_and_the_customer_downloads(
     reviewer.wait_for_selector("#checklist")
     assert reviewer.locator("#checklist li.pass").count() == 4
     reviewer.screenshot(path=str(artifacts_dir / "review_page_recorded.png"), full_page=True)
+    reviewer.click(f"a[href='/candidates/{job.best_candidate.code}/']")
+    reviewer.wait_for_selector("#ptx")
+    reviewer.screenshot(path=str(artifacts_dir / "candidate_page.png"), full_page=True)
+    reviewer.go_back()
     reviewer.fill("#id_comment", "Verified at every shape, 2x over torch.compile.")
     reviewer.click("#approve")
     reviewer.wait_for_url(f"{base}/review/")
