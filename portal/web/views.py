@@ -68,6 +68,11 @@ def home(request):
     context = {"jobs": jobs}
     if access.is_engineer(user):
         context["queue"] = list(queries.review_queue()[:20])
+        context["waiting_gpu"] = list(
+            Job.objects.filter(status=Job.WAITING_GPU)
+            .select_related("workload", "workload__org")
+            .order_by("updated")[:20]
+        )
     else:
         workloads = access.workloads_for(user).order_by("-created")
         context["workloads"] = Paginator(workloads, 20).get_page(request.GET.get("page"))
