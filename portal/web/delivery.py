@@ -45,9 +45,13 @@ def artifact_inputs(job: Job, candidate: Candidate, decision: ReviewDecision) ->
     harness = None
     copy_ceiling = queries.copy_ceiling_tbps(job)
     if batch is not None:
-        harness = (
-            GpuBatch.objects.filter(pk=batch.pk).values_list("results__harness", flat=True).first()
+        # The worker does not stamp a harness version yet: name its results format instead.
+        named, fmt = (
+            GpuBatch.objects.filter(pk=batch.pk)
+            .values_list("results__harness", "results__format")
+            .first()
         )
+        harness = named or (f"gpuworker, results format {fmt}" if fmt else None)
     params = candidate.params
     launch = candidate.launch
     if (params is None or not launch) and spec is not None and spec.baseline is not None:
