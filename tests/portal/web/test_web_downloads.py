@@ -2,6 +2,7 @@
 and the zip's checksums verify."""
 
 import io
+import json
 import zipfile
 
 import pytest
@@ -40,6 +41,13 @@ def test_a_customer_downloads_the_approved_artifact_and_its_checksums_verify(
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         assert z.read("kernel.ptx").decode() == approved.best_candidate.ptx
         assert "cubin/sm_90.cubin" in z.namelist()
+        manifest = json.loads(z.read("manifest.json"))
+        report = json.loads(z.read("report/report.json"))
+    assert manifest["entry"] == "copy_k" and manifest["review"]["by"] == "erin"
+    assert manifest["versions"]["driver"] == "580.159.04"
+    assert manifest["versions"]["harness"] == "gpuworker, results format 1"
+    assert manifest["launch_per_shape"][0]["grid"] == [64, 1, 1]
+    assert report["copy_ceiling_tbps"] == 4.28 and len(report["timing"][0]["samples_us"]) == 5
     assert AuditEvent.objects.filter(verb="artifact.download", actor=customer).exists()
 
 
