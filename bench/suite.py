@@ -82,9 +82,16 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     v = base.vec_elems
     out = []
     if base.mode == "cached":
-        # The row in registers; then the same with registers capped for 1024 threads per SM;
-        # then the same capacity with twice the threads and half the chunks each.
-        out += [base, replace(base, min_threads_per_sm=1024)]
+        # The row in registers; the same with the next row prefetched (persistent grid, as many
+        # blocks per SM as fit without spilling); with registers capped for 1024 threads per
+        # SM; then the same capacity with twice the threads and half the chunks each.
+        out.append(base)
+        for t, c in ((base.threads_per_row, base.chunks), (base.threads_per_row * 2, 2)):
+            if t <= 1024 and t * v * c >= n:
+                pf = _prefetch_variant(ir, replace(base, threads_per_row=t, chunks=c))
+                if pf is not None:
+                    out.append(pf)
+        out.append(replace(base, min_threads_per_sm=1024))
         for t, c in ((base.threads_per_row * 2, 2), (base.threads_per_row // 2, 8)):
             if 32 <= t <= 1024 and t * v * c >= n:
                 out.append(replace(base, threads_per_row=t, chunks=c, rows_per_block=1))
@@ -115,6 +122,24 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         if len(picked) >= limit:
             break
     return picked
+
+
+def _prefetch_variant(ir, s: Schedule) -> Schedule | None:
+    """`s` with the next row prefetched, at the most blocks per SM that compile without local
+    memory (the persistent grid must not exceed what is resident, or late blocks would start
+    their rows only after the first ones finish)."""
+    from factory.compile import compile_ptx, rejection_reason
+    from factory.emit import emit
+
+    t = s.threads_per_row * s.rows_per_block
+    for k in range(min(2048 // t, 16), 1, -1):
+        cand = replace(s, prefetch_rows=True, persistent_blocks_per_sm=k, min_threads_per_sm=k * t)
+        if k * t % 256:
+            continue
+        rep = compile_ptx(emit(ir, cand).ptx)
+        if rep.ok and not rejection_reason(rep, t):
+            return cand
+    return None
 
 
 def _catalogue():
@@ -331,8 +356,9 @@ def report(out_dir: str) -> None:
         f"SM clock {env.get('sm_clock_mhz')} MHz; "
         f"cuda-core {env.get('cuda_core')}, cuda-bindings {env.get('cuda_bindings')}, "
         f"nvJitLink {env.get('nvjitlink')}, torch {env.get('torch')}, triton {env.get('triton')}.",
-        "Bytes count each input read once and each output written once; copy ceiling = "
-        "device-to-device copy measured in the same batch.",
+        f"Measured through {raws[0].get('mode', 'gpuworker.run_batch')}. Bytes count each "
+        "input read once and each output written once; copy ceiling = device-to-device copy "
+        "measured in the same run.",
         "",
         "| op | shape | dtype | implementation | verified | median_us | TB/s | copy ceiling | "
         "fraction of ceiling | speedup vs best baseline |",
@@ -389,31 +415,79 @@ def report(out_dir: str) -> None:
 
 
 def main_direct(args) -> int:
-    from bench.direct import Device, run_ir
+    """Everything in one process (bench.direct): for short leases and generator development."""
+    from bench.direct import Bench, as_results, environment, run_case
 
     cat = _catalogue()
-    dev = Device()
-    ceiling = dev.copy_ceiling_tbps()
-    print(f"copy ceiling {ceiling:.2f} TB/s", flush=True)
-    results = {"copy_ceiling_tbps": ceiling, "runs": []}
+    bench = Bench()
+    env = environment()
+    stamp = env["started_at"][:10]
+    out_dir = os.path.join(args.out, f"{stamp}-h200")
+    os.makedirs(out_dir, exist_ok=True)
+    t0 = time.monotonic()
+    ceiling = bench.copy_ceiling_tbps()
+    print(f"copy ceiling {ceiling:.2f} TB/s; {env}", flush=True)
+    baselines = [b for b in args.baselines.split(",") if b]
+    done = {}
     for name in args.ops:
         if name not in cat:
             continue
-        _, _, ir = cat[name]
-        for dims in [dict(d) for d in cat[name][0].shapes][: args.shapes]:
-            recs = run_ir(dev, ir, candidate_schedules(ir, dims, limit=8), dims)
-            for r in recs:
-                r["op"] = name
+        if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
+            print(f"{name}: past the deadline, skipped", flush=True)
+            continue
+        w, _, ir = cat[name]
+        cases, tried = [], []
+        for dims in [dict(d) for d in w.shapes][: args.shapes]:
+            scheds = candidate_schedules(ir, dims)
+            tried += [s for s in scheds if s not in tried]
+            case = run_case(bench, w, ir, dims, scheds, baselines)
+            cases.append(case)
+            for r in case["records"]:
                 print(
-                    f"{name:14s} {dims['M']}x{dims['N']:<7d} {r['tag']:28s} "
-                    f"{r.get('status'):8s} {r.get('median_us', 0):9.1f} us "
-                    f"{r.get('tbps', 0):5.2f} TB/s regs {r.get('registers')} {r.get('reason', '')}",
+                    f"[{time.monotonic() - t0:5.1f}s] {name:13s} {_dims_key(dims):12s} "
+                    f"{r['tag']:30s} {r.get('status', '?'):8s} "
+                    f"{r.get('median_us', 0):8.1f} us {r.get('tbps', 0):5.2f} TB/s "
+                    f"({r.get('tbps', 0) / ceiling:4.0%}) regs {r.get('registers', '-')} "
+                    f"err {r.get('rel_err', 0):.1e} {r.get('reason', '')[:80]}",
                     flush=True,
                 )
-            results["runs"] += recs
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "direct.json"), "w") as f:
-        json.dump(results, f, indent=1)
+        # Every schedule tried must also be right at the held-out shapes (all rows checked),
+        # including a row past any register capacity (the streaming fallback).
+        long_row = {d: (7 if d != ir.row_dim else 40000) for d in w.shapes[0]}
+        for dims in [dict(d) for d in w.heldout_shapes] + [long_row]:
+            case = run_case(bench, w, ir, dims, tried, [], reps=0)
+            cases.append(case)
+            bad = [r for r in case["records"] if r.get("status") != "verified"]
+            print(
+                f"[{time.monotonic() - t0:5.1f}s] {name:13s} held-out {_dims_key(dims):12s} "
+                f"{len(case['records']) - len(bad)}/{len(case['records'])} verified "
+                + "; ".join(f"{r['tag']}: {r.get('reason', '')[:60]}" for r in bad),
+                flush=True,
+            )
+        done[name] = cases
+        res = as_results(name, cases, ceiling, env)
+        with open(os.path.join(out_dir, f"raw_{name}.json"), "w") as f:
+            json.dump(res, f, indent=1)
+    report(out_dir)
+    # torch.compile compiles once per shape (dynamic=False): seconds each. Time it at the first
+    # shape of each operator while the lease lasts.
+    for name, cases in done.items():
+        if not args.compile_deadline_s or time.monotonic() - t0 > args.compile_deadline_s:
+            break
+        w, _, ir = cat[name]
+        extra = run_case(bench, w, ir, cases[0]["dims"], [], ["torch_compile"])
+        cases[0]["records"] += extra["records"]
+        for r in extra["records"]:
+            print(
+                f"[{time.monotonic() - t0:5.1f}s] {name:13s} {_dims_key(cases[0]['dims']):12s} "
+                f"{r['tag']:30s} {r.get('status', '?'):8s} {r.get('median_us', 0):8.1f} us "
+                f"{r.get('tbps', 0):5.2f} TB/s {r.get('reason', '')[:80]}",
+                flush=True,
+            )
+        with open(os.path.join(out_dir, f"raw_{name}.json"), "w") as f:
+            json.dump(as_results(name, cases, ceiling, env), f, indent=1)
+        report(out_dir)
+    print(f"done in {time.monotonic() - t0:.1f} s -> {out_dir}", flush=True)
     return 0
 
 
@@ -427,6 +501,12 @@ def main(argv=None) -> int:
     p.add_argument("--baselines", default=",".join(BASELINES))
     p.add_argument(
         "--deadline-s", type=float, default=0, help="start no new operator after this many s"
+    )
+    p.add_argument(
+        "--compile-deadline-s",
+        type=float,
+        default=0,
+        help="--direct: then add torch.compile at each op's first shape until this many s",
     )
     p.add_argument("--direct", action="store_true")
     p.add_argument("--report", metavar="DIR", help="only redraw table.md/chart.html in DIR")

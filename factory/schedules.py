@@ -48,6 +48,12 @@ class Schedule:
     fast_math: approximate div/sqrt/tanh (allowed only where the tolerance is loose).
     min_threads_per_sm: 0 = let ptxas choose the registers; k > 0 = ask for at least k resident
         threads per SM (.minnctapersm), which caps the registers (65536 / k per thread).
+    keep_intermediates: "cached" mode: keep expensive row intermediates needed by a later pass
+        (softmax's exp(x - max)) in registers; False recomputes them (one more exp per element,
+        far fewer registers, so more rows in flight per SM).
+    prefetch_rows: "cached" mode with a persistent grid: load the block's next row into a
+        second register buffer while this row is reduced and stored (memory stays busy through
+        the reductions; twice the registers for row data).
     """
 
     family: str = "row"
@@ -62,6 +68,8 @@ class Schedule:
     persistent_blocks_per_sm: int = 0
     fast_math: bool = True
     min_threads_per_sm: int = 0
+    keep_intermediates: bool = True
+    prefetch_rows: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -92,6 +100,10 @@ class Schedule:
             s += "x"
         if self.min_threads_per_sm:
             s += f"m{self.min_threads_per_sm}"
+        if not self.keep_intermediates:
+            s += "k"
+        if self.prefetch_rows:
+            s += "f"
         return s + f"_{self.load_hint[:2]}{self.store_hint[:2]}"
 
 
@@ -143,10 +155,12 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         return False, "one multi-warp row group per block (a register barrier id costs occupancy)"
     if s.persistent_blocks_per_sm < 0 or s.persistent_blocks_per_sm > 32:
         return False, "persistent_blocks_per_sm must be in [0, 32]"
-    if s.min_threads_per_sm not in (0, 512, 1024, 1536, 2048):
-        return False, "min_threads_per_sm must be 0, 512, 1024, 1536 or 2048"
+    if s.min_threads_per_sm % 256 or not 0 <= s.min_threads_per_sm <= 2048:
+        return False, "min_threads_per_sm must be a multiple of 256 in [0, 2048]"
     if s.fast_math and not fast_math_allowed(ir):
         return False, "fast_math is not allowed by the output tolerance"
+    if s.prefetch_rows and (s.mode != "cached" or not s.persistent_blocks_per_sm):
+        return False, "prefetch_rows needs the cached mode and a persistent grid"
     if s.online and not ir.online:
         return False, "online needs a max/sum-of-exp pair"
     widest = 16 // ir.min_elem_bytes()

@@ -189,6 +189,8 @@ class RowKernel:
         """Cached mode: expensive row intermediates computed in one pass and needed in a later
         one are kept in registers instead of recomputed (softmax's exp(x - max))."""
         chosen: list[E.Node] = []
+        if not self.s.keep_intermediates:
+            return chosen
         per_node = self.s.chunks * self.V
         for p in range(1, self.num_passes):
             for n in self._row_closure(self._root_nodes(p)):
@@ -215,6 +217,9 @@ class RowKernel:
         params += tuple(KernelParam(kind="dim", ptx_type="u32", name=d) for d in dims)
 
         self._prologue(tensors, dims)
+        self.prefetch = s.mode == "cached" and s.prefetch_rows
+        if self.prefetch:
+            self._prefetch_first_row()
         loop, done, next_row = b.new_label("row"), b.new_label("done"), b.new_label("next")
         b.label(loop)
         p = b.reg("pred")
@@ -348,6 +353,11 @@ class RowKernel:
         b.op(f"rcp.rn.f32 {self.inv_n}, {nf}")
         self.n_minus_tv = b.reg("b32")
         b.op(f"sub.s32 {self.n_minus_tv}, {self.N}, {self.tv}")
+        # Cached mode: every chunk of this thread whole and aligned (the same for every row).
+        chunks = self.s.chunks
+        self.fast_cached = b.reg("pred")
+        b.op(f"setp.ge.s32 {self.fast_cached}, {self.n_minus_tv}, {(chunks - 1) * T * V + V}")
+        b.op(f"and.pred {self.fast_cached}, {self.fast_cached}, {vec_ok}")
         self.N64 = b.reg("b64")
         b.op(f"cvt.u64.u32 {self.N64}, {self.N}")
         # Byte offset of this thread's first chunk, per element size.
@@ -460,16 +470,36 @@ class RowKernel:
         # The fallback stream path (rows past the register capacity) keeps few loads in flight
         # so that it does not raise the register count of the whole kernel.
         self.stream_chunks = s.chunks if s.mode == "stream" else min(s.chunks, 2)
-        if mode == "cached":
+        if mode == "cached" and self.prefetch:
+            # This row is already in registers (loaded one iteration earlier); start the next
+            # row's loads now, so they are in flight while this row is reduced and stored.
+            held = self.buf_a
+            nxt = b.reg("b32")
+            b.op(f"add.u32 {nxt}, {self.row}, {self.row_stride}")
+            pn = b.reg("pred")
+            b.op(f"setp.lt.u32 {pn}, {nxt}, {self.rows}")
+            skip = b.new_label("no_next_row")
+            b.op(f"@!{pn} bra {skip}")
+            b.comment("prefetch the next row of this block")
+            self._cached_loads(self.buf_b, self.prefetch_names, chunks, self._row_tptrs(nxt))
+            b.label(skip)
+        elif mode == "cached":
             # Row data is loaded once, up front; per-column vectors (weights) are loaded by the
             # pass that reads them (they stay in L1/L2 across rows, and holding them from the
             # start would cost registers for the whole row).
             row_names = [n for n in used_inputs if self.tensors[n].role == ROLE_ROW]
             held = self._alloc_chunk_regs(row_names, chunks)
-            self._cached_loads(held, row_names, chunks)
+            self._cached_loads(held, row_names, chunks, self.tptr)
 
         for p in range(self.num_passes):
             self._emit_pass(p, mode, held)
+
+        if mode == "cached" and self.prefetch:
+            b.comment("the prefetched row becomes this thread's row")
+            for name in self.prefetch_names:
+                for ka, kb in zip(self.buf_a[name], self.buf_b[name], strict=True):
+                    for ra, rb in zip(ka, kb, strict=True):
+                        b.op(f"mov.b32 {ra}, {rb}")
 
         outs = [o for o in self.ir.outputs if o.role == ROLE_ROWSCALAR]
         if outs:
@@ -492,24 +522,71 @@ class RowKernel:
     def _chunk_stride_bytes(self, eb: int) -> int:
         return self.T * self.V * eb
 
-    def _cached_loads(self, held: dict, names: list[str], chunks: int) -> None:
-        b, T, V = self.b, self.T, self.V
-        self.fast_cached = b.reg("pred")
-        b.op(f"setp.ge.s32 {self.fast_cached}, {self.n_minus_tv}, {(chunks - 1) * T * V + V}")
-        b.op(f"and.pred {self.fast_cached}, {self.fast_cached}, {self.vec_ok}")
+    def _cached_loads(self, held: dict, names: list[str], chunks: int, ptrs: dict) -> None:
+        b = self.b
         slow, end = b.new_label("load_tail"), b.new_label("loaded")
         b.comment(f"load the row into registers: {chunks} chunks per thread, all in flight")
         b.op(f"@!{self.fast_cached} bra {slow}")
         for k in range(chunks):
             for name in names:
-                self._load_chunk_vec(name, self.tptr[name], k, held[name][k])
+                self._load_chunk_vec(name, ptrs[name], k, held[name][k])
         b.op(f"bra.uni {end}")
         b.label(slow)
         for k in range(chunks):
             rem = self._chunk_rem(self.n_minus_tv, k)
             for name in names:
-                self._load_chunk_pred(name, self.tptr[name], k, held[name][k], rem)
+                self._load_chunk_pred(name, ptrs[name], k, held[name][k], rem)
         b.label(end)
+
+    def _cached_row_inputs(self) -> list[str]:
+        """Row-tensor inputs the cached path holds in registers."""
+        self.materialised = self._plan_materialised()
+        mat_set = set(self.materialised)
+        names: list[str] = []
+        for p in range(self.num_passes):
+            stop = {n for n in mat_set if self.stages[n] < p}
+            for n in self._row_closure(self._root_nodes(p) + self._mat_roots(p), stop):
+                if (
+                    isinstance(n, E.Input)
+                    and self.tensors[n.name].role == ROLE_ROW
+                    and n.name not in names
+                ):
+                    names.append(n.name)
+        return names
+
+    def _row_tptrs(self, row: str) -> dict[str, str]:
+        """This thread's pointers into `row` of every prefetched row tensor."""
+        b = self.b
+        row_elems = b.reg("b64")
+        b.op(f"mul.wide.u32 {row_elems}, {row}, {self.N}")
+        out = {}
+        for name in self.prefetch_names:
+            t = self.tensors[name]
+            off = b.reg("b64")
+            b.op(f"mul.lo.u64 {off}, {row_elems}, {t.elem_bytes}")
+            a = b.reg("b64")
+            b.op(f"add.s64 {a}, {self.ptr[name]}, {off}")
+            tp = b.reg("b64")
+            b.op(f"add.s64 {tp}, {a}, {self.tv_bytes[t.elem_bytes]}")
+            out[name] = tp
+        return out
+
+    def _prefetch_first_row(self) -> None:
+        """Two register buffers per row input: the row being worked on, and the next row of
+        this block, loading meanwhile. The first row is loaded before the loop."""
+        b, chunks = self.b, self.s.chunks
+        self.prefetch_names = self._cached_row_inputs()
+        self.buf_a = self._alloc_chunk_regs(self.prefetch_names, chunks)
+        self.buf_b = self._alloc_chunk_regs(self.prefetch_names, chunks)
+        skip = b.new_label("no_first_row")
+        p = b.reg("pred")
+        b.op(f"setp.ge.u32 {p}, {self.row}, {self.rows}")
+        b.op(f"@{p} bra {skip}")
+        pl = b.reg("pred")
+        b.op(f"setp.gt.u32 {pl}, {self.N}, {self.T * self.V * chunks}")
+        b.op(f"@{pl} bra {skip}")
+        self._cached_loads(self.buf_a, self.prefetch_names, chunks, self._row_tptrs(self.row))
+        b.label(skip)
 
     def _chunk_rem(self, n_minus: str, k: int) -> str:
         """Elements of the row left from this thread's chunk k on (may be <= 0)."""

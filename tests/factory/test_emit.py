@@ -34,6 +34,10 @@ def families(ir) -> dict[str, Schedule]:
         "cached_persistent": replace(base, persistent_blocks_per_sm=4, load_hint="evict_first"),
         "stream": replace(base, mode="stream", threads_per_row=256, chunks=2, store_hint="cs"),
         "narrow_vectors": replace(base, vec_elems=base.vec_elems // 2, threads_per_row=256),
+        "cached_prefetch": replace(
+            base, prefetch_rows=True, persistent_blocks_per_sm=2, min_threads_per_sm=256
+        ),
+        "cached_recompute": replace(base, keep_intermediates=False),
     }
     if ir.online:
         out["stream_online"] = replace(base, mode="stream", online=True, threads_per_row=512)
@@ -193,3 +197,19 @@ def test_every_catalogue_operator_lowers_and_compiles_at_its_shapes_without_loca
             rep = compile_ptx(emit(ir, s).ptx)
             assert rep.ok, (name, dims, rep.log[:300])
             assert rejection_reason(rep, s.threads_per_block) == "", (name, dims, rep.to_dict())
+
+
+def test_prefetching_loads_the_next_row_before_working_on_this_one():
+    ir = EXAMPLES["rmsnorm"]() if "rmsnorm" in EXAMPLES else EXAMPLES["layernorm"]()
+    s = replace(
+        default_schedule(ir, DIMS),
+        prefetch_rows=True,
+        persistent_blocks_per_sm=4,
+        min_threads_per_sm=512,
+    )
+    ptx = emit(ir, s).ptx
+    first = ptx.index("prefetch the next row")
+    assert ptx.index("pass 0") > first
+    assert "the prefetched row becomes this thread's row" in ptx
+    assert ".minnctapersm 4" in ptx
+    assert compile_ptx(ptx).ok

@@ -48,6 +48,8 @@ def schedules_for(ir) -> list[Schedule]:
     if ir.online:
         out.append(replace(base, mode="stream", online=True, threads_per_row=512, chunks=4))
         out.append(replace(base, mode="cached", online=True, threads_per_row=128, chunks=4))
+    out.append(replace(base, prefetch_rows=True, persistent_blocks_per_sm=2, chunks=2))
+    out.append(replace(base, keep_intermediates=False, threads_per_row=256, chunks=2))
     if ir.min_elem_bytes() == 2:
         out.append(replace(base, vec_elems=4, threads_per_row=256, store_hint="noalloc"))
     return out
