@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 
 from factory.schedules import Schedule, default_schedule, is_valid
 
-OPS = ("softmax", "layernorm", "rmsnorm", "add_rmsnorm", "silu_mul", "gelu_tanh", "cross_entropy")
+OPS = ("softmax", "cross_entropy", "rmsnorm", "layernorm", "add_rmsnorm", "silu_mul", "gelu_tanh")
 # The suite shapes are the catalogue manifests' own `shapes` (bf16 16384x4096, 16384x8192,
 # 32768x4096; cross-entropy 4096x32000 and 4096x128256).
 BASELINES = ("torch_eager", "torch_compile", "triton")
@@ -71,10 +71,22 @@ def eval_launch(expr, dims) -> int:
 # ---------------------------------------------------------------- candidates
 
 
+_COMPILED: dict[str, object] = {}
+
+
+def compile_cached(ptx: str):
+    """compile_ptx, once per PTX text in this process (the suite screens, then runs)."""
+    from factory.compile import compile_ptx
+
+    if ptx not in _COMPILED:
+        _COMPILED[ptx] = compile_ptx(ptx)
+    return _COMPILED[ptx]
+
+
 def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Schedule]:
     """A handful of layouts worth timing at `dims`, best guess first, screened on the CPU
     (compiled: no spills, no stack, registers x threads within the register file)."""
-    from factory.compile import compile_ptx, rejection_reason
+    from factory.compile import rejection_reason
     from factory.emit import emit
 
     base = default_schedule(ir, dims)
@@ -111,7 +123,7 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     for s in out:
         if s in picked or not is_valid(ir, s, dims)[0]:
             continue
-        rep = compile_ptx(emit(ir, s).ptx)
+        rep = compile_cached(emit(ir, s).ptx)
         if rejection_reason(rep, s.threads_per_block):
             continue
         uncapped = replace(s, min_threads_per_sm=0)
@@ -124,11 +136,36 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     return picked
 
 
+_PLAN: dict = {}
+
+
+def planned_schedules(name: str, ir, dims) -> list[Schedule]:
+    """The candidates for (op, dims): from the plan file when one was given (screened on a
+    build host beforehand, so the GPU lease is not spent compiling the search), else now."""
+    got = _PLAN.get(name, {}).get(_dims_key(dims))
+    if got is not None:
+        return [Schedule.from_dict(d) for d in got]
+    return candidate_schedules(ir, dims)
+
+
+def make_plan(path: str, ops, shapes: int) -> None:
+    cat = _catalogue()
+    plan = {}
+    for name in ops:
+        w, _, ir = cat[name]
+        plan[name] = {
+            _dims_key(dict(d)): [s.to_dict() for s in candidate_schedules(ir, dict(d))]
+            for d in w.shapes[:shapes]
+        }
+    with open(path, "w") as f:
+        json.dump(plan, f, indent=1)
+
+
 def _prefetch_variant(ir, s: Schedule) -> Schedule | None:
     """`s` with the next row prefetched, at the most blocks per SM that compile without local
     memory (the persistent grid must not exceed what is resident, or late blocks would start
     their rows only after the first ones finish)."""
-    from factory.compile import compile_ptx, rejection_reason
+    from factory.compile import rejection_reason
     from factory.emit import emit
 
     t = s.threads_per_row * s.rows_per_block
@@ -136,7 +173,7 @@ def _prefetch_variant(ir, s: Schedule) -> Schedule | None:
         cand = replace(s, prefetch_rows=True, persistent_blocks_per_sm=k, min_threads_per_sm=k * t)
         if k * t % 256:
             continue
-        rep = compile_ptx(emit(ir, cand).ptx)
+        rep = compile_cached(emit(ir, cand).ptx)
         if rep.ok and not rejection_reason(rep, t):
             return cand
     return None
@@ -158,7 +195,7 @@ def build_batch(
 
     cands, seen = [], set()
     for dims in shapes:
-        for s in candidate_schedules(ir, dims):
+        for s in planned_schedules(name, ir, dims):
             if s in seen:
                 continue
             seen.add(s)
@@ -438,7 +475,7 @@ def main_direct(args) -> int:
         w, _, ir = cat[name]
         cases, tried = [], []
         for dims in [dict(d) for d in w.shapes][: args.shapes]:
-            scheds = candidate_schedules(ir, dims)
+            scheds = planned_schedules(name, ir, dims)
             tried += [s for s in scheds if s not in tried]
             case = run_case(bench, w, ir, dims, scheds, baselines)
             cases.append(case)
@@ -510,8 +547,16 @@ def main(argv=None) -> int:
     )
     p.add_argument("--direct", action="store_true")
     p.add_argument("--report", metavar="DIR", help="only redraw table.md/chart.html in DIR")
+    p.add_argument("--plan", help="read the candidates from this file (see --make-plan)")
+    p.add_argument("--make-plan", metavar="FILE", help="screen candidates here, write FILE")
     args = p.parse_args(argv)
     args.ops = [o for o in args.ops.split(",") if o]
+    if args.make_plan:
+        make_plan(args.make_plan, args.ops, args.shapes)
+        return 0
+    if args.plan:
+        with open(args.plan) as f:
+            _PLAN.update(json.load(f))
     if args.report:
         report(args.report)
         return 0
