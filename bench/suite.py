@@ -472,39 +472,45 @@ def main_direct(args) -> int:
         if args.deadline_s and time.monotonic() - t0 > args.deadline_s:
             print(f"{name}: past the deadline, skipped", flush=True)
             continue
-        w, _, ir = cat[name]
-        cases, tried = [], []
-        for dims in [dict(d) for d in w.shapes][: args.shapes]:
-            scheds = planned_schedules(name, ir, dims)
-            tried += [s for s in scheds if s not in tried]
-            case = run_case(bench, w, ir, dims, scheds, baselines)
-            cases.append(case)
-            for r in case["records"]:
+        try:
+            w, _, ir = cat[name]
+            cases, tried = [], []
+            for dims in [dict(d) for d in w.shapes][: args.shapes]:
+                scheds = planned_schedules(name, ir, dims)
+                tried += [s for s in scheds if s not in tried]
+                case = run_case(bench, w, ir, dims, scheds, baselines)
+                cases.append(case)
+                for r in case["records"]:
+                    print(
+                        f"[{time.monotonic() - t0:5.1f}s] {name:13s} {_dims_key(dims):12s} "
+                        f"{r['tag']:30s} {r.get('status', '?'):8s} "
+                        f"{r.get('median_us', 0):8.1f} us {r.get('tbps', 0):5.2f} TB/s "
+                        f"({r.get('tbps', 0) / ceiling:4.0%}) regs {r.get('registers', '-')} "
+                        f"err {r.get('rel_err', 0):.1e} {r.get('reason', '')[:80]}",
+                        flush=True,
+                    )
+            # Every schedule tried must also be right at the held-out shapes (all rows checked),
+            # including a row past any register capacity (the streaming fallback).
+            long_row = {d: (7 if d != ir.row_dim else 40000) for d in w.shapes[0]}
+            for dims in [dict(d) for d in w.heldout_shapes] + [long_row]:
+                case = run_case(bench, w, ir, dims, tried, [], reps=0)
+                cases.append(case)
+                bad = [r for r in case["records"] if r.get("status") != "verified"]
                 print(
-                    f"[{time.monotonic() - t0:5.1f}s] {name:13s} {_dims_key(dims):12s} "
-                    f"{r['tag']:30s} {r.get('status', '?'):8s} "
-                    f"{r.get('median_us', 0):8.1f} us {r.get('tbps', 0):5.2f} TB/s "
-                    f"({r.get('tbps', 0) / ceiling:4.0%}) regs {r.get('registers', '-')} "
-                    f"err {r.get('rel_err', 0):.1e} {r.get('reason', '')[:80]}",
+                    f"[{time.monotonic() - t0:5.1f}s] {name:13s} held-out {_dims_key(dims):12s} "
+                    f"{len(case['records']) - len(bad)}/{len(case['records'])} verified "
+                    + "; ".join(f"{r['tag']}: {r.get('reason', '')[:60]}" for r in bad),
                     flush=True,
                 )
-        # Every schedule tried must also be right at the held-out shapes (all rows checked),
-        # including a row past any register capacity (the streaming fallback).
-        long_row = {d: (7 if d != ir.row_dim else 40000) for d in w.shapes[0]}
-        for dims in [dict(d) for d in w.heldout_shapes] + [long_row]:
-            case = run_case(bench, w, ir, dims, tried, [], reps=0)
-            cases.append(case)
-            bad = [r for r in case["records"] if r.get("status") != "verified"]
-            print(
-                f"[{time.monotonic() - t0:5.1f}s] {name:13s} held-out {_dims_key(dims):12s} "
-                f"{len(case['records']) - len(bad)}/{len(case['records'])} verified "
-                + "; ".join(f"{r['tag']}: {r.get('reason', '')[:60]}" for r in bad),
-                flush=True,
-            )
-        done[name] = cases
-        res = as_results(name, cases, ceiling, env)
-        with open(os.path.join(out_dir, f"raw_{name}.json"), "w") as f:
-            json.dump(res, f, indent=1)
+            done[name] = cases
+            res = as_results(name, cases, ceiling, env)
+            with open(os.path.join(out_dir, f"raw_{name}.json"), "w") as f:
+                json.dump(res, f, indent=1)
+        except Exception:  # noqa: BLE001 - one operator's failure must not lose the others
+            import traceback
+
+            traceback.print_exc()
+            print(f"{name}: failed, see the traceback above", flush=True)
     report(out_dir)
     # torch.compile compiles once per shape (dynamic=False): seconds each. Time it at the first
     # shape of each operator while the lease lasts.
@@ -512,7 +518,11 @@ def main_direct(args) -> int:
         if not args.compile_deadline_s or time.monotonic() - t0 > args.compile_deadline_s:
             break
         w, _, ir = cat[name]
-        extra = run_case(bench, w, ir, cases[0]["dims"], [], ["torch_compile"])
+        try:
+            extra = run_case(bench, w, ir, cases[0]["dims"], [], ["torch_compile"])
+        except Exception as e:  # noqa: BLE001 - recorded in the log, the rest still lands
+            print(f"{name}: torch.compile failed: {e}", flush=True)
+            continue
         cases[0]["records"] += extra["records"]
         for r in extra["records"]:
             print(
