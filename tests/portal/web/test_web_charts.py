@@ -116,3 +116,11 @@ def test_a_two_thousand_candidate_population_renders_in_a_few_milliseconds():
     assert elapsed_ms < 100, elapsed_ms
     payload = html[html.index("[{") : html.rindex("}]") + 2]
     assert json.loads(payload)[0]["x"]  # the data went through as JSON
+
+
+def test_a_hostile_name_cannot_close_the_chart_script():
+    hostile = "</script><script>alert(1)</script>"
+    html = charts.to_div(
+        charts.baselines_figure([{"shape": "N=1", "name": hostile, "median_us": 1.0}])
+    )
+    assert hostile not in html and html.count("</script>") == 1
