@@ -35,7 +35,7 @@ from factory.costmodel import CostModel, held_out_spearman
 from factory.loop import JobHistory, records_from_results, run_job
 
 MAX_SHAPE_BYTES = 160 * 2**20  # keeps the float64 references and input sets quick
-JOB_CAP_S = 45.0  # no one job may take the time the other stages need
+JOB_CAP_S = 40.0  # no one job may take the time the other stages need
 OPTIONS = {"time_budget_s_per_candidate": 0.12, "timeout_s_per_candidate": 20}
 
 
@@ -420,7 +420,7 @@ def warm_experiment(w, w0, row_dim, bench_fn, store, args, common, name, budget)
     cold2 = run_job(
         w2,
         bench_fn,
-        generations=args.generations,
+        generations=max(2, args.generations - 1),
         evidence_store=ev.JsonlEvidenceStore(),
         job=f"cold2-{name}",
         deadline_s=min(JOB_CAP_S, max(5.0, budget.left() - 20)),
@@ -707,7 +707,7 @@ def main(argv=None) -> int:
     p.add_argument("--customer-generations", type=int, default=3)
     p.add_argument("--population", type=int, default=8)
     p.add_argument("--prune-factor", type=int, default=3)
-    p.add_argument("--sweep-limit", type=int, default=64)
+    p.add_argument("--sweep-limit", type=int, default=48)
     p.add_argument("--budget-s", type=float, default=220.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fake", action="store_true", help="CPU stand-in: not a measurement")
