@@ -168,10 +168,15 @@ def readonly_input_params(ptx: str, params: tuple[KernelParam, ...], inputs: set
     written: set[str] = set()
     for _g, op, ops in _instructions(ptx):
         if op.startswith(("st.", "atom.", "red.")) and ops:
+            space = op.split(".")[1]
+            if space in ("shared", "local", "param"):
+                continue  # not global memory: cannot reach a tensor
             addr = _address_register(ops[0] if op.startswith(("st.", "red.")) else ops[1])
             if addr is None:
                 return set()
-            written |= prov.get(addr, {"?"}) - {"."}
+            src = prov.get(addr, set()) - {"."}
+            # an address derived from no pointer parameter could be anything: assume the worst
+            written |= src or {"?"}
     if "?" in written:
         return set()
     safe = set()

@@ -341,3 +341,16 @@ def test_the_edit_space_round_trips_through_schedule_dicts():
     assert len(space) == len(set(space))
     for e in space[:20]:
         assert PtxEdit.from_schedule(e.to_schedule()) == e
+
+
+def test_a_store_to_an_address_made_from_no_parameter_blocks_every_nc_load():
+    forged = CUSTOMER_PTX.replace("cvta.to.global.u64 \t%rd1, %rd30;", "mov.u64 \t%rd1, 4096;")
+    assert forged != CUSTOMER_PTX
+    assert readonly_input_params(forged, PARAMS, {"x"}) == set()
+
+
+def test_shared_memory_stores_do_not_count_as_writes_to_tensors():
+    ptx = CUSTOMER_PTX.replace(
+        "ret;", ".shared .align 4 .b8 buf[16];\n\tst.shared.u32 \t[buf], %r1;\n\tret;", 1
+    )
+    assert readonly_input_params(ptx, PARAMS, {"x"}) == {"rowsoftmax_param_0"}
