@@ -120,7 +120,12 @@ def run_timer(out: Path, ops: list[str] | None) -> list[dict]:
             "options": {"time_budget_s_per_candidate": 1.0, "timeout_s_per_candidate": 30},
         }
         log(f"{name}: run_batch")
-        res = run_batch(batch, log=log)
+        try:
+            res = run_batch(batch, log=log)
+        except Exception as e:  # noqa: BLE001 - one operator's failure must not hide the rest
+            rows.append({"op": name, "dims": dims, "what": "run_batch", "note": repr(e)[:200]})
+            _write_timer(out, rows, raw)
+            continue
         raw.append(res)
         import torch
 
@@ -169,6 +174,12 @@ def run_timer(out: Path, ops: list[str] | None) -> list[dict]:
             log(f"{name} {label}: ours {ours:.1f} us, do_bench {theirs:.1f} us")
         del inputs
         torch.cuda.empty_cache()
+        _write_timer(out, rows, raw)  # partial results survive a time limit
+    _write_timer(out, rows, raw)
+    return rows
+
+
+def _write_timer(out: Path, rows: list[dict], raw: list[dict]):
     (out / "timer.json").write_text(json.dumps({"rows": rows, "results": raw}, indent=1))
     lines = [
         "# Worker timing vs triton.testing.do_bench (median, same function, same shape)",
@@ -190,8 +201,6 @@ def run_timer(out: Path, ops: list[str] | None) -> list[dict]:
         )
     md = "\n".join(lines) + "\n"
     (out / "timer.md").write_text(md)
-    print(md)
-    return rows
 
 
 def _dims(d: dict) -> str:
