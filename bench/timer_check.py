@@ -157,7 +157,11 @@ def run_timer(out: Path, ops: list[str] | None) -> list[dict]:
                     rows.append({"op": name, "what": label, "note": str(e)})
                     continue
                 fn = lambda f=f, d=inputs: f(d)  # noqa: E731
-            theirs = do_bench_us(fn)
+            try:
+                theirs = do_bench_us(fn)
+            except Exception as e:  # noqa: BLE001 - recorded, the rest goes on
+                rows.append({"op": name, "dims": dims, "what": label, "note": repr(e)[:200]})
+                continue
             rows.append(
                 {
                     "op": name,
