@@ -102,6 +102,9 @@ def test_the_whole_flow_from_upload_to_a_verified_download(
     reviewer.wait_for_url(f"{base}/review/")
     job.refresh_from_db()
     assert job.status == Job.APPROVED
+    # A check that failed on the recorded evidence is approved only as a recorded override.
+    decision = job.reviews.get()
+    assert decision.checklist["override"] == bool(failing), failing
 
     # The customer is told on the job page and downloads the artifact.
     page.goto(f"{base}/jobs/{job.code}/")
