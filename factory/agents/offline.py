@@ -247,6 +247,11 @@ def _neighbours(ctx: Context, item: Item) -> list[Item]:
                 it = by_key.get(Item(item.kind, child).key)
                 if it is not None:
                     out.append(it)
+    if not out:
+        # `item` is outside the space (a default the space filters out, say): its nearest
+        # points instead, one or two fields away
+        near = sorted(kind_items, key=lambda it: _distance(it, item))
+        out = [it for it in near[:24] if 0 < _distance(it, item) <= 2]
     return out
 
 
