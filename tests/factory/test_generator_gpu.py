@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from test_ir_examples import EXAMPLES, bf16_to_f64, eval64, f64_to_bf16  # noqa: E402
 
 from factory.compile import compile_ptx, rejection_reason  # noqa: E402
