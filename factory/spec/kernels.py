@@ -83,12 +83,63 @@ class PtxInfo:
 
 # -- PTX -----------------------------------------------------------------------------------------
 
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-_ENTRY = re.compile(
-    r"(?P<vis>(?:\.(?:visible|weak|extern)\s+)*)\.entry\s+(?P<name>[A-Za-z_$%][\w$%]*)\s*"
-    r"(?:\((?P<params>[^)]*)\))?"
+# Every pattern here is linear in the input: no `\s*` that can cross lines at each line start, no
+# lazy `.*?` that rescans the rest of the file for every unclosed comment.
+_VERSION = re.compile(r"^[ \t]*\.version[ \t]+(\d{1,3})\.(\d{1,3})[ \t]*$", re.M)
+_TARGET = re.compile(r"^[ \t]*\.target[ \t]+([^\n]{1,200}?)[ \t]*$", re.M)
+_ADDRESS_SIZE = re.compile(r"^[ \t]*\.address_size[ \t]+(\d{1,3})[ \t]*$", re.M)
+_ENTRY_HEAD = re.compile(
+    r"((?:\.(?:visible|weak|extern)[ \t\n]+){0,3})\.entry[ \t\n]+([A-Za-z_$%][\w$%]{0,1023})"
 )
 _PARAM_TYPE = re.compile(r"\.([usbf](?:8|16|32|64))\b")
+
+
+class AmbiguousSource(ValueError):
+    """A quote whose meaning depends on C++ lexing details (digit separator or prefixed
+    character literal)."""
+
+
+def strip_comments(text: str, *, strict: bool = False) -> str:
+    """Replace // and /* */ comments by a space, leaving string and character literals alone
+    (a comment marker inside a literal is not a comment). One linear pass; an unclosed comment
+    runs to the end; a literal ends at its closing quote or at the end of the line. With
+    `strict`, a ' right after a letter or digit (1'000, L'x') raises AmbiguousSource: whether it
+    opens a literal decides what is a comment, and a wrong guess could hide a directive."""
+    out: list[str] = []
+    i, n, start = 0, len(text), 0
+    special = re.compile(r"[\"'/]")
+    while True:
+        m = special.search(text, i)
+        if m is None:
+            break
+        k = m.start()
+        c = text[k]
+        if c == "/":
+            nxt = text[k + 1 : k + 2]
+            if nxt == "/":
+                end = text.find("\n", k)
+                end = n if end < 0 else end
+            elif nxt == "*":
+                end = text.find("*/", k + 2)
+                end = n if end < 0 else end + 2
+            else:
+                i = k + 1
+                continue
+            out.append(text[start:k])
+            out.append(" ")
+            i = start = end
+            continue
+        # A string or character literal: skip to the matching unescaped quote on this line.
+        if strict and c == "'" and k > 0 and (text[k - 1].isalnum() or text[k - 1] == "_"):
+            line = text.count("\n", 0, k) + 1
+            raise AmbiguousSource(f"line {line}: digit separators and prefixed character "
+                                  "literals (1'000, L'x') are not allowed")  # fmt: skip
+        j = k + 1
+        while j < n and text[j] != c and text[j] != "\n":
+            j += 2 if text[j] == "\\" else 1
+        i = min(j + 1, n)
+    out.append(text[start:])
+    return "".join(out)
 
 
 def parse_ptx(ptx: str, field: str = "ptx") -> PtxInfo:
@@ -97,11 +148,11 @@ def parse_ptx(ptx: str, field: str = "ptx") -> PtxInfo:
         raise SpecError([(field, f"PTX is larger than {MAX_PTX_BYTES} bytes")])
     if not ptx.isascii():
         raise SpecError([(field, "PTX must be ASCII text")])
-    body = _COMMENTS.sub(" ", ptx)
+    body = strip_comments(ptx)
     errors = []
-    versions = re.findall(r"^\s*\.version\s+(\d{1,3})\.(\d{1,3})\s*$", body, re.M)
-    targets = re.findall(r"^\s*\.target\s+([^\n]+?)\s*$", body, re.M)
-    sizes = re.findall(r"^\s*\.address_size\s+(\d+)\s*$", body, re.M)
+    versions = _VERSION.findall(body)
+    targets = _TARGET.findall(body)
+    sizes = _ADDRESS_SIZE.findall(body)
     version = (0, 0)
     if len(versions) != 1:
         errors.append((field, "PTX must have exactly one `.version X.Y` directive"))
@@ -114,17 +165,27 @@ def parse_ptx(ptx: str, field: str = "ptx") -> PtxInfo:
         target = targets[0].split(",")[0].strip()
     address_size = int(sizes[0]) if len(sizes) == 1 else 0
     entries: dict[str, PtxEntry] = {}
-    for m in _ENTRY.finditer(body):
-        params = []
-        for p in (m.group("params") or "").split(","):
-            p = p.strip()
-            if not p:
-                continue
-            t = _PARAM_TYPE.search(p)
-            params.append("array" if "[" in p or t is None else t.group(1))
-        entries[m.group("name")] = PtxEntry(
-            m.group("name"), ".visible" in (m.group("vis") or ""), tuple(params)
-        )
+    pos = 0
+    while len(entries) <= 10_000:
+        m = _ENTRY_HEAD.search(body, pos)
+        if m is None:
+            break
+        pos = m.end()
+        rest = body[pos : pos + 1 + 64].lstrip()
+        params: list[str] = []
+        if rest.startswith("("):
+            open_at = body.index("(", pos)
+            close_at = body.find(")", open_at)
+            if close_at < 0:
+                errors.append((field, f"entry {m.group(2)[:64]}: parameter list is not closed"))
+                break  # no ')' anywhere after this point: nothing more to parse
+            for p in body[open_at + 1 : close_at].split(","):
+                p = p.strip()
+                if p:
+                    t = _PARAM_TYPE.search(p)
+                    params.append("array" if "[" in p or t is None else t.group(1))
+            pos = close_at + 1
+        entries[m.group(2)] = PtxEntry(m.group(2), ".visible" in m.group(1), tuple(params))
     if errors:
         raise SpecError(errors)
     return PtxInfo(version, target, address_size, entries)
@@ -218,37 +279,53 @@ def launch_problems(launch: Launch, dims: dict[str, int]) -> list[str]:
 
 # -- CUDA C --------------------------------------------------------------------------------------
 
-# A directive starts with '#', the digraph '%:' or the trigraph '??='; comments may sit between it
-# and the keyword. Lines are spliced first, so "#inc\<newline>lude" is caught too. The scan is
-# deliberately blunt: it also matches inside strings and comments, and refuses those too.
-_DIRECTIVE = re.compile(
-    r"(?:#|%:|\?\?=)(?:[ \t\f\v]|/\*.*?\*/)*(include_next|include|import|embed)\b"
-    r"(?P<rest>[^\n]*)",
-    re.S,
-)
-_ALLOWED_INCLUDE = re.compile(r"^[ \t]*(?:<([\w.]+)>|\"([\w.]+)\")[ \t]*(?://[^\n]*)?$")
+# The include scan runs on the source as the preprocessor sees it: trigraphs refused, lines
+# spliced, comments removed (string literals respected), then every line that starts with '#' or
+# the digraph '%:' is a directive. Raw string literals are refused: telling them apart from an
+# identifier ending in R needs a real lexer, and kernels have no use for them.
+_DIRECTIVE_LINE = re.compile(r"^[ \t\f\v]*(?:#|%:)[ \t\f\v]*([A-Za-z_]\w{0,31})?(.*)$", re.M)
+_FILE_DIRECTIVES = ("include", "include_next", "import", "embed")
+_ALLOWED_INCLUDE = re.compile(r"^[ \t]*(?:<([\w.]{1,64})>|\"([\w.]{1,64})\")[ \t]*$")
+_TRIGRAPH = re.compile(r"\?\?[=/'()!<>-]")
 
 
 def check_cuda_includes(source: str, field: str = "baseline.source") -> None:
     """Refuse every include but <cuda_fp16.h> and <cuda_bf16.h>, before any compiler runs."""
-    spliced = re.sub(r"\\[ \t]*\r?\n", "", source)
     errors = []
-    for m in _DIRECTIVE.finditer(spliced):
-        line = spliced.count("\n", 0, m.start()) + 1
-        if m.group(1) != "include":
-            errors.append((field, f"line {line}: #{m.group(1)} is not allowed"))
+    if _TRIGRAPH.search(source):
+        errors.append((field, "trigraphs (??=, ??/, ...) are not allowed"))
+    spliced = re.sub(r"\\[ \t]*\r?\n", "", source)
+    if 'R"' in spliced:
+        errors.append((field, 'raw string literals (R"...") are not allowed'))
+    for word in ("__has_include", "__has_embed"):
+        if word in spliced:
+            errors.append((field, f"{word} is not allowed"))
+    try:
+        code = strip_comments(spliced, strict=True)
+    except AmbiguousSource as e:
+        raise SpecError([*errors, (field, str(e))]) from None
+    # Two views: the lexed code, and the raw lines (in case the lexer and the compiler ever
+    # disagree about where a comment starts). A directive must pass in both.
+    views = [code, spliced]
+    for m in (m for view in views for m in _DIRECTIVE_LINE.finditer(view)):
+        word = m.group(1) or ""
+        if word not in _FILE_DIRECTIVES:
             continue
-        ok = _ALLOWED_INCLUDE.match(m.group("rest"))
+        line = m.string.count("\n", 0, m.start()) + 1
+        if word != "include":
+            errors.append((field, f"line {line}: #{word} is not allowed"))
+            continue
+        ok = _ALLOWED_INCLUDE.match(re.sub(r"//.*$|/\*.*?\*/", " ", m.group(2)[:512]))
         name = ok and (ok.group(1) or ok.group(2))
         if not ok or name not in ALLOWED_INCLUDES:
             errors.append(
                 (field, f"line {line}: only #include <cuda_fp16.h> and <cuda_bf16.h> are allowed "
                         "(no paths, no other files)")
             )  # fmt: skip
-    if "__has_include" in spliced:
-        errors.append((field, "__has_include is not allowed"))
+        if len(errors) >= 20:
+            break
     if errors:
-        raise SpecError(errors[:20])
+        raise SpecError(list(dict.fromkeys(errors))[:20])
 
 
 def _header_dir() -> Path | None:

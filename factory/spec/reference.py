@@ -64,8 +64,8 @@ def _f32_to_bf16_bits(f: np.ndarray) -> np.ndarray:
 def _f64_to_f32_round_to_odd(a: np.ndarray) -> np.ndarray:
     """float64 -> float32 rounding to odd: rounding that result again to bf16 (8 bits) equals
     rounding the float64 value to bf16 directly, so casts never double-round."""
-    f = a.astype(np.float32)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = a.astype(np.float32)
         back = f.astype(np.float64)
         inexact = back != a
         inexact &= ~np.isnan(a)
@@ -108,7 +108,8 @@ def to_float64(arr: np.ndarray, dtype: str) -> np.ndarray:
             raise SpecError([("dtype", f"bf16 data must be uint16 bits, not {a.dtype}")])
         wide = a.view(np.uint16).astype(np.uint32)
         wide <<= 16
-        return wide.view(np.float32).astype(np.float64)
+        with np.errstate(invalid="ignore"):  # NaN payloads are fine
+            return wide.view(np.float32).astype(np.float64)
     if a.dtype != want and not (dtype in INDEX_DTYPES and a.dtype.kind in "iu"):
         raise SpecError([("dtype", f"{dtype} data must be {want}, not {a.dtype}")])
     return a.astype(np.float64)
@@ -263,7 +264,7 @@ def reference(
                 ):
                     reusable = values[c]
                     break
-            values[n] = _eval(n, values, decls, inputs, dims, reusable)
+            values[n] = np.asarray(_eval(n, values, decls, inputs, dims, reusable))
             owned.add(n)
             for c in ops:
                 uses[c] -= 1
@@ -326,6 +327,8 @@ def _eval(n: Node, values, decls, inputs, dims, out) -> np.ndarray:
 
 
 def _sigmoid(x, out):
+    if out is None:
+        out = np.empty(np.shape(x))  # ufuncs on 0-d input return scalars, not arrays
     r = np.negative(x, out=out)
     np.exp(r, out=r)
     r += 1.0
@@ -333,6 +336,8 @@ def _sigmoid(x, out):
 
 
 def _rsqrt(x, out):
+    if out is None:
+        out = np.empty(np.shape(x))
     r = np.sqrt(x, out=out)
     return np.reciprocal(r, out=r)
 

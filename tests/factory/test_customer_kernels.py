@@ -290,3 +290,50 @@ def test_a_compile_that_runs_too_long_is_stopped():
     with pytest.raises(SpecError) as e:
         compile_cuda(src, timeout_s=2.0)
     assert e.value.errors == [("baseline.source", "compiling took longer than 2 s")]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # A comment marker inside a string must not hide the next line from the scan.
+        '"/*";\n# /**/ include </etc/passwd>\n"*/";\n',
+        'const char* s = "//";\n#include </etc/passwd>\n',
+        "/* a comment */ #include </etc/passwd>\n",
+        "#include /* why not */ </etc/passwd>\n",
+        # Digit separators and prefixed literals decide what is a comment: refused outright.
+        "int a = 1'0; const char* s = \"x'/*\";\n#include </etc/passwd>\n*/\n",
+        "char c = L'/'; /*\n*/\n",
+        'const char* r = R"(\n#include </etc/passwd>\n)";\n',
+        "??=include </etc/passwd>\n",
+    ],
+)
+def test_comment_and_literal_tricks_cannot_hide_an_include(source):
+    with pytest.raises(SpecError):
+        check_cuda_includes(source + KERNEL)
+
+
+def test_apostrophes_in_comments_are_fine():
+    check_cuda_includes("// don't worry: it's fine\n/* isn't it */\nchar c = 'x';\n" + KERNEL)
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "/*" * 200_000,
+        "#/*" * 150_000,
+        '"' * 300_000,
+        "\n" * 500_000 + ".version 9.0",
+        ".entry a(" * 50_000,
+        ".visible .entry a(.param .u64 p)\n" * 20_000,
+    ],
+)
+def test_scanners_stay_linear_on_hostile_input(hostile):
+    import time
+
+    start = time.perf_counter()
+    for check in (check_cuda_includes, check_ptx):
+        try:
+            check(hostile)
+        except SpecError:
+            pass
+    assert time.perf_counter() - start < 2.0
