@@ -87,7 +87,7 @@ def _torch_inputs(w, dims, seed):
 def do_bench_us(fn) -> float:
     from triton.testing import do_bench
 
-    return 1000.0 * do_bench(fn, warmup=200, rep=1000, return_mode="median")
+    return 1000.0 * do_bench(fn, warmup=100, rep=400, return_mode="median")
 
 
 def run_timer(out: Path, ops: list[str] | None) -> list[dict]:
@@ -117,7 +117,7 @@ def run_timer(out: Path, ops: list[str] | None) -> list[dict]:
             "heldout_shapes": [],
             "candidates": cands,
             "baselines": ["torch_eager", "triton"],
-            "options": {"time_budget_s_per_candidate": 1.0, "timeout_s_per_candidate": 30},
+            "options": {"time_budget_s_per_candidate": 0.5, "timeout_s_per_candidate": 30},
         }
         log(f"{name}: run_batch")
         try:
