@@ -192,13 +192,25 @@ def _modes_for(ir: KernelIR) -> list[tuple[str, bool]]:
     return out
 
 
+def _occupancy_options(threads_per_block: int) -> list[tuple[int, bool, int]]:
+    """(persistent_blocks_per_sm, prefetch_rows, min_threads_per_sm) combinations worth trying:
+    plain; registers capped for 1024 threads per SM; a persistent grid of k blocks per SM that
+    prefetches the next row, with registers capped so that the k blocks are resident."""
+    out = [(0, False, 0), (0, False, 1024)]
+    for k in (2, 4, 6, 8):
+        if k * threads_per_block <= 2048 and (k * threads_per_block) % 256 == 0:
+            out.append((k, True, k * threads_per_block))
+    return out
+
+
 def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     """Every valid schedule for all of `dims_list` (the product of the option lists, filtered by
     `is_valid`), in a stable order."""
     fast_options = [True, False] if fast_math_allowed(ir) else [False]
+    keep_options = [True, False] if ir.online else [True]
     vecs = sorted({16 // ir.min_elem_bytes(), 32 // ir.min_elem_bytes()})
     out = []
-    for t, r, v, c, (mode, online), lh, sh, p, fm in itertools.product(
+    for t, r, v, c, (mode, online), lh, sh, fm, keep in itertools.product(
         (32, 64, 128, 256, 512, 1024),
         (1, 2, 4, 8),
         vecs,
@@ -206,23 +218,27 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         _modes_for(ir),
         ("nc", "nc_noalloc"),
         ("none", "cs"),
-        (0, 2),
         fast_options,
+        keep_options,
     ):
-        s = Schedule(
-            threads_per_row=t,
-            rows_per_block=r,
-            vec_elems=v,
-            chunks=c,
-            mode=mode,
-            online=online,
-            load_hint=lh,
-            store_hint=sh,
-            persistent_blocks_per_sm=p,
-            fast_math=fm,
-        )
-        if all(is_valid(ir, s, d)[0] for d in dims_list):
-            out.append(s)
+        for p, prefetch, min_threads in _occupancy_options(t * r):
+            s = Schedule(
+                threads_per_row=t,
+                rows_per_block=r,
+                vec_elems=v,
+                chunks=c,
+                mode=mode,
+                online=online,
+                load_hint=lh,
+                store_hint=sh,
+                persistent_blocks_per_sm=p,
+                fast_math=fm,
+                min_threads_per_sm=min_threads,
+                keep_intermediates=keep,
+                prefetch_rows=prefetch,
+            )
+            if all(is_valid(ir, s, d)[0] for d in dims_list):
+                out.append(s)
     return out
 
 
