@@ -425,8 +425,8 @@ def gpu_batch_dispatch(*, generation: Generation) -> GpuBatch | None:
     queued, the job waiting for GPU results, and send the batch to gpu.<arch>. With no survivors
     the generation finishes without GPU time. Returns the batch (None without one)."""
     job = generation.job
-    if not generation_builds_done(generation=generation):
-        return None
+    if job.status != Job.RUNNING or not generation_builds_done(generation=generation):
+        return None  # cancelled or failed meanwhile, or a build is still running
     from portal import tasks
 
     with transaction.atomic():

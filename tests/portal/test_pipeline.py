@@ -178,3 +178,20 @@ def test_a_results_file_recorded_on_an_h200_sends_the_job_to_review(
     assert TimingResult.objects.filter(candidate=job.best_candidate).count() == len(
         batch.batch["shapes"]
     )
+
+
+def test_a_cancelled_job_sends_nothing_to_the_gpu(
+    upload, customer, settings, django_capture_on_commit_callbacks
+):
+    settings.FACTORY_POPULATION = 4
+    job = upload()
+    generation = job.generations.get()
+    # Rewind to "built, not yet dispatched", cancel, then let the dispatch arrive late.
+    job.batches.all().delete()
+    Generation.objects.filter(pk=generation.pk).update(status=Generation.BUILDING)
+    Job.objects.filter(pk=job.pk).update(status=Job.RUNNING)
+    assert services.job_cancel(job=Job.objects.get(pk=job.pk), user=customer)
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.gpu_batch_dispatch.apply(args=[generation.pk])
+    assert not GpuBatch.objects.filter(job=job).exists()
+    assert Job.objects.get(pk=job.pk).status == Job.CANCELLED
