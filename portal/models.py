@@ -11,6 +11,7 @@ import hashlib
 import json
 import secrets
 import uuid
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import models
@@ -30,6 +31,38 @@ def canonical_json(value) -> str:
 def dims_key(dims: dict) -> str:
     """A stable text key for one shape, e.g. "M=16384,N=4096" (sorted by dim name)."""
     return ",".join(f"{k}={dims[k]}" for k in sorted(dims))
+
+
+@dataclass(frozen=True)
+class CompileSummary:
+    """The parts of a stored compile report (factory.compile.CompileReport.to_dict) that pages
+    and checks read; missing keys read as zero."""
+
+    ok: bool
+    registers: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+    stack_bytes: int = 0
+    smem_bytes: int = 0
+    compile_ms: float = 0.0
+
+    @classmethod
+    def from_json(cls, data: dict | None) -> CompileSummary | None:
+        if not data:
+            return None
+        return cls(
+            ok=bool(data.get("ok")),
+            registers=int(data.get("registers") or 0),
+            spill_store_bytes=int(data.get("spill_store_bytes") or 0),
+            spill_load_bytes=int(data.get("spill_load_bytes") or 0),
+            stack_bytes=int(data.get("stack_bytes") or 0),
+            smem_bytes=int(data.get("smem_bytes") or 0),
+            compile_ms=float(data.get("compile_ms") or 0.0),
+        )
+
+    @property
+    def spills(self) -> bool:
+        return bool(self.spill_store_bytes or self.spill_load_bytes)
 
 
 # --- Accounts -----------------------------------------------------------------------------------
@@ -348,6 +381,10 @@ class Candidate(models.Model):
     def __str__(self) -> str:
         return f"candidate {str(self.code)[:8]} ({self.status})"
 
+    @property
+    def compile_summary(self) -> CompileSummary | None:
+        return CompileSummary.from_json(self.compile_report)
+
     def claim(self, from_statuses, to_status: str, **fields) -> bool:
         updated = Candidate.objects.filter(pk=self.pk, status__in=list(from_statuses)).update(
             status=to_status, updated=timezone.now(), **fields
@@ -388,6 +425,18 @@ class GpuBatch(models.Model):
 
     def __str__(self) -> str:
         return f"batch {str(self.code)[:8]} ({self.status})"
+
+    @property
+    def shapes(self) -> list[dict]:
+        return list(self.batch.get("shapes", []))
+
+    @property
+    def heldout_shapes(self) -> list[dict]:
+        return list(self.batch.get("heldout_shapes", []))
+
+    @property
+    def candidate_codes(self) -> list[str]:
+        return [c["id"] for c in self.batch.get("candidates", [])]
 
 
 class Environment(models.Model):

@@ -55,3 +55,16 @@ def test_job_progress_counts_candidates_by_status(acme_world):
     progress = acme_world["job"].progress
     assert progress["candidates"] == {Candidate.PROPOSED: 1}
     assert progress["generations_done"] == 0
+
+
+def test_a_stored_compile_report_reads_as_a_typed_summary(acme_world):
+    candidate = acme_world["candidate"]
+    assert candidate.compile_summary is None
+    candidate.compile_report = {"ok": True, "registers": 40, "spill_store_bytes": 8}
+    summary = candidate.compile_summary
+    assert (summary.ok, summary.registers, summary.spills, summary.smem_bytes) == (
+        True,
+        40,
+        True,
+        0,
+    )
