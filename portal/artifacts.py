@@ -291,7 +291,7 @@ def _cuda_python_example(inputs: ArtifactInputs) -> str:
         "",
         "",
         "def to_device(host):",
-        "    buf = dev.allocate(host.nbytes, stream)",
+        "    buf = dev.allocate(host.nbytes, stream=stream)",
         "    stream.sync()",
         "    (err,) = driver.cuMemcpyHtoD(int(buf.handle), host.ctypes.data, host.nbytes)",
         "    assert err == driver.CUresult.CUDA_SUCCESS, err",
@@ -316,7 +316,7 @@ def _cuda_python_example(inputs: ArtifactInputs) -> str:
     for o in inputs.outputs:
         np_dtype = NUMPY_DTYPES.get(o["dtype"], "np.float32")
         lines.append(f"{o['name']} = np.empty({_shape_expr(o['shape'])}, dtype={np_dtype})")
-        lines.append(f"{o['name']}_d = dev.allocate({o['name']}.nbytes, stream)")
+        lines.append(f"{o['name']}_d = dev.allocate({o['name']}.nbytes, stream=stream)")
     args = []
     for p in inputs.params:
         ctor = SCALAR_CTORS.get(p["ptx_type"], "np.uint64")

@@ -32,6 +32,7 @@ def load_artifacts_module():
         "ptxf_artifacts", ROOT / "portal" / "artifacts.py"
     )
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 
