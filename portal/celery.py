@@ -126,13 +126,26 @@ def gpu_task_limits(environ: dict[str, str] | None = None) -> tuple[int, int]:
 _GPU_SOFT_S, _GPU_HARD_S = gpu_task_limits()
 
 
-@app.task(name=GPU_TASK_NAME, acks_late=True, soft_time_limit=_GPU_SOFT_S, time_limit=_GPU_HARD_S)
-def gpu_run_batch(batch: dict) -> dict:
+@app.task(
+    bind=True,
+    name=GPU_TASK_NAME,
+    acks_late=True,
+    soft_time_limit=_GPU_SOFT_S,
+    time_limit=_GPU_HARD_S,
+    max_retries=3,
+)
+def gpu_run_batch(self, batch: dict) -> dict:
     """Verify and time one batch on this host's GPU; returns the results dict (CONTRACTS.md).
 
     Runs on a GPU host without Django. CUDA is initialised here, in the prefork child, by
     gpuworker: never in the parent, which forks children and must not hold a CUDA context.
+    A host whose GPU is unusable puts the batch back on the queue for another GPU worker (a
+    few times, then the job waits for `manage.py requeue_stuck --gpu` or an import).
     """
     from gpuworker import run_batch
+    from gpuworker.runner import NoGpu
 
-    return run_batch(batch)
+    try:
+        return run_batch(batch)
+    except NoGpu as exc:
+        raise self.retry(exc=exc, countdown=30) from exc
