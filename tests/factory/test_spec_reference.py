@@ -1,5 +1,6 @@
 """The float64 reference, storage formats, random inputs and shape arithmetic."""
 
+import importlib
 import math
 import time
 
@@ -276,3 +277,40 @@ def test_shape_arithmetic_refuses_everything_else(expr):
     with pytest.raises(SpecError) as e:
         eval_dim_expr(expr, {"M": 10, "N": 20})
     assert e.value.errors[0][0] == "expr"
+
+
+@pytest.mark.parametrize(
+    "name", ["softmax", "add_rmsnorm", "cross_entropy", "layernorm", "row_sum"]
+)
+def test_evaluating_in_row_blocks_gives_bitwise_the_same_result(name, monkeypatch):
+    ref_module = importlib.import_module("factory.spec.reference")
+
+    w = load_catalogue()[name]
+    dims = {"M": 37, "V": 300} if name == "cross_entropy" else {"M": 37, "N": 300}
+    x = random_inputs(w, dims, seed=5)
+    whole = ref_module._evaluate(w, x, dims)
+    monkeypatch.setattr(ref_module, "_MIN_SPLIT_ELEMENTS", 0)
+    monkeypatch.setattr(ref_module, "_BLOCK_ELEMENTS", 1000)  # blocks of 3 rows, one of 1
+    assert ref_module._row_plan(w, dims) == ("M", 3)
+    blocked = reference(w, x, dims)
+    for k in whole:
+        np.testing.assert_array_equal(blocked[k], whole[k])
+
+
+def test_operators_that_reduce_across_rows_are_never_split():
+    ref_module = importlib.import_module("factory.spec.reference")
+
+    text = """
+name = "colsum"
+[inputs.x]
+shape = ["M", "N"]
+dtype = "fp32"
+[outputs.y]
+expr = "x / sum(x, axis=0, keepdims=True)"
+dtype = "fp32"
+[[shapes]]
+M = 4096
+N = 4096
+"""
+    w = load_manifest(text)
+    assert ref_module._row_plan(w, {"M": 4096, "N": 4096}) is None
