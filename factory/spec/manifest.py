@@ -86,6 +86,8 @@ _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 _DIM_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,15}$")
 _WORKLOAD_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 _TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]{0,63}$")
+_PRINTABLE_ONLY = re.compile(r"[^ -~]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _RESERVED = FUNCTION_NAMES | {"ceildiv", "True", "False", "None"}
 
 
@@ -95,7 +97,9 @@ class _Errors:
 
     def add(self, field: str, problem: str) -> None:
         if len(self.items) < 100:  # a hostile manifest could produce millions
-            self.items.append((field, problem))
+            # Field names can carry customer text (table keys): keep them short and printable.
+            field = _PRINTABLE_ONLY.sub("?", field)[:120]
+            self.items.append((field, _PRINTABLE_ONLY.sub("?", problem)[:500]))
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -257,6 +261,9 @@ class _Loader:
             return None
         if len(v) > max_chars:
             self.err.add(field, f"is longer than {max_chars} characters")
+            return None
+        if _CONTROL.search(v):
+            self.err.add(field, "contains control characters")
             return None
         if pattern is not None and not pattern.match(v):
             self.err.add(field, f"{_fmt(v)} is not allowed (letters, digits, '_' or '-')")

@@ -322,3 +322,15 @@ def test_catalogue_manifests_are_stable_inputs_for_load_manifest():
     w2 = load_manifest(catalogue_manifest("softmax").encode())
     assert w1 == w2 and w1.sha256 == w2.sha256
     assert isinstance(w1.outputs[0].expr.b, Reduce)
+
+
+def test_control_characters_smuggled_in_through_toml_escapes_are_refused():
+    e = refuse(manifest().replace('name = "op"', 'name = "op"\ndescription = "a\\u0000b"'))
+    assert fields(e) == ["description"]
+
+
+def test_error_fields_from_customer_keys_are_short_and_printable():
+    key = "k\\u0007" + "x" * 500
+    e = refuse(manifest().replace('name = "op"', f'name = "op"\n"{key}" = 1'))
+    (field,) = fields(e)
+    assert len(field) <= 120 and field.isprintable() and field.startswith("k?x")
