@@ -328,31 +328,42 @@ def check_cuda_includes(source: str, field: str = "baseline.source") -> None:
         raise SpecError(list(dict.fromkeys(errors))[:20])
 
 
-def _header_dir() -> Path | None:
-    for candidate in (
+def _header_dirs() -> list[Path]:
+    """Where NVIDIA's fp16/bf16 headers are: $PTXF_CUDA_INCLUDE, $CUDA_HOME/include, the CUDA
+    toolkit, or an nvidia-* wheel's include folder. (The NVRTC 13.0 wheel does not build them
+    in, despite older documentation; they are handed to NVRTC in memory, never as a path.)"""
+    candidates = [
         os.environ.get("PTXF_CUDA_INCLUDE"),
         os.environ.get("CUDA_HOME") and os.path.join(os.environ["CUDA_HOME"], "include"),
         "/usr/local/cuda/include",
-    ):
-        if candidate and Path(candidate, "cuda_bf16.h").is_file():
-            return Path(candidate)
-    return None
+    ]
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("nvidia")
+        for base in (spec.submodule_search_locations or []) if spec else []:
+            candidates.extend(str(p.parent) for p in Path(base).glob("*/include/cuda_bf16.h"))
+    except (ImportError, ValueError, OSError):
+        pass
+    return [Path(c) for c in candidates if c and Path(c, "cuda_bf16.h").is_file()]
 
 
 def _headers_for(source: str) -> dict[str, str]:
     if not any(h in source for h in ALLOWED_INCLUDES):
         return {}
-    d = _header_dir()
-    if d is None:
+    dirs = _header_dirs()
+    if not dirs:
         raise SpecError(
             [("baseline.source", "cuda_fp16.h/cuda_bf16.h are not available on this server; "
                                  "use unsigned short for bf16 data and convert with bit shifts")]
         )  # fmt: skip
     headers = {}
     for name in _HEADER_FILES:
-        p = d / name
-        if p.is_file():
-            headers[name] = p.read_text(encoding="utf-8", errors="replace")
+        for d in (dirs[0], dirs[0] / "cccl"):
+            p = d / name
+            if p.is_file():
+                headers[name] = p.read_text(encoding="utf-8", errors="replace")
+                break
     return headers
 
 

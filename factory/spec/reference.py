@@ -144,7 +144,9 @@ def random_inputs(w: Workload, dims: dict[str, int], seed: int) -> dict[str, np.
         shape = concrete_shape(decl.shape, dims)
         rng = np.random.default_rng(np.random.SeedSequence([int(seed) % 2**64, i]))
         if decl.dtype in INDEX_DTYPES:
-            high = dims[decl.high] if isinstance(decl.high, str) else int(decl.high)
+            high = concrete_shape((decl.high,), dims)[0]
+            if high <= decl.low:
+                raise SpecError([(f"inputs.{decl.name}.range", f"is empty at {dims}")])
             out[decl.name] = rng.integers(
                 int(decl.low), high, size=shape, dtype=STORAGE_DTYPES[decl.dtype]
             )

@@ -314,3 +314,16 @@ N = 4096
 """
     w = load_manifest(text)
     assert ref_module._row_plan(w, {"M": 4096, "N": 4096}) is None
+
+
+def test_random_inputs_refuse_dims_that_leave_an_index_range_empty_or_unknown():
+    w = load_catalogue()["cross_entropy"]
+    with pytest.raises(SpecError):
+        random_inputs(w, {"M": 2}, seed=0)
+    text = load_catalogue()["cross_entropy"].manifest.replace(
+        'range = [0, "V"]', 'range = [3, "V"]'
+    )
+    w = load_manifest(text)
+    with pytest.raises(SpecError) as e:
+        random_inputs(w, {"M": 2, "V": 3}, seed=0)
+    assert e.value.errors[0][0] == "inputs.target.range"
