@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import warnings
 
 from factory.spec.limits import MAX_DIM_EXPR_ABS, MAX_DIM_EXPR_CHARS, MAX_DIM_EXPR_DEPTH
 from factory.spec.types import SpecError
@@ -29,8 +30,10 @@ def _compile(text: str) -> tuple:
     if not _PRINTABLE.match(text):
         raise _DimExprError("only printable ASCII characters are allowed")
     try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, SyntaxWarning, ValueError, RecursionError, MemoryError):
         raise _DimExprError("not a valid shape expression") from None
     return _build(tree.body, 0)
 

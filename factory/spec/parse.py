@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+import warnings
 
 from factory.spec.expr import (
     Binary,
@@ -129,7 +130,11 @@ class ExprParser:
         if not text.strip():
             raise ExprError("is empty")
         try:
-            tree = ast.parse(text.strip(), mode="eval")
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # "1if x else 2" and friends: refuse, don't print
+                tree = ast.parse(text.strip(), mode="eval")
+        except SyntaxWarning as e:
+            raise ExprError(f"syntax error: {str(e)[:100]}") from None
         except SyntaxError as e:
             raise ExprError(f"syntax error at column {e.offset or 0}: {e.msg}") from None
         except (ValueError, RecursionError, MemoryError):
