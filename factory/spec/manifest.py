@@ -114,7 +114,11 @@ def _is_int(v: object) -> bool:
 
 
 def _is_number(v: object) -> bool:
-    return type(v) in (int, float)
+    """An int or float that converts to a finite float (TOML integers can be arbitrarily long,
+    and float() of a 400-digit int raises)."""
+    if type(v) is int:
+        return abs(v) <= 10**300
+    return type(v) is float and math.isfinite(v)
 
 
 def _fmt(v: object, limit: int = 40) -> str:
@@ -191,6 +195,7 @@ class _Loader:
         self.scope: dict[str, Node] = {}
         self.interner: dict[Node, Node] = {}
         self.gathers: list[tuple[TensorDecl, str | int]] = []  # (index input, gathered axis)
+        self.broken: set[str] = set()  # names whose declaration was refused (already reported)
 
     def load(self) -> Workload:
         d, err = self.data, self.err
@@ -325,6 +330,7 @@ class _Loader:
                         self.dims.append(d)
         for name, spec in table.items():
             field = f"inputs.{name}"
+            self.broken.add(name)  # until it is accepted below
             if not self._new_name(field, name):
                 continue
             if not isinstance(spec, dict):
@@ -346,6 +352,7 @@ class _Loader:
             decl = TensorDecl(name, shape, dtype, low_high[0], low_high[1])
             self.inputs[name] = decl
             self.scope[name] = self._make(Input(name, shape, dtype))
+            self.broken.discard(name)
 
     def _make(self, node: Node) -> Node:
         return self.interner.setdefault(node, node)
@@ -415,10 +422,12 @@ class _Loader:
             field = f"constants.{name}"
             if not self._new_name(field, name):
                 continue
-            if not _is_number(v) or not math.isfinite(float(v)) or abs(v) > MAX_CONST_ABS:
+            self.broken.add(name)
+            if not _is_number(v) or abs(v) > MAX_CONST_ABS:
                 self.err.add(field, f"must be a finite number within +-{MAX_CONST_ABS:g}")
                 continue
             self.scope[name] = self._make(Const(float(v)))
+            self.broken.discard(name)
 
     def _lets(self) -> None:
         for name, text in self._table("let", MAX_LETS, required=False).items():
@@ -428,12 +437,15 @@ class _Loader:
             node = self._parse(field, text)
             if node is not None:
                 self.scope[name] = node
+            else:
+                self.broken.add(name)
 
     def _parse(self, field: str, text: object) -> Node | None:
         try:
             return ExprParser(self.scope, self.interner).parse(text)
         except ExprError as e:
-            self.err.add(field, str(e))
+            if e.unknown_name not in self.broken:  # else the declaration's error says it all
+                self.err.add(field, str(e))
             return None
 
     def _outputs(self) -> list[OutputDecl]:
@@ -621,7 +633,7 @@ class _Loader:
                 if key not in values:
                     self.err.add(f"{field}.{key}", "unknown field (rel_norm, atol, rtol)")
                     ok = False
-                elif not _is_number(v) or not math.isfinite(float(v)):
+                elif not _is_number(v):
                     self.err.add(f"{field}.{key}", "must be a number")
                     ok = False
                 elif not (0 < v <= limits[key] if key == "rel_norm" else 0 <= v <= limits[key]):
@@ -726,7 +738,7 @@ class _Loader:
                 if "name" in p:
                     self.err.add(f"{f}.name", "a scalar has a value, not a name")
                     ok = False
-                elif not _is_number(value) or not math.isfinite(float(value)):
+                elif not _is_number(value):
                     self.err.add(f"{f}.value", "must be a finite number")
                     ok = False
             if ok:

@@ -77,7 +77,12 @@ _REFUSED = {
 
 
 class ExprError(Exception):
-    """Raised inside the parser; the manifest loader turns it into a SpecError entry."""
+    """Raised inside the parser; the manifest loader turns it into a SpecError entry.
+    `unknown_name` is set when the problem is a name that is not in scope."""
+
+    def __init__(self, message: str, unknown_name: str | None = None):
+        super().__init__(message)
+        self.unknown_name = unknown_name
 
 
 def _kind(node: Node) -> str:
@@ -184,7 +189,7 @@ class ExprParser:
         if name in FUNCTION_NAMES:
             raise ExprError(f"{name!r} is a function; call it, e.g. {name}(x)")
         known = ", ".join(sorted(self.scope)) or "none"
-        raise ExprError(f"unknown name {name!r} (known names: {known})"[:300])
+        raise ExprError(f"unknown name {name!r} (known names: {known})"[:300], unknown_name=name)
 
     def _unary(self, n: ast.UnaryOp, depth: int) -> Node:
         if isinstance(n.op, ast.UAdd):

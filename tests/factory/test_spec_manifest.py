@@ -334,3 +334,27 @@ def test_error_fields_from_customer_keys_are_short_and_printable():
     e = refuse(manifest().replace('name = "op"', f'name = "op"\n"{key}" = 1'))
     (field,) = fields(e)
     assert len(field) <= 120 and field.isprintable() and field.startswith("k?x")
+
+
+BIG = "1" + "0" * 400  # TOML integers have no length limit in tomllib; float() of this raises
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("eps = 1e-5", f"eps = {BIG}", "constants.eps"),
+        ("range = [-4.0, 4.0]", f"range = [-{BIG}, 4]", "inputs.x.range"),
+        ("range = [0.5, 1.5]", "range = [0.5, nan]", "inputs.weight.range"),
+        ("eps = 1e-5", "eps = inf", "constants.eps"),
+        ("M = 16384", f"M = {BIG}", "shapes[0].M"),
+    ],
+)
+def test_huge_or_non_finite_numbers_are_refused_and_only_the_root_cause_reported(old, new, field):
+    text = catalogue_manifest("layernorm").replace(old, new, 1)
+    e = refuse(text)
+    assert fields(e) == [field]
+
+
+def test_huge_numbers_in_tolerance_and_kernel_scalars_are_refused():
+    e = refuse(manifest(extra=f"[tolerance.bf16]\natol = {BIG}\n"))
+    assert fields(e) == ["tolerance.bf16.atol"]

@@ -190,13 +190,15 @@ def manifests(draw):
         spec = {"shape": draw(st.lists(dims_st, max_size=4)), "dtype": draw(dtype_st)}
         if draw(st.booleans()):
             spec["range"] = draw(
-                st.lists(st.one_of(st.integers(-10, 10), st.floats(-1e40, 1e40), st.just("N")),
+                st.lists(st.one_of(st.integers(-10, 10), st.floats(), st.just("N"),
+                                   st.integers(-(10**400), 10**400)),
                          max_size=3)
             )  # fmt: skip
         inputs[name] = spec
     d["inputs"] = inputs
     if draw(st.booleans()):
-        d["constants"] = {"c": draw(st.one_of(st.floats(), st.integers(), st.just("x")))}
+        huge = st.integers(min_value=-(10**400), max_value=10**400)
+        d["constants"] = {"c": draw(st.one_of(st.floats(), st.integers(), huge, st.just("x")))}
     if draw(st.booleans()):
         d["let"] = {"l0": draw(EXPRESSIONS)}
     outs = {}
