@@ -417,7 +417,7 @@ def compile_cuda(source: str, *, target: str = "sm_90", timeout_s: float = NVRTC
     with tempfile.TemporaryDirectory(prefix="ptxf-nvrtc-") as work:
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", str(child)],
+                [os.environ.get("PTXF_PYTHON") or sys.executable, "-I", str(child)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

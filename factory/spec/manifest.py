@@ -196,6 +196,8 @@ class _Loader:
         self.interner: dict[Node, Node] = {}
         self.gathers: list[tuple[TensorDecl, str | int]] = []  # (index input, gathered axis)
         self.broken: set[str] = set()  # names whose declaration was refused (already reported)
+        self.node_shapes: set[tuple] = set()
+        self.outputs: list[OutputDecl] = []
 
     def load(self) -> Workload:
         d, err = self.data, self.err
@@ -501,6 +503,9 @@ class _Loader:
         if len(nodes) > MAX_GRAPH_NODES:
             self.err.add("outputs", f"the operator has {len(nodes)} nodes; limit {MAX_GRAPH_NODES}")
             return
+        # Broadcasting can make an intermediate or an output far larger than any input.
+        self.node_shapes = {n.shape for n in nodes if not isinstance(n, Input | Const)}
+        self.outputs = outputs
         depth: dict[Node, int] = {}
         for n in nodes:  # operands come before users
             depth[n] = 1 + max((depth[c] for c in children(n)), default=0)
@@ -592,8 +597,22 @@ class _Loader:
                         f"inputs.{decl.name} would have {n} elements; the limit is {MAX_ELEMENTS}",
                     )
                 total += n * DTYPE_BYTES[decl.dtype]
+            for o in self.outputs:
+                total += _elements(o.shape, row) * DTYPE_BYTES[o.dtype]
             if total > MAX_TOTAL_BYTES:
-                self.err.add(f"{field}[{i}]", f"inputs take {total} bytes; limit {MAX_TOTAL_BYTES}")
+                self.err.add(
+                    f"{field}[{i}]",
+                    f"inputs and outputs take {total} bytes; limit {MAX_TOTAL_BYTES}",
+                )
+            for shape in self.node_shapes:
+                n = _elements(shape, row)
+                if n > MAX_ELEMENTS:
+                    self.err.add(
+                        f"{field}[{i}]",
+                        f"an intermediate or output of shape {shape_text(shape)} would have {n} "
+                        f"elements; the limit is {MAX_ELEMENTS}",
+                    )
+                    break
 
     def _derive_heldout(self, row: dict[str, int]) -> list[dict[str, int]]:
         """Two shapes the candidate is never tuned for: a single row with the inner dims shrunk

@@ -358,3 +358,23 @@ def test_huge_or_non_finite_numbers_are_refused_and_only_the_root_cause_reported
 def test_huge_numbers_in_tolerance_and_kernel_scalars_are_refused():
     e = refuse(manifest(extra=f"[tolerance.bf16]\natol = {BIG}\n"))
     assert fields(e) == ["tolerance.bf16.atol"]
+
+
+def test_a_broadcast_that_would_build_a_huge_intermediate_is_refused():
+    text = """
+name = "outer"
+[inputs.a]
+shape = ["M", 1]
+dtype = "fp32"
+[inputs.b]
+shape = ["N"]
+dtype = "fp32"
+[outputs.y]
+expr = "sum(a * b, axis=-1)"
+dtype = "fp32"
+[[shapes]]
+M = 2000000
+N = 2000000
+"""
+    e = refuse(text)
+    assert fields(e) == ["shapes[0]"] and "intermediate or output of shape (M, N)" in str(e)
