@@ -226,7 +226,9 @@ def _ptx_fn(compile_ptx, w, dims, inputs):
     return lambda: launch(stream, cfg, kernel, *args)
 
 
-def run_throughput(out: Path, n_honest: int = 50, timeout_s: float = 5.0) -> dict:
+def run_throughput(
+    out: Path, n_honest: int = 50, timeout_s: float = 5.0, budget_s: float = 0.5
+) -> dict:
     from factory.spec import catalogue_manifest, load_catalogue
     from gpuworker import run_batch
 
@@ -249,7 +251,7 @@ def run_throughput(out: Path, n_honest: int = 50, timeout_s: float = 5.0) -> dic
         "heldout_shapes": heldout,
         "candidates": cands,
         "baselines": [],
-        "options": {"time_budget_s_per_candidate": 0.5, "timeout_s_per_candidate": timeout_s},
+        "options": {"time_budget_s_per_candidate": budget_s, "timeout_s_per_candidate": timeout_s},
     }
     t0 = time.monotonic()
     res = run_batch(batch, log=_log(t0))
@@ -281,6 +283,7 @@ def run_throughput(out: Path, n_honest: int = 50, timeout_s: float = 5.0) -> dic
         f"- batch wall time: **{wall:.1f} s** (target < 120 s) for {len(cands)} candidates, "
         f"3 benchmarked shapes + {len(heldout)} held-out shapes, verified twice each and timed\n"
         f"- statuses: {status}\n"
+        f"- timing budget {budget_s} s per candidate\n"
         f"- hanging kernel: {hang_rec['status']} after {hang_rec.get('verify_wall_s')} s "
         f"(time limit {timeout_s} s); worker restart(s) took {res['env'].get('restart_s')} s\n"
         f"- copy ceiling {res['copy_ceiling_tbps']:.2f} TB/s; honest kernels' median TB/s by "
@@ -296,11 +299,13 @@ def main(argv=None) -> int:
     p.add_argument("what", nargs="*", default=["timer", "throughput"])
     p.add_argument("--out", default=".")
     p.add_argument("--ops", nargs="*")
+    p.add_argument("--budget", type=float, default=0.5, help="throughput: timing s per candidate")
+    p.add_argument("--timeout", type=float, default=5.0, help="throughput: s per candidate")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if "throughput" in args.what:
-        run_throughput(out)
+        run_throughput(out, timeout_s=args.timeout, budget_s=args.budget)
     if "timer" in args.what:
         run_timer(out, args.ops)
     return 0
