@@ -101,3 +101,69 @@ class Workload:
     sha256: str  # of `manifest`, hex
     baseline: BaselineKernel | None = None
     tags: tuple[str, ...] = field(default=())
+
+    @property
+    def dim_names(self) -> tuple[str, ...]:
+        """The dim symbols of the inputs in order of first appearance (a shapes row's keys)."""
+        seen: dict[str, None] = {}
+        for t in self.inputs:
+            for d in t.shape:
+                if isinstance(d, str):
+                    seen.setdefault(d, None)
+        return tuple(seen)
+
+    def input(self, name: str) -> TensorDecl:
+        """The input named `name` (KeyError when there is none)."""
+        for t in self.inputs:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def output(self, name: str) -> OutputDecl:
+        """The output named `name` (KeyError when there is none)."""
+        for o in self.outputs:
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        """Plain JSON-serialisable data: everything but the parsed expression nodes (outputs
+        carry their expression text; `manifest` rebuilds the rest)."""
+        b = self.baseline
+        return {
+            "name": self.name,
+            "description": self.description,
+            "target": self.target,
+            "tags": list(self.tags),
+            "sha256": self.sha256,
+            "inputs": [
+                {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "range": [t.low, t.high]}
+                for t in self.inputs
+            ],
+            "outputs": [
+                {"name": o.name, "shape": list(o.shape), "dtype": o.dtype, "expr": o.source}
+                for o in self.outputs
+            ],
+            "shapes": [dict(r) for r in self.shapes],
+            "heldout_shapes": [dict(r) for r in self.heldout_shapes],
+            "tolerance": {
+                k: {"rel_norm": t.rel_norm, "atol": t.atol, "rtol": t.rtol}
+                for k, t in self.tolerance.items()
+            },
+            "baseline": None
+            if b is None
+            else {
+                "language": b.language,
+                "entry": b.entry,
+                "params": [
+                    {"kind": p.kind, "ptx_type": p.ptx_type, "name": p.name, "value": p.value}
+                    for p in b.params
+                ],
+                "launch": {
+                    "grid": list(b.launch.grid),
+                    "block": list(b.launch.block),
+                    "smem_bytes": b.launch.smem_bytes,
+                    "cluster": list(b.launch.cluster) if b.launch.cluster else None,
+                },
+            },
+        }

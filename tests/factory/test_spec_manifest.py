@@ -378,3 +378,17 @@ N = 2000000
 """
     e = refuse(text)
     assert fields(e) == ["shapes[0]"] and "intermediate or output of shape (M, N)" in str(e)
+
+
+def test_workload_helpers_and_plain_data_form():
+    import json as _json
+
+    w = load_manifest(catalogue_manifest("cross_entropy"))
+    assert w.dim_names == ("M", "V")
+    assert w.input("target").dtype == "int64" and w.output("loss").dtype == "fp32"
+    with pytest.raises(KeyError):
+        w.input("nope")
+    d = _json.loads(_json.dumps(w.to_dict()))
+    assert d["outputs"][0]["expr"] == "lse - gather(logits, target)"
+    assert d["inputs"][1]["range"] == [0, "V"] and d["baseline"] is None
+    assert d["tolerance"]["fp32"]["rel_norm"] == 1e-5
