@@ -172,6 +172,11 @@ def lower(workload) -> KernelIR:
     outputs = []
     for o in workload.outputs:
         role = _role(o.shape, batch, row_dim, f"output {o.name}")
+        if role == ROLE_COL:
+            raise Unsupported(
+                f"output {o.name} has shape {o.shape}, one value per column: that reduces across "
+                "rows, which a row kernel (one row per thread group) cannot produce"
+            )
         if role not in (ROLE_ROW, ROLE_ROWSCALAR):
             raise Unsupported(f"output {o.name} must be per element or per row, not {role}")
         if o.dtype not in E.FLOAT_DTYPES:
