@@ -337,3 +337,16 @@ def test_scanners_stay_linear_on_hostile_input(hostile):
         except SpecError:
             pass
     assert time.perf_counter() - start < 2.0
+
+
+def test_even_if_the_include_scan_were_bypassed_the_log_filter_hides_the_file(monkeypatch):
+    import factory.spec.kernels as kernels
+
+    monkeypatch.setattr(kernels, "check_cuda_includes", lambda source, field="": None)
+    secret_lines = [ln for ln in Path("/etc/passwd").read_text().splitlines() if ln.strip()]
+    with pytest.raises(SpecError) as e:
+        kernels.compile_cuda('#include "/etc/passwd"\n' + KERNEL)
+    message = text_of(e.value)
+    assert "root:" not in message
+    assert not any(line in message for line in secret_lines)
+    assert "hidden" in message  # NVRTC did complain about the file; we showed none of it
