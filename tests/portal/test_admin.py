@@ -4,7 +4,6 @@ import pytest
 from django.contrib import admin
 from django.urls import reverse
 
-
 PORTAL_MODELS = [m for m in admin.site._registry if m._meta.app_label == "portal"]
 
 
