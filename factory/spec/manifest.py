@@ -735,7 +735,8 @@ class _Loader:
                     self.err.add(f"{f}.{key}", "unknown field (kind, ptx_type, name, value)")
                     ok = False
             kind = p.get("kind")
-            default_type = {"tensor": "u64", "dim": "u32", "scalar": "f32"}.get(kind)
+            defaults = {"tensor": "u64", "dim": "u32", "scalar": "f32"}
+            default_type = defaults.get(kind) if isinstance(kind, str) else None
             if default_type is None:
                 self.err.add(f"{f}.kind", 'must be "tensor", "dim" or "scalar"')
                 ok = False
@@ -747,7 +748,10 @@ class _Loader:
                 ok = False
             name = p.get("name", "")
             value = p.get("value", 0.0)
-            if kind == "tensor" and name not in tensors:
+            if not isinstance(name, str):
+                self.err.add(f"{f}.name", "must be a string")
+                ok = False
+            elif kind == "tensor" and name not in tensors:
                 self.err.add(f"{f}.name", "must name an input or output tensor")
                 ok = False
             elif kind == "dim" and name not in self.dims:

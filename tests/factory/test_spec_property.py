@@ -6,6 +6,7 @@ events while load_manifest runs)."""
 import json
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -31,14 +32,14 @@ sys.addaudithook(_hook)
 SLOW_S = 5.0  # one validation taking this long counts as a hang
 
 
-def validate(text):
+def validate(text, **kwargs):
     """Run load_manifest with the hook armed; return the Workload or the SpecError."""
     global _ARMED
     _EVENTS.clear()
     start = time.perf_counter()
     _ARMED = True
     try:
-        result = load_manifest(text)
+        result = load_manifest(text, **kwargs)
     except SpecError as e:
         result = e
     finally:
@@ -226,8 +227,43 @@ def manifests(draw):
             }
         }
     if draw(st.booleans()):
-        d["baseline"] = {"language": "cuda", "file": "k.cu", "entry": "k", "params": [],
-                         "launch": {"grid": ["M"], "block": [32]}}  # fmt: skip
+        junk = st.one_of(
+            st.text(max_size=8),
+            st.integers(),
+            st.floats(),
+            st.booleans(),
+            st.lists(st.integers(), max_size=2),
+            st.just({"a": 1}),
+            st.sampled_from(
+                [
+                    "x",
+                    "y",
+                    "M",
+                    "N",
+                    "tensor",
+                    "dim",
+                    "scalar",
+                    "u32",
+                    "u64",
+                    "f32",
+                    "M * 2",
+                    "ceildiv(M, 0)",
+                    "__x",
+                ]
+            ),
+        )
+        param = st.dictionaries(st.sampled_from(["kind", "name", "value", "ptx_type", "zz"]), junk)
+        d["baseline"] = {
+            "language": draw(st.sampled_from(["cuda", "ptx", "rust", 3])),
+            "file": draw(st.sampled_from(["k.cu", "../k.cu", "/etc/passwd", 1])),
+            "entry": draw(st.sampled_from(["k", "bad name", "", 7])),
+            "params": draw(st.one_of(st.lists(param, max_size=4), junk)),
+            "launch": draw(st.one_of(
+                st.fixed_dictionaries({"grid": st.lists(junk, max_size=4),
+                                       "block": st.lists(junk, max_size=4)},
+                                      optional={"smem_bytes": junk, "cluster": junk}),
+                junk)),
+        }  # fmt: skip
     if draw(st.booleans()):
         d[draw(st.sampled_from(["tags", "colour", "description"]))] = draw(
             st.one_of(st.lists(st.text(max_size=10), max_size=3), st.text(max_size=20))
@@ -275,6 +311,19 @@ def test_mutated_catalogue_manifests_are_accepted_or_refused_cleanly(text):
 @given(st.binary(max_size=400))
 def test_random_bytes_are_refused_cleanly(data):
     validate(data)
+
+
+_EXAMPLES = Path(__file__).resolve().parents[2] / "factory" / "examples"
+_PTX_MANIFEST = (_EXAMPLES / "softmax_ptx.toml").read_text()
+_PTX = (_EXAMPLES / "softmax_ptx.ptx").read_text()
+validate(_PTX_MANIFEST, baseline_source=_PTX)  # warm-up
+
+
+@property_settings(500)
+@given(mutated(st.just(_PTX)), mutated(st.just(_PTX_MANIFEST)))
+def test_mutated_ptx_baselines_are_accepted_or_refused_cleanly(ptx, manifest):
+    validate(manifest, baseline_source=ptx)
+    validate(_PTX_MANIFEST, baseline_source=ptx)
 
 
 def test_the_audit_hook_would_notice_file_access():
