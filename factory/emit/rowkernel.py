@@ -477,6 +477,7 @@ class RowKernel:
             nxt = b.reg("b32")
             b.op(f"add.u32 {nxt}, {self.row}, {self.row_stride}")
             pn = b.reg("pred")
+            self.has_next_row = pn
             b.op(f"setp.lt.u32 {pn}, {nxt}, {self.rows}")
             skip = b.new_label("no_next_row")
             b.op(f"@!{pn} bra {skip}")
@@ -499,7 +500,7 @@ class RowKernel:
             for name in self.prefetch_names:
                 for ka, kb in zip(self.buf_a[name], self.buf_b[name], strict=True):
                     for ra, rb in zip(ka, kb, strict=True):
-                        b.op(f"mov.b32 {ra}, {rb}")
+                        b.op(f"@{self.has_next_row} mov.b32 {ra}, {rb}")
 
         outs = [o for o in self.ir.outputs if o.role == ROLE_ROWSCALAR]
         if outs:

@@ -1,0 +1,563 @@
+"""Generated PTX run on the CPU: a small interpreter for the PTX subset our emitters print.
+
+It executes every thread of every block (warps in lockstep at shuffles, blocks at barriers), with
+IEEE f32 arithmetic through numpy, bf16/fp16 rounding to nearest even, and a flat byte-addressed
+global memory. It exists so that every emitted code path (vector and tail paths, register and
+streaming rows, online max/sum, next-row prefetch, gathers, several reductions) is checked
+against factory.spec's float64 reference on machines without a GPU. Approximate instructions
+(ex2/lg2/tanh/rcp.approx) are computed exactly here; their error bounds are the GPU tests' job.
+
+Small shapes only: it runs about a million PTX instructions a minute.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from factory.emit import emit
+from factory.ir import lower
+from factory.schedules import Schedule, default_schedule
+from factory.spec import eval_dim_expr, load_catalogue, random_inputs, reference, to_float64
+
+# ---------------------------------------------------------------- values
+
+
+def _f(bits: int) -> np.float32:
+    return np.frombuffer(struct.pack("<I", bits & 0xFFFFFFFF), dtype=np.float32)[0]
+
+
+def _b(x) -> int:
+    return struct.unpack("<I", np.float32(x).tobytes())[0]
+
+
+def _bf16_bits(x: np.float32) -> int:
+    b = _b(x)
+    if (b & 0x7FFFFFFF) > 0x7F800000:
+        return 0x7FC0
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _f16_bits(x: np.float32) -> int:
+    return int(np.float16(x).view(np.uint16))
+
+
+def _from_f16(bits: int) -> np.float32:
+    return np.float32(np.array([bits], dtype=np.uint16).view(np.float16)[0])
+
+
+WIDTH = {"8": 0xFF, "16": 0xFFFF, "32": 0xFFFFFFFF, "64": 0xFFFFFFFFFFFFFFFF}
+
+
+def _width(t: str) -> int:
+    return WIDTH[re.sub(r"\D", "", t) or "32"]
+
+
+def _signed(v: int, bits: int) -> int:
+    return v - (1 << bits) if v >> (bits - 1) & 1 else v
+
+
+# ---------------------------------------------------------------- parsing
+
+_LINE = re.compile(r"^\s*(@!?%\w+\s+)?([\w.:]+)\s*(.*?);\s*$")
+
+
+class Kernel:
+    def __init__(self, ptx: str):
+        start = ptx.index("\n{\n")  # the entry's body (comments above may hold braces)
+        body = ptx[start + 3 : ptx.rindex("}")]
+        head = ptx[:start]
+        self.params = re.findall(r"\.param\s+\.(\w+)\s+(\w+)", head)
+        self.shared_words = 0
+        m = re.search(r"\.shared\s+\.align\s+\d+\s+\.f32\s+red_smem\[(\d+)\]", body)
+        if m:
+            self.shared_words = int(m.group(1))
+        self.code: list[tuple] = []
+        self.labels: dict[str, int] = {}
+        for raw in body.splitlines():
+            line = raw.split("//")[0].strip()
+            if not line or line.startswith("."):
+                continue
+            if line.endswith(":"):
+                self.labels[line[:-1]] = len(self.code)
+                continue
+            mm = _LINE.match(line)
+            if not mm:
+                raise ValueError(f"cannot parse {line!r}")
+            pred, op, rest = mm.groups()
+            neg = bool(pred and "!" in pred)
+            pred = pred.strip().lstrip("@!") if pred else None
+            self.code.append((pred, neg, op, _operands(rest)))
+
+
+def _operands(rest: str) -> list:
+    out, depth, cur = [], 0, ""
+    for ch in rest:
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+# ---------------------------------------------------------------- memory
+
+
+class Memory:
+    BASE = 0x10000
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.allocs: dict[str, tuple[int, int]] = {}
+
+    def alloc(self, name: str, data: bytes) -> int:
+        off = (len(self.buf) + 255) // 256 * 256
+        self.buf.extend(b"\0" * (off - len(self.buf)))
+        addr = self.BASE + off
+        self.buf.extend(data)
+        self.buf.extend(b"\xa5" * 256)  # a guard: reading it gives garbage, writing is caught
+        self.allocs[name] = (addr, len(data))
+        return addr
+
+    def _check(self, addr: int, n: int, write: bool):
+        for name, (a, size) in self.allocs.items():
+            if a <= addr and addr + n <= a + size:
+                return
+        raise AssertionError(
+            f"{'write' if write else 'read'} of {n} bytes at {addr:#x} is out of bounds"
+        )
+
+    def read(self, addr: int, n: int) -> int:
+        self._check(addr, n, False)
+        o = addr - self.BASE
+        return int.from_bytes(self.buf[o : o + n], "little")
+
+    def write(self, addr: int, n: int, v: int):
+        self._check(addr, n, True)
+        o = addr - self.BASE
+        self.buf[o : o + n] = (v & ((1 << (8 * n)) - 1)).to_bytes(n, "little")
+
+    def get(self, name: str) -> bytes:
+        a, n = self.allocs[name]
+        return bytes(self.buf[a - self.BASE : a - self.BASE + n])
+
+
+# ---------------------------------------------------------------- execution
+
+
+class Thread:
+    def __init__(self, k: Kernel, tid: int, ctaid: int, nctaid: int, ntid: int, params, mem, smem):
+        self.k, self.tid, self.ctaid, self.nctaid, self.ntid = k, tid, ctaid, nctaid, ntid
+        self.params, self.mem, self.smem = params, mem, smem
+        self.r: dict[str, object] = {}
+        self.pc = 0
+        self.done = False
+        self.steps = 0
+
+    def val(self, tok: str, bits: int = 32):
+        if tok.startswith("%"):
+            specials = {"%tid.x": self.tid, "%ctaid.x": self.ctaid, "%nctaid.x": self.nctaid}
+            if tok in specials:
+                return specials[tok]
+            return self.r[tok]
+        if tok.startswith("0f"):
+            return int(tok[2:], 16)
+        if tok == "red_smem":
+            return 0
+        return int(tok, 0) & ((1 << bits) - 1)
+
+    def addr(self, tok: str) -> int:
+        inner = tok.strip("[]")
+        if "+" in inner:
+            base, off = inner.split("+")
+            return self.val(base, 64) + int(off)
+        return self.val(inner, 64)
+
+    def run(self):
+        """Run until a shuffle or barrier (returns it) or the end (returns None)."""
+        code = self.k.code
+        while True:
+            if self.pc >= len(code):
+                self.done = True
+                return None
+            pred, neg, op, a = code[self.pc]
+            self.pc += 1
+            self.steps += 1
+            if pred is not None and bool(self.r[pred]) == neg:
+                continue
+            if op.startswith("shfl.sync"):
+                return ("shfl", a)
+            if op.startswith("bar.sync"):
+                return ("bar", a)
+            if op.startswith("bra"):
+                self.pc = self.k.labels[a[0]]
+                continue
+            if op == "ret":
+                self.done = True
+                return None
+            self.execute(op, a)
+
+    def execute(self, op: str, a: list):  # noqa: C901 - one dispatch table, read top to bottom
+        r, parts = self.r, op.split(".")
+        base = parts[0]
+        typ = parts[-1]
+        if base == "ld" and parts[1] == "param":
+            r[a[0]] = self.params[a[1].strip("[]")]
+        elif base == "cvta":
+            r[a[0]] = self.val(a[1], 64)
+        elif base == "mov":
+            if a[0].startswith("{"):
+                lo, hi = (x.strip() for x in a[0].strip("{}").split(","))
+                v = self.val(a[1])
+                r[lo], r[hi] = v & 0xFFFF, (v >> 16) & 0xFFFF
+            elif a[1].startswith("{"):
+                lo, hi = (x.strip() for x in a[1].strip("{}").split(","))
+                r[a[0]] = (self.val(lo) & 0xFFFF) | ((self.val(hi) & 0xFFFF) << 16)
+            else:
+                r[a[0]] = self.val(a[1], 64 if typ in ("b64", "u64") else 32)
+        elif base == "ld":
+            self._load(parts, a)
+        elif base == "st":
+            self._store(parts, a)
+        elif typ == "f32" and base in ("add", "sub", "mul", "max", "min", "div", "fma", "copysign"):
+            x = _f(self.val(a[1]))
+            y = _f(self.val(a[2]))
+            with np.errstate(all="ignore"):
+                if base == "add":
+                    v = x + y
+                elif base == "sub":
+                    v = x - y
+                elif base == "mul":
+                    v = x * y
+                elif base == "div":
+                    v = x / y
+                elif base == "max":
+                    v = y if np.isnan(x) else x if np.isnan(y) else max(x, y)
+                elif base == "min":
+                    v = y if np.isnan(x) else x if np.isnan(y) else min(x, y)
+                elif base == "fma":
+                    v = np.float32(np.float64(x) * np.float64(y) + np.float64(_f(self.val(a[3]))))
+                else:  # copysign d, a, b: |b| with the sign of a
+                    v = np.copysign(y, x)
+            r[a[0]] = _b(v)
+        elif typ == "f32" and base in ("neg", "abs", "rcp", "sqrt", "rsqrt", "ex2", "lg2", "tanh"):
+            x = np.float64(_f(self.val(a[1])))
+            with np.errstate(all="ignore"):
+                v = {
+                    "neg": lambda: -x,
+                    "abs": lambda: abs(x),
+                    "rcp": lambda: 1.0 / x,
+                    "sqrt": lambda: np.sqrt(x),
+                    "rsqrt": lambda: 1.0 / np.sqrt(x),
+                    "ex2": lambda: np.exp2(x),
+                    "lg2": lambda: np.log2(x),
+                    "tanh": lambda: np.tanh(x),
+                }[base]()
+            r[a[0]] = _b(np.float32(v))
+        elif base == "selp":
+            r[a[0]] = self.val(a[1]) if r[a[3]] else self.val(a[2])
+        elif base == "setp":
+            r[a[0]] = self._compare(parts[1], parts[2], a[1], a[2])
+        elif base == "and" and typ == "pred":
+            r[a[0]] = bool(r[a[1]]) and bool(r[a[2]])
+        elif base in ("add", "sub", "mul", "mad", "shl", "shr", "and", "or"):
+            bits = 64 if typ[-2:] == "64" else 32
+            x, y = self.val(a[1], bits), self.val(a[2], bits)
+            mask = (1 << bits) - 1
+            if base == "add":
+                v = x + y
+            elif base == "sub":
+                v = x - y
+            elif base == "mul" and parts[1] == "wide":
+                v, mask = (x & 0xFFFFFFFF) * (y & 0xFFFFFFFF), WIDTH["64"]
+            elif base == "mul":
+                v = x * y
+            elif base == "mad":
+                v = x * y + self.val(a[3], bits)
+            elif base == "shl":
+                v = x << y
+            elif base == "shr":
+                v = _signed(x, bits) >> y if typ[0] == "s" else x >> y
+            elif base == "and":
+                v = x & y
+            else:
+                v = x | y
+            r[a[0]] = v & mask
+        elif base == "cvt":
+            self._convert(parts, a)
+        else:
+            raise NotImplementedError(op)
+
+    def _compare(self, cmp: str, typ: str, x: str, y: str) -> bool:
+        if typ == "f32":
+            fx, fy = _f(self.val(x)), _f(self.val(y))
+            if np.isnan(fx) or np.isnan(fy):
+                return cmp in ("neu", "nan")
+            return {
+                "lt": fx < fy,
+                "le": fx <= fy,
+                "gt": fx > fy,
+                "ge": fx >= fy,
+                "eq": fx == fy,
+                "ne": fx != fy,
+                "neu": fx != fy,
+            }[cmp]
+        bits = int(typ[1:])
+        vx, vy = self.val(x, bits), self.val(y, bits)
+        if typ[0] == "s":
+            vx, vy = _signed(vx, bits), _signed(vy, bits)
+        return {"lt": vx < vy, "le": vx <= vy, "gt": vx > vy, "ge": vx >= vy, "eq": vx == vy}[cmp]
+
+    def _convert(self, parts: list, a: list):
+        r = self.r
+        kinds = [p for p in parts[1:] if p not in ("rn", "ftz", "sat")]
+        dst, src = kinds[0], kinds[1]
+        if dst == "bf16x2" or dst == "f16x2":
+            enc = _bf16_bits if dst == "bf16x2" else _f16_bits
+            hi, lo = enc(_f(self.val(a[1]))), enc(_f(self.val(a[2])))
+            r[a[0]] = (hi << 16) | lo
+        elif dst == "bf16":
+            r[a[0]] = _bf16_bits(_f(self.val(a[1])))
+        elif dst == "f16":
+            r[a[0]] = _f16_bits(_f(self.val(a[1])))
+        elif dst == "f32" and src == "bf16":
+            r[a[0]] = (self.val(a[1]) & 0xFFFF) << 16
+        elif dst == "f32" and src == "f16":
+            r[a[0]] = _b(_from_f16(self.val(a[1]) & 0xFFFF))
+        elif dst == "f32":
+            bits = int(src[1:])
+            v = self.val(a[1], bits)
+            if src[0] == "s":
+                v = _signed(v, bits)
+            r[a[0]] = _b(np.float32(v))
+        elif dst in ("u64", "s64"):
+            bits = int(src[1:])
+            v = self.val(a[1], bits)
+            if src[0] == "s":
+                v = _signed(v, bits)
+            r[a[0]] = v & WIDTH["64"]
+        else:
+            raise NotImplementedError(".".join(parts))
+
+    def _load(self, parts: list, a: list):
+        space = parts[1]
+        typ = parts[-1]
+        n = {"b16": 2, "b32": 4, "f32": 4, "s32": 4, "s64": 8, "u64": 8}[typ]
+        if space == "shared":
+            o = self.addr(a[1])
+            self.r[a[0]] = int.from_bytes(self.smem[o : o + 4], "little")
+            return
+        ad = self.addr(a[1])
+        vec = next((int(p[1]) for p in parts if p in ("v2", "v4")), 1)
+        dsts = [x.strip() for x in a[0].strip("{}").split(",")]
+        assert len(dsts) == vec
+        if vec > 1:
+            assert ad % (vec * n) == 0, f"misaligned {vec}x{n}-byte load at {ad:#x}"
+        for i, d in enumerate(dsts):
+            self.r[d] = self.mem.read(ad + i * n, n)
+
+    def _store(self, parts: list, a: list):
+        space = parts[1]
+        typ = parts[-1]
+        n = {"b16": 2, "b32": 4, "f32": 4}[typ]
+        if space == "shared":
+            o = self.addr(a[0])
+            self.smem[o : o + 4] = (self.val(a[1]) & 0xFFFFFFFF).to_bytes(4, "little")
+            return
+        ad = self.addr(a[0])
+        vec = next((int(p[1]) for p in parts if p in ("v2", "v4")), 1)
+        srcs = [x.strip() for x in a[1].strip("{}").split(",")]
+        if vec > 1:
+            assert ad % (vec * n) == 0, f"misaligned {vec}x{n}-byte store at {ad:#x}"
+        for i, s in enumerate(srcs):
+            self.mem.write(ad + i * n, n, self.val(s))
+
+
+def run_block(k: Kernel, ctaid: int, nctaid: int, ntid: int, params: dict, mem: Memory):
+    smem = bytearray(4 * max(k.shared_words, 1))
+    threads = [Thread(k, t, ctaid, nctaid, ntid, params, mem, smem) for t in range(ntid)]
+    waiting: dict[int, tuple] = {}
+    live = set(range(ntid))
+    runnable = list(range(ntid))
+    while live:
+        for t in runnable:
+            ev = threads[t].run()
+            if ev is None:
+                live.discard(t)
+            else:
+                waiting[t] = ev
+        runnable = []
+        # Shuffles: a whole warp at the same instruction exchanges values.
+        for w in range(0, ntid, 32):
+            lanes = [t for t in range(w, min(w + 32, ntid)) if t in live]
+            if lanes and all(t in waiting and waiting[t][0] == "shfl" for t in lanes):
+                assert len(lanes) == 32, "a shuffle with a partial warp"
+                vals = {t: threads[t].val(waiting[t][1][1]) for t in lanes}
+                for t in lanes:
+                    ops = waiting[t][1]
+                    src = w + ((t - w) ^ int(ops[2]))
+                    threads[t].r[ops[0]] = vals[src]
+                    del waiting[t]
+                    runnable.append(t)
+        if not runnable and live and all(waiting.get(t, ("",))[0] == "bar" for t in live):
+            assert len(live) == ntid, "a block barrier that some threads left before"
+            for t in live:
+                del waiting[t]
+            runnable = sorted(live)
+        if not runnable and live:
+            raise AssertionError(f"deadlock: {sorted(waiting.items())[:4]}")
+
+
+def run_kernel(em, dims: dict, arrays: dict[str, np.ndarray]) -> dict[str, bytes]:
+    """Launch the emitted kernel over `arrays` (storage form; outputs pre-filled) at `dims`."""
+    k = Kernel(em.ptx)
+    mem = Memory()
+    params = {}
+    for (ptype, pname), p in zip(k.params, em.params, strict=True):
+        if p.kind == "tensor":
+            params[pname] = mem.alloc(p.name, np.ascontiguousarray(arrays[p.name]).tobytes())
+        else:
+            params[pname] = int(dims[p.name])
+    grid = int(eval_dim_expr(em.launch.grid[0], dims))
+    for c in range(grid):
+        run_block(k, c, grid, em.launch.block[0], params, mem)
+    return {name: mem.get(name) for name in arrays}
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def check(name: str, schedule: Schedule, dims: dict, seed: int = 0):
+    w = load_catalogue()[name]
+    ir = lower(w)
+    em = emit(ir, schedule)
+    inputs = random_inputs(w, dims, seed)
+    arrays = dict(inputs)
+    for o in w.outputs:
+        shape = tuple(int(dims[d]) if isinstance(d, str) else d for d in o.shape)
+        dt = {"bf16": np.uint16, "fp16": np.float16, "fp32": np.float32}[o.dtype]
+        arrays[o.name] = np.full(shape, 0xFFFF if o.dtype != "fp32" else np.nan).astype(dt)
+        if o.dtype == "fp32":
+            arrays[o.name] = np.full(shape, np.nan, dtype=np.float32)
+    out = run_kernel(em, dims, arrays)
+    ref = reference(w, inputs, dims)
+    for o in w.outputs:
+        got = np.frombuffer(out[o.name], dtype=arrays[o.name].dtype).reshape(arrays[o.name].shape)
+        got = to_float64(got, o.dtype)
+        want = np.asarray(ref[o.name], dtype=np.float64).reshape(got.shape)
+        tol = w.tolerance[o.dtype]
+        assert np.isfinite(got).all(), f"{o.name}: unwritten or non-finite elements"
+        rel = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+        assert rel <= tol.rel_norm, f"{o.name}: relative error {rel:.2e}"
+        bad = ~(np.abs(got - want) <= tol.atol + tol.rtol * np.abs(want))
+        assert not bad.any(), f"{o.name}: {int(bad.sum())} elements out of tolerance"
+
+
+def _small(name: str, **kw) -> Schedule:
+    ir = lower(load_catalogue()[name])
+    base = default_schedule(ir, {ir.row_dim: 256, **{d: 2 for d in ir.batch_dims}})
+    return replace(base, **({"threads_per_row": 32, "rows_per_block": 1, "chunks": 2} | kw))
+
+
+# Row lengths around a warp's register capacity of 32 threads x 8 x 2 chunks = 512: a tail, an
+# exact fit, a multiple of 8 below it, an odd length, and past it (the streaming fallback).
+CASES = [
+    ("softmax", {}, [40, 512, 264, 600]),
+    ("softmax", {"prefetch_rows": True, "persistent_blocks_per_sm": 1}, [512, 77]),
+    ("softmax", {"keep_intermediates": False}, [300]),
+    ("softmax", {"mode": "stream", "online": True, "chunks": 1}, [520, 37]),
+    ("cross_entropy", {"mode": "stream", "online": True, "chunks": 2}, [700, 33]),
+    ("cross_entropy", {}, [512, 100]),
+    ("layernorm", {}, [512, 129]),
+    ("layernorm", {"prefetch_rows": True, "persistent_blocks_per_sm": 1}, [256]),
+    ("add_rmsnorm", {}, [512, 70]),
+    ("rmsnorm", {"min_threads_per_sm": 1024}, [136]),
+    ("silu_mul", {}, [512, 9]),
+    ("gelu_tanh", {}, [256, 31]),
+    ("log_softmax", {"mode": "stream", "online": True, "chunks": 1}, [300]),
+    ("masked_softmax", {}, [64]),
+    ("row_sum", {}, [100]),
+    ("l2norm", {}, [48]),
+]
+
+
+@pytest.mark.parametrize(("name", "kw", "lengths"), CASES)
+def test_emitted_ptx_computes_the_reference_in_the_cpu_interpreter(name, kw, lengths):
+    w = load_catalogue()[name]
+    ir = lower(w)
+    s = _small(name, **kw)
+    for n in lengths:
+        dims = {ir.row_dim: n, **{d: 3 for d in ir.batch_dims}}
+        check(name, s, dims, seed=n)
+
+
+def test_a_block_of_several_warps_reduces_through_shared_memory():
+    ir = lower(load_catalogue()["softmax"])
+    s = replace(
+        default_schedule(ir, {"M": 2, "N": 256}), threads_per_row=64, rows_per_block=1, chunks=1
+    )
+    check("softmax", s, {"M": 2, "N": 500}, seed=1)
+    s = replace(s, mode="stream", online=True)
+    check("softmax", s, {"M": 2, "N": 700}, seed=2)
+
+
+def test_the_interpreter_catches_a_wrong_kernel():
+    w = load_catalogue()["softmax"]
+    ir = lower(w)
+    em = emit(ir, _small("softmax"))
+    broken = em.ptx.replace("rcp.rn.f32", "sqrt.rn.f32")  # y = e * sqrt(sum) instead of e / sum
+    with pytest.raises(AssertionError):
+        dims = {"M": 2, "N": 64}
+        inputs = random_inputs(w, dims, 0)
+        out = run_kernel(
+            replace(em, ptx=broken), dims, dict(inputs) | {"y": np.full((2, 64), 0xFFFF, np.uint16)}
+        )
+        got = to_float64(np.frombuffer(out["y"], dtype=np.uint16).reshape(2, 64), "bf16")
+        want = reference(w, inputs, dims)["y"]
+        assert np.abs(got - want).max() < 1e-2
+
+
+@pytest.mark.parametrize("name", ["gelu_tanh_fp16", "masked_scaled_sum", "softmax_fp32"])
+def test_hand_built_dags_with_fp16_fp32_compares_and_precise_math_run_correctly(name):
+    """fp16 and fp32 storage, where/compare, erf, min, per-row scalars, and the precise (not
+    fast-math) division, sqrt and tanh paths, against the float64 evaluation of the same DAG."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_generator_gpu import STORAGE, make_inputs, to_f64
+    from test_ir_examples import EXAMPLES, eval64
+
+    ir = EXAMPLES[name]()
+    s = replace(default_schedule(ir, {"M": 3, "N": 256}), threads_per_row=32, chunks=2)
+    if name == "gelu_tanh_fp16":
+        s = replace(s, fast_math=False)  # the precise tanh: polynomial near 0, exp form beyond
+    em = emit(ir, s)
+    for n in (256, 45):
+        dims = {"M": 3, "N": n}
+        host, f64 = make_inputs(ir, dims, np.random.default_rng(n))
+        arrays = dict(host)
+        for o in ir.outputs:
+            shape = (3, n) if o.role == "row" else (3,)
+            arrays[o.name] = np.full(shape, np.nan).astype(STORAGE[o.dtype])
+        out = run_kernel(em, dims, arrays)
+        for o in ir.outputs:
+            got = np.frombuffer(out[o.name], dtype=arrays[o.name].dtype).reshape(
+                arrays[o.name].shape
+            )
+            got = to_f64(got, o.dtype)
+            want = np.broadcast_to(eval64(o.node, f64), (3, n) if o.role == "row" else (3, 1))
+            want = want.reshape(got.shape)
+            rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+            assert np.isfinite(got).all() and rel < (1e-5 if o.dtype == "fp32" else 5e-3), (o, rel)
