@@ -419,8 +419,10 @@ def run_block(k: Kernel, ctaid: int, nctaid: int, ntid: int, params: dict, mem: 
             raise AssertionError(f"deadlock: {sorted(waiting.items())[:4]}")
 
 
-def run_kernel(em, dims: dict, arrays: dict[str, np.ndarray]) -> dict[str, bytes]:
-    """Launch the emitted kernel over `arrays` (storage form; outputs pre-filled) at `dims`."""
+def run_kernel(em, dims: dict, arrays: dict[str, np.ndarray], grid: int | None = None):
+    """Launch the emitted kernel over `arrays` (storage form; outputs pre-filled) at `dims`;
+    `grid` overrides the launch's block count (every kernel strides over rows, so fewer blocks
+    than rows makes each block loop, which is where a next-row prefetch does its work)."""
     k = Kernel(em.ptx)
     mem = Memory()
     params = {}
@@ -429,7 +431,8 @@ def run_kernel(em, dims: dict, arrays: dict[str, np.ndarray]) -> dict[str, bytes
             params[pname] = mem.alloc(p.name, np.ascontiguousarray(arrays[p.name]).tobytes())
         else:
             params[pname] = int(dims[p.name])
-    grid = int(eval_dim_expr(em.launch.grid[0], dims))
+    if grid is None:
+        grid = int(eval_dim_expr(em.launch.grid[0], dims))
     for c in range(grid):
         run_block(k, c, grid, em.launch.block[0], params, mem)
     return {name: mem.get(name) for name in arrays}
@@ -438,7 +441,7 @@ def run_kernel(em, dims: dict, arrays: dict[str, np.ndarray]) -> dict[str, bytes
 # ---------------------------------------------------------------- the checks
 
 
-def check(name: str, schedule: Schedule, dims: dict, seed: int = 0):
+def check(name: str, schedule: Schedule, dims: dict, seed: int = 0, grid: int | None = None):
     w = load_catalogue()[name]
     ir = lower(w)
     em = emit(ir, schedule)
@@ -450,7 +453,7 @@ def check(name: str, schedule: Schedule, dims: dict, seed: int = 0):
         arrays[o.name] = np.full(shape, 0xFFFF if o.dtype != "fp32" else np.nan).astype(dt)
         if o.dtype == "fp32":
             arrays[o.name] = np.full(shape, np.nan, dtype=np.float32)
-    out = run_kernel(em, dims, arrays)
+    out = run_kernel(em, dims, arrays, grid)
     ref = reference(w, inputs, dims)
     for o in w.outputs:
         got = np.frombuffer(out[o.name], dtype=arrays[o.name].dtype).reshape(arrays[o.name].shape)
@@ -500,6 +503,8 @@ def test_emitted_ptx_computes_the_reference_in_the_cpu_interpreter(name, kw, len
     for n in lengths:
         dims = {ir.row_dim: n, **{d: 3 for d in ir.batch_dims}}
         check(name, s, dims, seed=n)
+        if s.persistent_blocks_per_sm:
+            check(name, s, dims, seed=n + 1, grid=2)  # blocks that loop: 2 rows, then 1
 
 
 def test_a_block_of_several_warps_reduces_through_shared_memory():
