@@ -94,7 +94,8 @@ def unpacked(tmp_path_factory):
 
 def _run(folder, example, extra=""):
     source = (folder / example).read_text() + extra
-    script = folder / ("check_" + Path(example).name)
+    # Beside the original: the examples find the artifact from their own location.
+    script = folder / "examples" / ("check_" + Path(example).name)
     script.write_text(source)
     return subprocess.run(
         [sys.executable, str(script.relative_to(folder))],
