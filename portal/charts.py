@@ -56,6 +56,22 @@ def _tick(label: str) -> str:
     return label.replace(" ", "<br>")
 
 
+def _log_ticks(values: list[float]) -> dict:
+    """Ticks at 1, 2 and 5 times a power of ten across the data, labelled as plain numbers
+    (plotly's own log ticks label the in-between digits alone: "1000, 5, 2")."""
+    values = [v for v in values if _finite(v) and v > 0]
+    if not values:
+        return {}
+    lo, hi = min(values), max(values)
+    ticks = [
+        m * 10.0**k
+        for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+        for m in (1, 2, 5)
+        if lo / 2.5 <= m * 10.0**k <= hi * 2.5
+    ]
+    return {"tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
+
+
 def generations_figure(population: Iterable[dict]) -> dict:
     """Best time per generation (a line) over the whole population (a scatter).
 
@@ -124,7 +140,12 @@ def generations_figure(population: Iterable[dict]) -> dict:
         "layout": _layout(
             "Time per generation (lower is better)",
             xaxis={"title": {"text": "generation"}, "dtick": 1},
-            yaxis={"title": {"text": "median runtime (µs)"}, "type": "log"},
+            # Log scale: a slow outlier must not flatten the spread of the fast ones.
+            yaxis={
+                "title": {"text": "median runtime (µs)"},
+                "type": "log",
+                **_log_ticks(ys_ok),
+            },
         ),
     }
 
@@ -304,12 +325,21 @@ def correctness_figure(rows: Iterable[dict], rel_norm_tolerance: float | None = 
                 "hovertemplate": "%{x}<br>rel err %{y:.2e}<br>%{text}<extra></extra>",
             }
         )
+    # Whole decades from the smallest error to the tolerance, so there are always at least two
+    # labelled ticks (one tick per decade) around the points.
+    errors = [y for _, ys, _ in groups.values() for y in ys]
+    top = max(errors + ([rel_norm_tolerance] if _finite(rel_norm_tolerance) else []), default=1.0)
+    low = min(errors, default=top / 100)
+    yrange = [math.floor(math.log10(low)) - 0.2, math.ceil(math.log10(top)) + 0.2]
+    if yrange[1] - yrange[0] < 1.5:
+        yrange[0] -= 1
     layout = _layout(
         "Correctness: relative error per shape (lower is better)",
         xaxis={"title": {"text": "shape"}},
         yaxis={
             "title": {"text": "‖out − ref‖ / ‖ref‖"},
             "type": "log",
+            "range": yrange,
             "dtick": 1,  # one tick per decade
             "exponentformat": "power",
         },

@@ -124,3 +124,12 @@ def test_a_hostile_name_cannot_close_the_chart_script():
         charts.baselines_figure([{"shape": "N=1", "name": hostile, "median_us": 1.0}])
     )
     assert hostile not in html and html.count("</script>") == 1
+
+
+def test_log_time_axes_are_labelled_at_one_two_and_five():
+    fig = charts.generations_figure(
+        [{"generation": 0, "runtime_us": v, "status": "passed"} for v in (80.0, 160.0, 1133.0)]
+    )
+    ticks = fig["layout"]["yaxis"]["tickvals"]
+    assert {100.0, 200.0, 500.0, 1000.0} <= set(ticks)
+    assert fig["layout"]["yaxis"]["ticktext"][ticks.index(1000.0)] == "1000"
