@@ -117,7 +117,7 @@ def run_timer(out: Path, ops: list[str] | None) -> list[dict]:
             "heldout_shapes": [],
             "candidates": cands,
             "baselines": ["torch_eager", "triton"],
-            "options": {"time_budget_s_per_candidate": 0.5, "timeout_s_per_candidate": 30},
+            "options": {"time_budget_s_per_candidate": 0.3, "timeout_s_per_candidate": 30},
         }
         log(f"{name}: run_batch")
         try:
