@@ -109,7 +109,7 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
                 out.append(replace(base, threads_per_row=t, chunks=c, rows_per_block=1))
     online = [
         replace(base, mode="stream", online=True, threads_per_row=t, chunks=c, rows_per_block=1)
-        for t, c in ((256, 4), (512, 4), (512, 2), (1024, 2))
+        for t, c in ((128, 4), (256, 4), (512, 2), (1024, 2))
     ]
     if ir.online and not any(o.role == "row" for o in ir.outputs):
         # A per-row result from max/sum-of-exp (cross-entropy): one streaming pass reads the row
@@ -143,9 +143,25 @@ def planned_schedules(name: str, ir, dims) -> list[Schedule]:
     """The candidates for (op, dims): from the plan file when one was given (screened on a
     build host beforehand, so the GPU lease is not spent compiling the search), else now."""
     got = _PLAN.get(name, {}).get(_dims_key(dims))
-    if got is not None:
-        return [Schedule.from_dict(d) for d in got]
-    return candidate_schedules(ir, dims)
+    if got is None:
+        return candidate_schedules(ir, dims)
+    from factory.compile import rejection_reason
+    from factory.emit import emit
+
+    out = []
+    for s in (Schedule.from_dict(d) for d in got):
+        # A plan made with an older emitter may no longer fit its register cap: a prefetching
+        # layout then gets the most blocks per SM that fit now, anything else is dropped.
+        if not rejection_reason(compile_cached(emit(ir, s).ptx), s.threads_per_block):
+            out.append(s)
+        elif s.prefetch_rows:
+            t = s.threads_per_row * s.rows_per_block
+            pf = _prefetch_variant(
+                ir, replace(s, persistent_blocks_per_sm=0), below=s.min_threads_per_sm // t
+            )
+            if pf is not None and pf not in out:
+                out.append(pf)
+    return out
 
 
 def make_plan(path: str, ops, shapes: int) -> None:
@@ -161,7 +177,7 @@ def make_plan(path: str, ops, shapes: int) -> None:
         json.dump(plan, f, indent=1)
 
 
-def _prefetch_variant(ir, s: Schedule) -> Schedule | None:
+def _prefetch_variant(ir, s: Schedule, below: int = 0) -> Schedule | None:
     """`s` with the next row prefetched, at the most blocks per SM that compile without local
     memory (the persistent grid must not exceed what is resident, or late blocks would start
     their rows only after the first ones finish)."""
@@ -169,7 +185,8 @@ def _prefetch_variant(ir, s: Schedule) -> Schedule | None:
     from factory.emit import emit
 
     t = s.threads_per_row * s.rows_per_block
-    for k in range(min(2048 // t, 16), 1, -1):
+    top = min(2048 // t, 16) if not below else below - 1
+    for k in range(top, 1, -1):
         cand = replace(s, prefetch_rows=True, persistent_blocks_per_sm=k, min_threads_per_sm=k * t)
         if k * t % 256:
             continue
