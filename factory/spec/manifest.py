@@ -216,19 +216,21 @@ class _Loader:
         self._constants()
         self._lets()
         outputs = self._outputs()
+        shapes = self._shape_rows("shapes", d.get("shapes"), required=True)
+        heldout_given = "heldout_shapes" in d
+        if heldout_given:
+            heldout = self._shape_rows("heldout_shapes", d["heldout_shapes"], required=False)
+        tolerance = self._tolerance(outputs)
         err.raise_if_any()  # everything below needs well-formed tensors and expressions
 
         self._check_graph(outputs)
         self._check_gather_indices(outputs)
-        shapes = self._shape_rows("shapes", d.get("shapes"), required=True)
-        if "heldout_shapes" in d:
-            heldout = self._shape_rows("heldout_shapes", d["heldout_shapes"], required=False)
-        elif shapes:
+        if not heldout_given:
             heldout = self._derive_heldout(shapes[0])
-            self._check_rows("heldout_shapes (derived)", heldout)
-        else:
-            heldout = []
-        tolerance = self._tolerance(outputs)
+        self._check_rows("shapes", shapes)
+        self._check_rows(
+            "heldout_shapes (derived)" if not heldout_given else "heldout_shapes", heldout
+        )
         err.raise_if_any()
 
         self._check_index_ranges(shapes, heldout)
@@ -582,7 +584,6 @@ class _Loader:
                     self.err.add(f"{field}[{i}]", "repeats an earlier row")
                 else:
                     out.append(clean)
-        self._check_rows(field, out)
         return out
 
     def _check_rows(self, field: str, rows: list[dict[str, int]]) -> None:

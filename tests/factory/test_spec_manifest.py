@@ -274,9 +274,11 @@ def test_each_mistake_names_its_field(text, field):
 
 
 def test_every_error_is_reported_at_once():
-    text = manifest().replace('name = "op"', 'name = 5\ntarget = "sm_1"')
+    text = manifest("x.y").replace('name = "op"', 'name = 5\ntarget = "sm_1"')
+    text = text.replace("N = 128", "N = 0") + "[tolerance.bf16]\natol = -1\n"
     e = refuse(text)
-    assert {"name", "target"} <= set(fields(e))
+    assert set(fields(e)) == {"name", "target", "outputs.y.expr", "shapes[0].N",
+                              "tolerance.bf16.atol"}  # fmt: skip
 
 
 def test_mismatched_symbolic_shapes_cannot_broadcast():
