@@ -280,7 +280,7 @@ def property_settings(max_examples):
     )
 
 
-@property_settings(2000)
+@property_settings(1500)
 @given(manifests())
 def test_generated_manifests_are_accepted_or_refused_cleanly(text):
     validate(text)
