@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import random
 import sys
 import time
@@ -637,6 +638,16 @@ def markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _plotly_src(path: Path):
+    """The repository's own plotly.js (static/vendor) by a relative path when the charts are
+    written inside the repository, so results stay small; else plotly.js inline."""
+    vendor = Path(__file__).resolve().parents[1] / "static" / "vendor" / "plotly.min.js"
+    try:
+        return os.path.relpath(vendor, path.resolve().parent) if vendor.exists() else True
+    except ValueError:
+        return True
+
+
 def charts_html(r: dict, path: Path) -> None:
     import plotly.graph_objects as go
     from plotly.io import to_html
@@ -690,7 +701,11 @@ def charts_html(r: dict, path: Path) -> None:
             yaxis_title="median us",
         )
         figs.append(f)
-    parts = [to_html(f, include_plotlyjs=(i == 0), full_html=False) for i, f in enumerate(figs)]
+    src = _plotly_src(path) if str(path.resolve()).startswith(str(Path.cwd().resolve())) else True
+    parts = [
+        to_html(f, include_plotlyjs=(src if i == 0 else False), full_html=False)
+        for i, f in enumerate(figs)
+    ]
     path.write_text(
         "<html><head><meta charset='utf-8'><title>loop run</title></head><body>"
         + "".join(parts)
