@@ -2,11 +2,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from portal.management.supervise import supervise
 from portal.management.workers import machine_facts, worker_commands
 
 
@@ -47,27 +47,7 @@ class Command(BaseCommand):
         for command in commands:
             env = {**os.environ, **command.env}
             procs.append(subprocess.Popen(command.argv, env=env, cwd=settings.BASE_DIR))
-        stopping = False
-
-        def stop(signum, frame):
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        try:
-            while not stopping and all(p.poll() is None for p in procs):
-                time.sleep(0.5)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 20
-            for p in procs:
-                try:
-                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        stopping = supervise(procs, grace_s=20)
         failed = [p.returncode for p in procs if p.returncode not in (0, -signal.SIGTERM)]
         if failed and not stopping:
             sys.exit(1)

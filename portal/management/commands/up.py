@@ -1,5 +1,4 @@
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -10,6 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from portal.management.commands.seed_demo import DEMO_USERS
+from portal.management.supervise import supervise
 
 
 class Command(BaseCommand):
@@ -44,26 +44,7 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"\nPTX Kernel Factory is up: {url}"))
             self.stdout.write(f"log in as {username} / {password} (customer of Acme)")
             self.stdout.write(f"engineers: {DEMO_USERS[1][0]} / {DEMO_USERS[1][1]}; Ctrl-C stops\n")
-        stopping = False
-
-        def stop(signum, frame):
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        try:
-            while not stopping and all(p.poll() is None for p in procs):
-                time.sleep(0.5)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(timeout=25)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        stopping = supervise(procs, grace_s=25)
         if not stopping:
             sys.exit(1)
 
