@@ -18,6 +18,7 @@ import numpy as np
 
 from factory.compile import rejection_reason
 from factory.emit import emit
+from factory.spec import eval_dim_expr
 
 L2_FLUSH_BYTES = 256 << 20  # several times the H200's 60 MB L2
 _EMITTED: dict = {}
@@ -144,7 +145,7 @@ def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 
     """Our schedules and the baselines at one shape: verified, then timed interleaved."""
     from cuda.core import LaunchConfig, ObjectCode, launch
 
-    from bench.suite import compile_cached, eval_launch
+    from bench.suite import compile_cached
 
     torch = bench.torch
     inputs = make_inputs(bench, w, dims, seed=int(time.time()) & 0xFFFF)
@@ -169,7 +170,7 @@ def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 
             records.append(rec | {"status": "rejected", "reason": why})
             continue
         kernel = ObjectCode.from_cubin(rep.cubin).get_kernel(em.entry)
-        grid = tuple(eval_launch(g, dims) for g in em.launch.grid)
+        grid = tuple(eval_dim_expr(g, dims) for g in em.launch.grid)
         cfg = LaunchConfig(grid=grid, block=tuple(em.launch.block), shmem_size=0)
         ptrs = {k: v.data_ptr() for k, v in (inputs | outputs).items()}
         args = [ptrs[p.name] if p.kind == "tensor" else np.uint32(dims[p.name]) for p in em.params]

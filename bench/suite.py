@@ -19,7 +19,6 @@ only our kernels with bench.direct (no baselines; for generator development).
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
 import os
@@ -36,36 +35,6 @@ OPS = ("softmax", "cross_entropy", "rmsnorm", "layernorm", "add_rmsnorm", "silu_
 # 32768x4096; cross-entropy 4096x32000 and 4096x128256).
 BASELINES = ("torch_eager", "torch_compile", "triton")
 CANDIDATES_PER_SHAPE = 3
-
-
-# ---------------------------------------------------------------- launch arithmetic
-
-
-def eval_launch(expr, dims) -> int:
-    """Evaluate the emitter's launch strings: ints, dim names, + - * //, ceildiv, min, max."""
-    if isinstance(expr, int):
-        return expr
-
-    def ev(n):
-        if isinstance(n, ast.Expression):
-            return ev(n.body)
-        if isinstance(n, ast.Constant) and isinstance(n.value, int):
-            return n.value
-        if isinstance(n, ast.Name):
-            return int(dims[n.id])
-        if isinstance(n, ast.BinOp):
-            a, b = ev(n.left), ev(n.right)
-            if isinstance(n.op, ast.FloorDiv):
-                return a // b
-            return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}[type(n.op)]
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-            args = [ev(a) for a in n.args]
-            if n.func.id == "ceildiv":
-                return -(-args[0] // args[1])
-            return {"min": min, "max": max}[n.func.id](args)
-        raise ValueError(f"unexpected launch expression {expr!r}")
-
-    return ev(ast.parse(str(expr), mode="eval"))
 
 
 # ---------------------------------------------------------------- candidates

@@ -8,7 +8,6 @@ Runs under pytest (marked gpu: skipped without a GPU) and as a script on a GPU h
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import sys
@@ -26,6 +25,7 @@ from factory.compile import compile_ptx, rejection_reason  # noqa: E402
 from factory.emit import emit  # noqa: E402
 from factory.ir import ROLE_COL, ROLE_ROW, ROLE_ROWSCALAR, ROLE_SCALAR  # noqa: E402
 from factory.schedules import Schedule, default_schedule  # noqa: E402
+from factory.spec import eval_dim_expr  # noqa: E402
 
 SHAPES = [
     {"M": 64, "N": 4096},
@@ -54,37 +54,6 @@ def schedules_for(ir) -> list[Schedule]:
     if ir.min_elem_bytes() == 2:
         out.append(replace(base, vec_elems=4, threads_per_row=256, store_hint="noalloc"))
     return out
-
-
-# ---------------------------------------------------------------- launch arithmetic
-
-
-def eval_launch(expr, dims) -> int:
-    """Evaluate our own launch strings: ints, dim names, + - * //, ceildiv, min, max."""
-    if isinstance(expr, int):
-        return expr
-
-    def ev(n):
-        if isinstance(n, ast.Expression):
-            return ev(n.body)
-        if isinstance(n, ast.Constant) and isinstance(n.value, int):
-            return n.value
-        if isinstance(n, ast.Name):
-            return int(dims[n.id])
-        if isinstance(n, ast.BinOp):
-            a, b = ev(n.left), ev(n.right)
-            ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}
-            if isinstance(n.op, ast.FloorDiv):
-                return a // b
-            return ops[type(n.op)]
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
-            args = [ev(a) for a in n.args]
-            if n.func.id == "ceildiv":
-                return -(-args[0] // args[1])
-            return {"min": min, "max": max}[n.func.id](args)
-        raise ValueError(f"unexpected launch expression {expr!r}")
-
-    return ev(ast.parse(str(expr), mode="eval"))
 
 
 # ---------------------------------------------------------------- data
@@ -165,7 +134,7 @@ class Gpu:
         from cuda.core import LaunchConfig, ObjectCode, launch
 
         kernel = ObjectCode.from_cubin(cubin).get_kernel(em.entry)
-        grid = tuple(eval_launch(g, dims) for g in em.launch.grid)
+        grid = tuple(eval_dim_expr(g, dims) for g in em.launch.grid)
         cfg = LaunchConfig(grid=grid, block=tuple(em.launch.block), shmem_size=0)
         launch(self.stream, cfg, kernel, *args)
         self.stream.sync()
