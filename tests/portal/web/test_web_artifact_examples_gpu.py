@@ -14,43 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.gpu
 
-SCALE_PTX = """\
-.version 8.8
-.target sm_90
-.address_size 64
-
-.visible .entry scale_k(
-    .param .u64 x,
-    .param .u64 y,
-    .param .u32 N
-)
-{
-    .reg .pred %p<2>;
-    .reg .b32 %r<6>;
-    .reg .f32 %f<3>;
-    .reg .b64 %rd<8>;
-
-    ld.param.u64 %rd1, [x];
-    ld.param.u64 %rd2, [y];
-    ld.param.u32 %r1, [N];
-    mov.u32 %r2, %ctaid.x;
-    mov.u32 %r3, %ntid.x;
-    mov.u32 %r4, %tid.x;
-    mad.lo.s32 %r5, %r2, %r3, %r4;
-    setp.ge.u32 %p1, %r5, %r1;
-    @%p1 bra DONE;
-    cvta.to.global.u64 %rd3, %rd1;
-    cvta.to.global.u64 %rd4, %rd2;
-    mul.wide.u32 %rd5, %r5, 4;
-    add.s64 %rd6, %rd3, %rd5;
-    add.s64 %rd7, %rd4, %rd5;
-    ld.global.f32 %f1, [%rd6];
-    mul.f32 %f2, %f1, 0f40000000;
-    st.global.f32 [%rd7], %f2;
-DONE:
-    ret;
-}
-"""
+SCALE_PTX = (ROOT / "tests" / "fixtures" / "ptx" / "scale_by_two.ptx").read_text()
 
 
 def _artifacts():
