@@ -24,12 +24,14 @@ import numpy as np
 
 from gpuworker import gpu
 from gpuworker.baselines import Unavailable
+from gpuworker.batch import L2_FLUSH_MODES, Options
 from gpuworker.stats import relative_spread
 
 JUDGE_PTX = Path(__file__).with_name("kernels") / "judge.ptx"
 STAT_WORDS = 8  # per stats slot, see kernels/judge.cu
 MAX_STAT_SLOTS = 4096
 FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
+FLUSH_VECTORS = FLUSH_BYTES // 16  # judge_read_flush loads 16 bytes at a time
 MAX_SETS = 8
 
 
@@ -284,8 +286,14 @@ class Session:
         self.k_compare = judge.get_kernel("judge_compare")
         self.k_differ = judge.get_kernel("judge_bytes_differ")
         self.k_not = judge.get_kernel("judge_bytes_not")
+        self.k_read_flush = judge.get_kernel("judge_read_flush")
         self.stats = gpu.DeviceMemory(MAX_STAT_SLOTS * STAT_WORDS * 8)
         self.flush = gpu.DeviceMemory(FLUSH_BYTES)
+        # The read flush's sink: its own 8 bytes, not a stats slot, so the (practically never
+        # taken) store can never land in a verdict. The buffer gets defined contents once.
+        self.flush_sink = gpu.DeviceMemory(8)
+        gpu.memset8(self.flush.ptr, 0, FLUSH_BYTES, self.stream)
+        gpu.memset8(self.flush_sink.ptr, 0, 8, self.stream)
         self.events = gpu.EventPool(MAX_SETS)
         self.shapes: dict[int, ShapeData] = {}
         self.entrants: dict[str, object] = {}
@@ -333,6 +341,32 @@ class Session:
         self._launch_judge(
             self.k_not, n, p, np.int64(n), np.int32(value), self.stats.ptr + slot * 64
         )
+
+    def flush_mode(self, msg: dict) -> str:
+        """The request's L2 flush mode (the batch option's default when absent). A bad one is
+        refused before anything runs, with no entrant marked as running: nobody is blamed."""
+        mode = msg.get("l2_flush", Options.l2_flush)
+        if mode not in L2_FLUSH_MODES:
+            self.current.value = -1
+            raise ValueError(f"l2_flush must be one of {list(L2_FLUSH_MODES)}, got {mode!r}")
+        return mode
+
+    def flush_l2(self, mode: str, r: int):
+        """Evict the L2 before a timed run, queued on our stream. "read": load the whole flush
+        buffer (only clean lines stay behind); "write": fill it with a byte that changes every
+        round r (dirty lines stay behind, which the next kernel must write back)."""
+        if mode == "read":
+            self._launch_judge(
+                self.k_read_flush,
+                FLUSH_VECTORS,
+                self.flush.ptr,
+                np.int64(FLUSH_VECTORS),
+                self.flush_sink.ptr,
+            )
+        elif mode == "write":
+            gpu.memset8(self.flush.ptr, r & 0xFF, FLUSH_BYTES, self.stream)
+        else:
+            raise ValueError(f"l2_flush must be one of {list(L2_FLUSH_MODES)}, got {mode!r}")
 
     def zero_stats(self, n_slots: int):
         gpu.memset8(self.stats.ptr, 0, n_slots * STAT_WORDS * 8, self.stream)
@@ -392,12 +426,14 @@ class Session:
 
     def op_copy_ceiling(self, msg):
         nbytes = int(msg.get("nbytes", 2 << 30))
+        mode = self.flush_mode(msg)
         self.arm(60)
         src, dst = gpu.DeviceMemory(nbytes), gpu.DeviceMemory(nbytes)
         try:
             gpu.memset8(src.ptr, 0x3C, nbytes, self.stream)
             samples = []
             for i in range(13):
+                self.flush_l2(mode, i)  # the entrants' protocol: the ceiling must match it
                 self.events.record_start(0, self.stream)
                 gpu.copy_d2d(dst.ptr, src.ptr, nbytes, self.stream)
                 self.events.record_end(0, self.stream)
@@ -413,6 +449,7 @@ class Session:
             "median_us": median,
             "samples_us": samples,
             "tbps": 2 * nbytes / (median * 1e-6) / 1e12,
+            "l2_flush": mode,
         }
 
     def op_verify(self, msg):
@@ -474,6 +511,7 @@ class Session:
         return {"shapes": results}
 
     def op_time(self, msg):
+        flush = self.flush_mode(msg)
         sh = self.shapes[msg["shape"]]
         ents = [self.entrant(d) for d in msg["entrants"]]
         keys = [d["key"] for d in msg["entrants"]]
@@ -513,7 +551,7 @@ class Session:
                 self.zero_stats(K * n_out + 1)
                 for k in range(K):
                     self.poison_outputs(sh)
-                    gpu.memset8(self.flush.ptr, r & 0xFF, FLUSH_BYTES, self.stream)
+                    self.flush_l2(flush, r)
                     self.events.record_start(k, self.stream)
                     e.run(sh, k)
                     self.events.record_end(k, self.stream)
@@ -585,6 +623,7 @@ class Session:
             "rounds": r,
             "wall_s": time.monotonic() - t0,
             "sm_clocks_mhz": clocks,
+            "l2_flush": flush,
             "entrants": {
                 k: {
                     "samples_us": samples[k],

@@ -323,7 +323,8 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
     bench_idx = [i for i, (_, heldout, _) in meta.items() if not heldout]
     all_idx = sorted(meta)
 
-    ceiling = _request(child, {"op": "copy_ceiling"})
+    # Measured under the same L2 flush as the entrants, so the two compare like with like.
+    ceiling = _request(child, {"op": "copy_ceiling", "l2_flush": opts.l2_flush})
     copy_ceiling_tbps = ceiling.get("tbps") if ceiling.get("ok") else None
     _log(log, f"copy ceiling {copy_ceiling_tbps} TB/s")
 
@@ -461,6 +462,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
                 "budget_s": budget,
                 "timeout_s": opts.timeout_s_per_candidate,
                 "check_outputs": opts.check_timed_outputs,
+                "l2_flush": opts.l2_flush,
             }
             try:
                 reply = child.request(msg)
@@ -548,6 +550,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
         "seed": seed,
         "copy_ceiling_tbps": copy_ceiling_tbps,
         "copy_ceiling": ceiling if ceiling.get("ok") else {"error": ceiling.get("error")},
+        "timing_protocol": {"l2_flush": opts.l2_flush},
         "candidates": [rec for rec, _ in entrants],
         "baselines": [rec for rec, _ in baselines],
     }

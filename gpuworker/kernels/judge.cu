@@ -90,3 +90,20 @@ extern "C" __global__ void judge_bytes_not(const unsigned char* p, long long n, 
     for (int off = 16; off > 0; off >>= 1) c += __shfl_down_sync(0xffffffff, c, off);
     if ((threadIdx.x & 31) == 0 && c) atomicAdd(count, c);
 }
+
+// The L2 flush before a timed run, by reading: n16 16-byte vectors of p, each loaded once. Every
+// line the timed kernel could find in the L2 is evicted, and what is left behind is clean (a
+// written flush leaves tens of MB of dirty lines that the next kernel pays to write back). The
+// loads are XOR-folded and the fold is stored only when it equals a value no flush buffer
+// contents give in practice, so the compiler must keep every load and the store never happens.
+extern "C" __global__ void judge_read_flush(const uint4* p, long long n16,
+                                            unsigned long long* sink) {
+    unsigned int a = 0, b = 0, c = 0, d = 0;
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n16; i += stride) {
+        uint4 v = p[i];
+        a ^= v.x; b ^= v.y; c ^= v.z; d ^= v.w;
+    }
+    unsigned long long fold = ((unsigned long long)(a ^ c) << 32) | (unsigned long long)(b ^ d);
+    if (fold == 0x9E3779B97F4A7C15ull) atomicAdd(sink, 1ull);
+}

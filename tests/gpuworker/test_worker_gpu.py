@@ -76,11 +76,15 @@ def test_the_results_file_has_the_contract_shape(results):
     assert results["format"] == 1
     assert results["env"]["gpu"] and results["env"]["sm"].startswith("sm_")
     assert 1.0 < results["copy_ceiling_tbps"] < 10.0
+    # the default flush reads, and the ceiling is measured under the entrants' flush
+    assert results["timing_protocol"] == {"l2_flush": "read"}
+    assert results["copy_ceiling"]["l2_flush"] == "read"
     json.dumps(results)  # plain JSON all the way down
 
 
 def test_the_command_line_runs_a_batch_file(tmp_path):
     batch, _ = build_batch(timeout_s=3.0, budget_s=0.05, only=["honest_block"])
+    batch["options"]["l2_flush"] = "write"  # the other flush, end to end
     path = tmp_path / "batch.json"
     path.write_text(json.dumps(batch))
     out = tmp_path / "results.json"
@@ -94,6 +98,8 @@ def test_the_command_line_runs_a_batch_file(tmp_path):
     assert p.returncode == 0, p.stderr
     res = json.loads(out.read_text())
     assert res["candidates"][0]["status"] == "passed"
+    assert res["timing_protocol"] == {"l2_flush": "write"}
+    assert res["copy_ceiling"]["l2_flush"] == "write"
 
 
 def test_probe_names_the_gpu():
