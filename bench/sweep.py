@@ -4,8 +4,9 @@
         [--flush write|read|both] [--shape-index 0]
 
 For each operator at one suite shape it takes a broad slice of the schedule space (16-byte
-accesses, the nc load hint, plain stores, fast math where allowed; every thread/row/chunk/mode layout, with and
-without a register cap, a quarter at most streaming), screens it on the CPU (compiled: no
+accesses, the nc load hint, plain stores, fast math where allowed; every thread/row/chunk/mode
+layout, with and without register caps, a third at most streaming), screens it on the CPU
+(compiled: no
 spills, no stack; `--save-plan FILE` does only this, `--plan FILE` reads it back), then
 verifies every survivor against the float64 reference (bench.direct) and times them
 interleaved with the plain Triton and torch eager baselines and a device-to-device copy of the

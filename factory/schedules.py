@@ -198,8 +198,8 @@ def _modes_for(ir: KernelIR) -> list[tuple[str, bool]]:
 
 def _occupancy_options(threads_per_block: int) -> list[tuple[int, bool, int]]:
     """(persistent_blocks_per_sm, prefetch_rows, min_threads_per_sm) combinations worth trying:
-    plain; registers capped for 768 or 1024 threads per SM; a persistent grid of k blocks per SM that
-    prefetches the next row, with registers capped so that the k blocks are resident."""
+    plain; registers capped for 768 or 1024 threads per SM; a persistent grid of k blocks per SM
+    that prefetches the next row, with registers capped so that the k blocks are resident."""
     out = [(0, False, 0), (0, False, 768), (0, False, 1024)]
     for k in (2, 4, 6, 8):
         if k * threads_per_block <= 2048 and (k * threads_per_block) % 256 == 0:
