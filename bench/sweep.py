@@ -6,9 +6,8 @@
 For each operator at one suite shape it takes a broad slice of the schedule space (16-byte
 accesses, the nc load hint, plain stores, fast math where allowed; every thread/row/chunk/mode
 layout, with and without register caps, a third at most streaming), screens it on the CPU
-(compiled: no
-spills, no stack; `--save-plan FILE` does only this, `--plan FILE` reads it back), then
-verifies every survivor against the float64 reference (bench.direct) and times them
+(compiled: no spills, no stack; `--save-plan FILE` does only this, `--plan FILE` reads it back),
+then verifies every survivor against the float64 reference (bench.direct) and times them
 interleaved with the plain Triton and torch eager baselines and a device-to-device copy of the
 same bytes, with the chosen L2 flush before every run:
   write: a 256 MB memset (leaves the L2 full of dirty lines that the timed kernel must evict);
