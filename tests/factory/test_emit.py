@@ -30,7 +30,7 @@ def families(ir) -> dict[str, Schedule]:
     base = default_schedule(ir, DIMS)
     out = {
         "cached_block": base,
-        "cached_warp_rows": replace(base, threads_per_row=32, rows_per_block=4, chunks=16),
+        "cached_warp_rows": replace(base, threads_per_row=32, rows_per_block=4, chunks=8),
         "cached_persistent": replace(base, persistent_blocks_per_sm=4, load_hint="evict_first"),
         "stream": replace(base, mode="stream", threads_per_row=256, chunks=2, store_hint="cs"),
         "narrow_vectors": replace(base, vec_elems=base.vec_elems // 2, threads_per_row=256),
