@@ -48,6 +48,9 @@ class Options:
     seed: int | None = None  # None: drawn from os.urandom (the normal, trustworthy case)
     check_timed_outputs: bool = True  # verify the output of every timed run
     l2_flush: str = "read"  # one of L2_FLUSH_MODES
+    # Keep a standby child prepared (its own CUDA context and copy of the inputs) so that a hung
+    # or crashed kernel costs no restart; off halves the device memory the batch needs.
+    warm_spare: bool = True
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ def _options(value: Any, errors: list) -> Options:
         "seed",
         "check_timed_outputs",
         "l2_flush",
+        "warm_spare",
     }
     for k in value:
         if k not in known:
@@ -192,6 +196,7 @@ def _options(value: Any, errors: list) -> Options:
     seed = value.get("seed")
     check = value.get("check_timed_outputs", True)
     l2_flush = value.get("l2_flush", Options.l2_flush)
+    warm_spare = value.get("warm_spare", Options.warm_spare)
     for name, v, lo, hi in (
         ("time_budget_s_per_candidate", budget, 0.05, 600),
         ("timeout_s_per_candidate", timeout, 0.5, 3600),
@@ -206,9 +211,11 @@ def _options(value: Any, errors: list) -> Options:
         errors.append(
             ("options.l2_flush", f"must be one of {list(L2_FLUSH_MODES)}, got {l2_flush!r}")
         )
+    if not isinstance(warm_spare, bool):
+        errors.append(("options.warm_spare", "must be true or false"))
     if errors:
         return Options()
-    return Options(float(budget), float(timeout), seed, check, l2_flush)
+    return Options(float(budget), float(timeout), seed, check, l2_flush, warm_spare)
 
 
 def parse_batch(data: Any) -> Batch:

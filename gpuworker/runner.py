@@ -4,7 +4,8 @@ The judging process (this one) never initialises CUDA. It parses the batch, draw
 a seed nobody else knows (os.urandom), computes the float64 reference once per shape and input
 set, compiles every candidate for the exact device with nvJitLink, and hands the GPU work to a
 child process (worker.py / child.py) one request at a time. A candidate that crashes or hangs the
-child is recorded with the reason, the child is restarted, and the batch goes on.
+child is recorded with the reason, the child is replaced (by a standby child prepared in the
+background unless `options.warm_spare` is off), and the batch goes on.
 
 Phases: verify every entrant (candidates, then baselines) at every shape and held-out shape, run
 twice; then, per benchmarked shape, time every entrant that passed, interleaved on the same
@@ -291,7 +292,7 @@ def run_batch(batch: dict, *, log=None) -> dict:
     opts = b.options
     seed = opts.seed if opts.seed is not None else int.from_bytes(os.urandom(6), "little")
 
-    child = ChildWorker()
+    child = ChildWorker(warm_spare=opts.warm_spare)
     try:
         hello = child.start()
     except ChildFailed as e:
@@ -323,7 +324,9 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
     bench_idx = [i for i, (_, heldout, _) in meta.items() if not heldout]
     all_idx = sorted(meta)
 
-    # Measured under the same L2 flush as the entrants, so the two compare like with like.
+    # Measured under the same L2 flush as the entrants, so the two compare like with like; and
+    # alone on the GPU (the standby child, when on, prepares its copy of the data meanwhile).
+    child.settle()
     ceiling = _request(child, {"op": "copy_ceiling", "l2_flush": opts.l2_flush})
     copy_ceiling_tbps = ceiling.get("tbps") if ceiling.get("ok") else None
     _log(log, f"copy ceiling {copy_ceiling_tbps} TB/s")
@@ -455,6 +458,8 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
             ]
             if not live:
                 break
+            # No standby child preparing, and no killed one tearing down, during a measurement.
+            child.settle()
             msg = {
                 "op": "time",
                 "shape": idx,
@@ -542,6 +547,12 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
         finished_at=_now(),
         worker_restarts=child.restarts,
         restart_s=child.restart_s,
+        # Per restart: "source" (warm_spare or cold), "switch_s" (what it cost the batch),
+        # "spare_wait_s" (waiting for a spare still preparing), "spare_age_s", "spare_error".
+        restart_log=child.restart_log,
+        warm_spare=opts.warm_spare,
+        spares_started=child.spares_started,
+        spare_disabled=child.spare_disabled_reason or None,
     )
     return {
         "format": RESULTS_FORMAT,

@@ -1,11 +1,21 @@
-"""The judging side's handle on the child process that runs kernels.
+"""The judging side's handle on the child processes that run kernels.
 
-One child at a time, started with multiprocessing's spawn method (CUDA must never be initialised
-in a forked process, and never in the judging process at all). `request` sends one operation and
-waits for its reply while watching two things: that the child is alive (a fault that killed it),
-and the deadline the child writes before every wait on the GPU (a hung kernel). Either way the
-child is killed and the caller learns whose kernel was running; `restart` brings up a fresh one
-with the same setup.
+Children are started with multiprocessing's spawn method (CUDA must never be initialised in a
+forked process, and never in the judging process at all). `request` sends one operation to the
+active child and waits for its reply while watching two things: that the child is alive (a fault
+that killed it), and the deadline the child writes before every wait on the GPU (a hung kernel).
+Either way the child is killed and the caller learns whose kernel was running; `restart` then
+brings up a child with the same setup.
+
+A restart used to cost a whole child start on the critical path (CUDA context, judge kernels,
+the batch's inputs uploaded again: ~2.5 s on the H200). With `warm_spare` the worker keeps a
+standby child that prepares itself (same setup message) while the active one works: a restart
+switches to it at once and starts preparing the next one in the background. The spare only ever
+talks to the judging process after it has been taken (its hello and setup replies wait in its
+pipe), so it is never used by two things at once. A spare that is not ready yet is waited for;
+one that failed is replaced by a cold start (and no further spares are made). Killed children are
+reaped off the critical path, and `settle` waits for every background child before a timing
+request, so no preparation or teardown overlaps a measurement.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ import multiprocessing as mp
 import time
 
 POLL_S = 0.02
+REAP_TIMEOUT_S = 30.0
 
 
 class ChildFailed(Exception):
@@ -36,83 +47,42 @@ def allow_children():
         proc._config["daemon"] = False
 
 
-class ChildWorker:
-    def __init__(self, start_timeout_s: float = 180.0):
-        self.ctx = mp.get_context("spawn")
-        self.start_timeout_s = start_timeout_s
-        self.proc = None
-        self.conn = None
-        self.hello: dict | None = None
-        self.setup_msg: dict | None = None
-        self.restarts = 0
-        self.restart_s: list[float] = []
+class _Child:
+    """One child process, its pipe, and the two values it shares with us."""
 
-    # -- lifecycle -----------------------------------------------------------------------------
-    def start(self) -> dict:
-        from gpuworker.child import child_main
-
-        allow_children()
-        self.deadline = self.ctx.Value("d", time.monotonic() + self.start_timeout_s, lock=False)
-        self.current = self.ctx.Value("i", -1, lock=False)
-        parent_conn, child_conn = self.ctx.Pipe()
-        self.proc = self.ctx.Process(
-            target=child_main, args=(child_conn, self.deadline, self.current), daemon=True
+    def __init__(self, ctx, target, start_timeout_s: float, name: str):
+        self.deadline = ctx.Value("d", time.monotonic() + start_timeout_s, lock=False)
+        self.current = ctx.Value("i", -1, lock=False)
+        parent_conn, child_conn = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=target, args=(child_conn, self.deadline, self.current), daemon=True, name=name
         )
         self.proc.start()
         child_conn.close()
         self.conn = parent_conn
-        reply = self._wait()
-        if not reply.get("ok"):
-            self.stop()
-            raise ChildFailed("crashed", reply.get("error", "the worker child failed to start"))
-        self.hello = reply["hello"]
-        if self.setup_msg is not None:
-            self.request(self.setup_msg)
-        return self.hello
+        self.started_at = time.monotonic()
+        self.hello: dict | None = None  # set once its hello reply has been read
+        self.setup_done = False  # set once its setup reply has been read (spares)
 
-    def setup(self, msg: dict) -> dict:
-        self.setup_msg = msg
-        return self.request(msg)
-
-    def restart(self) -> dict:
-        self.kill()
-        self.restarts += 1
-        return self.start()
-
-    def kill(self):
-        if self.proc is not None and self.proc.is_alive():
-            self.proc.kill()
-        if self.proc is not None:
-            self.proc.join(timeout=30)
-        if self.conn is not None:
-            self.conn.close()
-        self.proc = None
-        self.conn = None
-
-    def stop(self):
-        if self.proc is not None and self.proc.is_alive():
-            try:
-                self.conn.send({"op": "stop"})
-                self.proc.join(timeout=10)
-            except (OSError, BrokenPipeError):
-                pass
-        self.kill()
-
-    # -- requests ------------------------------------------------------------------------------
     def request(self, msg: dict) -> dict:
-        """Send one operation; return the child's reply dict (ok True/False). Raises ChildFailed
-        when the child dies or misses its deadline (it is then killed; call `restart`)."""
         self.conn.send(msg)
-        return self._wait()
+        return self.wait()
 
-    def _wait(self) -> dict:
+    def wait(self) -> dict:
+        """The next reply. Raises ChildFailed (the child is then killed, not yet reaped) when
+        it dies or misses its deadline."""
+        eof = False
         while True:
-            if self.conn.poll(POLL_S):
+            if eof:
+                self.proc.join(POLL_S)
+            elif self.conn.poll(POLL_S):
                 try:
                     return self.conn.recv()
                 except (EOFError, OSError):
-                    pass  # the child died while sending: handled as a crash below
-            if not self.proc.is_alive() and not self.conn.poll(0):
+                    # The child's end is closed: it died (while sending, or before). A closed
+                    # pipe stays "readable" for poll, so remember it rather than ask again.
+                    eof = True
+            if not self.proc.is_alive() and (eof or not self.conn.poll(0)):
                 code = self.proc.exitcode
                 who = self.current.value
                 self.kill()
@@ -126,3 +96,218 @@ class ChildWorker:
                     f"no progress before its deadline (killed {late:.1f} s after it)",
                     who,
                 )
+
+    def kill(self):
+        """SIGKILL and close the pipe; the process is reaped later (`join`)."""
+        if self.proc.is_alive():
+            self.proc.kill()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def join(self, timeout: float | None) -> bool:
+        """True when the process is gone."""
+        self.proc.join(timeout=timeout)
+        return not self.proc.is_alive()
+
+
+class ChildWorker:
+    def __init__(self, start_timeout_s: float = 180.0, *, warm_spare: bool = False, target=None):
+        self.ctx = mp.get_context("spawn")
+        self.start_timeout_s = start_timeout_s
+        self.warm_spare = warm_spare
+        self.target = target  # None: gpuworker.child.child_main (tests give a stand-in)
+        self.active: _Child | None = None
+        self.spare: _Child | None = None
+        self.dying: list[_Child] = []  # killed, not yet reaped
+        self.hello: dict | None = None
+        self.setup_msg: dict | None = None
+        self.restarts = 0
+        self.restart_s: list[float] = []
+        # One dict per restart: where the new child came from and what the switch cost.
+        self.restart_log: list[dict] = []
+        self.spares_started = 0
+        self.spare_disabled_reason = ""
+        self._serial = 0
+
+    # -- compatibility: the active child's process and pipe ---------------------------------
+    @property
+    def proc(self):
+        return self.active.proc if self.active is not None else None
+
+    @property
+    def conn(self):
+        return self.active.conn if self.active is not None else None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _spawn(self, role: str) -> _Child:
+        if self.target is None:
+            from gpuworker.child import child_main
+
+            self.target = child_main
+        allow_children()
+        self._serial += 1
+        return _Child(
+            self.ctx, self.target, self.start_timeout_s, f"gpuworker-{role}-{self._serial}"
+        )
+
+    def start(self) -> dict:
+        """Start a child cold (and give it the batch's setup when there is one)."""
+        c = self._spawn("child")
+        try:
+            reply = c.wait()
+        except ChildFailed:
+            self._retire(c)
+            self._reap(block=True)  # nothing to switch to: no hurry, leave no zombie
+            raise
+        if not reply.get("ok"):
+            self._retire(c)
+            self._reap(block=True)
+            raise ChildFailed("crashed", reply.get("error", "the worker child failed to start"))
+        c.hello = reply["hello"]
+        self.active = c
+        self.hello = c.hello
+        if self.setup_msg is not None:
+            self.request(self.setup_msg)
+        return self.hello
+
+    def setup(self, msg: dict) -> dict:
+        """Give the active child the batch's data; a spare (when on) starts preparing the same
+        data at once, in parallel."""
+        self.setup_msg = msg
+        self.start_spare()
+        return self.request(msg)
+
+    def start_spare(self) -> bool:
+        """Start a standby child and queue the setup for it; it prepares on its own (hello, then
+        setup) and nobody reads its replies until it is needed. False when spares are off, one
+        exists already, or there is no setup yet."""
+        if not self.warm_spare or self.spare is not None or self.setup_msg is None:
+            return False
+        c = self._spawn("spare")
+        try:
+            c.conn.send(self.setup_msg)  # read by the child after its hello
+        except OSError:
+            pass  # it is gone already: found out (and replaced) when it is needed
+        self.spare = c
+        self.spares_started += 1
+        return True
+
+    def _make_ready(self, c: _Child):
+        """Read a spare's hello and setup replies, waiting as long as it needs (under its own
+        deadlines). Raises ChildFailed when it failed."""
+        if c.hello is None:
+            reply = c.wait()
+            if not reply.get("ok"):
+                raise ChildFailed("crashed", reply.get("error", "the standby child failed"))
+            c.hello = reply["hello"]
+        if not c.setup_done:
+            reply = c.wait()
+            if not reply.get("ok"):
+                raise ChildFailed(
+                    "crashed", f"the standby child could not take the data: {reply.get('error')}"
+                )
+            c.setup_done = True
+
+    def _drop_spare(self, reason: str):
+        """A spare that failed is killed, and no further spares are made this batch (a spare
+        that cannot get ready once, for want of memory say, would only fail again)."""
+        if self.spare is not None:
+            self._retire(self.spare)
+            self.spare = None
+        self.warm_spare = False
+        self.spare_disabled_reason = reason
+
+    def settle(self):
+        """Before a measurement: wait until no other child of ours is busy on the GPU (killed
+        ones gone, the spare done preparing)."""
+        self._reap(block=True)
+        if self.spare is not None:
+            try:
+                self._make_ready(self.spare)
+            except ChildFailed as e:
+                self._drop_spare(e.reason)
+                self._reap(block=True)
+
+    def restart(self) -> dict:
+        """Replace the active child (killed already, or killed now): by the spare when there is
+        one (waiting for it if it is still preparing), else cold. Then a new spare starts."""
+        t0 = time.monotonic()
+        if self.active is not None:
+            self._retire(self.active)
+            self.active = None
+        self.restarts += 1
+        entry: dict = {"source": "cold"}
+        if self.spare is not None:
+            spare, self.spare = self.spare, None
+            entry["spare_age_s"] = round(t0 - spare.started_at, 3)
+            t_wait = time.monotonic()
+            try:
+                self._make_ready(spare)
+            except ChildFailed as e:
+                self.spare = spare  # so that _drop_spare retires it
+                self._drop_spare(e.reason)
+                entry["spare_error"] = e.reason
+            else:
+                self.active = spare
+                self.hello = spare.hello
+                entry["source"] = "warm_spare"
+            entry["spare_wait_s"] = round(time.monotonic() - t_wait, 3)
+        if self.active is None:
+            # Cold: the killed child's memory must be free before a new one takes its data.
+            self._reap(block=True)
+            self.start()
+        else:
+            self._reap(block=False)
+        self.start_spare()
+        entry["switch_s"] = round(time.monotonic() - t0, 3)
+        self.restart_log.append(entry)
+        return self.hello
+
+    def _retire(self, c: _Child):
+        c.kill()
+        self.dying.append(c)
+
+    def _reap(self, block: bool):
+        self.dying = [c for c in self.dying if not c.join(REAP_TIMEOUT_S if block else 0)]
+
+    def kill(self):
+        """Kill every child of ours now (active and spare) and reap them."""
+        if self.active is not None:
+            self._retire(self.active)
+            self.active = None
+        if self.spare is not None:
+            self._retire(self.spare)
+            self.spare = None
+        self._reap(block=True)
+
+    def stop(self):
+        """End of the batch (also on errors): the active child is asked to stop, then every
+        child of ours, spare included, is killed and reaped."""
+        c = self.active
+        if c is not None and c.conn is not None and c.proc.is_alive():
+            try:
+                c.conn.send({"op": "stop"})
+                c.proc.join(timeout=10)
+            except (OSError, BrokenPipeError):
+                pass
+        self.kill()
+
+    # -- requests ------------------------------------------------------------------------------
+    def request(self, msg: dict) -> dict:
+        """Send one operation to the active child; return its reply dict (ok True/False).
+        Raises ChildFailed when the child dies or misses its deadline (it is then killed; call
+        `restart`)."""
+        c = self.active
+        if c is None:
+            raise ChildFailed("crashed", "no worker child is running (restart it first)")
+        try:
+            return c.request(msg)
+        except ChildFailed:
+            self._retire(c)  # killed already; reaped later, off the critical path
+            self.active = None
+            raise
+        except (OSError, BrokenPipeError) as e:
+            self._retire(c)
+            self.active = None
+            raise ChildFailed("crashed", f"the worker process is gone ({e})") from e

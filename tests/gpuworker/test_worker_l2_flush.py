@@ -183,10 +183,16 @@ class _StandInChild:
     """Answers the child's pipe protocol as a healthy GPU would, recording every request."""
 
     restarts = 0
+    spares_started = 0
+    spare_disabled_reason = ""
 
     def __init__(self):
         self.requests = []
         self.restart_s = []
+        self.restart_log = []
+
+    def settle(self):
+        pass
 
     def setup(self, msg):
         self.shapes = {s["index"]: s for s in msg["shapes"]}
