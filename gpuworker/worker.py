@@ -63,6 +63,7 @@ class _Child:
         self.started_at = time.monotonic()
         self.hello: dict | None = None  # set once its hello reply has been read
         self.setup_done = False  # set once its setup reply has been read (spares)
+        self.outlived_reap = False  # still there after a blocking reap (see ChildWorker._reap)
 
     def request(self, msg: dict) -> dict:
         self.conn.send(msg)
@@ -186,7 +187,9 @@ class ChildWorker:
             return False
         c = self._spawn("spare")
         try:
-            c.conn.send(self.setup_msg)  # read by the child after its hello
+            # Read by the child after its hello. The setup message holds locators, not data (a
+            # few KB; tens at most), so it fits the socket's buffer and this does not block.
+            c.conn.send(self.setup_msg)
         except OSError:
             pass  # it is gone already: found out (and replaced) when it is needed
         self.spare = c
@@ -269,7 +272,16 @@ class ChildWorker:
         self.dying.append(c)
 
     def _reap(self, block: bool):
-        self.dying = [c for c in self.dying if not c.join(REAP_TIMEOUT_S if block else 0)]
+        """Join killed children: waiting (a while) when `block`, else only those already gone.
+        One that outlived a wait is not waited for again (a teardown stuck in the driver must
+        not cost every later measurement REAP_TIMEOUT_S); `stop` still tries it once more."""
+        left = []
+        for c in self.dying:
+            wait_s = REAP_TIMEOUT_S if block and not c.outlived_reap else 0
+            if not c.join(wait_s):
+                c.outlived_reap = c.outlived_reap or wait_s > 0
+                left.append(c)
+        self.dying = left
 
     def kill(self):
         """Kill every child of ours now (active and spare) and reap them."""
@@ -279,6 +291,8 @@ class ChildWorker:
         if self.spare is not None:
             self._retire(self.spare)
             self.spare = None
+        for c in self.dying:
+            c.outlived_reap = False  # the end of the batch: one last wait for each
         self._reap(block=True)
 
     def stop(self):
