@@ -133,6 +133,10 @@ def globex_world(outsider, orgs, settings, tmp_path):
 
 
 @pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    # The default hasher costs ~0.3 s per password by design; tests make many users.
+def _fast_password_hashing(request):
+    # The default hasher costs ~0.3 s per password by design; tests make many users. GPU hosts
+    # have no Django (nor pytest-django): the GPU tests under tests/portal need neither.
+    if not request.config.pluginmanager.hasplugin("django"):
+        return
+    settings = request.getfixturevalue("settings")
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
