@@ -258,8 +258,10 @@ def make_torch_baseline(name: str, workload):
         # past dynamo's recompile limit (8) it silently runs eager, an unfair baseline.
         import torch._dynamo
 
-        if torch._dynamo.config.recompile_limit < 256:
-            torch._dynamo.config.recompile_limit = 256
+        cfg = torch._dynamo.config
+        for knob in ("recompile_limit", "cache_size_limit"):  # the name before torch 2.6
+            if isinstance(getattr(cfg, knob, None), int) and getattr(cfg, knob) < 256:
+                setattr(cfg, knob, 256)
     if name == "torch_compile":
         config["torch_compile"] = {"mode": "default", "dynamic": False}
         return torch.compile(fn, dynamic=False), version, config
