@@ -15,7 +15,10 @@ What it runs (each stage is skipped, and says so, once the time budget is spent)
 3. the cost model: Spearman rank correlation of its predictions, fitted on the loop's evidence,
    against the sweep's measurements (held out), and the GPU time the loop saved (candidates it
    never benchmarked: pruned by the model, or never needed compared with the sweep);
-4. a customer's CUDA C kernel from factory/examples through the loop, against itself.
+4. a customer's CUDA C kernel from factory/examples through the loop, against itself;
+5. with `--prior GLOB` (schedule sweeps recorded by bench/sweep.py on the same GPU, at other
+   shapes): per operator, a job whose evidence memory holds only that recorded evidence, against
+   the cold job's curve, and the cost model fitted on it alone ranking this run's sweep.
 Writes results.json, report.md, evidence.jsonl and charts.html (plotly, when importable) to --out.
 """
 
@@ -384,6 +387,17 @@ def run(args, catalogue: dict | None = None, customer: tuple | None = None) -> d
             )
         result["operators"][name] = rec
         save()
+        prior = prior_records(args.prior, w0) if getattr(args, "prior", None) else []
+        if prior:
+            model_p = CostModel().fit(prior)
+            rec["costmodel"]["spearman_on_sweep_fitted_on_prior"] = (
+                model_p.score(sweep_records) if model_p.fitted else None
+            )
+            if budget.left() > 40:
+                rec["seeded"] = seeded_experiment(
+                    w, name, prior, bench_fn, args, common, cold, sweep, budget
+                )
+            save()
         if k == 0 and budget.left() > 60:
             rec["warm"] = warm_experiment(
                 w, w0, row_dim, bench_fn, store, args, common, name, budget
@@ -397,6 +411,61 @@ def run(args, catalogue: dict | None = None, customer: tuple | None = None) -> d
     result["evidence_records"] = len(store.all())
     save()
     return result
+
+
+def prior_records(pattern: str, w0) -> list[dict]:
+    """Evidence records for catalogue operator `w0` from recorded bench/sweep.py files: the
+    verified schedules of our kernels, as earlier jobs on this GPU would have left them."""
+    from bench.costmodel_eval import sweep_records
+
+    out = []
+    for r in sweep_records(pattern).get(w0.name, []):
+        out.append(
+            dict(
+                r,
+                job="recorded-sweep",
+                workload_sha256=w0.sha256,
+                family=ev.family_of(w0),
+                signature=ev.signature_of(w0),
+                dtype=ev.dtype_of(w0),
+                gpu=getattr(w0, "target", "sm_90") or "sm_90",
+                generation=0,
+                role="writer",
+                backend="offline",
+                ptx_sha256=None,
+                reason="",
+                tbps=float(r["bytes"]) / (float(r["median_us"]) * 1e-6) / 1e12,
+            )
+        )
+    return out
+
+
+def seeded_experiment(w, name, prior, bench_fn, args, common, cold, sweep, budget) -> dict:
+    """A job at the cold job's shape whose evidence memory holds only recorded evidence from
+    other shapes: how much of the cold job's search does it skip?"""
+    store = ev.JsonlEvidenceStore()
+    store.add(prior)
+    log(f"{name}: job seeded with {len(prior)} recorded records")
+    seeded = run_job(
+        w,
+        bench_fn,
+        generations=args.warm_generations,
+        evidence_store=store,
+        job=f"seeded-{name}",
+        deadline_s=min(JOB_CAP_S, max(5.0, budget.left() - 20)),
+        **common,
+    )
+    out = {"prior_records": len(prior), "seeded": job_summary(seeded)}
+    g0 = seeded.generations[0].best_us if seeded.generations else None
+    out["seeded_generation0_us"] = g0
+    if g0 is not None and cold.best_us:
+        out["seeded_g0_vs_cold_final"] = round(g0 / cold.best_us, 4)
+        out["cold_generations_to_reach_seeded_g0_within_5pct"] = generations_to_within(
+            cold.best_us_by_generation, g0
+        )
+    if g0 is not None and sweep.get("best_us"):
+        out["seeded_g0_vs_sweep_best"] = round(g0 / sweep["best_us"], 4)
+    return out
 
 
 def warm_experiment(w, w0, row_dim, bench_fn, store, args, common, name, budget) -> dict:
@@ -617,6 +686,23 @@ def markdown(r: dict) -> str:
             f" and within 5% of warm g0 at generation "
             f"{wm.get('cold_generations_to_reach_warm_g0_within_5pct')}",
         ]
+    seeded = {n: o["seeded"] for n, o in r["operators"].items() if o.get("seeded")}
+    if seeded:
+        lines += ["", "## Jobs seeded with recorded evidence (other shapes)", ""]
+        lines += [
+            "| operator | prior records | seeded g0 us | / cold final | / sweep best | "
+            "cold generation reaching it | cost model on sweep, fitted on prior |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for n, sd in seeded.items():
+            cm = r["operators"][n].get("costmodel", {})
+            lines.append(
+                f"| {n} | {sd['prior_records']} | {_fmt(sd.get('seeded_generation0_us'))} | "
+                f"{_fmt(sd.get('seeded_g0_vs_cold_final'), 3)} | "
+                f"{_fmt(sd.get('seeded_g0_vs_sweep_best'), 3)} | "
+                f"{sd.get('cold_generations_to_reach_seeded_g0_within_5pct')} | "
+                f"{_fmt(cm.get('spearman_on_sweep_fitted_on_prior'), 3)} |"
+            )
     cu = r.get("customer")
     lines += ["", "## Customer kernel", ""]
     if not cu:
@@ -725,6 +811,7 @@ def main(argv=None) -> int:
     p.add_argument("--sweep-limit", type=int, default=48)
     p.add_argument("--budget-s", type=float, default=220.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prior", default="", help="recorded bench/sweep.py files (a glob)")
     p.add_argument("--fake", action="store_true", help="CPU stand-in: not a measurement")
     p.add_argument("--render", help="only render report.md and charts.html from a results.json")
     args = p.parse_args(argv)

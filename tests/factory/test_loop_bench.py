@@ -60,3 +60,33 @@ def test_the_loop_run_writes_results_and_a_report_with_a_fake_gpu(tmp_path):
     assert cust["customer_us"] == 120.0 and cust["edits_tried"] > 0
     assert cust["job"]["baselines"] == {"customer": 120.0}
     assert (tmp_path / "charts.html").stat().st_size > 1000
+
+
+def test_a_job_seeded_with_recorded_h200_sweeps_starts_from_their_winners(tmp_path):
+    args = argparse.Namespace(
+        out=str(tmp_path),
+        ops=["softmax"],
+        generations=2,
+        warm_generations=1,
+        customer_generations=1,
+        population=4,
+        prune_factor=2,
+        sweep_limit=12,
+        budget_s=300,
+        seed=0,
+        fake=True,
+        render=None,
+        prior="bench/results/2026-12-02-h200-sweep/run2-shape0.json",
+    )
+    from factory.spec import load_catalogue
+
+    softmax = load_catalogue()["softmax"]  # the operator the recorded sweep timed
+    result = loop_run.run(args, catalogue={"softmax": softmax}, customer=None)
+    sm = result["operators"]["softmax"]
+    seeded = sm["seeded"]
+    assert seeded["prior_records"] >= 40  # the recorded softmax schedules of that sweep
+    assert seeded["seeded"]["strategies"][0] == "warm_start"
+    assert seeded["seeded_generation0_us"] is not None
+    assert "spearman_on_sweep_fitted_on_prior" in sm["costmodel"]
+    loop_run.render(result, tmp_path)
+    assert "Jobs seeded with recorded evidence" in (tmp_path / "report.md").read_text()
