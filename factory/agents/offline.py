@@ -7,7 +7,8 @@
   from the default schedule plus a spread of the space (farthest-point sampling over fields);
   later it takes the cost model's predicted-fastest untried points, with some random exploration.
 - The tuner mutates the best measured candidates one field at a time (neighbour values taken from
-  the space, so every mutant is valid) and recombines the two best field by field.
+  the space, so every mutant is valid), reshapes them (more threads per row with fewer rows per
+  block or fewer chunks, and the reverse) and recombines the two best field by field.
 Every choice goes through `Context.draft`, so the result is a list of CandidateDrafts.
 """
 
@@ -295,6 +296,10 @@ class OfflineTuner:
                                     rec["ptx_sha256"],
                                 )
                             )
+            for change, why in _reshapes(p.value):
+                it = space_keys.get(Item(p.kind, dataclasses.replace(p.value, **change)).key)
+                if it is not None:
+                    children.append((it, f"reshape of #{rank + 1}: {why}", rec["ptx_sha256"]))
         if len(parents) >= 2:
             a, b = (ctx.item_for(parents[0]["schedule"]), ctx.item_for(parents[1]["schedule"]))
             if a.kind == b.kind:
@@ -331,6 +336,36 @@ class OfflineTuner:
             tried_ptx.add(d.ptx_sha256)
             out.append(dataclasses.replace(d, parent_ptx_sha256=parent))
         return out
+
+
+def _reshapes(value) -> list[tuple[dict, str]]:
+    """Two-field moves that keep the block or the row's work the same size: more threads per
+    row with fewer rows per block or fewer chunks each (and the reverse). One-field steps cannot
+    make them, since a multi-warp row needs a block of its own: on the H200 a streaming
+    cross-entropy stuck at one warp per row left 7% on the table (bench/results/
+    2026-12-02-h200-loop2)."""
+    t = getattr(value, "threads_per_row", None)
+    r = getattr(value, "rows_per_block", None)
+    c = getattr(value, "chunks", None)
+    if not isinstance(t, int) or not isinstance(r, int) or not isinstance(c, int):
+        return []
+    out = []
+    if r > 1:
+        out.append(({"threads_per_row": t * 2, "rows_per_block": r // 2}, "2x threads, rows/2"))
+        out.append(({"threads_per_row": t * r, "rows_per_block": 1}, f"{r}x threads, 1 row"))
+    if t >= 64:
+        out.append(({"threads_per_row": t // 2, "rows_per_block": r * 2}, "threads/2, 2x rows"))
+        out.append(({"threads_per_row": t // 2, "chunks": c * 2}, "threads/2, 2x chunks"))
+    if c > 1:
+        out.append(({"threads_per_row": t * 2, "chunks": c // 2}, "2x threads, chunks/2"))
+        if r > 1:
+            out.append(
+                (
+                    {"threads_per_row": t * 2, "rows_per_block": r // 2, "chunks": c // 2},
+                    "2x threads, rows/2, chunks/2",
+                )
+            )
+    return out
 
 
 def _avoided(item: Item, plan: Plan) -> bool:

@@ -1,0 +1,56 @@
+"""The offline tuner reshapes a layout (two fields at once) where one-field steps cannot reach:
+a warp-per-row streaming kernel with several rows per block can become a multi-warp row."""
+
+import dataclasses
+
+from factory.agents.context import build_context
+from factory.agents.offline import OfflineTuner, _reshapes
+from factory.agents.types import Plan
+from factory.ir import lower
+from factory.schedules import Schedule, is_valid
+from factory.spec import load_catalogue
+
+
+def test_reshapes_keep_the_block_or_the_row_work_the_same_size():
+    s = Schedule(threads_per_row=32, rows_per_block=8, chunks=4, mode="stream")
+    for change, _why in _reshapes(s):
+        c = dataclasses.replace(s, **change)
+        assert c.threads_per_row != s.threads_per_row
+        same_block = c.threads_per_row * c.rows_per_block == s.threads_per_row * s.rows_per_block
+        same_work = c.threads_per_row * c.chunks == s.threads_per_row * s.chunks
+        assert same_block or same_work or c.rows_per_block == 1
+
+
+def test_the_tuner_leaves_one_warp_per_row_for_a_streaming_cross_entropy():
+    w = load_catalogue()["cross_entropy"]
+    w = dataclasses.replace(w, shapes=({"M": 2048, "V": 32000},))
+    ir = lower(w)
+    best = Schedule(
+        threads_per_row=32,
+        rows_per_block=8,
+        chunks=4,
+        mode="stream",
+        online=True,
+        fast_math=False,
+        min_threads_per_sm=768,
+    )
+    assert is_valid(ir, best, {"M": 2048, "V": 32000})[0]
+    record = {
+        "job": "j",
+        "status": "passed",
+        "median_us": 40.5,
+        "dims": {"M": 2048, "V": 32000},
+        "schedule": best.to_dict(),
+        "ptx_sha256": "p1",
+        "generation": 0,
+        "family": "softmax",
+    }
+    ctx = build_context(
+        w, generation=1, population=8, evidence=[record], seed=0, settings={"job": "j"}
+    )
+    plan = Plan("exploit", 0, 8, {}, {}, [], "")
+    drafts = OfflineTuner().tune(ctx, plan, 24, set())
+    assert drafts, "the tuner proposed nothing"
+    wider = [d for d in drafts if d.schedule["threads_per_row"] > 32]
+    assert wider, [d.note for d in drafts]
+    assert any("reshape" in d.note for d in wider)
