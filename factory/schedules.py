@@ -257,6 +257,22 @@ def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     v = 16 // eb
     fm = fast_math_allowed(ir)
     online = bool(ir.online)
+    if online and not any(o.role == "row" for o in ir.outputs) and n > 32 * v * 8:
+        # A per-row result from max/sum-of-exp over a long row (cross-entropy): stream it once
+        # with the online pair, one warp per row, two rows per block, four 16-byte chunks in
+        # flight. On the H200 one warp per row with 2-8 rows per block ran 40.8-41.0 us at
+        # 2048x32000 against 63.6 us for the row in registers, and this layout was the fastest
+        # swept at 4096x32000 (66.8 us) and 4096x128256 (240 us): bench/results/
+        # 2026-12-02-h200-sweep and -loop2.
+        return Schedule(
+            threads_per_row=32,
+            rows_per_block=2,
+            vec_elems=v,
+            chunks=4,
+            mode="stream",
+            online=True,
+            fast_math=fm,
+        )
     chunks = 4
     threads = 32
     while threads * v * chunks < n and threads < MAX_THREADS_PER_BLOCK:
