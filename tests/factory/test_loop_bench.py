@@ -26,10 +26,11 @@ def softmax_workload():
     )
 
 
-def test_the_loop_run_writes_results_and_a_report_with_a_fake_gpu(tmp_path):
-    args = argparse.Namespace(
+def fake_run_args(tmp_path, **over) -> argparse.Namespace:
+    """bench.loop_run's arguments for a small run on the fake GPU."""
+    args = dict(
         out=str(tmp_path),
-        ops=["softmax", "missing_op"],
+        ops=["softmax"],
         generations=3,
         warm_generations=1,
         customer_generations=2,
@@ -40,7 +41,13 @@ def test_the_loop_run_writes_results_and_a_report_with_a_fake_gpu(tmp_path):
         seed=0,
         fake=True,
         render=None,
+        prior="",
     )
+    return argparse.Namespace(**(args | over))
+
+
+def test_the_loop_run_writes_results_and_a_report_with_a_fake_gpu(tmp_path):
+    args = fake_run_args(tmp_path, ops=["softmax", "missing_op"])
     customer = dataclasses.replace(softmax_workload(), baseline=customer_baseline())
     result = loop_run.run(
         args, catalogue={"softmax": softmax_workload()}, customer=(customer, "rowsoftmax.cu")
@@ -63,19 +70,11 @@ def test_the_loop_run_writes_results_and_a_report_with_a_fake_gpu(tmp_path):
 
 
 def test_a_job_seeded_with_recorded_h200_sweeps_starts_from_their_winners(tmp_path):
-    args = argparse.Namespace(
-        out=str(tmp_path),
-        ops=["softmax"],
+    args = fake_run_args(
+        tmp_path,
         generations=2,
-        warm_generations=1,
         customer_generations=1,
-        population=4,
-        prune_factor=2,
         sweep_limit=12,
-        budget_s=300,
-        seed=0,
-        fake=True,
-        render=None,
         prior="bench/results/2026-12-02-h200-sweep/run2-shape0.json",
     )
     from factory.spec import load_catalogue

@@ -12,11 +12,30 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "redteam"
 
 RUN = {"rel_err": 0.0, "max_abs_err": 0.0, "nonfinite": 0, "bad_elements": 0,
        "first_bad_index": -1, "passed": True}  # fmt: skip
 CHECKS = {"runs_checked": 3, "runs_failed": 0, "worst_rel_err": 0.0, "max_abs_err": 0.0,
           "nonfinite": 0, "bad_elements": 0, "first_failure": None}  # fmt: skip
+
+
+def fixture_candidate(cid: str, entry: str) -> dict:
+    """A batch candidate from a red-team PTX fixture (x, y, M, N; one 64-thread block per row)."""
+    return {
+        "id": cid,
+        "ptx": (FIXTURES / f"{entry}.ptx").read_text(),
+        "entry": entry,
+        "params": [
+            {"kind": "tensor", "ptx_type": "u64", "name": "x"},
+            {"kind": "tensor", "ptx_type": "u64", "name": "y"},
+            {"kind": "dim", "ptx_type": "u32", "name": "M"},
+            {"kind": "dim", "ptx_type": "u32", "name": "N"},
+        ],
+        "launch": {"grid": ["M", 1, 1], "block": [64, 1, 1], "smem_bytes": 0},
+    }
 
 
 def _hang(deadline, timeout_s: float):

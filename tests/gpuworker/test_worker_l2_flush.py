@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gpuworker_standin_child as standin
 import numpy as np
 import pytest
 
@@ -22,7 +23,6 @@ from gpuworker.batch import L2_FLUSH_MODES, BatchError, Options, parse_batch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # bench/ is not an installed package
 KERNELS = Path(child.__file__).with_name("kernels")
-FIXTURES = ROOT / "tests" / "fixtures" / "redteam"
 
 
 def good_batch() -> dict:
@@ -255,18 +255,7 @@ def _softmax_batch(options: dict) -> dict:
         "shapes": [{"M": 4, "N": 64}],
         "heldout_shapes": [],
         "candidates": [
-            {
-                "id": "honest",
-                "ptx": (FIXTURES / "honest_bf16.ptx").read_text(),
-                "entry": "honest_bf16",
-                "params": [
-                    {"kind": "tensor", "ptx_type": "u64", "name": "x"},
-                    {"kind": "tensor", "ptx_type": "u64", "name": "y"},
-                    {"kind": "dim", "ptx_type": "u32", "name": "M"},
-                    {"kind": "dim", "ptx_type": "u32", "name": "N"},
-                ],
-                "launch": {"grid": ["M", 1, 1], "block": [64, 1, 1], "smem_bytes": 0},
-            }
+            standin.fixture_candidate("honest", "honest_bf16"),
         ],
         "baselines": [],
         "options": options,

@@ -20,7 +20,6 @@ from gpuworker.worker import ChildFailed, ChildWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-FIXTURES = ROOT / "tests" / "fixtures" / "redteam"
 PREP_S = 1.0
 SETUP = {"op": "setup", "manifest": "", "baseline_source": None, "shapes": []}
 HANG = {"op": "verify", "entrant": {"key": "candidate:hang", "entry": "infinite_loop"},
@@ -134,19 +133,7 @@ def test_with_the_spare_off_no_spare_is_started_and_a_restart_is_cold():
 
 
 # -- the runner ---------------------------------------------------------------------------------
-def _candidate(cid: str, entry: str) -> dict:
-    return {
-        "id": cid,
-        "ptx": (FIXTURES / f"{entry}.ptx").read_text(),
-        "entry": entry,
-        "params": [
-            {"kind": "tensor", "ptx_type": "u64", "name": "x"},
-            {"kind": "tensor", "ptx_type": "u64", "name": "y"},
-            {"kind": "dim", "ptx_type": "u32", "name": "M"},
-            {"kind": "dim", "ptx_type": "u32", "name": "N"},
-        ],
-        "launch": {"grid": ["M", 1, 1], "block": [64, 1, 1], "smem_bytes": 0},
-    }
+_candidate = standin.fixture_candidate
 
 
 def hang_batch(**options) -> dict:
