@@ -3,8 +3,9 @@
 - The planner reads the job's history, the evidence of similar past jobs and the lessons, and
   decides how many candidates the writer and the tuner make and what to prefer or avoid.
 - The writer takes untried points of the search spaces (generator schedules, edits of the
-  customer's kernel): gen 0 seeds from the winners of similar past jobs (warm start) or, cold,
-  from the default schedule plus a spread of the space (farthest-point sampling over fields);
+  customer's kernel): gen 0 seeds from the winners of similar past jobs and reshapes of the two
+  best (warm start) or, cold, from the default schedule plus a spread of the space
+  (farthest-point sampling over fields);
   later it takes the cost model's predicted-fastest untried points, with some random exploration.
 - The tuner mutates the best measured candidates one field at a time (neighbour values taken from
   the space, so every mutant is valid), reshapes them (more threads per row with fewer rows per
@@ -153,11 +154,24 @@ class OfflineWriter:
         untried = untried or [it for it in pool if it.key not in tried]
         picks: list[tuple[Item, str]] = []
         if plan.strategy == "warm_start":
-            picks += [
-                (it, "warm start: a winner of a similar past job")
+            warm = [
+                it
                 for it in OfflinePlanner._warm(ctx)
                 if it.key not in tried and (kind is None or it.kind == kind)
             ]
+            # The past winners ran at other shapes: the best layout moves with the shape (fewer
+            # rows want more threads per row), so the two best are also reshaped.
+            by_key = {it.key: it for it in pool}
+            reshaped = []
+            for w in warm[:2]:
+                for change, why in _reshapes(w.value):
+                    it = by_key.get(Item(w.kind, dataclasses.replace(w.value, **change)).key)
+                    if it is not None and it.key not in tried:
+                        reshaped.append((it, f"warm start: a past winner reshaped ({why})"))
+            half = max(1, n // 2)
+            picks += [(it, "warm start: a winner of a similar past job") for it in warm[:half]]
+            picks += reshaped
+            picks += [(it, "warm start: a winner of a similar past job") for it in warm[half:]]
         if (ctx.generation == 0 or not ctx.job_records) and kind != "edit":
             d = default_item(ctx)
             if d is not None and d.key not in tried:

@@ -54,3 +54,40 @@ def test_the_tuner_leaves_one_warp_per_row_for_a_streaming_cross_entropy():
     wider = [d for d in drafts if d.schedule["threads_per_row"] > 32]
     assert wider, [d.note for d in drafts]
     assert any("reshape" in d.note for d in wider)
+
+
+def test_a_warm_start_also_reshapes_the_past_winners_for_the_new_shape():
+    from factory.agents.offline import OfflineWriter
+
+    w = load_catalogue()["cross_entropy"]
+    w = dataclasses.replace(w, shapes=({"M": 1024, "V": 32000},))
+    winner = Schedule(
+        threads_per_row=32,
+        rows_per_block=8,
+        chunks=4,
+        mode="stream",
+        online=True,
+        fast_math=False,
+        min_threads_per_sm=768,
+    )
+    past = {
+        "job": "earlier",
+        "status": "passed",
+        "median_us": 40.5,
+        "dims": {"M": 2048, "V": 32000},
+        "schedule": winner.to_dict(),
+        "ptx_sha256": "p1",
+        "generation": 0,
+        "family": "softmax",
+        "dtype": "bf16",
+        "gpu": "sm_90",
+    }
+    ctx = build_context(
+        w, generation=0, population=8, evidence=[past], seed=0, settings={"job": "new"}
+    )
+    plan = Plan("warm_start", 8, 0, {}, {}, [], "")
+    drafts = OfflineWriter().write(ctx, plan, 8, set())
+    notes = [d.note for d in drafts]
+    assert any(n.startswith("warm start: a winner") for n in notes), notes
+    reshaped = [d for d in drafts if "reshaped" in d.note]
+    assert reshaped and all(d.schedule["threads_per_row"] != 32 for d in reshaped), notes
