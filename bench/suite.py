@@ -34,7 +34,7 @@ OPS = ("softmax", "cross_entropy", "rmsnorm", "layernorm", "add_rmsnorm", "silu_
 # The suite shapes are the catalogue manifests' own `shapes` (bf16 16384x4096, 16384x8192,
 # 32768x4096; cross-entropy 4096x32000 and 4096x128256).
 BASELINES = ("torch_eager", "torch_compile", "triton")
-CANDIDATES_PER_SHAPE = 3
+CANDIDATES_PER_SHAPE = 6
 
 
 # ---------------------------------------------------------------- candidates
@@ -63,22 +63,25 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     v = base.vec_elems
     out = []
     if base.mode == "cached":
-        # The row in registers; the same with registers capped for more resident blocks; the
-        # same with the next row prefetched (persistent grid, as many blocks per SM as fit
-        # without spilling); then the same capacity with twice the threads and half the chunks.
-        # (On the H200, 2026-12-02, the plain layout won 14 of 18 cases against prefetching.)
-        out.append(base)
-        occ = _occupancy_variant(ir, base)
-        if occ is not None:
-            out.append(occ)
-        for t, c in ((base.threads_per_row, base.chunks), (base.threads_per_row * 2, 2)):
-            if t <= 1024 and t * v * c >= n:
-                pf = _prefetch_variant(ir, replace(base, threads_per_row=t, chunks=c))
-                if pf is not None:
-                    out.append(pf)
-        for t, c in ((base.threads_per_row * 2, 2), (base.threads_per_row // 2, 8)):
-            if 32 <= t <= 1024 and t * v * c >= n:
-                out.append(replace(base, threads_per_row=t, chunks=c, rows_per_block=1))
+        # The row in registers at the default width, at twice the threads (half the chunks) and
+        # at half; each also with registers capped for the most resident threads that compile
+        # without local memory; for a softmax-like row, the online max/sum too. (The H200 sweeps
+        # of 2026-12-02 found every suite winner among these; prefetching persistent grids never
+        # won a case, so they are left to plans.)
+        shapes = [(base.threads_per_row, base.chunks)]
+        shapes += [(base.threads_per_row * 2, base.chunks // 2)] if base.chunks > 1 else []
+        shapes += [(base.threads_per_row // 2, base.chunks * 2)] if base.chunks < 16 else []
+        for t, c in shapes:
+            if not 32 <= t <= 1024 or t * v * c < n:
+                continue
+            s0 = replace(base, threads_per_row=t, chunks=c, rows_per_block=1 if t > 32 else 4)
+            out.append(s0)
+            occ = _occupancy_variant(ir, s0)
+            if occ is not None:
+                out.append(occ)
+        if ir.online and any(o.role == "row" for o in ir.outputs):
+            on = replace(base, online=True)
+            out += [on] + [x for x in [_occupancy_variant(ir, on)] if x is not None]
     online = [
         replace(base, mode="stream", online=True, threads_per_row=t, chunks=c, rows_per_block=1)
         for t, c in ((128, 4), (256, 4), (512, 2), (1024, 2))
