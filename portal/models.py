@@ -443,7 +443,19 @@ class Environment(models.Model):
     """Where a measurement was taken: GPU, driver and library versions (clock and times are kept
     per measurement, not here). Unique by the hash of its canonical JSON."""
 
-    VOLATILE_KEYS = ("sm_clock_mhz", "started_at", "finished_at", "hostname")
+    # Per batch, not per machine: clocks, times, and the worker's restart bookkeeping.
+    VOLATILE_KEYS = (
+        "sm_clock_mhz",
+        "started_at",
+        "finished_at",
+        "hostname",
+        "worker_restarts",
+        "restart_s",
+        "restart_log",
+        "warm_spare",
+        "spares_started",
+        "spare_disabled",
+    )
 
     gpu = models.CharField(max_length=100)
     sm = models.CharField(max_length=16, blank=True)
@@ -456,9 +468,13 @@ class Environment(models.Model):
         return f"{self.gpu} ({self.sm}, driver {self.driver})"
 
     @classmethod
-    def describe(cls, env: dict) -> dict:
-        """The stable part of a results file's `env`."""
-        return {k: v for k, v in sorted(env.items()) if k not in cls.VOLATILE_KEYS}
+    def describe(cls, env: dict, timing_protocol: dict | None = None) -> dict:
+        """The stable part of a results file's `env`, with how it timed (the L2 flush: a write
+        flush adds ~4 us to every 256 MB kernel, so the two are not the same measurement)."""
+        out = {k: v for k, v in env.items() if k not in cls.VOLATILE_KEYS}
+        if timing_protocol and timing_protocol.get("l2_flush"):
+            out["l2_flush"] = str(timing_protocol["l2_flush"])
+        return dict(sorted(out.items()))
 
 
 class VerificationResult(models.Model):

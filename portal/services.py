@@ -457,8 +457,8 @@ def gpu_batch_dispatch(*, generation: Generation) -> GpuBatch | None:
 # --- Recording results --------------------------------------------------------------------------
 
 
-def environment_get(*, env: dict) -> Environment:
-    stable = Environment.describe(env)
+def environment_get(*, env: dict, timing_protocol: dict | None = None) -> Environment:
+    stable = Environment.describe(env, timing_protocol)
     digest = sha256_hex(canonical_json(stable))
     environment, _ = Environment.objects.get_or_create(
         sha256=digest,
@@ -509,7 +509,9 @@ def results_record(*, results: dict, source: str = "worker") -> GpuBatch:
         if batch.status == GpuBatch.RECORDED:
             return batch
         job = batch.job
-        env = environment_get(env=results.get("env") or {})
+        env = environment_get(
+            env=results.get("env") or {}, timing_protocol=results.get("timing_protocol")
+        )
         by_code = {str(c.code): c for c in batch.generation.candidates.all()}
         for entry in results.get("candidates", []):
             candidate = by_code.get(str(entry.get("id")))

@@ -68,3 +68,24 @@ def test_a_stored_compile_report_reads_as_a_typed_summary(acme_world):
         True,
         0,
     )
+
+
+@pytest.mark.django_db
+def test_an_environment_is_the_machine_and_its_timing_protocol_not_one_batchs_bookkeeping():
+    from portal.services import environment_get
+
+    env = {"gpu": "NVIDIA H200", "sm": "sm_90", "driver": "580.159.04", "torch": "2.11.0"}
+    a = environment_get(
+        env=env | {"worker_restarts": 0, "restart_s": [], "sm_clock_mhz": 1980},
+        timing_protocol={"l2_flush": "read"},
+    )
+    b = environment_get(
+        env=env
+        | {"worker_restarts": 1, "restart_s": [0.001], "spares_started": 2,
+           "restart_log": [{"source": "warm_spare", "switch_s": 0.001}]},
+        timing_protocol={"l2_flush": "read"},
+    )  # fmt: skip
+    c = environment_get(env=env, timing_protocol={"l2_flush": "write"})
+    assert a.pk == b.pk
+    assert c.pk != a.pk and c.versions["l2_flush"] == "write"
+    assert "restart_log" not in a.versions and a.versions["l2_flush"] == "read"
