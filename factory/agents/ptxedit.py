@@ -71,7 +71,9 @@ _PARAM = re.compile(r"\.param\s+\.\w+\s+(?:\.ptr[\w.]*\s+)?([\w$]+)")
 _SPECIAL = {"%tid", "%ntid", "%ctaid", "%nctaid", "%laneid", "%warpid", "%clock", "%clock64"}
 
 
-def _split_operands(text: str) -> list[str]:
+def split_operands(text: str) -> list[str]:
+    """The comma-separated operands of one PTX instruction, keeping `{a, b}` vectors and
+    `[addr+off]` addresses whole."""
     out, depth, cur = [], 0, ""
     for ch in text:
         if ch in "[{":
@@ -96,7 +98,7 @@ def _instructions(ptx: str) -> list[tuple[str | None, str, list[str]]]:
         if op.startswith(".") or op in ("ret", "exit"):
             rows.append((guard, op, []))
             continue
-        rows.append((guard, op, _split_operands(rest)))
+        rows.append((guard, op, split_operands(rest)))
     return rows
 
 
@@ -206,7 +208,7 @@ def _apply_ld_cache(
         nonlocal count
         vec = m.group("vec") or ""
         if mode == "nc":
-            ops = _split_operands(m.group("rest"))
+            ops = split_operands(m.group("rest"))
             addr = _address_register(ops[-1]) if ops else None
             src = (prov.get(addr, {"?"}) if addr else {"?"}) - {"."}
             if not src or "?" in src or not src <= safe_params:

@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from factory.agents.ptxedit import split_operands
 from factory.emit import emit
 from factory.ir import lower
 from factory.schedules import Schedule, default_schedule
@@ -91,24 +92,7 @@ class Kernel:
             pred, op, rest = mm.groups()
             neg = bool(pred and "!" in pred)
             pred = pred.strip().lstrip("@!") if pred else None
-            self.code.append((pred, neg, op, _operands(rest)))
-
-
-def _operands(rest: str) -> list:
-    out, depth, cur = [], 0, ""
-    for ch in rest:
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
-    return out
+            self.code.append((pred, neg, op, split_operands(rest)))
 
 
 # ---------------------------------------------------------------- memory
