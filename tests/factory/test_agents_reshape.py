@@ -10,9 +10,34 @@ from factory.ir import lower
 from factory.schedules import Schedule, is_valid
 from factory.spec import load_catalogue
 
+# One warp per row, eight rows per block: where the H200 loop's cross-entropy search got stuck.
+WARP_ROWS = Schedule(
+    threads_per_row=32,
+    rows_per_block=8,
+    chunks=4,
+    mode="stream",
+    online=True,
+    fast_math=False,
+    min_threads_per_sm=768,
+)
+
+
+def passed_record(job: str, dims: dict, **extra) -> dict:
+    return {
+        "job": job,
+        "status": "passed",
+        "median_us": 40.5,
+        "dims": dims,
+        "schedule": WARP_ROWS.to_dict(),
+        "ptx_sha256": "p1",
+        "generation": 0,
+        "family": "softmax",
+        **extra,
+    }
+
 
 def test_reshapes_keep_the_block_or_the_row_work_the_same_size():
-    s = Schedule(threads_per_row=32, rows_per_block=8, chunks=4, mode="stream")
+    s = WARP_ROWS
     for change, _why in _reshapes(s):
         c = dataclasses.replace(s, **change)
         assert c.threads_per_row != s.threads_per_row
@@ -25,26 +50,8 @@ def test_the_tuner_leaves_one_warp_per_row_for_a_streaming_cross_entropy():
     w = load_catalogue()["cross_entropy"]
     w = dataclasses.replace(w, shapes=({"M": 2048, "V": 32000},))
     ir = lower(w)
-    best = Schedule(
-        threads_per_row=32,
-        rows_per_block=8,
-        chunks=4,
-        mode="stream",
-        online=True,
-        fast_math=False,
-        min_threads_per_sm=768,
-    )
-    assert is_valid(ir, best, {"M": 2048, "V": 32000})[0]
-    record = {
-        "job": "j",
-        "status": "passed",
-        "median_us": 40.5,
-        "dims": {"M": 2048, "V": 32000},
-        "schedule": best.to_dict(),
-        "ptx_sha256": "p1",
-        "generation": 0,
-        "family": "softmax",
-    }
+    assert is_valid(ir, WARP_ROWS, {"M": 2048, "V": 32000})[0]
+    record = passed_record("j", {"M": 2048, "V": 32000})
     ctx = build_context(
         w, generation=1, population=8, evidence=[record], seed=0, settings={"job": "j"}
     )
@@ -61,27 +68,7 @@ def test_a_warm_start_also_reshapes_the_past_winners_for_the_new_shape():
 
     w = load_catalogue()["cross_entropy"]
     w = dataclasses.replace(w, shapes=({"M": 1024, "V": 32000},))
-    winner = Schedule(
-        threads_per_row=32,
-        rows_per_block=8,
-        chunks=4,
-        mode="stream",
-        online=True,
-        fast_math=False,
-        min_threads_per_sm=768,
-    )
-    past = {
-        "job": "earlier",
-        "status": "passed",
-        "median_us": 40.5,
-        "dims": {"M": 2048, "V": 32000},
-        "schedule": winner.to_dict(),
-        "ptx_sha256": "p1",
-        "generation": 0,
-        "family": "softmax",
-        "dtype": "bf16",
-        "gpu": "sm_90",
-    }
+    past = passed_record("earlier", {"M": 2048, "V": 32000}, dtype="bf16", gpu="sm_90")
     ctx = build_context(
         w, generation=0, population=8, evidence=[past], seed=0, settings={"job": "new"}
     )
