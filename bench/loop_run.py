@@ -265,6 +265,10 @@ class Budget:
     def left(self) -> float:
         return self.end - time.monotonic()
 
+    def job_deadline(self, reserve_s: float = 20.0) -> float:
+        """Seconds one job may take: at most JOB_CAP_S, and `reserve_s` short of the end."""
+        return min(JOB_CAP_S, max(5.0, self.left() - reserve_s))
+
 
 def run(args, catalogue: dict | None = None, customer: tuple | None = None) -> dict:
     """The whole run; `catalogue` and `customer` ((workload, label)) replace the catalogue and
@@ -347,7 +351,7 @@ def run(args, catalogue: dict | None = None, customer: tuple | None = None) -> d
             generations=args.generations,
             evidence_store=store,
             job=f"cold-{name}",
-            deadline_s=min(JOB_CAP_S, max(5.0, budget.left() - 20)),
+            deadline_s=budget.job_deadline(),
             gpu_seconds_per_candidate=sweep["gpu_s_per_candidate"],
             **common,
         )
@@ -452,7 +456,7 @@ def seeded_experiment(w, name, prior, bench_fn, args, common, cold, sweep, budge
         generations=args.warm_generations,
         evidence_store=store,
         job=f"seeded-{name}",
-        deadline_s=min(JOB_CAP_S, max(5.0, budget.left() - 20)),
+        deadline_s=budget.job_deadline(),
         **common,
     )
     out = {"prior_records": len(prior), "seeded": job_summary(seeded)}
@@ -483,7 +487,7 @@ def warm_experiment(w, w0, row_dim, bench_fn, store, args, common, name, budget)
         generations=args.warm_generations,
         evidence_store=store,
         job=f"warm-{name}",
-        deadline_s=min(JOB_CAP_S, max(5.0, budget.left() - 20)),
+        deadline_s=budget.job_deadline(),
         **common,
     )
     log(f"{name}: cold job at {dims2} (separate evidence)")
@@ -493,7 +497,7 @@ def warm_experiment(w, w0, row_dim, bench_fn, store, args, common, name, budget)
         generations=max(2, args.generations - 1),
         evidence_store=ev.JsonlEvidenceStore(),
         job=f"cold2-{name}",
-        deadline_s=min(JOB_CAP_S, max(5.0, budget.left() - 20)),
+        deadline_s=budget.job_deadline(),
         **common,
     )
     out = {"dims": dims2, "warm": job_summary(warm), "cold_same_shape": job_summary(cold2)}
@@ -531,7 +535,7 @@ def customer_experiment(bench_fn, store, args, common, customer, budget) -> dict
         generations=args.customer_generations,
         evidence_store=store,
         job="customer",
-        deadline_s=min(JOB_CAP_S, max(5.0, budget.left() - 10)),
+        deadline_s=budget.job_deadline(10.0),
         baselines=("customer",),
         **common,
     )
