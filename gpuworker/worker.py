@@ -131,15 +131,6 @@ class ChildWorker:
         self.spare_disabled_reason = ""
         self._serial = 0
 
-    # -- compatibility: the active child's process and pipe ---------------------------------
-    @property
-    def proc(self):
-        return self.active.proc if self.active is not None else None
-
-    @property
-    def conn(self):
-        return self.active.conn if self.active is not None else None
-
     # -- lifecycle -----------------------------------------------------------------------------
     def _spawn(self, role: str) -> _Child:
         if self.target is None:
