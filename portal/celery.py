@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
 from kombu import Queue
 
 GPU_ARCHS = ("sm_90", "sm_100")
@@ -30,9 +31,18 @@ if HAS_DJANGO:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 
+def var_dir() -> Path:
+    return Path(os.environ.get("PTXF_VAR_DIR") or Path(__file__).resolve().parent.parent / "var")
+
+
 def broker_dir() -> Path:
-    base = Path(os.environ.get("PTXF_VAR_DIR") or Path(__file__).resolve().parent.parent / "var")
-    return base / "broker"
+    return var_dir() / "broker"
+
+
+def ready_dir() -> Path:
+    """Where each worker of this machine leaves `<name>.ready` once it consumes its queues, so
+    `manage.py up` announces the portal only when jobs can run."""
+    return var_dir() / "run"
 
 
 def celery_config(environ: dict[str, str] | None = None) -> dict:
@@ -106,6 +116,20 @@ def make_folders() -> None:
     if not os.environ.get("CELERY_BROKER_URL"):
         for sub in ("messages", "processed", "control"):
             (broker_dir() / sub).mkdir(parents=True, exist_ok=True)
+
+
+@worker_ready.connect
+def _mark_ready(sender=None, **kwargs):
+    folder = ready_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{sender.hostname}.ready").write_text(f"{os.getpid()}\n")
+
+
+@worker_shutdown.connect
+def _unmark_ready(sender=None, **kwargs):
+    hostname = getattr(sender, "hostname", None)
+    if hostname:
+        (ready_dir() / f"{hostname}.ready").unlink(missing_ok=True)
 
 
 app = Celery("portal")

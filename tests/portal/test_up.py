@@ -36,13 +36,13 @@ def test_up_serves_the_portal_and_the_demo_customer_logs_in(tmp_path):
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 240  # web server, then the worker on a busy 2-core box
         while "is up" not in log.read_text() and time.monotonic() < deadline:
             assert proc.poll() is None, log.read_text()
             time.sleep(0.3)
         text = log.read_text()
         assert f"http://127.0.0.1:{port}/" in text and "demo / demo-pass-2026" in text
-        assert "cpu@" in text  # the workers were started
+        assert re.search(r"workers ready: .*cpu@", text), text  # the worker consumes its queues
 
         jar = http.cookiejar.CookieJar()
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))

@@ -43,6 +43,7 @@ class Command(BaseCommand):
             return
         if not facts.gpu_ids:
             self.stdout.write("no GPU visible: GPU batches wait in their queue (or get imported)")
+        self.stdout.flush()  # before the workers print, and before we block supervising them
         procs = []
         for command in commands:
             env = {**os.environ, **command.env}

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from portal.celery import ready_dir
 from portal.management.commands.seed_demo import DEMO_USERS
 from portal.management.supervise import supervise
 
@@ -28,6 +29,9 @@ class Command(BaseCommand):
         call_command("seed_demo", stdout=self.stdout)
         manage = [sys.executable, str(settings.BASE_DIR / "manage.py")]
         procs = []
+        ready = ready_dir()
+        for stale in ready.glob("*.ready"):
+            stale.unlink(missing_ok=True)
         if not opts["no_workers"]:
             procs.append(subprocess.Popen([*manage, "start_workers"], cwd=settings.BASE_DIR))
         # runserver --insecure serves static files from the app and project folders without a
@@ -39,7 +43,15 @@ class Command(BaseCommand):
             )
         )
         url = f"http://{opts['addr']}/"
-        if self._wait_for(url + "accounts/login/", procs):
+        web_up = self._wait_for(url + "accounts/login/", procs)
+        if web_up and not opts["no_workers"]:
+            # "Up" means a submitted job runs: wait for the CPU worker to consume its queues.
+            workers = self._wait_for_workers(ready, procs)
+            if workers:
+                self.stdout.write(f"workers ready: {', '.join(workers)}")
+            else:
+                self.stdout.write(self.style.WARNING("the workers are not ready yet: jobs wait"))
+        if web_up:
             username, password = DEMO_USERS[0][:2]
             self.stdout.write(self.style.SUCCESS(f"\nPTX Kernel Factory is up: {url}"))
             self.stdout.write(f"log in as {username} / {password} (customer of Acme)")
@@ -47,6 +59,15 @@ class Command(BaseCommand):
         stopping = supervise(procs, grace_s=25)
         if not stopping:
             sys.exit(1)
+
+    def _wait_for_workers(self, ready, procs, timeout_s: float = 120.0) -> list[str]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and not any(p.poll() is not None for p in procs):
+            names = sorted(path.stem for path in ready.glob("*.ready"))
+            if any(name.startswith("cpu@") for name in names):
+                return names
+            time.sleep(0.5)
+        return []
 
     def _wait_for(self, url: str, procs, timeout_s: float = 60.0) -> bool:
         deadline = time.monotonic() + timeout_s
