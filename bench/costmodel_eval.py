@@ -4,7 +4,9 @@
 
 1. Per operator, five-fold Spearman (folds by schedule) on the verified records of the schedule
    sweeps (bench/sweep.py output: every record has its schedule, shape, bytes and median).
-2. Transfer: fitted on the sweeps (suite shapes), Spearman on a loop run's verified job records
+2. Shape transfer within the sweeps: fitted on one suite shape's records, Spearman on the other
+   shape's (both ways, the mean).
+3. Transfer: fitted on the sweeps (suite shapes), Spearman on a loop run's verified job records
    (other shapes), per operator, next to five-fold Spearman on those job records alone.
 Prints a markdown table.
 """
@@ -59,6 +61,21 @@ def loop_records(path: str) -> dict[str, list[dict]]:
     return out
 
 
+def shape_transfer(records: list[dict]) -> float | None:
+    """Mean Spearman of a model fitted at one shape and scored at another, over ordered pairs."""
+    by_shape: dict[str, list[dict]] = {}
+    for r in records:
+        by_shape.setdefault(json.dumps(r["dims"], sort_keys=True), []).append(r)
+    scores = [
+        CostModel().fit(train).score(test)
+        for a, train in by_shape.items()
+        for b, test in by_shape.items()
+        if a != b
+    ]
+    scores = [x for x in scores if x is not None]
+    return sum(scores) / len(scores) if scores else None
+
+
 def fmt(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -71,15 +88,16 @@ def main(argv=None) -> int:
     sweeps = sweep_records(a.sweeps)
     loop = loop_records(a.loop) if a.loop else {}
     lines = [
-        "| operator | sweep records | 5-fold on sweeps | loop records | sweeps -> loop | "
-        "5-fold on loop |",
-        "|---|---|---|---|---|---|",
+        "| operator | sweep records | 5-fold on sweeps | shape to shape | loop records | "
+        "sweeps -> loop | 5-fold on loop |",
+        "|---|---|---|---|---|---|---|",
     ]
     for op in sorted(set(sweeps) | set(loop)):
         s, lp = sweeps.get(op, []), loop.get(op, [])
         transfer = CostModel().fit(s).score(lp) if s and lp else None
         lines.append(
-            f"| {op} | {len(s)} | {fmt(held_out_spearman(s) if s else None)} | {len(lp)} | "
+            f"| {op} | {len(s)} | {fmt(held_out_spearman(s) if s else None)} | "
+            f"{fmt(shape_transfer(s) if s else None)} | {len(lp)} | "
             f"{fmt(transfer)} | {fmt(held_out_spearman(lp) if lp else None)} |"
         )
     print("\n".join(lines))

@@ -19,7 +19,8 @@ What it runs (each stage is skipped, and says so, once the time budget is spent)
 5. with `--prior GLOB` (schedule sweeps recorded by bench/sweep.py on the same GPU, at other
    shapes): per operator, a job whose evidence memory holds only that recorded evidence, against
    the cold job's curve, and the cost model fitted on it alone ranking this run's sweep.
-Writes results.json, report.md, evidence.jsonl and charts.html (plotly, when importable) to --out.
+Writes results.json, report.md, evidence.jsonl, sweep.jsonl and charts.html (plotly, when
+importable) to --out.
 """
 
 from __future__ import annotations
@@ -289,7 +290,8 @@ def run(args, catalogue: dict | None = None, customer: tuple | None = None) -> d
     out.mkdir(parents=True, exist_ok=True)
     budget = Budget(args.budget_s)
     store = ev.JsonlEvidenceStore(out / "evidence.jsonl")
-    sweep_store = ev.JsonlEvidenceStore()  # never shown to the loop
+    # kept for analysis after the run (bench/costmodel_eval.py); never shown to the loop
+    sweep_store = ev.JsonlEvidenceStore(out / "sweep.jsonl")
     if catalogue is None:
         from factory.spec import load_catalogue
 

@@ -3,14 +3,23 @@
 Prediction target: log(median_us / roofline_us), where roofline_us is the time to move the
 operator's bytes once at HBM bandwidth (a prior: every candidate of a memory-bound operator is a
 multiple of it, so the model only has to learn the multiple). Features, from the schedule dict and
-the shape:
-- each numeric schedule field as log2(1 + v), and every field's value one-hot (catches
-  non-monotone effects, e.g. a block size that is best in the middle);
-- log2 of every dim, and the products of numeric schedule features with log2 of the dims (which
-  block size wins depends on the row length);
-and a ridge regression on standardised features (numpy only). Accuracy is the Spearman rank
-correlation between predicted and measured times on held-out evidence; `prune` keeps the
-predicted-fastest share of a population and says how much GPU time that saves.
+the shape, chosen so that what is learnt at one shape carries to another:
+- quantities the hardware sees, derived from the row layout and the shape: threads per block,
+  resident blocks per SM, waves of blocks over the GPU and the tail of the last wave, loop
+  iterations per row, elements in flight per SM, rows in flight per SM, whether a register-held
+  row fits, idle lanes in the last step, elements per thread, the row count and length (all as
+  log2 where they scale), and the same again for the register-held ("cached") mode;
+- every schedule field's value one-hot (catches what no formula above names: hints, online).
+A ridge regression on standardised features (numpy only). Raw schedule fields crossed with the
+dims fitted one shape well but ranked another shape's schedules poorly (recorded H200 evidence:
+Spearman 0.31 for cross-entropy from one vocabulary size to the other, against 0.80 now; see
+bench/costmodel_eval.py). Accuracy is the Spearman rank correlation between predicted and
+measured times on held-out evidence; `prune` keeps the predicted-fastest share of a population
+and says how much GPU time that saves.
+
+Dims: the last dim (in `dim_order`, else in the dict's order) is the row length, the product of
+the others the row count. A store that reorders keys (PostgreSQL jsonb) is undone by passing the
+workload's own order as `dim_order`.
 """
 
 from __future__ import annotations
@@ -24,6 +33,9 @@ import numpy as np
 # H200 HBM3e: 4.8 TB/s on the datasheet; a device-to-device copy reaches ~4.3 TB/s.
 HBM_BYTES_PER_US = 4.3e6
 LAUNCH_FLOOR_US = 2.0
+NUM_SMS = 132
+MAX_THREADS_PER_SM = 2048
+MAX_BLOCKS_PER_SM = 32
 
 
 def roofline_us(bytes_moved: float | None) -> float:
@@ -73,22 +85,72 @@ def spearman(a, b) -> float | None:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
+LAMBDAS = (0.3, 1.0, 3.0, 10.0, 30.0)
+
+
+def _loo_error(xs: np.ndarray, y: np.ndarray, lam: float) -> float:
+    """Mean squared leave-one-out error of ridge regression, in closed form (residual over one
+    minus leverage): small evidence sets want little shrinkage, large ones more."""
+    hat = xs @ np.linalg.solve(xs.T @ xs + lam * np.eye(xs.shape[1]), xs.T)
+    residual = y - hat @ y
+    return float(np.mean((residual / np.maximum(1.0 - np.diag(hat), 1e-6)) ** 2))
+
+
+def _num(s: dict, key: str, default: float) -> float:
+    v = s.get(key)
+    return float(v) if _is_number(v) and v else default
+
+
+def layout_features(s: dict, rows: float, row_len: float) -> list[float]:
+    """What the GPU sees of a row layout at a shape (see the module docstring); a schedule
+    without the row fields gets the generator's defaults."""
+    tpr = _num(s, "threads_per_row", 256.0)
+    tpb = tpr * _num(s, "rows_per_block", 1.0)
+    vec = _num(s, "vec_elems", 8.0)
+    chunks = _num(s, "chunks", 1.0)
+    persistent = _num(s, "persistent_blocks_per_sm", 0.0)
+    resident = min(_num(s, "min_threads_per_sm", MAX_THREADS_PER_SM), MAX_THREADS_PER_SM)
+    per_sm = max(1.0, min(float(MAX_BLOCKS_PER_SM), math.floor(resident / tpb)))
+    if persistent:
+        per_sm = min(per_sm, persistent)
+    blocks = NUM_SMS * persistent if persistent else math.ceil(rows / (tpb / tpr))
+    waves = blocks / (NUM_SMS * per_sm)
+    span = tpr * vec  # elements one step of the row's threads covers
+    cached = s.get("mode") == "cached"
+    fits = 1.0 if not cached or row_len <= span * chunks else 0.0
+    idle = (math.ceil(row_len / span) * span - row_len) / row_len
+    iterations = row_len / (span if cached else span * chunks)
+    return [
+        math.log2(tpb),
+        math.log2(max(waves, 1e-3)),
+        waves / math.ceil(waves),
+        math.log2(max(iterations, 1e-3)),
+        math.log2(per_sm * tpb * vec * chunks),
+        math.log2(per_sm * tpb / tpr),
+        fits,
+        idle,
+        math.log2(row_len / tpr),
+        math.log2(rows),
+        math.log2(row_len),
+    ]
+
+
 @dataclass
 class CostModel:
     """Ridge regression over schedule and shape features. Unfitted (or fitted on too little
     evidence) it predicts the roofline prior alone, which ranks all schedules of one shape
     equal."""
 
-    ridge_lambda: float = 1.0
+    ridge_lambda: float | None = None  # None: chosen by leave-one-out error from LAMBDAS
     min_records: int = 6
-    numeric_fields: list[str] = field(default_factory=list)
+    dim_order: list[str] = field(default_factory=list)
     onehot: list[tuple[str, str]] = field(default_factory=list)
-    dims: list[str] = field(default_factory=list)
     mean: np.ndarray | None = None
     scale: np.ndarray | None = None
     weights: np.ndarray | None = None
     bias: float = 0.0
     n_train: int = 0
+    chosen_lambda: float | None = None
 
     @property
     def fitted(self) -> bool:
@@ -96,30 +158,27 @@ class CostModel:
 
     def _vocab(self, records: list[dict]) -> None:
         values: dict[str, set] = {}
-        dims: set[str] = set()
         for r in records:
             for k, v in (r.get("schedule") or {}).items():
                 values.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
-            dims.update((r.get("dims") or {}).keys())
-        self.numeric_fields = sorted(
-            k for k, vs in values.items() if all(_is_number(json.loads(v)) for v in vs)
-        )
         self.onehot = sorted((k, v) for k, vs in values.items() for v in vs)
-        self.dims = sorted(dims)
+
+    def _rows_and_length(self, dims: dict) -> tuple[float, float]:
+        names = [d for d in self.dim_order if d in dims] + [
+            d for d in dims if d not in self.dim_order
+        ]
+        sizes = [max(float(dims[d]), 1.0) for d in names] or [1.0]
+        return float(np.prod(sizes[:-1])) if len(sizes) > 1 else 1.0, sizes[-1]
 
     def _features(self, schedule: dict | None, dims: dict) -> np.ndarray:
         s = schedule or {}
-        num = [
-            math.log2(1.0 + abs(float(s[k]))) if _is_number(s.get(k)) else 0.0
-            for k in self.numeric_fields
-        ]
         hot = [
             1.0 if json.dumps(s.get(k), sort_keys=True, default=str) == v else 0.0
             for k, v in self.onehot
         ]
-        logd = [math.log2(max(float(dims.get(d, 1)), 1.0)) for d in self.dims]
-        cross = [a * b for a in num for b in logd]
-        return np.array(num + hot + logd + cross, dtype=float)
+        layout = layout_features(s, *self._rows_and_length(dims))
+        cached = 1.0 if s.get("mode") == "cached" else 0.0
+        return np.array(layout + [x * cached for x in layout] + hot, dtype=float)
 
     def fit(self, records: list[dict]) -> CostModel:
         """Fit on passed records with a time; returns self. Too few records leave it unfitted."""
@@ -136,7 +195,10 @@ class CostModel:
         self.scale[self.scale == 0] = 1.0
         xs = (x - self.mean) / self.scale
         self.bias = float(y.mean())
-        a = xs.T @ xs + self.ridge_lambda * np.eye(xs.shape[1])
+        lambdas = LAMBDAS if self.ridge_lambda is None else (self.ridge_lambda,)
+        best = min(lambdas, key=lambda lam: _loo_error(xs, y - self.bias, lam))
+        self.chosen_lambda = best
+        a = xs.T @ xs + best * np.eye(xs.shape[1])
         self.weights = np.linalg.solve(a, xs.T @ (y - self.bias))
         return self
 

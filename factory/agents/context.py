@@ -266,9 +266,10 @@ def build_context(
     similar = [r for r in evidence if r.get("family") == family and r.get("gpu") == gpu]
     # the same operator's evidence teaches the model most; the family's when that is too little
     same_op = [r for r in similar if r.get("signature") == ctx.signature]
-    ctx.model = CostModel().fit(same_op)
+    order = list(workload.shapes[0]) if workload.shapes else []
+    ctx.model = CostModel(dim_order=order).fit(same_op)
     if not ctx.model.fitted:
-        ctx.model = CostModel().fit(similar)
+        ctx.model = CostModel(dim_order=order).fit(similar)
     ctx.lessons = ev.distil_lessons(evidence, family=family, gpu=gpu, dims=ctx.dims_list[0])
     return ctx
 

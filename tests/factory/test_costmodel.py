@@ -1,7 +1,16 @@
 import itertools
 import math
 
-from factory.costmodel import CostModel, held_out_spearman, prune, roofline_us, spearman
+import numpy as np
+
+from factory.costmodel import (
+    LAMBDAS,
+    CostModel,
+    held_out_spearman,
+    prune,
+    roofline_us,
+    spearman,
+)
 
 
 def landscape(block, vec, n):
@@ -52,3 +61,27 @@ def test_pruning_keeps_the_predicted_fastest_and_counts_the_time_saved():
     kept, report = prune(items, [4.0, 1.0, 3.0, 2.0], keep=2, gpu_seconds_per_candidate=1.5)
     assert kept == ["b", "d"]
     assert report.pruned == 2 and report.gpu_seconds_saved == 3.0
+
+
+def test_the_row_length_is_the_workloads_last_dim_even_when_a_store_reorders_the_keys():
+    # PostgreSQL jsonb hands {"T": .., "B": .., "D": ..} back as B, D, T: dim_order undoes it.
+    model = CostModel(dim_order=["B", "T", "D"])
+    assert model._rows_and_length({"D": 4096, "B": 2, "T": 8}) == (16.0, 4096.0)
+    assert CostModel()._rows_and_length({"M": 3, "N": 5}) == (3.0, 5.0)
+
+
+def test_ridge_shrinkage_is_chosen_by_leave_one_out_error_from_the_grid():
+    rng = np.random.default_rng(1)
+    records = [
+        {
+            "schedule": {"threads_per_row": int(t), "vec_elems": 8, "mode": "stream"},
+            "dims": {"M": 4096, "N": 4096},
+            "bytes": 2 * 4096 * 4096 * 2,
+            "median_us": 20.0 * (1 + abs(np.log2(t / 256))) * (1 + 0.01 * rng.random()),
+            "status": "passed",
+        }
+        for t in rng.choice([32, 64, 128, 256, 512, 1024], size=40)
+    ]
+    model = CostModel().fit(records)
+    assert model.chosen_lambda in LAMBDAS
+    assert model.score(records) > 0.9

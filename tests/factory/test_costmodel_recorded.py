@@ -1,6 +1,8 @@
 """The cost model against evidence recorded on the H200 (bench/results): a regression check that
 needs no GPU. Recorded sweeps hold 51-182 verified schedules per operator at the suite shapes."""
 
+import json
+
 from bench.costmodel_eval import LOOP, SWEEPS, loop_records, sweep_records
 from factory.costmodel import CostModel, held_out_spearman
 
@@ -14,13 +16,28 @@ def test_recorded_sweeps_are_read_for_every_suite_operator():
 
 def test_the_cost_model_ranks_held_out_recorded_schedules_well():
     recs = sweep_records(SWEEPS)
-    for op in ("softmax", "rmsnorm", "add_rmsnorm"):
+    for op in ("softmax", "rmsnorm", "add_rmsnorm", "cross_entropy", "layernorm"):
         rho = held_out_spearman(recs[op])
-        assert rho is not None and rho > 0.8, (op, rho)
+        assert rho is not None and rho > 0.75, (op, rho)
+
+
+def test_what_the_model_learns_at_one_shape_ranks_the_other_shape():
+    # Each sweep timed two suite shapes per operator: fit on one, rank the other's schedules.
+    # Raw schedule fields crossed with the dims managed 0.31 here for cross-entropy.
+    recs = sweep_records(SWEEPS)
+    for op in ("softmax", "rmsnorm", "add_rmsnorm", "cross_entropy", "layernorm", "silu_mul"):
+        by_shape: dict[str, list[dict]] = {}
+        for r in recs[op]:
+            by_shape.setdefault(json.dumps(r["dims"], sort_keys=True), []).append(r)
+        assert len(by_shape) == 2, op
+        first, second = by_shape.values()
+        for train, test in ((first, second), (second, first)):
+            rho = CostModel().fit(train).score(test)
+            assert rho is not None and rho > 0.55, (op, rho)
 
 
 def test_a_model_fitted_on_sweeps_ranks_another_runs_schedules_better_than_chance():
     sweeps, loop = sweep_records(SWEEPS), loop_records(LOOP)
     for op in ("softmax", "rmsnorm", "cross_entropy"):
         rho = CostModel().fit(sweeps[op]).score(loop[op])
-        assert rho is not None and rho > 0.3, (op, rho)
+        assert rho is not None and rho > 0.55, (op, rho)
