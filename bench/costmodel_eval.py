@@ -6,7 +6,11 @@
    sweeps (bench/sweep.py output: every record has its schedule, shape, bytes and median).
 2. Shape transfer within the sweeps: fitted on one suite shape's records, Spearman on the other
    shape's (both ways, the mean).
-3. Transfer: fitted on the sweeps (suite shapes), Spearman on a loop run's verified job records
+3. Picks at an unseen shape (what a warm start needs): fitted at one suite shape, the best
+   measured time among its k predicted-fastest schedules at the other shape, over that shape's
+   best; next to the first shape's own winner timed at the second (a warm start without a
+   model re-uses it).
+4. Transfer: fitted on the sweeps (suite shapes), Spearman on a loop run's verified job records
    (other shapes), per operator, next to five-fold Spearman on those job records alone.
 Prints a markdown table.
 """
@@ -17,6 +21,8 @@ import argparse
 import glob
 import json
 import sys
+
+import numpy as np
 
 from factory.costmodel import CostModel, held_out_spearman
 
@@ -63,9 +69,7 @@ def loop_records(path: str) -> dict[str, list[dict]]:
 
 def shape_transfer(records: list[dict]) -> float | None:
     """Mean Spearman of a model fitted at one shape and scored at another, over ordered pairs."""
-    by_shape: dict[str, list[dict]] = {}
-    for r in records:
-        by_shape.setdefault(json.dumps(r["dims"], sort_keys=True), []).append(r)
+    by_shape = _by_shape(records)
     scores = [
         CostModel().fit(train).score(test)
         for a, train in by_shape.items()
@@ -74,6 +78,50 @@ def shape_transfer(records: list[dict]) -> float | None:
     ]
     scores = [x for x in scores if x is not None]
     return sum(scores) / len(scores) if scores else None
+
+
+def _by_shape(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault(json.dumps(r["dims"], sort_keys=True), []).append(r)
+    return out
+
+
+def _random_best(records: list[dict], k: int, draws: int = 2000) -> float:
+    """The mean best time among k schedules drawn at random (the no-model baseline)."""
+    rng = np.random.default_rng(0)
+    times = np.array([r["median_us"] for r in records])
+    k = min(k, len(times))
+    return float(
+        np.mean([times[rng.choice(len(times), k, replace=False)].min() for _ in range(draws)])
+    )
+
+
+def picks_at_unseen_shape(records: list[dict], ks=(1, 4, 8)) -> list[dict]:
+    """Per ordered pair of shapes: how close the model's top-k picks at the second come to its
+    best measured schedule (1.0 = found it), and the first shape's winner there."""
+    rows = []
+    groups = _by_shape(records)
+    for a, train in groups.items():
+        for b, test in groups.items():
+            if a == b:
+                continue
+            predicted = CostModel().fit(train).predict_records(test)
+            order = sorted(range(len(test)), key=predicted.__getitem__)
+            best = min(r["median_us"] for r in test)
+            winner = min(train, key=lambda r: r["median_us"])["schedule"]
+            again = [r["median_us"] for r in test if r["schedule"] == winner]
+            rows.append(
+                {
+                    "from": a,
+                    "to": b,
+                    "candidates": len(test),
+                    **{f"top{k}": min(test[i]["median_us"] for i in order[:k]) / best for k in ks},
+                    "random4": _random_best(test, 4) / best,
+                    "winner_reused": again[0] / best if again else None,
+                }
+            )
+    return rows
 
 
 def fmt(x) -> str:
@@ -100,6 +148,26 @@ def main(argv=None) -> int:
             f"{fmt(shape_transfer(s) if s else None)} | {len(lp)} | "
             f"{fmt(transfer)} | {fmt(held_out_spearman(lp) if lp else None)} |"
         )
+    lines += [
+        "",
+        "| operator | fitted at | picking at | measured there | best of top 1 | top 4 | top 8 | "
+        "4 at random | winner of the first shape |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def shape(key: str) -> str:
+        return "x".join(str(v) for v in json.loads(key).values())
+
+    for op in sorted(sweeps):
+        for row in picks_at_unseen_shape(sweeps[op]):
+            reused = (
+                "not timed there" if row["winner_reused"] is None else f"{row['winner_reused']:.3f}"
+            )
+            lines.append(
+                f"| {op} | {shape(row['from'])} | {shape(row['to'])} | {row['candidates']} | "
+                f"{row['top1']:.3f} | {row['top4']:.3f} | {row['top8']:.3f} | "
+                f"{row['random4']:.3f} | {reused} |"
+            )
     print("\n".join(lines))
     return 0
 

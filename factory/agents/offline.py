@@ -3,9 +3,9 @@
 - The planner reads the job's history, the evidence of similar past jobs and the lessons, and
   decides how many candidates the writer and the tuner make and what to prefer or avoid.
 - The writer takes untried points of the search spaces (generator schedules, edits of the
-  customer's kernel): gen 0 seeds from the winners of similar past jobs and reshapes of the two
-  best (warm start) or, cold, from the default schedule plus a spread of the space
-  (farthest-point sampling over fields);
+  customer's kernel): gen 0 seeds from the two best winners of similar past jobs, the cost
+  model's picks at the new shape and reshapes of the two best (warm start) or, cold, from the
+  default schedule plus a spread of the space (farthest-point sampling over fields);
   later it takes the cost model's predicted-fastest untried points, with some random exploration.
 - The tuner mutates the best measured candidates one field at a time (neighbour values taken from
   the space, so every mutant is valid), reshapes them (more threads per row with fewer rows per
@@ -168,10 +168,18 @@ class OfflineWriter:
                     it = by_key.get(Item(w.kind, dataclasses.replace(w.value, **change)).key)
                     if it is not None and it.key not in tried:
                         reshaped.append((it, f"warm start: a past winner reshaped ({why})"))
-            half = max(1, n // 2)
-            picks += [(it, "warm start: a winner of a similar past job") for it in warm[:half]]
-            picks += reshaped
-            picks += [(it, "warm start: a winner of a similar past job") for it in warm[half:]]
+            # A model fitted on the past evidence ranks the whole space at the new shape: on the
+            # recorded H200 sweeps its four picks at an unseen suite shape held a schedule within
+            # 1% of that shape's best, where the other shape's winner was 3.5-4.3% off
+            # (bench/costmodel_eval.py).
+            model_picks = []
+            if ctx.model is not None and ctx.model.fitted:
+                ranked = sorted(untried, key=ctx.predict_us)[: max(1, n // 4 + 1)]
+                model_picks = [
+                    (it, "warm start: the cost model's pick at this shape") for it in ranked
+                ]
+            winners = [(it, "warm start: a winner of a similar past job") for it in warm]
+            picks += winners[:2] + model_picks + reshaped + winners[2:]
         if (ctx.generation == 0 or not ctx.job_records) and kind != "edit":
             d = default_item(ctx)
             if d is not None and d.key not in tried:

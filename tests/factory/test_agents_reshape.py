@@ -78,3 +78,30 @@ def test_a_warm_start_also_reshapes_the_past_winners_for_the_new_shape():
     assert any(n.startswith("warm start: a winner") for n in notes), notes
     reshaped = [d for d in drafts if "reshaped" in d.note]
     assert reshaped and all(d.schedule["threads_per_row"] != 32 for d in reshaped), notes
+
+
+def test_a_warm_start_with_a_fitted_model_also_takes_its_picks_at_the_new_shape():
+    from factory.agents.offline import OfflineWriter
+
+    w = load_catalogue()["cross_entropy"]
+    w = dataclasses.replace(w, shapes=({"M": 1024, "V": 32000},))
+    # eight past results at the other shape, enough for the model to fit
+    past = [
+        passed_record(
+            "earlier",
+            {"M": 2048, "V": 32000},
+            dtype="bf16",
+            gpu="sm_90",
+            schedule=dataclasses.replace(WARP_ROWS, threads_per_row=t, rows_per_block=r).to_dict(),
+            ptx_sha256=f"p{t}-{r}",
+            median_us=30.0 + abs(t - 128) / 8 + r,
+        )
+        for t in (32, 64, 128, 256)
+        for r in (1, 2)
+    ]
+    ctx = build_context(w, generation=0, population=8, evidence=past, seed=0, settings={"job": "n"})
+    assert ctx.model is not None and ctx.model.fitted
+    drafts = OfflineWriter().write(ctx, Plan("warm_start", 8, 0, {}, {}, [], ""), 8, set())
+    notes = [d.note for d in drafts]
+    assert notes[0].startswith("warm start: a winner"), notes
+    assert any(n.startswith("warm start: the cost model's pick") for n in notes), notes

@@ -3,7 +3,7 @@ needs no GPU. Recorded sweeps hold 51-182 verified schedules per operator at the
 
 import json
 
-from bench.costmodel_eval import LOOP, SWEEPS, loop_records, sweep_records
+from bench.costmodel_eval import LOOP, SWEEPS, loop_records, picks_at_unseen_shape, sweep_records
 from factory.costmodel import CostModel, held_out_spearman
 
 
@@ -41,3 +41,15 @@ def test_a_model_fitted_on_sweeps_ranks_another_runs_schedules_better_than_chanc
     for op in ("softmax", "rmsnorm", "cross_entropy"):
         rho = CostModel().fit(sweeps[op]).score(loop[op])
         assert rho is not None and rho > 0.55, (op, rho)
+
+
+def test_at_a_shape_it_never_saw_the_models_four_picks_hold_a_near_best_schedule():
+    # What a warm start needs: fitted at one suite shape, its four predicted-fastest schedules at
+    # the other shape include one within 2% of that shape's best, and beat four drawn at random.
+    recs = sweep_records(SWEEPS)
+    for op in ("softmax", "rmsnorm", "add_rmsnorm", "cross_entropy", "layernorm", "silu_mul"):
+        rows = picks_at_unseen_shape(recs[op])
+        assert len(rows) == 2, op
+        for row in rows:
+            assert row["top4"] <= 1.02, (op, row)
+            assert row["top4"] <= row["random4"], (op, row)
