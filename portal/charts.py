@@ -150,6 +150,48 @@ def generations_figure(population: Iterable[dict]) -> dict:
     }
 
 
+def costmodel_figure(rows: Iterable[dict], rho: float | None = None) -> dict:
+    """The cost model's predicted time against the measured time, one point per verified
+    candidate it ranked, coloured by generation; log axes on both sides. Points on a rising
+    line mean the model ranks well (the predicted scale is the model's own: a sum over shapes).
+
+    Each row: ``generation``, ``predicted_us``, ``runtime_us``.
+    """
+    rows = [r for r in rows if _finite(r.get("predicted_us")) and _finite(r.get("runtime_us"))]
+    xs = [r["predicted_us"] for r in rows]
+    ys = [r["runtime_us"] for r in rows]
+    title = "Cost model: predicted against measured"
+    if rho is not None:
+        title += f" (rank correlation {rho:.2f})"
+    return {
+        "data": [
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "verified candidate",
+                "x": xs,
+                "y": ys,
+                "text": [f"gen {r['generation']}" for r in rows],
+                "marker": {
+                    "color": [r["generation"] for r in rows],
+                    "colorscale": "Viridis",
+                    "size": 7,
+                    "showscale": True,
+                    "colorbar": {"title": {"text": "gen"}, "thickness": 10},
+                },
+                "hovertemplate": "%{text}<br>predicted %{x:.2f}<br>measured %{y:.2f} µs"
+                "<extra></extra>",
+            }
+        ],
+        "layout": _layout(
+            title,
+            xaxis={"title": {"text": "predicted (µs, summed over shapes)"}, "type": "log"},
+            yaxis={"title": {"text": "measured (µs)"}, "type": "log", **_log_ticks(ys)},
+            showlegend=False,
+        ),
+    }
+
+
 def baselines_figure(rows: Iterable[dict]) -> dict:
     """The final candidate against every baseline, per shape, with confidence intervals.
 

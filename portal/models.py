@@ -366,6 +366,9 @@ class Candidate(models.Model):
     gpu_status = models.CharField(max_length=16, blank=True)  # passed|failed|crashed|timeout...
     # Geometric mean of the median runtimes over the benchmarked shapes: the rank of a candidate.
     score_us = models.FloatField(null=True, blank=True)
+    # The cost model's predicted time when the agents proposed it (summed over the shapes; None
+    # before the model had evidence to fit): set against score_us, it tracks the model's accuracy.
+    predicted_us = models.FloatField(null=True, blank=True)
     tokens_in = models.PositiveIntegerField(default=0)
     tokens_out = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=10, decimal_places=6, default=0)

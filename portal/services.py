@@ -284,6 +284,14 @@ def generation_propose(*, generation: Generation) -> list[int]:
     return made
 
 
+def _finite_or_none(value) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
 def candidate_from_draft(*, job: Job, generation: Generation, draft) -> Candidate | None:
     """Store one draft (a factory.agents CandidateDraft or a dict with the same fields). A PTX
     text this job has already seen is not stored again (None)."""
@@ -315,6 +323,7 @@ def candidate_from_draft(*, job: Job, generation: Generation, draft) -> Candidat
                 entry=_field(draft, "entry", "") or "",
                 params=_plain(params) if params is not None else None,
                 launch=launch,
+                predicted_us=_finite_or_none(_field(draft, "predicted_us")),
                 tokens_in=int(usage.get("tokens_in", 0)),
                 tokens_out=int(usage.get("tokens_out", 0)),
                 cost_usd=round(float(usage.get("cost_usd", 0.0)), 6),

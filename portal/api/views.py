@@ -319,7 +319,10 @@ def results(request, code):
     else:
         body["best"] = None
     body["generations"] = [
-        {k: g[k] for k in ("index", "status", "total", "passed", "failed", "best_score_us")}
+        {
+            k: g[k]
+            for k in ("index", "status", "total", "passed", "failed", "best_score_us", "model_rho")
+        }
         for g in progress["generations"]
     ]
     return JsonResponse(body)
@@ -381,6 +384,7 @@ def candidate(request, code):
             "status": c.status,
             "reason": c.reason,
             "score_us": c.score_us,
+            "predicted_us": c.predicted_us,
             "parent": str(c.parent.code) if c.parent_id else None,
             "role": c.role,
             "backend": c.backend,

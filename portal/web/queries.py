@@ -85,8 +85,39 @@ def stage_steps(job: Job) -> list[dict]:
     return steps
 
 
+def costmodel_rows(job: Job) -> list[dict]:
+    """Verified candidates the cost model had ranked: generation, predicted and measured time."""
+    return [
+        {"generation": gen, "predicted_us": predicted, "runtime_us": score}
+        for gen, predicted, score in Candidate.objects.filter(
+            job=job,
+            status=Candidate.PASSED,
+            predicted_us__isnull=False,
+            score_us__isnull=False,
+        )
+        .order_by()
+        .values_list("generation__index", "predicted_us", "score_us")
+    ]
+
+
+def costmodel_accuracy(rows: list[dict]) -> dict[int | None, float | None]:
+    """Spearman rank correlation of predicted and measured times, per generation and for the
+    whole job (key None); None where fewer than three verified candidates were ranked."""
+    from factory.costmodel import spearman
+
+    by_gen: dict[int | None, list[dict]] = {None: rows}
+    for row in rows:
+        by_gen.setdefault(row["generation"], []).append(row)
+    return {
+        gen: spearman([r["predicted_us"] for r in rs], [r["runtime_us"] for r in rs])
+        for gen, rs in by_gen.items()
+    }
+
+
 def generation_rows(job: Job) -> list[dict]:
-    """One row per generation: status, candidate counts by status, best time, duration."""
+    """One row per generation: status, candidate counts by status, best time, duration, and the
+    cost model's rank correlation with the measured times."""
+    accuracy = costmodel_accuracy(costmodel_rows(job))
     counts: dict[int, dict[str, int]] = {}
     for gen_id, status, n in (
         Candidate.objects.filter(job=job)
@@ -112,6 +143,7 @@ def generation_rows(job: Job) -> list[dict]:
                     c.get(s, 0) for s in (Candidate.PROPOSED, Candidate.COMPILED, Candidate.QUEUED)
                 ),
                 "best_score_us": gen.best_score_us,
+                "model_rho": accuracy.get(gen.index),
                 "duration_s": max(0.0, (end - gen.created).total_seconds()),
             }
         )

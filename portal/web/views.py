@@ -183,6 +183,10 @@ def _job_charts(job: Job) -> dict:
     out = {}
     population = charts.generations_figure(queries.population_rows(job))
     out["generations"] = None if charts.is_empty(population) else charts.to_div(population)
+    ranked = queries.costmodel_rows(job)
+    if len(ranked) >= 3:
+        rho = queries.costmodel_accuracy(ranked)[None]
+        out["costmodel"] = charts.to_div(charts.costmodel_figure(ranked, rho))
     if comparison:
         out["baselines"] = charts.to_div(charts.baselines_figure(comparison))
         out["bandwidth"] = charts.to_div(

@@ -133,3 +133,17 @@ def test_log_time_axes_are_labelled_at_one_two_and_five():
     ticks = fig["layout"]["yaxis"]["tickvals"]
     assert {100.0, 200.0, 500.0, 1000.0} <= set(ticks)
     assert fig["layout"]["yaxis"]["ticktext"][ticks.index(1000.0)] == "1000"
+
+
+def test_the_cost_model_chart_plots_predicted_against_measured_and_names_the_correlation():
+    rows = [
+        {"generation": 0, "predicted_us": 5.0, "runtime_us": 10.0},
+        {"generation": 1, "predicted_us": float("inf"), "runtime_us": 11.0},
+        {"generation": 1, "predicted_us": 7.0, "runtime_us": None},
+        {"generation": 1, "predicted_us": 6.0, "runtime_us": 12.0},
+    ]
+    figure = charts.costmodel_figure(rows, 0.87)
+    (trace,) = figure["data"]
+    assert trace["x"] == [5.0, 6.0] and trace["y"] == [10.0, 12.0]
+    assert "0.87" in figure["layout"]["title"]["text"]
+    assert figure["layout"]["xaxis"]["type"] == "log"

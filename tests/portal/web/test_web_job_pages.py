@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from portal.models import Job
+from portal.models import Candidate, Job
 from portal.web.delivery import decide_and_deliver
 from tests.portal.web.world import job_in_review
 
@@ -138,3 +138,36 @@ def test_the_stage_timeline_marks_done_current_and_failed_steps(status, stage, e
     from portal.web.queries import stage_steps
 
     assert [s["state"] for s in stage_steps(Job(status=status, stage=stage))] == expected
+
+
+def test_the_job_page_tracks_how_well_the_cost_model_ranked_the_candidates(
+    client, customer, orgs, settings, tmp_path
+):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = job_in_review(orgs[0], customer, candidates=4)  # measured 10, 11, 12, 13 us
+    # the model ranked three of them in the right order and swapped none; one it never ranked
+    for c, predicted in zip(
+        job.candidates.order_by("score_us"), (5.0, 6.0, 9.0, None), strict=True
+    ):
+        Candidate.objects.filter(pk=c.pk).update(predicted_us=predicted)
+    client.force_login(customer)
+    response = client.get(reverse("web-job", args=[job.code]))
+    assert response.status_code == 200
+    rows = response.context["progress"]["generations"]
+    assert rows[0]["model_rho"] == pytest.approx(1.0)
+    assert "Cost model ρ" in response.content.decode()
+    assert "rank correlation 1.00" in response.context["charts"]["costmodel"]
+
+    Candidate.objects.filter(pk=job.candidates.order_by("score_us")[0].pk).update(predicted_us=20.0)
+    response = client.get(reverse("web-job", args=[job.code]))
+    assert response.context["progress"]["generations"][0]["model_rho"] == pytest.approx(-0.5)
+
+
+def test_without_three_ranked_candidates_the_cost_model_chart_waits(client, customer, review_job):
+    client.force_login(customer)
+    response = client.get(reverse("web-job", args=[review_job.code]))
+    assert "costmodel" not in response.context["charts"]
+    assert response.context["progress"]["generations"][0]["model_rho"] is None
+    assert "Appears once the cost model has ranked three verified candidates" in (
+        response.content.decode()
+    )
