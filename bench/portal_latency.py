@@ -163,6 +163,7 @@ def populate(n_candidates: int, generations: int = 20):
                     entry="copy_k",
                     compile_report={"ok": True, "arch": "sm_90", "registers": 32},
                     note=f"tile {k}",
+                    predicted_us=rng.uniform(50.0, 150.0),  # the cost model chart, full size
                 )
             )
         cands = Candidate.objects.bulk_create(cands)
