@@ -15,6 +15,7 @@ Hardware facts (Hopper, sm_90) that bound the space:
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import asdict, dataclass, fields
 
 from factory.ir import KernelIR
@@ -259,14 +260,25 @@ def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     online = bool(ir.online)
     if online and not any(o.role == "row" for o in ir.outputs) and n > 32 * v * 8:
         # A per-row result from max/sum-of-exp over a long row (cross-entropy): stream it once
-        # with the online pair, one warp per row, two rows per block, four 16-byte chunks in
-        # flight. On the H200 one warp per row with 2-8 rows per block ran 40.8-41.0 us at
-        # 2048x32000 against 63.6 us for the row in registers, and this layout was the fastest
-        # swept at 4096x32000 (66.8 us) and 4096x128256 (240 us): bench/results/
-        # 2026-12-02-h200-sweep and -loop2.
+        # with the online pair, four 16-byte chunks in flight per thread. With 4096 rows or more,
+        # one warp per row and two rows per block: the fastest swept at 4096x32000 (66.8 us) and
+        # 4096x128256 (240 us), near the copy ceiling. Fewer rows leave the GPU half empty with
+        # a warp each: at 2048x32000 one warp per row ran 40.5 us against 37.7 us for 128
+        # threads per row, at 1024x32000 32.0 us against 22.1 us (bench/results/
+        # 2026-12-02-h200-sweep and -loop2). So below 4096 rows, at least 128 threads per row
+        # and enough that the rows hold about 128K threads in all.
+        rows = math.prod(int(dims[d]) for d in ir.batch_dims)
+        threads = 32
+        while (
+            rows < 4096
+            and (threads < 128 or rows * threads < 131072)
+            and threads < MAX_THREADS_PER_BLOCK
+            and threads * 2 * v * 4 <= n  # one streaming step must fit in the row
+        ):
+            threads *= 2
         return Schedule(
-            threads_per_row=32,
-            rows_per_block=2,
+            threads_per_row=threads,
+            rows_per_block=2 if threads == 32 else 1,
             vec_elems=v,
             chunks=4,
             mode="stream",

@@ -213,3 +213,17 @@ def test_prefetching_loads_the_next_row_before_working_on_this_one():
     assert "the prefetched row becomes this thread's row" in ptx
     assert ".minnctapersm 4" in ptx
     assert compile_ptx(ptx).ok
+
+
+def test_a_cross_entropy_with_few_rows_gets_more_threads_per_row_and_still_compiles():
+    # 4096 rows or more: a warp per row; fewer: at least 128 threads a row (measured on the H200
+    # at 2048 and 1024 rows), never a streaming step longer than the row.
+    ir = EXAMPLES["cross_entropy"]()
+    cases = {(4096, 32000): 32, (2048, 32000): 128, (1024, 32000): 128, (256, 32000): 512}
+    for (m, n), threads in cases.items():
+        s = default_schedule(ir, {"M": m, "N": n})
+        assert (s.mode, s.online, s.threads_per_row) == ("stream", True, threads), (m, s)
+        assert s.threads_per_row * s.vec_elems * s.chunks <= n
+        rep = compile_ptx(emit(ir, s).ptx)
+        assert rep.ok and rep.spill_store_bytes == 0, (m, rep.to_dict())
+    assert default_schedule(ir, {"M": 1, "N": 3000}).threads_per_row == 64

@@ -466,6 +466,12 @@ CASES = [
     ("softmax", {"mode": "stream", "online": True, "chunks": 1}, [520, 37]),
     ("cross_entropy", {"mode": "stream", "online": True, "chunks": 2}, [700, 33]),
     ("cross_entropy", {}, [512, 100]),
+    # the default below 4096 rows: four warps share a streamed row through shared memory
+    (
+        "cross_entropy",
+        {"mode": "stream", "online": True, "chunks": 4, "threads_per_row": 128},
+        [4200],
+    ),
     ("layernorm", {}, [512, 129]),
     ("layernorm", {"prefetch_rows": True, "persistent_blocks_per_sm": 1}, [256]),
     ("add_rmsnorm", {}, [512, 70]),
