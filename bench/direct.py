@@ -191,7 +191,12 @@ def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 
             continue
         kernel = ObjectCode.from_cubin(rep.cubin).get_kernel(em.entry)
         grid = tuple(eval_dim_expr(g, dims) for g in em.launch.grid)
-        cfg = LaunchConfig(grid=grid, block=tuple(em.launch.block), shmem_size=0)
+        cluster = em.launch.cluster
+        if cluster:  # cuda.core counts the grid in clusters when a cluster shape is given
+            grid = tuple(g // c for g, c in zip(grid, cluster, strict=True))
+            cfg = LaunchConfig(grid=grid, cluster=cluster, block=tuple(em.launch.block))
+        else:
+            cfg = LaunchConfig(grid=grid, block=tuple(em.launch.block), shmem_size=0)
         ptrs = {k: v.data_ptr() for k, v in (inputs | outputs).items()}
         args = [ptrs[p.name] if p.kind == "tensor" else np.uint32(dims[p.name]) for p in em.params]
 

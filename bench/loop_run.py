@@ -95,7 +95,7 @@ def sweep_schedules(gen, ir, dims: dict, limit: int, seed: int) -> tuple[list, i
     # the sample covers every combination of them before it repeats one
     by_stratum: dict[str, list] = {}
     for s in space:
-        d = dataclasses.asdict(s)
+        d = s.to_dict()
         key = json.dumps([d.get(k) for k in sorted(d)[:3]], default=str)
         by_stratum.setdefault(key, []).append(s)
     pools = list(by_stratum.values())
@@ -125,7 +125,7 @@ def run_sweep(w, gen, ir, bench_fn, *, limit: int, seed: int, job: str):
             entry=em.entry,
             params=tuple(em.params),
             launch=em.launch,
-            schedule=dataclasses.asdict(s),
+            schedule=s.to_dict(),
             parent_ptx_sha256=None,
             role="writer",
             backend="offline",

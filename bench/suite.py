@@ -130,7 +130,7 @@ def planned_schedules(name: str, ir, dims) -> list[Schedule]:
         if not rejection_reason(compile_cached(emit(ir, s).ptx), s.threads_per_block):
             out.append(s)
         elif s.prefetch_rows:
-            t = s.threads_per_row * s.rows_per_block
+            t = s.threads_per_block
             pf = _prefetch_variant(
                 ir, replace(s, persistent_blocks_per_sm=0), below=s.min_threads_per_sm // t
             )
@@ -158,7 +158,7 @@ def _occupancy_variant(ir, s: Schedule) -> Schedule | None:
     from factory.compile import rejection_reason
     from factory.emit import emit
 
-    t = s.threads_per_row * s.rows_per_block
+    t = s.threads_per_block
     regs = max(compile_cached(emit(ir, s).ptx).registers, 1)
     resident = min(2048 // t, 65536 // (-(-regs // 8) * 8 * t)) * t
     for threads in range(2048, resident, -256):
@@ -178,7 +178,7 @@ def _prefetch_variant(ir, s: Schedule, below: int = 0) -> Schedule | None:
     from factory.compile import rejection_reason
     from factory.emit import emit
 
-    t = s.threads_per_row * s.rows_per_block
+    t = s.threads_per_block
     top = min(2048 // t, 16) if not below else below - 1
     for k in range(top, 1, -1):
         cand = replace(s, prefetch_rows=True, persistent_blocks_per_sm=k, min_threads_per_sm=k * t)

@@ -1,7 +1,7 @@
 """A wide schedule sweep on the GPU, for generator development (not the suite's record).
 
     PYTHONPATH=. python3 -m bench.sweep --out DIR [--ops softmax,...] [--per-op 40]
-        [--flush write|read|both] [--shape-index 0]
+        [--flush write|read|both] [--shape-index 0 | --dims M=2048,N=65536]
 
 For each operator at one suite shape it takes a broad slice of the schedule space (16-byte
 accesses, the nc load hint, plain stores, fast math where allowed; every thread/row/chunk/mode
@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import replace
 
-from factory.schedules import fast_math_allowed, is_valid, space
+from factory.schedules import default_schedule, fast_math_allowed, is_valid, space
 
 
 def sweep_schedules(ir, dims, per_op: int) -> list:
@@ -57,11 +57,17 @@ def sweep_schedules(ir, dims, per_op: int) -> list:
             not s.keep_intermediates,
         )
     )
+    # The generator's default first: every sweep says how far its best is from the default.
+    default = default_schedule(ir, dims)
+    if is_valid(ir, default, dims)[0]:
+        pool.insert(0, default)
     out, streamed = [], 0
     for s in pool:
+        if s in out:
+            continue
         if not is_valid(ir, s, dims)[0]:
             continue
-        if s.mode == "stream":
+        if s.mode == "stream" and s is not default:
             if streamed >= per_op // 3:
                 continue
             streamed += 1
@@ -79,6 +85,16 @@ def sweep_schedules(ir, dims, per_op: int) -> list:
     return out
 
 
+def _dims(a, w) -> dict[str, int]:
+    """The shape to sweep: --dims (names as in the operator's manifest) or a suite shape."""
+    if not a.dims:
+        return dict(w.shapes[min(a.shape_index, len(w.shapes) - 1)])
+    dims = {k.strip(): int(v) for k, v in (kv.split("=") for kv in a.dims.split(","))}
+    if set(dims) != set(w.shapes[0]):
+        raise SystemExit(f"--dims {a.dims}: {w.name} needs {sorted(w.shapes[0])}")
+    return dims
+
+
 def main(argv=None) -> int:
     from bench import direct
     from bench.suite import OPS, _catalogue
@@ -89,6 +105,9 @@ def main(argv=None) -> int:
     p.add_argument("--per-op", type=int, default=40)
     p.add_argument("--flush", default="both", choices=("write", "read", "both"))
     p.add_argument("--shape-index", type=int, default=0)
+    p.add_argument(
+        "--dims", help="a shape of your own instead of a suite shape, e.g. M=2048,N=65536"
+    )
     p.add_argument("--reps", type=int, default=11)
     p.add_argument("--save-plan", metavar="FILE", help="screen on this host, write FILE, stop")
     p.add_argument("--plan", metavar="FILE", help="the screened schedules from --save-plan")
@@ -102,7 +121,7 @@ def main(argv=None) -> int:
         plan = {}
         for op in a.ops.split(","):
             w, _m, ir = cat[op]
-            dims = dict(w.shapes[min(a.shape_index, len(w.shapes) - 1)])
+            dims = _dims(a, w)
             plan[op] = [s.to_dict() for s in sweep_schedules(ir, dims, a.per_op)]
         Path(a.save_plan).write_text(json.dumps(plan, indent=0))
         return 0
@@ -127,7 +146,7 @@ def main(argv=None) -> int:
     results = []
     for op in a.ops.split(","):
         w, _manifest, ir = cat[op]
-        dims = dict(w.shapes[min(a.shape_index, len(w.shapes) - 1)])
+        dims = _dims(a, w)
         if op in plan:
             scheds = [Schedule.from_dict(d) for d in plan[op]]
         else:

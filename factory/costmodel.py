@@ -105,7 +105,9 @@ def layout_features(s: dict, rows: float, row_len: float) -> list[float]:
     """What the GPU sees of a row layout at a shape (see the module docstring); a schedule
     without the row fields gets the generator's defaults."""
     tpr = _num(s, "threads_per_row", 256.0)
-    tpb = tpr * _num(s, "rows_per_block", 1.0)
+    cluster = _num(s, "cluster_blocks", 1.0)
+    rpb = _num(s, "rows_per_block", 1.0)
+    tpb = tpr * rpb / cluster
     vec = _num(s, "vec_elems", 8.0)
     chunks = _num(s, "chunks", 1.0)
     persistent = _num(s, "persistent_blocks_per_sm", 0.0)
@@ -113,7 +115,7 @@ def layout_features(s: dict, rows: float, row_len: float) -> list[float]:
     per_sm = max(1.0, min(float(MAX_BLOCKS_PER_SM), math.floor(resident / tpb)))
     if persistent:
         per_sm = min(per_sm, persistent)
-    blocks = NUM_SMS * persistent if persistent else math.ceil(rows / (tpb / tpr))
+    blocks = NUM_SMS * persistent if persistent else math.ceil(rows / rpb) * cluster
     waves = blocks / (NUM_SMS * per_sm)
     span = tpr * vec  # elements one step of the row's threads covers
     cached = s.get("mode") == "cached"
@@ -126,7 +128,7 @@ def layout_features(s: dict, rows: float, row_len: float) -> list[float]:
         waves / math.ceil(waves),
         math.log2(max(iterations, 1e-3)),
         math.log2(per_sm * tpb * vec * chunks),
-        math.log2(per_sm * tpb / tpr),
+        math.log2(per_sm * rpb / cluster),
         fits,
         idle,
         math.log2(row_len / tpr),

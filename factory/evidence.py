@@ -101,9 +101,17 @@ def shape_distance(a: dict[str, int], b: dict[str, int]) -> float:
     return total
 
 
+# Schedule fields added after evidence was first recorded, at their default: left out of keys, so
+# a record from before they existed and one written since name the same schedule.
+_LATE_DEFAULTS = {"cluster_blocks": 1}
+
+
 def schedule_key(schedule: dict | None) -> str:
     """A stable text key for a schedule dict (None for hand-written PTX)."""
-    return "none" if schedule is None else json.dumps(schedule, sort_keys=True, default=str)
+    if schedule is None:
+        return "none"
+    plain = {k: v for k, v in schedule.items() if _LATE_DEFAULTS.get(k, object()) != v}
+    return json.dumps(plain, sort_keys=True, default=str)
 
 
 # --- the store -------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ MODES = ("cached", "stream")
 LOAD_HINTS = ("none", "nc", "nc_noalloc", "evict_first")
 STORE_HINTS = ("none", "cs", "noalloc")
 # Two letters per load hint in tags (a tag names the entry point, so it must be unique).
+CLUSTER_BLOCKS = (1, 2, 4, 8)  # 8: the portable cluster size
 _HINT_TAGS = {"none": "no", "nc": "nl", "nc_noalloc": "nc", "evict_first": "ev"}
 
 
@@ -59,6 +60,11 @@ class Schedule:
     prefetch_rows: "cached" mode with a persistent grid: load the block's next row into a
         second register buffer while this row is reduced and stored (memory stays busy through
         the reductions; twice the registers for row data).
+    cluster_blocks: 1 = a row lives in one block; k > 1 = a thread block cluster of k blocks
+        (sm_90+) shares each row, threads_per_row counting the row's threads across the
+        cluster: rows too long for one block's registers stay in registers, and the blocks
+        combine their partial reductions through distributed shared memory. Added after the
+        other fields: `to_dict` leaves it out at 1, so earlier evidence keeps its keys.
     """
 
     family: str = "row"
@@ -75,9 +81,13 @@ class Schedule:
     min_threads_per_sm: int = 0
     keep_intermediates: bool = True
     prefetch_rows: bool = False
+    cluster_blocks: int = 1
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["cluster_blocks"] == 1:
+            del d["cluster_blocks"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Schedule:
@@ -89,7 +99,7 @@ class Schedule:
 
     @property
     def threads_per_block(self) -> int:
-        return self.threads_per_row * self.rows_per_block
+        return self.threads_per_row * self.rows_per_block // self.cluster_blocks
 
     def tag(self) -> str:
         """A short, stable name for entry points and tables."""
@@ -109,6 +119,8 @@ class Schedule:
             s += "k"
         if self.prefetch_rows:
             s += "f"
+        if self.cluster_blocks > 1:
+            s += f"cl{self.cluster_blocks}"
         return s + f"_{_HINT_TAGS[self.load_hint]}{self.store_hint[:2]}"
 
 
@@ -146,8 +158,16 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         return False, f"unknown mode {s.mode}"
     if s.load_hint not in LOAD_HINTS or s.store_hint not in STORE_HINTS:
         return False, "unknown cache hint"
-    if not _pow2(s.threads_per_row) or not 32 <= s.threads_per_row <= MAX_THREADS_PER_BLOCK:
-        return False, "threads_per_row must be a power of two in [32, 1024]"
+    if s.cluster_blocks not in CLUSTER_BLOCKS:
+        return False, f"cluster_blocks must be one of {CLUSTER_BLOCKS}"
+    if s.cluster_blocks > 1:
+        if s.rows_per_block != 1 or s.persistent_blocks_per_sm or s.prefetch_rows:
+            return False, "a cluster shares one row: one row per block, no persistent grid"
+        if s.threads_per_row // s.cluster_blocks < 256:
+            return False, "a cluster is for rows past one block: at least 256 threads a block"
+    top = MAX_THREADS_PER_BLOCK * s.cluster_blocks
+    if not _pow2(s.threads_per_row) or not 32 <= s.threads_per_row <= top:
+        return False, f"threads_per_row must be a power of two in [32, {top}]"
     if not _pow2(s.vec_elems) or s.vec_elems > 16:
         return False, "vec_elems must be a power of two <= 16"
     if s.chunks < 1 or s.chunks > 16:
@@ -217,8 +237,9 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     keep_options = [True, False] if ir.online else [True]
     vecs = sorted({16 // ir.min_elem_bytes(), 32 // ir.min_elem_bytes()})
     out = []
+    # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     for t, r, v, c, (mode, online), lh, sh, fm, keep in itertools.product(
-        (32, 64, 128, 256, 512, 1024),
+        (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
         (1, 2, 4, 8),
         vecs,
         (1, 2, 4, 8),
@@ -228,7 +249,8 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         fast_options,
         keep_options,
     ):
-        for p, prefetch, min_threads in _occupancy_options(t * r):
+        cluster = max(1, t // MAX_THREADS_PER_BLOCK)
+        for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
             s = Schedule(
                 threads_per_row=t,
                 rows_per_block=r,
@@ -243,6 +265,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
                 min_threads_per_sm=min_threads,
                 keep_intermediates=keep,
                 prefetch_rows=prefetch,
+                cluster_blocks=cluster,
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(s)

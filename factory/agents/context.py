@@ -52,6 +52,8 @@ def real_generator() -> GeneratorAPI | None:
 
 
 def schedule_dict(schedule) -> dict:
+    if hasattr(schedule, "to_dict"):
+        return schedule.to_dict()
     return dataclasses.asdict(schedule) if dataclasses.is_dataclass(schedule) else dict(schedule)
 
 

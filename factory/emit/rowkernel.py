@@ -96,10 +96,14 @@ class RowKernel:
             raise EmitError(f"the row emitter cannot render family {s.family}")
         self.ir, self.s, self.arch = ir, s, arch
         self.b = Builder()
-        self.T = s.threads_per_row
+        self.T = s.threads_per_row  # the row's threads, across the cluster when there is one
+        self.C = s.cluster_blocks
+        self.TB = self.T // self.C  # the row's threads in one block
         self.R = s.rows_per_block
         self.V = s.vec_elems
-        self.W = max(1, self.T // 32)
+        self.W = max(1, self.TB // 32)  # warps of one row in one block
+        if self.C > 1 and (self.R != 1 or s.persistent_blocks_per_sm or int(arch[3:]) < 90):
+            raise EmitError("a cluster row needs sm_90+, one row per block, no persistent grid")
         self.fast = s.fast_math
         self.level = ir.level
         for t in ir.inputs:
@@ -251,6 +255,9 @@ class RowKernel:
             # 256 threads, hence more blocks per SM).
             b.comment("one row group per block: done")
         b.label(done)
+        if self.C > 1:
+            b.comment("no block leaves while another of its cluster may read its shared memory")
+            self._cluster_barrier()
         b.op("ret")
 
         ptx = self._assemble(entry, params)
@@ -258,7 +265,12 @@ class RowKernel:
         grid_x: int | str = f"ceildiv({rows_expr}, {self.R})"
         if s.persistent_blocks_per_sm:
             grid_x = f"min(ceildiv({rows_expr}, {self.R}), {NUM_SMS * s.persistent_blocks_per_sm})"
-        launch = Launch(grid=(grid_x, 1, 1), block=(self.T * self.R, 1, 1), smem_bytes=0)
+        cluster = None
+        if self.C > 1:
+            grid_x, cluster = f"({rows_expr})*{self.C}", (self.C, 1, 1)
+        launch = Launch(
+            grid=(grid_x, 1, 1), block=(self.TB * self.R, 1, 1), smem_bytes=0, cluster=cluster
+        )
         return Emitted(ptx=ptx, entry=entry, params=params, launch=launch)
 
     def _assemble(self, entry: str, params) -> str:
@@ -273,15 +285,20 @@ class RowKernel:
         ]
         plines = [f"    .param .{p.ptx_type} p_{_ident(p.name)}" for p in params]
         head.append(",\n".join(plines))
-        head.append(f")\n.maxntid {self.T * self.R}, 1, 1")
+        head.append(f")\n.maxntid {self.TB * self.R}, 1, 1")
+        if self.C > 1:
+            head.append(f".reqnctapercluster {self.C}, 1, 1")
         if self.s.min_threads_per_sm:
-            blocks = max(1, self.s.min_threads_per_sm // (self.T * self.R))
+            blocks = max(1, self.s.min_threads_per_sm // (self.TB * self.R))
             head.append(f".minnctapersm {blocks}")
         head.append("{")
         body = self.b.declarations()
         if self.W > 1 and self.red_items_total:
             words = self.R * self.red_items_total * self.W
             body.append(f"    .shared .align 16 .f32 red_smem[{words}];")
+        if self.C > 1 and self.red_items_total:
+            # one (value, second value) slot per reduction stage: what this block publishes
+            body.append(f"    .shared .align 8 .f32 cl_smem[{2 * self.red_items_total}];")
         return "\n".join(head + body + [""] + self.b.lines + ["}", ""])
 
     # ---------------------------------------------------------------- prologue and rows
@@ -310,20 +327,32 @@ class RowKernel:
             rows = b.reg("b32")
             b.op(f"mov.u32 {rows}, 1")
         self.rows = rows
+        TB = self.TB
         b.comment(f"{T} threads per row, {self.R} rows per block, {V} elements per chunk")
+        if self.C > 1:
+            b.comment(f"a cluster of {self.C} blocks of {TB} threads shares each row")
         tid = b.reg("b32")
         b.op(f"mov.u32 {tid}, %tid.x")
         g = b.reg("b32")
-        b.op(f"shr.u32 {g}, {tid}, {T.bit_length() - 1}")
+        b.op(f"shr.u32 {g}, {tid}, {TB.bit_length() - 1}")
         t = b.reg("b32")
-        b.op(f"and.b32 {t}, {tid}, {T - 1}")
-        self.g, self.t = g, t
+        b.op(f"and.b32 {t}, {tid}, {TB - 1}")
         lane = b.reg("b32")
         b.op(f"and.b32 {lane}, {tid}, 31")
         self.lane = lane
         self.warp = b.reg("b32")
         b.op(f"shr.u32 {self.warp}, {t}, 5")
-        if self.R == 1 or self.T == 32:
+        self.cta_t0 = None
+        if self.C > 1:
+            self.cta_t0 = b.reg("pred")
+            b.op(f"setp.eq.u32 {self.cta_t0}, {t}, 0")
+            self.rank = b.reg("b32")
+            b.op(f"mov.u32 {self.rank}, %cluster_ctarank")
+            tr = b.reg("b32")
+            b.op(f"mad.lo.u32 {tr}, {self.rank}, {TB}, {t}")
+            t = tr
+        self.g, self.t = g, t
+        if self.R == 1 or self.TB == 32:
             # One row group per block: the block barrier. An immediate id matters: a barrier id
             # held in a register makes ptxas reserve all 16 barriers, and the SM then holds far
             # fewer blocks at once.
@@ -332,7 +361,7 @@ class RowKernel:
             # Several multi-warp row groups per block: each syncs on its own named barrier.
             bar_id = b.reg("b32")
             b.op(f"add.u32 {bar_id}, {g}, 1")
-            self.bar = f"bar.sync {bar_id}, {T}"
+            self.bar = f"bar.sync {bar_id}, {TB}"
         self.tv = b.reg("b32")
         b.op(f"mul.lo.u32 {self.tv}, {t}, {V}")
         b.comment("vector path: N a multiple of V and every row-wise pointer 16-byte aligned")
@@ -380,10 +409,14 @@ class RowKernel:
                 self.rowptr[t_.name] = self.ptr[t_.name]
         ctaid = b.reg("b32")
         b.op(f"mov.u32 {ctaid}, %ctaid.x")
+        if self.C > 1:  # a row per cluster: blocks C*i .. C*i + C-1 share row i
+            b.op(f"shr.u32 {ctaid}, {ctaid}, {self.C.bit_length() - 1}")
         self.row = b.reg("b32")
         b.op(f"mad.lo.u32 {self.row}, {ctaid}, {self.R}, {g}")
         nct = b.reg("b32")
         b.op(f"mov.u32 {nct}, %nctaid.x")
+        if self.C > 1:
+            b.op(f"shr.u32 {nct}, {nct}, {self.C.bit_length() - 1}")
         self.row_stride = b.reg("b32")
         b.op(f"mul.lo.u32 {self.row_stride}, {nct}, {self.R}")
         self.is_t0 = b.reg("pred")
@@ -898,6 +931,8 @@ class RowKernel:
                     b.op(f"ld.shared.f32 {o}, [{self.red_group}+{base + 4 * w}]")
                     b.op(f"{COMBINE[r.op]} {a}, {a}, {o}")
             self._pairs_across_warps(pair_accs, slot0 + len(accs))
+            if self.C > 1:
+                self._across_cluster(reds, accs, pair_accs, slot0)
         for r, a in zip(reds, accs, strict=True):
             if r.op == "mean":
                 v = b.reg("f32")
@@ -949,6 +984,49 @@ class RowKernel:
                 o = b.reg("f32")
                 b.op(f"ld.shared.f32 {o}, [{self.red_group}+{base + 4 * w}]")
                 b.op(f"add.f32 {s_}, {s_}, {o}")
+
+    def _cluster_barrier(self) -> None:
+        self.b.op("barrier.cluster.arrive.release.aligned")
+        self.b.op("barrier.cluster.wait.acquire.aligned")
+
+    def _across_cluster(self, reds, accs, pair_accs, first_slot: int) -> None:
+        """Every thread holds its block's value of each reduction (and online pair). Thread 0
+        of each block publishes them in its shared memory; after a cluster barrier every thread
+        reads all the blocks' values through distributed shared memory and combines them in
+        rank order, so every block of the row ends with the same bits. Each stage has its own
+        slots: nothing is overwritten while another block may still read it."""
+        b = self.b
+        b.comment(f"across the cluster: {self.C} blocks combine through distributed shared memory")
+        base = b.reg("b32")
+        b.op(f"mov.u32 {base}, cl_smem")
+        values = [(a, None) for a in accs] + list(pair_accs)
+        for i, (x, y) in enumerate(values):
+            off = (first_slot + i) * 8
+            b.op(f"@{self.cta_t0} st.shared.f32 [{base}+{off}], {x}")
+            if y is not None:
+                b.op(f"@{self.cta_t0} st.shared.f32 [{base}+{off + 4}], {y}")
+        self._cluster_barrier()
+        remote = []
+        for rank in range(self.C):
+            r = b.reg("b32")
+            b.op(f"mapa.shared::cluster.u32 {r}, {base}, {rank}")
+            remote.append(r)
+        for i, (r, a) in enumerate(zip(reds, accs, strict=True)):
+            off = (first_slot + i) * 8
+            b.op(f"ld.shared::cluster.f32 {a}, [{remote[0]}+{off}]")
+            for rank in range(1, self.C):
+                o = b.reg("f32")
+                b.op(f"ld.shared::cluster.f32 {o}, [{remote[rank]}+{off}]")
+                b.op(f"{COMBINE[r.op]} {a}, {a}, {o}")
+        for j, (m, s_) in enumerate(pair_accs):
+            off = (first_slot + len(accs) + j) * 8
+            b.op(f"ld.shared::cluster.f32 {m}, [{remote[0]}+{off}]")
+            b.op(f"ld.shared::cluster.f32 {s_}, [{remote[0]}+{off + 4}]")
+            for rank in range(1, self.C):
+                mo, so = b.reg("f32"), b.reg("f32")
+                b.op(f"ld.shared::cluster.f32 {mo}, [{remote[rank]}+{off}]")
+                b.op(f"ld.shared::cluster.f32 {so}, [{remote[rank]}+{off + 4}]")
+                self._pair_combine(m, s_, mo, so)
 
     def _pair_combine(self, m: str, s_: str, mo: str, so: str) -> None:
         b = self.b

@@ -227,3 +227,24 @@ def test_a_cross_entropy_with_few_rows_gets_more_threads_per_row_and_still_compi
         rep = compile_ptx(emit(ir, s).ptx)
         assert rep.ok and rep.spill_store_bytes == 0, (m, rep.to_dict())
     assert default_schedule(ir, {"M": 1, "N": 3000}).threads_per_row == 64
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "add_rmsnorm", "cross_entropy"])
+def test_cluster_rows_compile_without_spills_for_sm_90_and_sm_100(name):
+    ir = EXAMPLES[name]()
+    s = replace(
+        default_schedule(ir, {"M": 16384, "N": 4096}),
+        threads_per_row=4096,
+        rows_per_block=1,
+        chunks=2,  # 1024-thread blocks leave 64 registers a thread
+        mode="cached",
+        cluster_blocks=4,
+        min_threads_per_sm=0,
+    )
+    for arch in ("sm_90", "sm_100"):
+        em = emit(ir, s, arch=arch)
+        assert em.launch.cluster == (4, 1, 1) and em.launch.block == (1024, 1, 1)
+        assert em.launch.grid[0].endswith("*4")
+        rep = compile_ptx(em.ptx, arch=arch)
+        assert rep.ok, rep.log
+        assert rejection_reason(rep, s.threads_per_block) == "", (name, arch, rep.to_dict())

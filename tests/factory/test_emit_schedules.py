@@ -67,3 +67,30 @@ def test_fast_math_is_refused_where_the_tolerance_is_tight():
     ok, why = is_valid(ir, s, SUITE[0])
     assert not ok and "tolerance" in why
     assert default_schedule(ir, SUITE[0]).fast_math is False
+
+
+def test_past_1024_threads_a_row_takes_a_cluster_of_1024_thread_blocks():
+    ir = EXAMPLES["softmax"]()
+    dims = {"M": 512, "N": 131072}
+    clustered = [s for s in space(ir, [dims]) if s.cluster_blocks > 1]
+    assert clustered, "a 131072-long row has no cluster layouts"
+    for s in clustered:
+        assert s.threads_per_row == 1024 * s.cluster_blocks and s.threads_per_block == 1024
+        assert s.rows_per_block == 1 and not s.persistent_blocks_per_sm
+    # at suite shapes a row fits one block: no cluster layouts there
+    assert not [s for s in space(ir, SUITE) if s.cluster_blocks > 1]
+    bad = replace(clustered[0], rows_per_block=2)
+    assert is_valid(ir, bad, dims) == (
+        False,
+        "a cluster shares one row: one row per block, no persistent grid",
+    )
+    assert not is_valid(ir, replace(clustered[0], cluster_blocks=3), dims)[0]
+
+
+def test_a_cluster_field_at_its_default_stays_out_of_the_dict_and_the_tag():
+    s = Schedule(threads_per_row=512, chunks=2)
+    assert "cluster_blocks" not in s.to_dict() and "cl" not in s.tag()
+    c = replace(s, threads_per_row=4096, cluster_blocks=4)
+    assert c.to_dict()["cluster_blocks"] == 4 and c.tag().startswith("ct4096r1v8c2")
+    assert "cl4" in c.tag()
+    assert Schedule.from_dict(c.to_dict()) == c and Schedule.from_dict(s.to_dict()) == s

@@ -77,6 +77,11 @@ class Kernel:
         m = re.search(r"\.shared\s+\.align\s+\d+\s+\.f32\s+red_smem\[(\d+)\]", body)
         if m:
             self.shared_words = int(m.group(1))
+        # A cluster row's published partials sit after red_smem in the block's shared memory.
+        self.cluster_smem = 4 * self.shared_words
+        m = re.search(r"\.shared\s+\.align\s+\d+\s+\.f32\s+cl_smem\[(\d+)\]", body)
+        if m:
+            self.shared_words += int(m.group(1))
         self.code: list[tuple] = []
         self.labels: dict[str, int] = {}
         for raw in body.splitlines():
@@ -140,10 +145,18 @@ class Memory:
 # ---------------------------------------------------------------- execution
 
 
+# mapa gives a shared::cluster address: the owning block's rank above the block-local offset.
+_RANK_SHIFT = 24
+
+
 class Thread:
-    def __init__(self, k: Kernel, tid: int, ctaid: int, nctaid: int, ntid: int, params, mem, smem):
+    def __init__(
+        self, k: Kernel, tid: int, ctaid: int, nctaid: int, ntid: int, params, mem, smem,
+        rank: int = 0, cluster_smem: list | None = None,
+    ):  # fmt: skip
         self.k, self.tid, self.ctaid, self.nctaid, self.ntid = k, tid, ctaid, nctaid, ntid
         self.params, self.mem, self.smem = params, mem, smem
+        self.rank, self.cluster_smem = rank, cluster_smem or [smem]
         self.r: dict[str, object] = {}
         self.pc = 0
         self.done = False
@@ -151,7 +164,12 @@ class Thread:
 
     def val(self, tok: str, bits: int = 32):
         if tok.startswith("%"):
-            specials = {"%tid.x": self.tid, "%ctaid.x": self.ctaid, "%nctaid.x": self.nctaid}
+            specials = {
+                "%tid.x": self.tid,
+                "%ctaid.x": self.ctaid,
+                "%nctaid.x": self.nctaid,
+                "%cluster_ctarank": self.rank,
+            }
             if tok in specials:
                 return specials[tok]
             return self.r[tok]
@@ -159,6 +177,8 @@ class Thread:
             return int(tok[2:], 16)
         if tok == "red_smem":
             return 0
+        if tok == "cl_smem":
+            return self.k.cluster_smem
         return int(tok, 0) & ((1 << bits) - 1)
 
     def addr(self, tok: str) -> int:
@@ -184,6 +204,10 @@ class Thread:
                 return ("shfl", a)
             if op.startswith("bar.sync"):
                 return ("bar", a)
+            if op.startswith("barrier.cluster.arrive"):
+                return ("cbar", a)  # the rendezvous; the matching wait is then a no-op
+            if op.startswith("barrier.cluster.wait"):
+                continue
             if op.startswith("bra"):
                 self.pc = self.k.labels[a[0]]
                 continue
@@ -210,6 +234,10 @@ class Thread:
                 r[a[0]] = (self.val(lo) & 0xFFFF) | ((self.val(hi) & 0xFFFF) << 16)
             else:
                 r[a[0]] = self.val(a[1], 64 if typ in ("b64", "u64") else 32)
+        elif base == "mapa":
+            rank = self.val(a[2])
+            assert 0 <= rank < len(self.cluster_smem), f"mapa to rank {rank} outside the cluster"
+            r[a[0]] = ((rank + 1) << _RANK_SHIFT) | self.val(a[1])
         elif base == "ld":
             self._load(parts, a)
         elif base == "st":
@@ -338,6 +366,13 @@ class Thread:
         space = parts[1]
         typ = parts[-1]
         n = {"b16": 2, "b32": 4, "f32": 4, "s32": 4, "s64": 8, "u64": 8}[typ]
+        if space == "shared::cluster":
+            o = self.addr(a[1])
+            owner = (o >> _RANK_SHIFT) - 1
+            assert owner >= 0, "a shared::cluster load from an address mapa did not make"
+            o &= (1 << _RANK_SHIFT) - 1
+            self.r[a[0]] = int.from_bytes(self.cluster_smem[owner][o : o + 4], "little")
+            return
         if space == "shared":
             o = self.addr(a[1])
             self.r[a[0]] = int.from_bytes(self.smem[o : o + 4], "little")
@@ -368,12 +403,19 @@ class Thread:
             self.mem.write(ad + i * n, n, self.val(s))
 
 
-def run_block(k: Kernel, ctaid: int, nctaid: int, ntid: int, params: dict, mem: Memory):
-    smem = bytearray(4 * max(k.shared_words, 1))
-    threads = [Thread(k, t, ctaid, nctaid, ntid, params, mem, smem) for t in range(ntid)]
+def run_blocks(k: Kernel, ctaids: list[int], nctaid: int, ntid: int, params: dict, mem: Memory):
+    """Run the blocks of one cluster together (one block when the kernel has no cluster):
+    warps meet at shuffles, a block's threads at bar.sync, all the cluster's at its barrier."""
+    smems = [bytearray(4 * max(k.shared_words, 1)) for _ in ctaids]
+    threads = [
+        Thread(k, t, c, nctaid, ntid, params, mem, smems[rank], rank, smems)
+        for rank, c in enumerate(ctaids)
+        for t in range(ntid)
+    ]
+    n = len(threads)
     waiting: dict[int, tuple] = {}
-    live = set(range(ntid))
-    runnable = list(range(ntid))
+    live = set(range(n))
+    runnable = list(range(n))
     while live:
         for t in runnable:
             ev = threads[t].run()
@@ -383,8 +425,8 @@ def run_block(k: Kernel, ctaid: int, nctaid: int, ntid: int, params: dict, mem: 
                 waiting[t] = ev
         runnable = []
         # Shuffles: a whole warp at the same instruction exchanges values.
-        for w in range(0, ntid, 32):
-            lanes = [t for t in range(w, min(w + 32, ntid)) if t in live]
+        for w in range(0, n, 32):
+            lanes = [t for t in range(w, min(w + 32, n)) if t in live]
             if lanes and all(t in waiting and waiting[t][0] == "shfl" for t in lanes):
                 assert len(lanes) == 32, "a shuffle with a partial warp"
                 vals = {t: threads[t].val(waiting[t][1][1]) for t in lanes}
@@ -394,8 +436,15 @@ def run_block(k: Kernel, ctaid: int, nctaid: int, ntid: int, params: dict, mem: 
                     threads[t].r[ops[0]] = vals[src]
                     del waiting[t]
                     runnable.append(t)
-        if not runnable and live and all(waiting.get(t, ("",))[0] == "bar" for t in live):
-            assert len(live) == ntid, "a block barrier that some threads left before"
+        for first in range(0, n, ntid):
+            block = [t for t in range(first, first + ntid) if t in live]
+            if not runnable and block and all(waiting.get(t, ("",))[0] == "bar" for t in block):
+                assert len(block) == ntid, "a block barrier that some threads left before"
+                for t in block:
+                    del waiting[t]
+                runnable += block
+        if not runnable and live and all(waiting.get(t, ("",))[0] == "cbar" for t in live):
+            assert len(live) == n, "a cluster barrier that some threads left before"
             for t in live:
                 del waiting[t]
             runnable = sorted(live)
@@ -417,8 +466,10 @@ def run_kernel(em, dims: dict, arrays: dict[str, np.ndarray], grid: int | None =
             params[pname] = int(dims[p.name])
     if grid is None:
         grid = int(eval_dim_expr(em.launch.grid[0], dims))
-    for c in range(grid):
-        run_block(k, c, grid, em.launch.block[0], params, mem)
+    size = em.launch.cluster[0] if em.launch.cluster else 1
+    assert grid % size == 0, "the grid is not a multiple of the cluster"
+    for c in range(0, grid, size):
+        run_blocks(k, list(range(c, c + size)), grid, em.launch.block[0], params, mem)
     return {name: mem.get(name) for name in arrays}
 
 
@@ -556,3 +607,48 @@ def test_hand_built_dags_with_fp16_fp32_compares_and_precise_math_run_correctly(
             want = want.reshape(got.shape)
             rel = np.linalg.norm(got - want) / np.linalg.norm(want)
             assert np.isfinite(got).all() and rel < (1e-5 if o.dtype == "fp32" else 5e-3), (o, rel)
+
+
+# A row shared by a cluster of blocks (small blocks here, 1024 on the GPU): each block reduces its
+# part, publishes it in shared memory and reads the others' through distributed shared memory.
+CLUSTER_CASES = [
+    ("softmax", {}, [1500, 2048, 3000]),  # a tail, an exact fit, the streaming fallback
+    ("softmax", {"mode": "stream", "online": True, "chunks": 1}, [2100]),
+    ("cross_entropy", {"mode": "stream", "online": True, "chunks": 1}, [2500]),
+    ("cross_entropy", {"online": True}, [1800]),
+    ("layernorm", {}, [2000]),
+    ("add_rmsnorm", {}, [1999]),
+]
+
+
+@pytest.mark.parametrize(("name", "kw", "lengths"), CLUSTER_CASES)
+def test_a_row_shared_by_a_cluster_computes_the_reference(name, kw, lengths):
+    ir = lower(load_catalogue()[name])
+    s = _small(name, **({"threads_per_row": 128, "cluster_blocks": 2, "chunks": 2} | kw))
+    em = emit(ir, s)
+    assert em.launch.cluster == (2, 1, 1) and em.launch.block == (64, 1, 1)
+    assert ".reqnctapercluster 2, 1, 1" in em.ptx and "ld.shared::cluster.f32" in em.ptx
+    for n in lengths:
+        check(name, s, {ir.row_dim: n, **{d: 3 for d in ir.batch_dims}}, seed=n)
+
+
+def test_the_interpreter_catches_a_cluster_that_skips_the_other_blocks():
+    ir = lower(load_catalogue()["softmax"])
+    s = _small("softmax", threads_per_row=128, cluster_blocks=2, chunks=2)
+    em = emit(ir, s)
+    # every block reads rank 0's partials twice: rank 1's half of the row is left out of the sum
+    # (the max alone would not show: softmax does not depend on the constant subtracted)
+    broken = re.sub(r"(mapa\.shared::cluster\.u32 %r\d+, %r\d+), 1;", r"\1, 0;", em.ptx)
+    assert broken != em.ptx
+    with pytest.raises(AssertionError):
+        w = load_catalogue()["softmax"]
+        dims = {"M": 2, "N": 2000}
+        inputs = random_inputs(w, dims, 0)
+        out = run_kernel(
+            replace(em, ptx=broken),
+            dims,
+            dict(inputs) | {"y": np.full((2, 2000), 0xFFFF, np.uint16)},
+        )
+        got = to_float64(np.frombuffer(out["y"], dtype=np.uint16).reshape(2, 2000), "bf16")
+        want = np.asarray(reference(w, inputs, dims)["y"], dtype=np.float64).reshape(got.shape)
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2

@@ -53,6 +53,21 @@ def schedules_for(ir) -> list[Schedule]:
     out.append(replace(base, keep_intermediates=False, threads_per_row=256, chunks=2))
     if ir.min_elem_bytes() == 2:
         out.append(replace(base, vec_elems=4, threads_per_row=256, store_hint="noalloc"))
+    # a row shared by a cluster of two 1024-thread blocks (distributed shared memory)
+    one_row = dict(rows_per_block=1, persistent_blocks_per_sm=0, prefetch_rows=False)
+    out.append(replace(base, threads_per_row=2048, chunks=2, cluster_blocks=2, **one_row))
+    if ir.online:
+        out.append(
+            replace(
+                base,
+                mode="stream",
+                online=True,
+                threads_per_row=4096,
+                chunks=1,
+                cluster_blocks=4,
+                **one_row,
+            )  # fmt: skip
+        )
     return out
 
 
@@ -135,7 +150,11 @@ class Gpu:
 
         kernel = ObjectCode.from_cubin(cubin).get_kernel(em.entry)
         grid = tuple(eval_dim_expr(g, dims) for g in em.launch.grid)
-        cfg = LaunchConfig(grid=grid, block=tuple(em.launch.block), shmem_size=0)
+        if em.launch.cluster:  # cuda.core counts the grid in clusters then
+            grid = tuple(g // c for g, c in zip(grid, em.launch.cluster, strict=True))
+            cfg = LaunchConfig(grid=grid, cluster=em.launch.cluster, block=tuple(em.launch.block))
+        else:
+            cfg = LaunchConfig(grid=grid, block=tuple(em.launch.block), shmem_size=0)
         launch(self.stream, cfg, kernel, *args)
         self.stream.sync()
 
