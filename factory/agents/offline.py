@@ -387,7 +387,16 @@ def _reshapes(value) -> list[tuple[dict, str]]:
                     "2x threads, rows/2, chunks/2",
                 )
             )
-    return out
+    # Past 1024 threads a row is shared by a cluster of 1024-thread blocks: the cluster size
+    # moves with the thread count.
+    return [(_with_cluster(change, value), why) for change, why in out]
+
+
+def _with_cluster(change: dict, value) -> dict:
+    if not hasattr(value, "cluster_blocks"):
+        return change
+    t = change.get("threads_per_row", value.threads_per_row)
+    return change | {"cluster_blocks": max(1, t // 1024)}
 
 
 def _avoided(item: Item, plan: Plan) -> bool:

@@ -105,3 +105,14 @@ def test_a_warm_start_with_a_fitted_model_also_takes_its_picks_at_the_new_shape(
     notes = [d.note for d in drafts]
     assert notes[0].startswith("warm start: a winner"), notes
     assert any(n.startswith("warm start: the cost model's pick") for n in notes), notes
+
+
+def test_a_reshape_past_1024_threads_takes_a_cluster_and_one_back_leaves_it():
+    s = Schedule(threads_per_row=1024, rows_per_block=1, chunks=4, mode="cached")
+    grown = [dataclasses.replace(s, **c) for c, _ in _reshapes(s) if c["threads_per_row"] > 1024]
+    assert grown and all(g.cluster_blocks == g.threads_per_row // 1024 for g in grown)
+    c = Schedule(threads_per_row=2048, rows_per_block=1, chunks=2, cluster_blocks=2)
+    shrunk = [
+        dataclasses.replace(c, **ch) for ch, _ in _reshapes(c) if ch["threads_per_row"] < 2048
+    ]
+    assert shrunk and all(x.cluster_blocks == 1 for x in shrunk)
