@@ -176,8 +176,9 @@ def costmodel_figure(rows: Iterable[dict], rho: float | None = None) -> dict:
                     "color": [r["generation"] for r in rows],
                     "colorscale": "Viridis",
                     "size": 7,
-                    "showscale": True,
-                    "colorbar": {"title": {"text": "gen"}, "thickness": 10},
+                    # a colour scale only says something once there are several generations
+                    "showscale": len({r["generation"] for r in rows}) > 1,
+                    "colorbar": {"title": {"text": "gen"}, "thickness": 10, "dtick": 1},
                 },
                 "hovertemplate": "%{text}<br>predicted %{x:.2f}<br>measured %{y:.2f} µs"
                 "<extra></extra>",
@@ -185,7 +186,11 @@ def costmodel_figure(rows: Iterable[dict], rho: float | None = None) -> dict:
         ],
         "layout": _layout(
             title,
-            xaxis={"title": {"text": "predicted (µs, summed over shapes)"}, "type": "log"},
+            xaxis={
+                "title": {"text": "predicted (µs, summed over shapes)"},
+                "type": "log",
+                **_log_ticks(xs),
+            },
             yaxis={"title": {"text": "measured (µs)"}, "type": "log", **_log_ticks(ys)},
             showlegend=False,
         ),

@@ -159,6 +159,11 @@ class Context:
             for d in self.dims_list
         )
 
+    def _fitted_prediction(self, item: Item) -> float | None:
+        """What a draft records as the model's prediction: None until the model is fitted (the
+        roofline prior alone ranks every layout of a shape the same, which says nothing)."""
+        return self.predict_us(item) if self.model is not None and self.model.fitted else None
+
     # --- drafting ------------------------------------------------------------------------------
 
     def draft(self, item: Item, *, role: str, note: str, backend: str = "offline"):
@@ -182,7 +187,7 @@ class Context:
                 role=role,
                 backend=backend,
                 note=note,
-                predicted_us=self.predict_us(item),
+                predicted_us=self._fitted_prediction(item),
             )
         else:
             base = self.workload.baseline
@@ -202,7 +207,7 @@ class Context:
                 role=role,
                 backend=backend,
                 note=f"{note}: {why}",
-                predicted_us=self.predict_us(item),
+                predicted_us=self._fitted_prediction(item),
             )
         self._emitted[item.key] = d
         return d

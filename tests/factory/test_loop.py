@@ -293,3 +293,29 @@ def test_with_the_real_generator_a_similar_jobs_winner_seeds_generation_zero():
     w_new = dataclasses.replace(w, shapes=({"M": 4096, "N": 4096},))
     drafts = propose(w_new, generation=0, population=4, evidence=records, settings={"job": "new"})
     assert drafts[0].schedule == winner and drafts[0].note.startswith("warm start")
+
+
+def test_a_draft_records_a_prediction_only_once_the_cost_model_is_fitted():
+    from factory.spec import load_catalogue
+
+    w = load_catalogue()["rmsnorm"]
+    cold = propose(w, generation=0, population=4, evidence=[])
+    assert cold and all(d.predicted_us is None for d in cold)
+    records = [
+        {
+            "job": "past",
+            "family": "norm",
+            "signature": "",
+            "dims": dict(w.shapes[0]),
+            "dtype": "bf16",
+            "gpu": "sm_90",
+            "schedule": d.schedule,
+            "ptx_sha256": d.ptx_sha256,
+            "status": "passed",
+            "median_us": 100.0 + 7 * i,
+            "generation": 0,
+        }
+        for i, d in enumerate(propose(w, generation=0, population=8, evidence=[], seed=3))
+    ]
+    warm = propose(w, generation=0, population=4, evidence=records, settings={"job": "new"})
+    assert warm and all(d.predicted_us is not None and d.predicted_us > 0 for d in warm)

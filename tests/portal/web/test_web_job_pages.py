@@ -155,7 +155,7 @@ def test_the_job_page_tracks_how_well_the_cost_model_ranked_the_candidates(
     assert response.status_code == 200
     rows = response.context["progress"]["generations"]
     assert rows[0]["model_rho"] == pytest.approx(1.0)
-    assert "Cost model ρ" in response.content.decode()
+    assert 'Cost model <span style="text-transform:none">ρ</span>' in response.content.decode()
     assert "rank correlation 1.00" in response.context["charts"]["costmodel"]
 
     Candidate.objects.filter(pk=job.candidates.order_by("score_us")[0].pk).update(predicted_us=20.0)
