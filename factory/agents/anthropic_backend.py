@@ -65,7 +65,9 @@ PTX_RULES = (
     '{"kind": "dim", "ptx_type": "u32", "name": <dim>} (a dim value), or '
     '{"kind": "scalar", "ptx_type": "f32", "value": <number>}. The launch is '
     '{"grid": [gx, gy, gz], "block": [bx, by, bz], "smem_bytes": n} where grid entries may be '
-    'shape arithmetic over dim names, e.g. "ceildiv(M, 4)". Storage: fp32 as f32, bf16/fp16 as '
+    'shape arithmetic over dim names, e.g. "ceildiv(M, 4)"; an optional "cluster": [k, 1, 1] '
+    "(k <= 8) launches thread block clusters, the grid still counted in blocks and a multiple "
+    "of k. Storage: fp32 as f32, bf16/fp16 as "
     "16-bit raw values; compute in f32. No managed memory, no printf, no external calls. "
     "Candidates are verified against a float64 reference on fresh random inputs at the "
     "benchmarked and held-out shapes, so every shape (including odd sizes) must be handled."
