@@ -12,6 +12,9 @@ generator schedules: field by field, neighbour values taken from the edit space.
 - `st_cache`: `cs` (streaming, evict-first) on plain global stores: a caching hint only.
 - `maxnreg`: a `.maxnreg` directive on the entry, the per-kernel spelling of ptxas's
   `-maxrregcount` (travels inside the PTX, so the GPU worker compiles it the same way).
+- `nounroll`: a `.pragma "nounroll"` on the entry, so ptxas keeps the kernel's loops as written
+  (smaller code and fewer registers where its unrolling bought nothing). A pragma changes how
+  the code is scheduled, never what it computes; offered only for kernels that have a loop.
 - `block`: a new block size, only when it is provably safe: the kernel is one-dimensional, reads
   %tid.x, %ntid.x and %ctaid.x once each and only to form i = ctaid*ntid + tid, exits at once when
   i >= D for a dim parameter D, the grid is `ceildiv(D, B0)`, and nothing couples the threads of
@@ -38,9 +41,13 @@ class PtxEdit:
     st_cache: str = "none"
     maxnreg: int = 0
     block: int = 0  # 0: keep the customer's block
+    nounroll: bool = False  # added later: left out of the schedule dict when off
 
     def to_schedule(self) -> dict:
-        return {"ptx_edit": True, **asdict(self)}
+        d = {"ptx_edit": True, **asdict(self)}
+        if not d["nounroll"]:
+            del d["nounroll"]
+        return d
 
     @staticmethod
     def from_schedule(d: dict) -> PtxEdit:
@@ -49,6 +56,7 @@ class PtxEdit:
             st_cache=d.get("st_cache", "none"),
             maxnreg=int(d.get("maxnreg", 0)),
             block=int(d.get("block", 0)),
+            nounroll=bool(d.get("nounroll", False)),
         )
 
     def describe(self) -> str:
@@ -61,6 +69,8 @@ class PtxEdit:
             parts.append(f".maxnreg {self.maxnreg}")
         if self.block:
             parts.append(f"block {self.block}")
+        if self.nounroll:
+            parts.append('.pragma "nounroll"')
         return ", ".join(parts) or "unchanged"
 
 
@@ -237,6 +247,27 @@ def _apply_maxnreg(ptx: str, n: int) -> str:
     return ptx[: m.end()] + f"\n.maxnreg {n}\n" + ptx[m.end() :]
 
 
+_LABEL = re.compile(r"^\s*([$\w]+):", re.M)
+_BRANCH = re.compile(r"\bbra(?:\.uni)?\s+([$\w]+)\s*;")
+
+
+def has_loop(ptx: str) -> bool:
+    """A branch back to a label defined above it: the kernel has a loop."""
+    labels = {m.group(1): m.start() for m in _LABEL.finditer(ptx)}
+    return any(labels.get(m.group(1), len(ptx)) < m.start() for m in _BRANCH.finditer(ptx))
+
+
+def _apply_nounroll(ptx: str) -> str:
+    """The entry-level pragma goes between the parameter list and the body, with the other
+    performance directives."""
+    m = _ENTRY.search(ptx)
+    if not m or not has_loop(ptx):
+        return ptx
+    if '"nounroll"' in ptx[m.end() : ptx.find("{", m.end())]:
+        return ptx  # already on the entry (statement-level ones, as NVRTC writes, do not count)
+    return ptx[: m.end()] + '\n.pragma "nounroll";\n' + ptx[m.end() :]
+
+
 _COUPLING = re.compile(
     r"\.shared\b|\bbar\.|\bbarrier\.|\bshfl\.|\bvote\.|\bredux\.|\bmatch\.|activemask|%laneid|"
     r"%warpid|\belect\.|\.reqntid|\.maxntid|%tid\.[yz]|%ntid\.[yz]|%ctaid\.[yz]|%nctaid|%cluster|"
@@ -333,6 +364,12 @@ def apply_edit(
             return None
         out = _apply_maxnreg(out, edit.maxnreg)
         why.append(f".maxnreg {edit.maxnreg}")
+    if edit.nounroll:
+        unrolled = _apply_nounroll(out)
+        if unrolled == out:
+            return None
+        out = unrolled
+        why.append('.pragma "nounroll" (the kernel has a loop)')
     new_launch = launch
     if edit.block and edit.block != int(launch.block[0]):
         proof = block_change_is_safe(ptx, params, launch)
@@ -354,9 +391,10 @@ def apply_edit(
 def edit_space() -> list[PtxEdit]:
     """Every combination of edit values (block 0 = the customer's own)."""
     return [
-        PtxEdit(ld, st, reg, blk)
+        PtxEdit(ld, st, reg, blk, nounroll)
         for ld in LD_CACHE
         for st in ST_CACHE
         for reg in MAXNREG
         for blk in (0, *BLOCKS)
+        for nounroll in (False, True)
     ]

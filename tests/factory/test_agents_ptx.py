@@ -354,3 +354,28 @@ def test_shared_memory_stores_do_not_count_as_writes_to_tensors():
         "ret;", ".shared .align 4 .b8 buf[16];\n\tst.shared.u32 \t[buf], %r1;\n\tret;", 1
     )
     assert readonly_input_params(ptx, PARAMS, {"x"}) == {"rowsoftmax_param_0"}
+
+
+def test_nounroll_goes_on_a_kernel_with_a_loop_and_compiles():
+    from factory.agents.ptxedit import has_loop
+
+    assert has_loop(CUSTOMER_PTX)
+    ptx, launch, why = apply_edit(CUSTOMER_PTX, PARAMS, LAUNCH, PtxEdit(nounroll=True), {"x"})
+    assert '.pragma "nounroll";' in ptx and "nounroll" in why and launch == LAUNCH
+    # between the parameter list and the body, where entry-level directives go
+    assert ptx.index('.pragma "nounroll"') < ptx.index("{", ptx.index(".entry"))
+    report = compile_ptx(ptx, "sm_90")
+    assert report.ok, report.log
+    # and it is data in the schedule dict only when on
+    assert "nounroll" not in PtxEdit().to_schedule()
+    assert PtxEdit.from_schedule(PtxEdit(nounroll=True).to_schedule()).nounroll
+
+
+def test_nounroll_is_not_offered_to_a_kernel_without_a_loop():
+    from pathlib import Path
+
+    from factory.agents.ptxedit import has_loop
+
+    flat = (Path(__file__).parents[1] / "fixtures" / "ptx" / "scale_by_two.ptx").read_text()
+    assert not has_loop(flat)
+    assert apply_edit(flat, PARAMS, LAUNCH, PtxEdit(nounroll=True), {"x"}) is None
