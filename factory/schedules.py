@@ -219,10 +219,14 @@ def _modes_for(ir: KernelIR) -> list[tuple[str, bool]]:
 
 def _occupancy_options(threads_per_block: int) -> list[tuple[int, bool, int]]:
     """(persistent_blocks_per_sm, prefetch_rows, min_threads_per_sm) combinations worth trying:
-    plain; registers capped for 768 to 2048 threads per SM; a persistent grid of k blocks per SM
-    that prefetches the next row, with registers capped so that the k blocks are resident."""
+    plain; registers capped for 768 to 2048 threads per SM (1280 and 1792 fill the steps
+    between 4, 5, 6 and 7 blocks of 256 threads: 64, 51, 42 and 36 registers); a persistent
+    grid of k blocks per SM that prefetches the next row, with registers capped so that the k
+    blocks are resident."""
     out = [(0, False, 0)] + [
-        (0, False, m) for m in (768, 1024, 1536, 2048) if m >= threads_per_block
+        (0, False, m)
+        for m in (768, 1024, 1280, 1536, 1792, 2048)
+        if m >= threads_per_block
     ]
     for k in (2, 4, 6, 8):
         if k * threads_per_block <= 2048 and (k * threads_per_block) % 256 == 0:
