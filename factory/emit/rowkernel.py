@@ -104,6 +104,9 @@ class RowKernel:
         self.W = max(1, self.TB // 32)  # warps of one row in one block
         if self.C > 1 and (self.R != 1 or s.persistent_blocks_per_sm or int(arch[3:]) < 90):
             raise EmitError("a cluster row needs sm_90+, one row per block, no persistent grid")
+        if self.C > 1 and self.W < 2:
+            # the cluster step follows the shared-memory step across a block's warps
+            raise EmitError("a cluster row needs at least two warps per block")
         self.fast = s.fast_math
         self.level = ir.level
         for t in ir.inputs:
