@@ -248,3 +248,15 @@ def test_cluster_rows_compile_without_spills_for_sm_90_and_sm_100(name):
         rep = compile_ptx(em.ptx, arch=arch)
         assert rep.ok, rep.log
         assert rejection_reason(rep, s.threads_per_block) == "", (name, arch, rep.to_dict())
+
+
+def test_the_emitter_refuses_cluster_rows_it_cannot_render():
+    ir = EXAMPLES["softmax"]()
+    base = replace(default_schedule(ir, DIMS), rows_per_block=1, chunks=2, mode="cached")
+    for bad, arch in (
+        (replace(base, threads_per_row=64, cluster_blocks=2), "sm_90"),  # a warp per block
+        (replace(base, threads_per_row=2048, cluster_blocks=2, rows_per_block=2), "sm_90"),
+        (replace(base, threads_per_row=2048, cluster_blocks=2), "sm_80"),
+    ):
+        with pytest.raises(EmitError):
+            emit(ir, bad, arch=arch)
