@@ -52,6 +52,14 @@ def record_bytes(record: dict) -> float | None:
     return None
 
 
+def _encode(value) -> str:
+    """A schedule value as a one-hot key: plain scalars cheaply (the common case, thousands of
+    times per fit), anything else as sorted JSON."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return f"{type(value).__name__}:{value}"
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def _is_number(v) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
@@ -164,7 +172,7 @@ class CostModel:
         values: dict[str, set] = {}
         for r in records:
             for k, v in (r.get("schedule") or {}).items():
-                values.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+                values.setdefault(k, set()).add(_encode(v))
         self.onehot = sorted((k, v) for k, vs in values.items() for v in vs)
 
     def _rows_and_length(self, dims: dict) -> tuple[float, float]:
@@ -176,10 +184,12 @@ class CostModel:
 
     def _features(self, schedule: dict | None, dims: dict) -> np.ndarray:
         s = schedule or {}
-        hot = [
-            1.0 if json.dumps(s.get(k), sort_keys=True, default=str) == v else 0.0
-            for k, v in self.onehot
-        ]
+        encoded: dict[str, str] = {}  # each field's value as JSON, once per record
+        hot = []
+        for k, v in self.onehot:
+            if k not in encoded:
+                encoded[k] = _encode(s.get(k))
+            hot.append(1.0 if encoded[k] == v else 0.0)
         layout = layout_features(s, *self._rows_and_length(dims))
         cached = 1.0 if s.get("mode") == "cached" else 0.0
         return np.array(layout + [x * cached for x in layout] + hot, dtype=float)
