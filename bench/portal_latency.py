@@ -132,6 +132,7 @@ def populate(n_candidates: int, generations: int = 20):
         manifest=manifest,
         sha256=spec.sha256,
         target_gpu=spec.target,
+        family="softmax",
         created_by=customer,
     )
     job = Job.objects.create(
@@ -308,6 +309,8 @@ def main(argv=None) -> int:
             ("candidate (other)", as_customer, reverse("web-candidate", args=[other.code]), ok),
             ("review queue", as_engineer, reverse("web-review-queue"), ok),
             ("review", as_engineer, reverse("web-review", args=[job.code]), ok),
+            ("evidence", as_engineer, reverse("web-evidence"), ok),
+            ("evidence, softmax", as_engineer, reverse("web-evidence") + "?family=softmax", ok),
             ("tokens", as_customer, reverse("web-tokens"), ok),
             ("api job", api, reverse("api-job", args=[job.code]), ok),
             ("api results", api, reverse("api-results", args=[job.code]), ok),

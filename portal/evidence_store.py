@@ -47,36 +47,63 @@ def workload_facts(workload: Workload) -> tuple[str, str]:
     )
 
 
+_CANDIDATE_COLUMNS = (
+    "pk",
+    "schedule",
+    "ptx_sha256",
+    "status",
+    "reason",
+    "role",
+    "backend",
+    "generation__index",
+    "job__code",
+    "job__target_gpu",
+    "job__workload_id",
+)
+
+
 def candidate_records(candidates) -> list[dict]:
-    """Evidence records for an iterable of candidates (with job__workload selected)."""
-    candidates = list(candidates)
-    timings: dict[int, list[TimingResult]] = {}
-    for t in TimingResult.objects.filter(candidate__in=candidates).order_by("dims_key"):
-        timings.setdefault(t.candidate_id, []).append(t)
+    """Evidence records for a queryset of candidates. Plain columns only (no model instances,
+    no PTX, no raw timing samples): the agents read thousands of these every generation."""
+    rows = list(candidates.values(*_CANDIDATE_COLUMNS))
+    workload_ids = {r["job__workload_id"] for r in rows}
+    workloads = {
+        w.pk: w
+        for w in Workload.objects.filter(pk__in=workload_ids).only(
+            "pk", "sha256", "family", "manifest", "baseline_source", "baseline_filename"
+        )
+    }
+    timings: dict[int, list[tuple]] = {}
+    for cid, dims, median_us, tbps in (
+        TimingResult.objects.filter(candidate_id__in=[r["pk"] for r in rows])
+        .order_by("candidate_id", "dims_key")
+        .values_list("candidate_id", "dims", "median_us", "tbps")
+    ):
+        timings.setdefault(cid, []).append((dims, median_us, tbps))
     records = []
-    for c in candidates:
-        workload = c.job.workload
+    for c in rows:
+        workload = workloads[c["job__workload_id"]]
         signature, dtype = workload_facts(workload)
         base = {
-            "job": str(c.job.code),
+            "job": str(c["job__code"]),
             "workload_sha256": workload.sha256,
             "family": workload.family,
             "signature": signature,
             "dtype": dtype,
-            "gpu": c.job.target_gpu,
-            "schedule": c.schedule or None,
-            "ptx_sha256": c.ptx_sha256,
-            "status": c.status,
-            "reason": c.reason,
-            "generation": c.generation.index,
-            "role": c.role,
-            "backend": c.backend,
+            "gpu": c["job__target_gpu"],
+            "schedule": c["schedule"] or None,
+            "ptx_sha256": c["ptx_sha256"],
+            "status": c["status"],
+            "reason": c["reason"],
+            "generation": c["generation__index"],
+            "role": c["role"],
+            "backend": c["backend"],
         }
-        rows = timings.get(c.pk) or []
-        if not rows:
+        measured = timings.get(c["pk"]) or []
+        if not measured:
             records.append({**base, "dims": None, "median_us": None, "tbps": None})
-        for t in rows:
-            records.append({**base, "dims": t.dims, "median_us": t.median_us, "tbps": t.tbps})
+        for dims, median_us, tbps in measured:
+            records.append({**base, "dims": dims, "median_us": median_us, "tbps": tbps})
     return records
 
 
@@ -101,7 +128,7 @@ class DbEvidenceStore:
         workload_sha256: str | None = None,
         status: str | None = None,
     ) -> list[dict]:
-        candidates = Candidate.objects.select_related("job__workload", "generation")
+        candidates = Candidate.objects.all()
         if family is not None:
             candidates = candidates.filter(job__workload__family=family)
         if gpu is not None:

@@ -556,3 +556,91 @@ def top_candidates(job: Job):
         # Timed candidates first, fastest first; nulls last on every database.
         .order_by(F("score_us").asc(nulls_last=True), "created")
     )
+
+
+# --- the evidence memory (engineers) -------------------------------------------------------------
+
+
+def evidence_families() -> list[dict]:
+    """Per operator family across every job: jobs, candidates by outcome, the best bandwidth."""
+    from django.db.models import Max, Q
+
+    counts = (
+        Candidate.objects.values(family=F("job__workload__family"))
+        .annotate(
+            jobs=Count("job", distinct=True),
+            candidates=Count("id"),
+            passed=Count("id", filter=Q(status=Candidate.PASSED)),
+            failed=Count("id", filter=Q(status=Candidate.FAILED)),
+            refused=Count("id", filter=Q(status=Candidate.REJECTED)),
+        )
+        .order_by("family")
+    )
+    best = dict(
+        TimingResult.objects.filter(candidate__status=Candidate.PASSED)
+        .values_list("candidate__job__workload__family")
+        .annotate(Max("tbps"))
+        .order_by()
+    )
+    return [dict(row, best_tbps=best.get(row["family"])) for row in counts]
+
+
+ACCURACY_SAMPLE = 600
+
+
+def evidence_view(*, family: str, gpu: str, dtype: str | None, shape_class: str | None) -> dict:
+    """What the factory has learnt for one family on one GPU (optionally one dtype and shape
+    class): the lessons the agents read, how well the cost model ranks this evidence, the
+    fastest verified results and why candidates failed."""
+    from factory.costmodel import held_out_spearman
+    from factory.evidence import distil_lessons
+    from factory.evidence import shape_class as class_of
+    from portal.evidence_store import DbEvidenceStore
+
+    records = DbEvidenceStore().query(family=family, gpu=gpu)
+    dtypes = sorted({r["dtype"] for r in records if r["dtype"]})
+    classes = sorted({class_of(r["dims"]) for r in records if r["dims"]})
+    if dtype:
+        records = [r for r in records if r["dtype"] == dtype]
+    if shape_class:
+        records = [r for r in records if r["dims"] and class_of(r["dims"]) == shape_class]
+    lessons = distil_lessons(records, family=family, gpu=gpu)
+    # Fields the evidence has tried more than one value of (one value teaches nothing).
+    choices = [
+        {"field": f, "value": v, **stats}
+        for f, values in sorted(lessons.choices.items())
+        if len(values) > 1
+        for v, stats in sorted(values.items(), key=lambda kv: -kv[1]["wins"] / kv[1]["n"])
+        if stats["n"] >= 3
+    ]
+    passed = [r for r in records if r["status"] == Candidate.PASSED and r["median_us"]]
+    top = sorted(passed, key=lambda r: -(r["tbps"] or 0.0))[:12]
+    return {
+        "records": len(records),
+        "jobs": len({r["job"] for r in records}),
+        "dtypes": dtypes,
+        "shape_classes": classes,
+        "lessons": lessons,
+        "choices": choices,
+        "failures": sorted(lessons.failures.items(), key=lambda kv: -kv[1])[:10],
+        # on the newest verified records: the estimate needs hundreds, not every record
+        "model_rho": held_out_spearman(passed[-ACCURACY_SAMPLE:]),
+        "model_sample": min(len(passed), ACCURACY_SAMPLE),
+        "top": [dict(r, shape=shape_label(r["dims"]), what=_schedule_label(r)) for r in top],
+    }
+
+
+def _schedule_label(record: dict) -> str:
+    schedule = record.get("schedule") or {}
+    if schedule.get("ptx_edit"):
+        from factory.agents.ptxedit import PtxEdit
+
+        return "customer kernel: " + PtxEdit.from_schedule(schedule).describe()
+    if schedule.get("family") == "row":
+        from factory.schedules import Schedule
+
+        try:
+            return Schedule.from_dict(schedule).tag()
+        except (TypeError, ValueError):
+            pass
+    return "hand-written PTX" if not schedule else str(schedule)[:60]

@@ -14,6 +14,7 @@ urlpatterns = [
     path("jobs/<uuid:code>/artifact/", views.artifact_download, name="web-artifact-download"),
     path("candidates/<uuid:code>/", views.candidate, name="web-candidate"),
     path("review/", views.review_queue, name="web-review-queue"),
+    path("evidence/", views.evidence, name="web-evidence"),
     path("review/<uuid:code>/", views.review, name="web-review"),
     path("tokens/", views.tokens, name="web-tokens"),
     path("tokens/<uuid:code>/revoke/", views.token_delete, name="web-token-delete"),

@@ -387,6 +387,33 @@ def review_queue(request):
 
 
 @engineer_required
+@require_GET
+def evidence(request):
+    """The evidence memory: what every job has taught, by family, GPU, dtype and shape class."""
+    families = queries.evidence_families()
+    known = {row["family"] for row in families}
+    gpus = sorted(set(Job.objects.values_list("target_gpu", flat=True))) or ["sm_90"]
+    family = request.GET.get("family") or ""
+    gpu = request.GET.get("gpu") or gpus[0]
+    context = {"families": families, "gpus": gpus, "family": family, "gpu": gpu, "view": None}
+    status = 200
+    if family:
+        if family not in known or gpu not in gpus:
+            context["error"] = "No evidence for that family and GPU."
+            status = 404
+        else:
+            context["dtype"] = request.GET.get("dtype") or ""
+            context["shape_class"] = request.GET.get("shape_class") or ""
+            context["view"] = queries.evidence_view(
+                family=family,
+                gpu=gpu,
+                dtype=context["dtype"] or None,
+                shape_class=context["shape_class"] or None,
+            )
+    return _render(request, "web/evidence.html", context, nav="evidence", status=status)
+
+
+@engineer_required
 @require_http_methods(["GET", "POST"])
 def review(request, code):
     j = access.get_job_for_user(request.user, code)

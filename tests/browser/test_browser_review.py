@@ -7,6 +7,8 @@ import zipfile
 
 import pytest
 
+from factory.schedules import Schedule
+from portal.models import Candidate, Workload
 from tests.browser.conftest import log_in
 from tests.portal.web.world import job_in_review
 
@@ -31,6 +33,16 @@ def test_an_engineer_approves_in_the_browser_and_the_customer_downloads(
     reviewer.wait_for_selector("#ptx")
     reviewer.screenshot(path=str(artifacts_dir / "candidate_page.png"), full_page=True)
     reviewer.go_back()
+    # what the factory has learnt, for the engineer: the family's evidence page
+    Workload.objects.filter(pk=job.workload_id).update(family="softmax")
+    for i, c in enumerate(Candidate.objects.filter(job=job).order_by("pk")):
+        s = Schedule(threads_per_row=(128, 256, 512)[i % 3], chunks=(4, 2, 1)[i % 3])
+        Candidate.objects.filter(pk=c.pk).update(schedule=s.to_dict())
+    reviewer.click("text=Evidence")
+    reviewer.click("a:has-text('Open')")
+    reviewer.wait_for_selector("text=Lessons the planner and the prompts read")
+    reviewer.screenshot(path=str(artifacts_dir / "evidence_page.png"), full_page=True)
+    reviewer.goto(f"{base}/review/{job.code}/")
     reviewer.fill("#id_comment", "Verified at every shape, 2x over torch.compile.")
     reviewer.click("#approve")
     reviewer.wait_for_url(f"{base}/review/")
