@@ -152,8 +152,8 @@ def generations_figure(population: Iterable[dict]) -> dict:
 
 def costmodel_figure(rows: Iterable[dict], rho: float | None = None) -> dict:
     """The cost model's predicted time against the measured time, one point per verified
-    candidate it ranked, coloured by generation; log axes on both sides. Points on a rising
-    line mean the model ranks well (the predicted scale is the model's own: a sum over shapes).
+    candidate it ranked, coloured by generation; log axes on both sides; both times summed over
+    the benchmarked shapes. Points on a rising line mean the model ranks well.
 
     Each row: ``generation``, ``predicted_us``, ``runtime_us``.
     """
@@ -191,7 +191,11 @@ def costmodel_figure(rows: Iterable[dict], rho: float | None = None) -> dict:
                 "type": "log",
                 **_log_ticks(xs),
             },
-            yaxis={"title": {"text": "measured (µs)"}, "type": "log", **_log_ticks(ys)},
+            yaxis={
+                "title": {"text": "measured (µs, summed over shapes)"},
+                "type": "log",
+                **_log_ticks(ys),
+            },
             showlegend=False,
         ),
     }

@@ -86,17 +86,29 @@ def stage_steps(job: Job) -> list[dict]:
 
 
 def costmodel_rows(job: Job) -> list[dict]:
-    """Verified candidates the cost model had ranked: generation, predicted and measured time."""
-    return [
-        {"generation": gen, "predicted_us": predicted, "runtime_us": score}
-        for gen, predicted, score in Candidate.objects.filter(
-            job=job,
-            status=Candidate.PASSED,
-            predicted_us__isnull=False,
-            score_us__isnull=False,
+    """Verified candidates the cost model had ranked: generation, predicted time and measured
+    time, both summed over the benchmarked shapes (the model predicts that sum). One grouped
+    query over the timings."""
+    from django.db.models import Sum
+
+    rows = (
+        TimingResult.objects.filter(
+            candidate__job=job,
+            candidate__status=Candidate.PASSED,
+            candidate__predicted_us__isnull=False,
         )
+        .values("candidate_id", "candidate__generation__index", "candidate__predicted_us")
+        .annotate(total=Sum("median_us"))
         .order_by()
-        .values_list("generation__index", "predicted_us", "score_us")
+    )
+    return [
+        {
+            "generation": r["candidate__generation__index"],
+            "predicted_us": r["candidate__predicted_us"],
+            "runtime_us": r["total"],
+        }
+        for r in rows
+        if r["total"] is not None
     ]
 
 
