@@ -94,3 +94,28 @@ def test_a_cluster_field_at_its_default_stays_out_of_the_dict_and_the_tag():
     assert c.to_dict()["cluster_blocks"] == 4 and c.tag().startswith("ct4096r1v8c2")
     assert "cl4" in c.tag()
     assert Schedule.from_dict(c.to_dict()) == c and Schedule.from_dict(s.to_dict()) == s
+
+
+def test_a_cluster_candidate_goes_into_a_batch_the_gpu_worker_accepts():
+    # factory -> batch file -> gpuworker's parser: the cluster shape survives, the grid counts
+    # blocks (a multiple of the cluster at every shape).
+    from factory.agents.types import CandidateDraft
+    from factory.emit import emit
+    from factory.ir import lower
+    from factory.loop import build_batch
+    from factory.spec import eval_dim_expr, load_catalogue
+    from gpuworker.batch import parse_batch
+
+    w = load_catalogue()["softmax"]
+    s = Schedule(threads_per_row=4096, chunks=2, cluster_blocks=4, mode="cached")
+    em = emit(lower(w), s)
+    draft = CandidateDraft(
+        ptx=em.ptx, entry=em.entry, params=tuple(em.params), launch=em.launch,
+        schedule=s.to_dict(), parent_ptx_sha256=None, role="writer", backend="offline",
+        note="cluster row",
+    )  # fmt: skip
+    batch = parse_batch(build_batch(w, {"c1": draft}, baselines=(), options={}))
+    (cand,) = batch.candidates
+    assert cand.launch.cluster == (4, 1, 1) and cand.launch.block == (1024, 1, 1)
+    for dims in [*batch.shapes, *batch.heldout_shapes]:
+        assert eval_dim_expr(cand.launch.grid[0], dims) % 4 == 0
