@@ -567,4 +567,21 @@ def token_delete(request, code):
 
 @require_GET
 def health(request):
-    return HttpResponse("ok", content_type="text/plain")
+    """For a load balancer or a person: the database answers, and which workers of this machine
+    consume their queues (workers on other hosts report through their own portal host)."""
+    from django.db import connection
+    from django.http import JsonResponse
+
+    from portal.celery import ready_dir
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        database = "ok"
+    except Exception as exc:  # noqa: BLE001 - any failure is the answer
+        database = f"unavailable: {type(exc).__name__}"
+    # a count, not the names: this answers anyone, logged in or not
+    workers = sum(1 for _ in ready_dir().glob("*.ready"))
+    body = {"status": "ok" if database == "ok" else "degraded", "database": database}
+    body["workers_ready_here"] = workers
+    return JsonResponse(body, status=200 if database == "ok" else 503)

@@ -171,3 +171,13 @@ def test_without_three_ranked_candidates_the_cost_model_chart_waits(client, cust
     assert "Appears once the cost model has ranked three verified candidates" in (
         response.content.decode()
     )
+
+
+def test_health_says_the_database_answers_and_which_local_workers_are_ready(
+    client, settings, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("PTXF_VAR_DIR", str(tmp_path))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "cpu@host.ready").write_text("1\n")
+    body = client.get(reverse("web-health")).json()
+    assert body == {"status": "ok", "database": "ok", "workers_ready_here": 1}
