@@ -89,6 +89,10 @@ def test_the_candidate_page_shows_lineage_compile_verification_and_timing(
     assert "held out" in html and "benchmarked" in html
     assert "variant 0" in html  # what changed
     assert len(response.context["timings"]) == 2
+    assert "not ranked (no fitted model yet)" in html
+    Candidate.objects.filter(pk=best.pk).update(predicted_us=42.5)
+    html = client.get(reverse("web-candidate", args=[best.code])).content.decode()
+    assert "42.50 µs predicted before the GPU" in html
 
 
 def test_a_customer_reads_the_ptx_only_once_it_is_approved(client, customer, engineer, review_job):
