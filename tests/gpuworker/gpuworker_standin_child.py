@@ -38,6 +38,64 @@ def fixture_candidate(cid: str, entry: str) -> dict:
     }
 
 
+def softmax_batch(batch_id: str, candidates: list[dict], options: dict) -> dict:
+    """A format-1 batch of the catalogue softmax at one small shape (4 x 64), no baselines."""
+    from factory.spec import catalogue_manifest
+
+    return {
+        "format": 1,
+        "batch_id": batch_id,
+        "manifest": catalogue_manifest("softmax"),
+        "shapes": [{"M": 4, "N": 64}],
+        "heldout_shapes": [],
+        "candidates": candidates,
+        "baselines": [],
+        "options": options,
+    }
+
+
+def healthy_reply(msg: dict, shapes: dict) -> dict:
+    """What a healthy GPU answers to copy_ceiling, verify and time (every check passes)."""
+    op = msg["op"]
+    if op == "copy_ceiling":
+        return {"ok": True, "bytes": 1, "median_us": 1.0, "samples_us": [1.0], "tbps": 4.0,
+                "l2_flush": msg.get("l2_flush", "read")}  # fmt: skip
+    if op == "verify":
+        return {
+            "ok": True,
+            "shapes": [
+                {
+                    "shape": i,
+                    "outputs": {
+                        n: {"runs": [RUN, RUN], "bitwise_diff_bytes": 0}
+                        for n in shapes[i]["outputs"]
+                    },
+                    "output_guard_bytes_changed": 0,
+                    "input_guard_bytes_changed": 0,
+                    "input_bytes_changed": 0,
+                }
+                for i in msg["shapes"]
+            ],
+        }
+    if op == "time":
+        return {
+            "ok": True,
+            "shape": msg["shape"],
+            "sets": shapes[msg["shape"]]["sets"],
+            "sm_clocks_mhz": [1980],
+            "l2_flush": msg.get("l2_flush", "read"),
+            "entrants": {
+                d["key"]: {
+                    "samples_us": [10.0, 10.5, 11.0],
+                    "timed_checks": CHECKS,
+                    "input_bytes_changed": 0,
+                }
+                for d in msg["entrants"]
+            },
+        }
+    raise AssertionError(f"unexpected request {op}")
+
+
 def _hang(deadline, timeout_s: float):
     deadline.value = time.monotonic() + timeout_s
     time.sleep(3600)
@@ -63,53 +121,18 @@ def child_main(conn, deadline, current):
             shapes = {s["index"]: s for s in msg["shapes"]}
             conn.send({"ok": True, "shapes": len(shapes), "pid": os.getpid()})
         elif op == "copy_ceiling":
-            conn.send({"ok": True, "bytes": 1, "median_us": 1.0, "samples_us": [1.0],
-                       "tbps": 4.0, "l2_flush": msg.get("l2_flush", "read")})  # fmt: skip
+            conn.send(healthy_reply(msg, shapes))
         elif op == "verify":
             if msg["entrant"].get("entry") == "infinite_loop":
                 current.value = -1
                 _hang(deadline, msg["timeout_s"])
-            conn.send(
-                {
-                    "ok": True,
-                    "pid": os.getpid(),
-                    "shapes": [
-                        {
-                            "shape": i,
-                            "outputs": {
-                                n: {"runs": [RUN, RUN], "bitwise_diff_bytes": 0}
-                                for n in shapes[i]["outputs"]
-                            },
-                            "output_guard_bytes_changed": 0,
-                            "input_guard_bytes_changed": 0,
-                            "input_bytes_changed": 0,
-                        }
-                        for i in msg["shapes"]
-                    ],
-                }
-            )
+            conn.send({**healthy_reply(msg, shapes), "pid": os.getpid()})
         elif op == "time":
             for i, d in enumerate(msg["entrants"]):
                 if d.get("entry") == "infinite_loop":
                     current.value = i
                     _hang(deadline, msg["timeout_s"])
-            conn.send(
-                {
-                    "ok": True,
-                    "shape": msg["shape"],
-                    "sets": shapes[msg["shape"]]["sets"],
-                    "sm_clocks_mhz": [1980],
-                    "l2_flush": msg.get("l2_flush", "read"),
-                    "entrants": {
-                        d["key"]: {
-                            "samples_us": [10.0, 10.5, 11.0],
-                            "timed_checks": CHECKS,
-                            "input_bytes_changed": 0,
-                        }
-                        for d in msg["entrants"]
-                    },
-                }
-            )
+            conn.send(healthy_reply(msg, shapes))
         elif op == "pid":
             conn.send({"ok": True, "pid": os.getpid()})
         else:

@@ -200,66 +200,7 @@ class _StandInChild:
 
     def request(self, msg):
         self.requests.append(msg)
-        op = msg["op"]
-        if op == "copy_ceiling":
-            return {"ok": True, "bytes": 1, "median_us": 1.0, "samples_us": [1.0], "tbps": 4.0,
-                    "l2_flush": msg.get("l2_flush", "read")}  # fmt: skip
-        if op == "verify":
-            run = {"rel_err": 0.0, "max_abs_err": 0.0, "nonfinite": 0, "bad_elements": 0,
-                   "first_bad_index": -1, "passed": True}  # fmt: skip
-            return {
-                "ok": True,
-                "shapes": [
-                    {
-                        "shape": i,
-                        "outputs": {
-                            n: {"runs": [run, run], "bitwise_diff_bytes": 0}
-                            for n in self.shapes[i]["outputs"]
-                        },
-                        "output_guard_bytes_changed": 0,
-                        "input_guard_bytes_changed": 0,
-                        "input_bytes_changed": 0,
-                    }
-                    for i in msg["shapes"]
-                ],
-            }
-        if op == "time":
-            checks = {"runs_checked": 3, "runs_failed": 0, "worst_rel_err": 0.0,
-                      "max_abs_err": 0.0, "nonfinite": 0, "bad_elements": 0,
-                      "first_failure": None}  # fmt: skip
-            return {
-                "ok": True,
-                "shape": msg["shape"],
-                "sets": self.shapes[msg["shape"]]["sets"],
-                "sm_clocks_mhz": [1980],
-                "l2_flush": msg.get("l2_flush", "read"),
-                "entrants": {
-                    d["key"]: {
-                        "samples_us": [10.0, 10.5, 11.0],
-                        "timed_checks": checks,
-                        "input_bytes_changed": 0,
-                    }
-                    for d in msg["entrants"]
-                },
-            }
-        raise AssertionError(f"unexpected request {op}")
-
-
-def _softmax_batch(options: dict) -> dict:
-    from factory.spec import catalogue_manifest
-
-    return {
-        "format": 1,
-        "batch_id": "flush-1",
-        "manifest": catalogue_manifest("softmax"),
-        "shapes": [{"M": 4, "N": 64}],
-        "heldout_shapes": [],
-        "candidates": [
-            standin.fixture_candidate("honest", "honest_bf16"),
-        ],
-        "baselines": [],
-        "options": options,
-    }
+        return standin.healthy_reply(msg, self.shapes)
 
 
 @pytest.mark.parametrize("options", [{}, {"l2_flush": "write"}])
@@ -267,7 +208,8 @@ def test_the_runner_times_and_measures_the_ceiling_under_the_batch_flush(options
     from factory.spec import load_manifest
     from gpuworker.runner import _run, _SharedArrays
 
-    b = parse_batch(_softmax_batch(copy.deepcopy(options)))
+    candidates = [standin.fixture_candidate("honest", "honest_bf16")]
+    b = parse_batch(standin.softmax_batch("flush-1", candidates, copy.deepcopy(options)))
     want = options.get("l2_flush", "read")
     fake, shared = _StandInChild(), _SharedArrays()
     try:

@@ -137,22 +137,14 @@ _candidate = standin.fixture_candidate
 
 
 def hang_batch(**options) -> dict:
-    from factory.spec import catalogue_manifest
-
-    return {
-        "format": 1,
-        "batch_id": "spare-1",
-        "manifest": catalogue_manifest("softmax"),
-        "shapes": [{"M": 4, "N": 64}],
-        "heldout_shapes": [],
-        "candidates": [
-            _candidate("before", "honest_bf16"),
-            _candidate("hang", "infinite_loop"),
-            _candidate("after", "honest_bf16"),
-        ],
-        "baselines": [],
-        "options": {"seed": 3, "timeout_s_per_candidate": 0.5, **options},
-    }
+    candidates = [
+        _candidate("before", "honest_bf16"),
+        _candidate("hang", "infinite_loop"),
+        _candidate("after", "honest_bf16"),
+    ]
+    return standin.softmax_batch(
+        "spare-1", candidates, {"seed": 3, "timeout_s_per_candidate": 0.5, **options}
+    )
 
 
 @pytest.fixture
