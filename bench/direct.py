@@ -163,9 +163,10 @@ def check_rows(bench: Bench, w, ir, inputs: dict, outputs: dict, dims: dict) -> 
 
 def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 15) -> dict:
     """Our schedules and the baselines at one shape: verified, then timed interleaved."""
-    from cuda.core import LaunchConfig, ObjectCode, launch
+    from cuda.core import ObjectCode, launch
 
     from bench.suite import compile_cached
+    from gpuworker.gpu import launch_config
 
     torch = bench.torch
     inputs = make_inputs(bench, w, dims, seed=int(time.time()) & 0xFFFF)
@@ -191,12 +192,7 @@ def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 
             continue
         kernel = ObjectCode.from_cubin(rep.cubin).get_kernel(em.entry)
         grid = tuple(eval_dim_expr(g, dims) for g in em.launch.grid)
-        cluster = em.launch.cluster
-        if cluster:  # cuda.core counts the grid in clusters when a cluster shape is given
-            grid = tuple(g // c for g, c in zip(grid, cluster, strict=True))
-            cfg = LaunchConfig(grid=grid, cluster=cluster, block=tuple(em.launch.block))
-        else:
-            cfg = LaunchConfig(grid=grid, block=tuple(em.launch.block), shmem_size=0)
+        cfg = launch_config(grid, em.launch.block, 0, em.launch.cluster)
         ptrs = {k: v.data_ptr() for k, v in (inputs | outputs).items()}
         args = [ptrs[p.name] if p.kind == "tensor" else np.uint32(dims[p.name]) for p in em.params]
 

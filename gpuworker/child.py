@@ -132,8 +132,6 @@ class PtxEntrant:
         self._smem_set = 0
 
     def _bind(self, sh: ShapeData, slot: int):
-        from cuda.core import LaunchConfig
-
         from factory.spec import eval_dim_expr
 
         args = []
@@ -166,18 +164,10 @@ class PtxEntrant:
         if smem > 48 * 1024 and smem > self._smem_set:
             gpu.set_max_dynamic_smem(self.kernel, smem, self.s.device_ordinal)
             self._smem_set = smem
-        cluster = ld.get("cluster")
-        if cluster:
-            if any(g % c for g, c in zip(grid, cluster, strict=True)):
-                raise EntrantError(f"grid {grid} is not a multiple of cluster {cluster}")
-            cfg = LaunchConfig(
-                grid=tuple(g // c for g, c in zip(grid, cluster, strict=True)),
-                cluster=tuple(cluster),
-                block=tuple(block),
-                shmem_size=smem,
-            )
-        else:
-            cfg = LaunchConfig(grid=tuple(grid), block=tuple(block), shmem_size=smem)
+        try:
+            cfg = gpu.launch_config(grid, block, smem, ld.get("cluster"))
+        except ValueError as e:
+            raise EntrantError(str(e)) from e
         return cfg, tuple(args)
 
     def run(self, sh: ShapeData, slot: int):

@@ -185,6 +185,22 @@ def set_max_dynamic_smem(kernel, smem_bytes: int, device_ordinal: int):
         check(cu.cuFuncSetAttribute(handle, attr, smem_bytes), "cuFuncSetAttribute")
 
 
+def launch_config(grid, block, smem_bytes: int = 0, cluster=None):
+    """A cuda.core LaunchConfig from a grid counted in blocks (as launch descriptions count it).
+    With a cluster shape, cuda.core counts the grid in clusters: the grid is divided by it (it
+    must be a multiple; callers check and say so in their own terms)."""
+    from cuda.core import LaunchConfig
+
+    grid, block = tuple(int(g) for g in grid), tuple(int(b) for b in block)
+    if cluster:
+        cluster = tuple(int(c) for c in cluster)
+        if any(g % c for g, c in zip(grid, cluster, strict=True)):
+            raise ValueError(f"grid {grid} is not a multiple of cluster {cluster}")
+        grid = tuple(g // c for g, c in zip(grid, cluster, strict=True))
+        return LaunchConfig(grid=grid, cluster=cluster, block=block, shmem_size=smem_bytes)
+    return LaunchConfig(grid=grid, block=block, shmem_size=smem_bytes)
+
+
 def scalar_arg(ptx_type: str, value):
     """cuda.core passes a Python int as a pointer and a float as a double: be explicit."""
     conv = {

@@ -146,15 +146,13 @@ class Gpu:
         self._ck(self.cu.cuMemsetD8(p, 0xFF, nbytes))  # NaN in every float format
 
     def run(self, cubin, em, args, dims):
-        from cuda.core import LaunchConfig, ObjectCode, launch
+        from cuda.core import ObjectCode, launch
+
+        from gpuworker.gpu import launch_config
 
         kernel = ObjectCode.from_cubin(cubin).get_kernel(em.entry)
         grid = tuple(eval_dim_expr(g, dims) for g in em.launch.grid)
-        if em.launch.cluster:  # cuda.core counts the grid in clusters then
-            grid = tuple(g // c for g, c in zip(grid, em.launch.cluster, strict=True))
-            cfg = LaunchConfig(grid=grid, cluster=em.launch.cluster, block=tuple(em.launch.block))
-        else:
-            cfg = LaunchConfig(grid=grid, block=tuple(em.launch.block), shmem_size=0)
+        cfg = launch_config(grid, em.launch.block, 0, em.launch.cluster)
         launch(self.stream, cfg, kernel, *args)
         self.stream.sync()
 
