@@ -153,6 +153,9 @@ class OfflineWriter:
         untried = [it for it in pool if it.key not in tried and not _avoided(it, plan)]
         untried = untried or [it for it in pool if it.key not in tried]
         picks: list[tuple[Item, str]] = []
+        # The model's order of the untried space (predicting every item once: thousands of them)
+        fitted = ctx.model is not None and ctx.model.fitted
+        ranked = sorted(untried, key=ctx.predict_us) if fitted else []
         if plan.strategy == "warm_start":
             warm = [
                 it
@@ -172,14 +175,12 @@ class OfflineWriter:
             # recorded H200 sweeps its four picks at an unseen suite shape held a schedule within
             # 1% of that shape's best, where the other shape's winner was 3.5-4.3% off
             # (bench/costmodel_eval.py).
-            model_picks = []
-            if ctx.model is not None and ctx.model.fitted:
-                ranked = sorted(untried, key=ctx.predict_us)[: max(1, n // 4 + 1)]
-                model_picks = [
-                    (it, "warm start: the cost model's pick at this shape") for it in ranked
-                ]
+            at_shape = [
+                (it, "warm start: the cost model's pick at this shape")
+                for it in ranked[: max(1, n // 4 + 1)]
+            ]
             winners = [(it, "warm start: a winner of a similar past job") for it in warm]
-            picks += winners[:2] + model_picks + reshaped + winners[2:]
+            picks += winners[:2] + at_shape + reshaped + winners[2:]
         if (ctx.generation == 0 or not ctx.job_records) and kind != "edit":
             d = default_item(ctx)
             if d is not None and d.key not in tried:
@@ -194,8 +195,7 @@ class OfflineWriter:
             if ctx.edit_items:
                 # the customer's own kernel with each single safe edit: cheap, always valid
                 picks += [(it, "edit of the customer kernel") for it in self._edit_seeds(ctx)]
-        if ctx.model is not None and ctx.model.fitted:
-            ranked = sorted(untried, key=ctx.predict_us)
+        if fitted:
             n_model = max(1, round(n * (1 - self.explore_fraction)))
             picks += [(it, "cost model's pick") for it in ranked[: n_model * self.oversample]]
             rest = ranked[n_model * self.oversample :]
