@@ -392,7 +392,8 @@ def evidence(request):
     """The evidence memory: what every job has taught, by family, GPU, dtype and shape class."""
     families = queries.evidence_families()
     known = {row["family"] for row in families}
-    gpus = sorted(set(Job.objects.values_list("target_gpu", flat=True))) or ["sm_90"]
+    gpus = list(Job.objects.order_by("target_gpu").values_list("target_gpu", flat=True).distinct())
+    gpus = gpus or ["sm_90"]
     family = request.GET.get("family") or ""
     gpu = request.GET.get("gpu") or gpus[0]
     context = {"families": families, "gpus": gpus, "family": family, "gpu": gpu, "view": None}
