@@ -224,9 +224,7 @@ def _occupancy_options(threads_per_block: int) -> list[tuple[int, bool, int]]:
     grid of k blocks per SM that prefetches the next row, with registers capped so that the k
     blocks are resident."""
     out = [(0, False, 0)] + [
-        (0, False, m)
-        for m in (768, 1024, 1280, 1536, 1792, 2048)
-        if m >= threads_per_block
+        (0, False, m) for m in (768, 1024, 1280, 1536, 1792, 2048) if m >= threads_per_block
     ]
     for k in (2, 4, 6, 8):
         if k * threads_per_block <= 2048 and (k * threads_per_block) % 256 == 0:
