@@ -65,6 +65,11 @@ class Schedule:
         cluster: rows too long for one block's registers stay in registers, and the blocks
         combine their partial reductions through distributed shared memory. Added after the
         other fields: `to_dict` leaves it out at 1, so earlier evidence keeps its keys.
+    late_stores: "cached" mode: a row output that is ready before the last pass (the new
+        residual h of add+RMSNorm) is written in the last pass, next to the other outputs,
+        instead of in the middle of the reduction's loads; the kernel then reads everything
+        first and writes everything last, as a fused compiler kernel does. Left out of
+        `to_dict` when False, as cluster_blocks is at 1.
     """
 
     family: str = "row"
@@ -82,11 +87,14 @@ class Schedule:
     keep_intermediates: bool = True
     prefetch_rows: bool = False
     cluster_blocks: int = 1
+    late_stores: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if d["cluster_blocks"] == 1:
             del d["cluster_blocks"]
+        if not d["late_stores"]:
+            del d["late_stores"]
         return d
 
     @classmethod
@@ -121,7 +129,15 @@ class Schedule:
             s += "f"
         if self.cluster_blocks > 1:
             s += f"cl{self.cluster_blocks}"
+        if self.late_stores:
+            s += "d"
         return s + f"_{_HINT_TAGS[self.load_hint]}{self.store_hint[:2]}"
+
+
+def has_early_outputs(ir: KernelIR) -> bool:
+    """Whether a row output is ready before the last pass over the row (late_stores moves it)."""
+    last = ir.num_stages - 1
+    return any(o.role == "row" and ir.stage[o.node] < last for o in ir.outputs)
 
 
 def _pow2(n: int) -> bool:
@@ -186,6 +202,8 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         return False, "fast_math is not allowed by the output tolerance"
     if s.prefetch_rows and (s.mode != "cached" or not s.persistent_blocks_per_sm):
         return False, "prefetch_rows needs the cached mode and a persistent grid"
+    if s.late_stores and (s.mode != "cached" or not has_early_outputs(ir)):
+        return False, "late_stores needs the cached mode and a row output ready before the last pass"
     if s.online and not ir.online:
         return False, "online needs a max/sum-of-exp pair"
     widest = 16 // ir.min_elem_bytes()
@@ -238,9 +256,10 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     fast_options = [True, False] if fast_math_allowed(ir) else [False]
     keep_options = [True, False] if ir.online else [True]
     vecs = sorted({16 // ir.min_elem_bytes(), 32 // ir.min_elem_bytes()})
+    late_options = [False, True] if has_early_outputs(ir) else [False]
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
-    for t, r, v, c, (mode, online), lh, sh, fm, keep in itertools.product(
+    for t, r, v, c, (mode, online), lh, sh, fm, keep, late in itertools.product(
         (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
         (1, 2, 4, 8),
         vecs,
@@ -250,6 +269,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         ("none", "cs"),
         fast_options,
         keep_options,
+        late_options,
     ):
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
@@ -268,6 +288,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
                 keep_intermediates=keep,
                 prefetch_rows=prefetch,
                 cluster_blocks=cluster,
+                late_stores=late,
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(s)

@@ -160,8 +160,15 @@ class RowKernel:
             and not any(self._canon(q.max_node) == r for q in self.pairs)
         ]
         pairs = [q for q in self.pairs if self.stages[q.f_node] == p]
-        outs = [o for o in self.ir.outputs if o.role == ROLE_ROW and self.stages[o.node] == p]
+        outs = [o for o in self.ir.outputs if o.role == ROLE_ROW and self._out_pass(o) == p]
         return reds, pairs, outs
+
+    def _out_pass(self, o) -> int:
+        """The pass that writes row output o: where its value is ready, or with late_stores (the
+        row in registers) the last pass, so that every store follows every load."""
+        if self.s.late_stores and getattr(self, "mode", None) == "cached":
+            return self.num_passes - 1
+        return self.stages[o.node]
 
     def _root_nodes(self, p: int) -> list[E.Node]:
         reds, pairs, outs = self._pass_roots(p)
