@@ -27,9 +27,9 @@ loop)
         -p no:cacheprovider -q 2>&1 | tail -30 | tee "$OUT/pytest_gpu.txt"
     ;;
 suite)
-    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-02d.json \
+    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-02e.json \
         --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
-        --deadline-s 420 2>&1 | tail -60 | tee "$OUT/suite.txt"
+        --deadline-s 400 2>&1 | tail -60 | tee "$OUT/suite.txt"
     ;;
 longrow)
     timeout 330 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \

@@ -70,6 +70,10 @@ class Schedule:
         instead of in the middle of the reduction's loads; the kernel then reads everything
         first and writes everything last, as a fused compiler kernel does. Left out of
         `to_dict` when False, as cluster_blocks is at 1.
+    early_cols: "cached" mode without prefetch: per-column vectors (RMSNorm's weight) are
+        loaded with the row, before the reduction, instead of by the pass that reads them after
+        it, so no load latency sits between the reduction and the stores (more registers held
+        through the reduction). Left out of `to_dict` when False.
     """
 
     family: str = "row"
@@ -88,13 +92,15 @@ class Schedule:
     prefetch_rows: bool = False
     cluster_blocks: int = 1
     late_stores: bool = False
+    early_cols: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if d["cluster_blocks"] == 1:
             del d["cluster_blocks"]
-        if not d["late_stores"]:
-            del d["late_stores"]
+        for late_field in ("late_stores", "early_cols"):
+            if not d[late_field]:
+                del d[late_field]
         return d
 
     @classmethod
@@ -131,6 +137,8 @@ class Schedule:
             s += f"cl{self.cluster_blocks}"
         if self.late_stores:
             s += "d"
+        if self.early_cols:
+            s += "e"
         return s + f"_{_HINT_TAGS[self.load_hint]}{self.store_hint[:2]}"
 
 
@@ -158,10 +166,32 @@ def estimate_registers(ir: KernelIR, s: Schedule) -> int:
     held = 0
     for t in ir.row_inputs():
         held += s.chunks * max(1, s.vec_elems * t.elem_bytes // 4)
-    materialised = 0
-    if ir.num_stages > 1:
-        materialised = s.chunks * s.vec_elems  # at most one f32 row intermediate, usually
+    materialised = _materialised_nodes(ir, s) * s.chunks * s.vec_elems  # f32 each
     return 32 + held + materialised
+
+
+_MATERIALISED: dict[tuple, int] = {}
+
+
+def _materialised_nodes(ir: KernelIR, s: Schedule) -> int:
+    """How many row intermediates the emitter keeps in registers between passes (softmax's
+    exp(x - max); none for RMSNorm, whose x*x is recomputed from the held row)."""
+    key = (id(ir), s.online, s.keep_intermediates, s.late_stores)
+    if key not in _MATERIALISED:
+        from factory.emit.rowkernel import RowKernel  # the emitter imports this module
+
+        k = RowKernel(
+            ir,
+            Schedule(
+                mode="cached",
+                online=s.online,
+                keep_intermediates=s.keep_intermediates,
+                late_stores=s.late_stores,
+            ),
+        )
+        k.mode = "cached"
+        _MATERIALISED[key] = len(k._plan_materialised())
+    return _MATERIALISED[key]
 
 
 def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str]:
@@ -203,7 +233,14 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
     if s.prefetch_rows and (s.mode != "cached" or not s.persistent_blocks_per_sm):
         return False, "prefetch_rows needs the cached mode and a persistent grid"
     if s.late_stores and (s.mode != "cached" or not has_early_outputs(ir)):
-        return False, "late_stores needs the cached mode and a row output ready before the last pass"
+        return (
+            False,
+            "late_stores needs the cached mode and a row output ready before the last pass",
+        )
+    if s.early_cols and (
+        s.mode != "cached" or s.prefetch_rows or not any(t.role == "col" for t in ir.inputs)
+    ):
+        return False, "early_cols needs the cached mode without prefetch and a per-column input"
     if s.online and not ir.online:
         return False, "online needs a max/sum-of-exp pair"
     widest = 16 // ir.min_elem_bytes()

@@ -538,6 +538,9 @@ class RowKernel:
             # pass that reads them (they stay in L1/L2 across rows, and holding them from the
             # start would cost registers for the whole row).
             row_names = [n for n in used_inputs if self.tensors[n].role == ROLE_ROW]
+            if s.early_cols:
+                # ...unless early_cols: then they come with the row, off the reduction's path.
+                row_names += [n for n in used_inputs if self.tensors[n].role == ROLE_COL]
             held = self._alloc_chunk_regs(row_names, chunks)
             self._cached_loads(held, row_names, chunks, self.tptr)
 
@@ -720,7 +723,11 @@ class RowKernel:
             stop = {n for n in self.materialised if self.stages[n] < p}
             cols = []
             for n in self._row_closure(self._root_nodes(p) + mats, stop):
-                if isinstance(n, E.Input) and self.tensors[n.name].role == ROLE_COL:
+                if (
+                    isinstance(n, E.Input)
+                    and self.tensors[n.name].role == ROLE_COL
+                    and n.name not in held
+                ):
                     cols.append(n.name)
             regs = dict(held) | self._alloc_chunk_regs(cols, chunks)
             slow, end = b.new_label(f"p{p}_tail"), b.new_label(f"p{p}_end")

@@ -527,6 +527,8 @@ CASES = [
     ("layernorm", {"prefetch_rows": True, "persistent_blocks_per_sm": 1}, [256]),
     ("add_rmsnorm", {}, [512, 70]),
     ("add_rmsnorm", {"late_stores": True}, [512, 70, 600]),
+    ("add_rmsnorm", {"late_stores": True, "early_cols": True}, [512, 70]),
+    ("layernorm", {"early_cols": True}, [512, 129, 600]),
     ("rmsnorm", {"min_threads_per_sm": 1024}, [136]),
     ("silu_mul", {}, [512, 9]),
     ("gelu_tanh", {}, [256, 31]),
