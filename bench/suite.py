@@ -386,6 +386,60 @@ def rows_from(raw: dict) -> list[dict]:
     return rows
 
 
+# The issue's targets: the share of the copy ceiling per operator, never slower than the best
+# baseline, and the geometric mean of speedups over torch.compile.
+CEILING_TARGET = {"cross_entropy": 0.80}
+CEILING_TARGET_DEFAULT = 0.90
+GEOMEAN_TARGET = 1.5
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    """Ours against the best baseline, one line per (op, shape), and each target met or not."""
+    out = [
+        "| op (bf16) | shape | ours | us | TB/s | of copy ceiling | best baseline | its us "
+        "| speedup | vs torch.compile |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    low, slower, speedups = [], [], []
+    for r in rows:
+        if not r["ours"]:
+            continue
+        base = [
+            b for b in rows if not b["ours"] and b["op"] == r["op"] and b["shape"] == r["shape"]
+        ]
+        best = min(base, key=lambda b: b["median_us"], default=None)
+        sp = best["median_us"] / r["median_us"] if best else None
+        frac = r["fraction_of_ceiling"]
+        out.append(
+            f"| {r['op']} | {r['shape']} | {r['implementation'][6:]} | {r['median_us']:.1f} | "
+            f"{r['tbps']:.2f} | {frac:.1%} | {best['implementation'] if best else '-'} | "
+            f"{best['median_us']:.1f} | {sp:.3f}x | "
+            f"{r['speedup_vs_torch_compile'] or 0:.2f}x |"
+            if best
+            else f"| {r['op']} | {r['shape']} | {r['implementation'][6:]} | "
+            f"{r['median_us']:.1f} | {r['tbps']:.2f} | {frac:.1%} | - | - | - | - |"
+        )
+        target = CEILING_TARGET.get(r["op"], CEILING_TARGET_DEFAULT)
+        if frac is not None and frac < target:
+            low.append(f"{r['op']} {r['shape']} {frac:.1%} (< {target:.0%})")
+        if sp is not None and sp < 1.0:
+            slower.append(f"{r['op']} {r['shape']} {sp:.3f}x against {best['implementation']}")
+        if r["speedup_vs_torch_compile"]:
+            speedups.append(r["speedup_vs_torch_compile"])
+    geo = math.exp(sum(math.log(x) for x in speedups) / len(speedups)) if speedups else 0.0
+    n = len(speedups)
+    out += [
+        "",
+        "Against the targets:",
+        f"- share of the copy ceiling: {'met' if not low else 'not met: ' + '; '.join(low)}",
+        f"- never slower than the best baseline: "
+        f"{'met' if not slower else f'not met in {len(slower)}: ' + '; '.join(slower)}",
+        f"- geometric mean over torch.compile ({n} cases): {geo:.3f}x "
+        f"({'met' if geo >= GEOMEAN_TARGET else 'not met'}, target {GEOMEAN_TARGET}x)",
+    ]
+    return out
+
+
 def report(out_dir: str) -> None:
     """Write table.md (and chart.html when plotly is importable) from the raw JSON files."""
     raws = []
@@ -436,6 +490,8 @@ def report(out_dir: str) -> None:
                 lines.append(f"- {raw['suite']['op']} {who}: {rec['status']} {rec['reason'][:200]}")
     with open(os.path.join(out_dir, "table.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
+    with open(os.path.join(out_dir, "summary.md"), "w") as fh:
+        fh.write("\n".join(summary_lines(rows)) + "\n")
     with open(os.path.join(out_dir, "rows.json"), "w") as fh:
         json.dump(rows, fh, indent=1)
     try:
