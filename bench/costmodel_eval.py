@@ -12,7 +12,12 @@
    model re-uses it).
 4. Transfer: fitted on the sweeps (suite shapes), Spearman on a loop run's verified job records
    (other shapes), per operator, next to five-fold Spearman on those job records alone.
-Prints a markdown table.
+5. A loop run's reference sweep (`sweep.jsonl`: a broad slice of the space at the job's shape,
+   every schedule timed): the cold job's model, fitted on the job's own records alone, on the
+   recorded sweeps alone (other shapes), and on both (what a job sees when the evidence memory
+   holds earlier runs): Spearman on that sweep, and what timing only its predicted-fastest
+   quarter would have found and saved.
+Prints markdown tables.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from factory.costmodel import CostModel, held_out_spearman
 
 SWEEPS = "bench/results/2026-12-02-h200-sweep/run*-shape*.json"
 LOOP = "bench/results/2026-12-02-h200-loop2/evidence.jsonl"
+RUN = "bench/results/2026-12-02-h200-loop3"
 
 
 def sweep_records(pattern: str) -> dict[str, list[dict]]:
@@ -124,6 +130,49 @@ def picks_at_unseen_shape(records: list[dict], ks=(1, 4, 8)) -> list[dict]:
     return rows
 
 
+def run_sweeps(run_dir: str) -> dict[str, list[dict]]:
+    """A loop run's reference sweep per operator (its sweep.jsonl), verified records only."""
+    out: dict[str, list[dict]] = {}
+    with open(f"{run_dir}/sweep.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("status") == "passed" and r.get("median_us"):
+                out.setdefault(r["job"].removeprefix("sweep-"), []).append(r)
+    return out
+
+
+def top_quarter(model: CostModel, sweep: list[dict]) -> tuple[float, int]:
+    """(best time among the predicted-fastest quarter / the sweep's best, schedules not timed)."""
+    predicted = model.predict_records(sweep)
+    order = sorted(range(len(sweep)), key=predicted.__getitem__)
+    keep = max(1, len(sweep) // 4)
+    best = min(r["median_us"] for r in sweep)
+    return min(sweep[i]["median_us"] for i in order[:keep]) / best, len(sweep) - keep
+
+
+def in_run(run_dir: str, prior: dict[str, list[dict]]) -> list[dict]:
+    """Per operator of a loop run: its cold job's cost model fitted three ways, scored on the
+    run's reference sweep at the job's shape."""
+    jobs = loop_records(f"{run_dir}/evidence.jsonl")
+    rows = []
+    for op, sweep in sorted(run_sweeps(run_dir).items()):
+        dims = list(sweep[0]["dims"])
+        own = [r for r in jobs.get(op, []) if r["job"] == f"cold-{op}"]
+        row = {"op": op, "sweep": len(sweep), "own": len(own), "prior": len(prior.get(op, []))}
+        best = min(r["median_us"] for r in sweep)
+        row["random_quarter"] = _random_best(sweep, max(1, len(sweep) // 4)) / best
+        for key, train in (
+            ("job", own),
+            ("prior", prior.get(op, [])),
+            ("both", own + prior.get(op, [])),
+        ):
+            model = CostModel(dim_order=dims).fit(train)
+            row[key] = model.score(sweep) if model.fitted else None
+            row[f"{key}_top"] = top_quarter(model, sweep) if model.fitted else None
+        rows.append(row)
+    return rows
+
+
 def fmt(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
@@ -132,6 +181,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sweeps", default=SWEEPS)
     p.add_argument("--loop", default=LOOP)
+    p.add_argument("--run", default=RUN, help="a bench.loop_run output with sweep.jsonl")
     a = p.parse_args(argv)
     sweeps = sweep_records(a.sweeps)
     loop = loop_records(a.loop) if a.loop else {}
@@ -167,6 +217,28 @@ def main(argv=None) -> int:
                 f"| {op} | {shape(row['from'])} | {shape(row['to'])} | {row['candidates']} | "
                 f"{row['top1']:.3f} | {row['top4']:.3f} | {row['top8']:.3f} | "
                 f"{row['random4']:.3f} | {reused} |"
+            )
+    if a.run:
+        lines += [
+            "",
+            f"In-run ({a.run}): the cold job's model on the run's reference sweep. Spearman; in "
+            "brackets the best of the predicted-fastest quarter over the sweep's best.",
+            "",
+            "| operator | sweep | job records | fitted on the job | recorded sweeps | "
+            "both | a random quarter | not timed (quarter kept) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+
+        def cell(row, key):
+            top = row[f"{key}_top"]
+            return f"{fmt(row[key])} ({top[0]:.3f})" if top else fmt(row[key])
+
+        for row in in_run(a.run, sweeps):
+            skipped = row["both_top"][1] if row["both_top"] else "-"
+            lines.append(
+                f"| {row['op']} | {row['sweep']} | {row['own']} | {cell(row, 'job')} | "
+                f"{cell(row, 'prior')} | {cell(row, 'both')} | ({row['random_quarter']:.3f}) | "
+                f"{skipped} |"
             )
     print("\n".join(lines))
     return 0

@@ -87,5 +87,6 @@ def test_a_job_seeded_with_recorded_h200_sweeps_starts_from_their_winners(tmp_pa
     assert seeded["seeded"]["strategies"][0] == "warm_start"
     assert seeded["seeded_generation0_us"] is not None
     assert "spearman_on_sweep_fitted_on_prior" in sm["costmodel"]
+    assert "spearman_on_sweep_fitted_on_prior_and_job" in sm["costmodel"]
     loop_run.render(result, tmp_path)
     assert "Jobs seeded with recorded evidence" in (tmp_path / "report.md").read_text()
