@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# What the recorded H200 results do not yet cover, as two device calls of under ten minutes each
-# (the device tool's limit). Each writes under $OUT and tars it into one file.
+# H200 runs, each one device call of under ten minutes (the device tool's limit). Each writes
+# under $OUT and tars it into one file. All four ran on 2026-12-02 (bench/results/*-suite3,
+# *-loop3, *-generator) except `norms`, which is next.
 #
 #   bash bench/gpu_pending.sh loop    # ~4 min: the agent loop with the recorded sweeps as prior
 #                                     #   evidence (issue 6), then the GPU tests of the worker,
 #                                     #   customer kernels and artifact examples
 #   bash bench/gpu_pending.sh suite   # ~6 min: the suite through the worker with every baseline,
 #                                     #   max-autotune included (issue 4)
+#   bash bench/gpu_pending.sh norms   # ~7 min: what max-autotune runs for the three norms
+#                                     #   (bench.inductor_dump: its Triton code and autotuner
+#                                     #   timings), then the suite for RMSNorm, add+RMSNorm and
+#                                     #   LayerNorm with plan f (the L2::256B prefetch hint,
+#                                     #   32-byte accesses at 8192), where run 4 is behind (issue 4)
 #   bash bench/gpu_pending.sh longrow # ~8 min: every generator GPU test (the example operators
-#                                     #   with rows shared by a cluster of blocks, never run on a
-#                                     #   GPU yet, and the whole catalogue at its suite and held-out
-#                                     #   shapes), then a sweep at 2048x65536 against the
+#                                     #   incl. rows shared by a cluster of blocks, and the whole
+#                                     #   catalogue at its suite and held-out shapes), then a sweep at 2048x65536 against the
 #                                     #   streaming default
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +36,12 @@ suite)
         --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
         --deadline-s 400 2>&1 | tail -60 | tee "$OUT/suite.txt"
     ;;
+norms)
+    timeout 180 python3 -m bench.inductor_dump --out "$OUT/inductor" 2>&1 | tail -20
+    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-02f.json \
+        --ops rmsnorm,add_rmsnorm,layernorm --shapes 3 --baselines torch_eager,torch_compile,triton \
+        --max-autotune --budget-s 0.3 --deadline-s 330 2>&1 | tail -60 | tee "$OUT/suite.txt"
+    ;;
 longrow)
     timeout 330 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
         -p no:cacheprovider -q 2>&1 | tail -30 | tee "$OUT/pytest_generator.txt"
@@ -39,7 +50,7 @@ longrow)
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|longrow" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|longrow" >&2
     exit 2
     ;;
 esac

@@ -25,11 +25,11 @@ MAX_THREADS_PER_BLOCK = 1024
 REGISTER_BUDGET_PER_THREAD = 128  # our estimate's cap: beyond it occupancy drops below 2 blocks
 
 MODES = ("cached", "stream")
-LOAD_HINTS = ("none", "nc", "nc_noalloc", "evict_first")
+LOAD_HINTS = ("none", "nc", "nc_noalloc", "evict_first", "nc_pf256")
 STORE_HINTS = ("none", "cs", "noalloc")
 # Two letters per load hint in tags (a tag names the entry point, so it must be unique).
 CLUSTER_BLOCKS = (1, 2, 4, 8)  # 8: the portable cluster size
-_HINT_TAGS = {"none": "no", "nc": "nl", "nc_noalloc": "nc", "evict_first": "ev"}
+_HINT_TAGS = {"none": "no", "nc": "nl", "nc_noalloc": "nc", "evict_first": "ev", "nc_pf256": "np"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,9 @@ class Schedule:
     online: fuse max(F) and sum(exp(F - max F)) into one pass (running max, rescaled sum).
     load_hint / store_hint: cache qualifiers for row data. "nc" (ld.global.nc, the read-only
         path) is the default: on the H200 it beat "nc_noalloc" (L1::no_allocate) by 2-5% on
-        every suite operator (bench/results/2026-12-02-h200-sweep).
+        every suite operator (bench/results/2026-12-02-h200-sweep). "nc_pf256" adds the
+        L2::256B prefetch-size hint (the L2 fetches 256 bytes around each miss); not yet
+        measured, so not in `space`.
     persistent_blocks_per_sm: 0 = one block per row group; k > 0 = grid of k blocks per SM
         looping over rows.
     fast_math: approximate div/sqrt/tanh (allowed only where the tolerance is loose).

@@ -50,6 +50,7 @@ LOAD_PREFIX = {
     "nc": "ld.global.nc",
     "nc_noalloc": "ld.global.nc.L1::no_allocate",
     "evict_first": "ld.global.nc.L1::evict_first",
+    "nc_pf256": "ld.global.nc.L2::256B",
 }
 STORE_PREFIX = {"none": "st.global", "cs": "st.global.cs", "noalloc": "st.global.L1::no_allocate"}
 

@@ -1,0 +1,78 @@
+"""What torch.compile max-autotune runs for a catalogue operator: its generated Triton code and
+the configs its autotuner timed, for comparing with our kernels (a GPU host, no Django).
+
+    PYTHONPATH=. python3 -m bench.inductor_dump --out DIR [--ops rmsnorm,add_rmsnorm] [--shape 0]
+
+Compiles the GPU worker's own max-autotune baseline of each operator (gpuworker.baselines) at a
+suite shape, runs it a few times, and leaves under DIR: `inductor_<op>.log` (inductor's output
+code and the autotuner's per-config timings, from torch's logging), and the generated source
+files (`code_<op>_<n>.py`) copied out of inductor's cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--ops", default="rmsnorm,add_rmsnorm,layernorm")
+    p.add_argument("--shape", type=int, default=0, help="index into the operator's suite shapes")
+    a = p.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    cache = tempfile.mkdtemp(prefix="inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"  # compile afresh: the autotuner runs
+    os.environ["TORCH_LOGS"] = "output_code,+torch._inductor.runtime.triton_heuristics"
+    import numpy as np
+    import torch
+
+    from bench.suite import _catalogue
+    from factory.spec import random_inputs
+    from gpuworker.baselines import make_torch_baseline
+
+    catalogue = _catalogue()
+    for op in a.ops.split(","):
+        w = catalogue[op][0]
+        dims = dict(w.shapes[min(a.shape, len(w.shapes) - 1)])
+        log_path = os.path.join(a.out, f"inductor_{op}.log")
+        handler = logging.FileHandler(log_path, mode="w")
+        handler.setLevel(logging.DEBUG)
+        logging.getLogger("torch").addHandler(handler)
+        try:
+            torch._dynamo.reset()
+            fn, version, config = make_torch_baseline("torch_compile_max_autotune", w)
+            host = random_inputs(w, dims, 0)
+            dev = {}
+            for t in w.inputs:
+                arr = np.asarray(host[t.name])
+                if t.dtype == "bf16":
+                    dev[t.name] = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16).cuda()
+                else:
+                    dev[t.name] = torch.from_numpy(arr).cuda()
+            for _ in range(3):
+                fn(dev)
+            torch.cuda.synchronize()
+            print(f"{op} {dims}: compiled ({version}, {config})", flush=True)
+        except Exception as e:  # noqa: BLE001 - a diagnostic: say what failed and go on
+            print(f"{op}: failed: {type(e).__name__}: {e}", flush=True)
+        finally:
+            logging.getLogger("torch").removeHandler(handler)
+            handler.close()
+        for n, path in enumerate(sorted(glob.glob(f"{cache}/**/*.py", recursive=True))):
+            if "triton_" in open(path, errors="replace").read():
+                shutil.copy(path, os.path.join(a.out, f"code_{op}_{n}.py"))
+        shutil.rmtree(cache, ignore_errors=True)
+        os.makedirs(cache, exist_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
