@@ -12,6 +12,7 @@
 #                                     #   (bench.inductor_dump: its Triton code and autotuner
 #                                     #   timings), then the suite for RMSNorm, add+RMSNorm and
 #                                     #   LayerNorm with plan f (the L2::256B prefetch hint,
+#                                     #   LayerNorm mean and variance in one pass,
 #                                     #   32-byte accesses at 8192), where run 4 is behind (issue 4)
 #   bash bench/gpu_pending.sh longrow # ~8 min: every generator GPU test (the example operators
 #                                     #   incl. rows shared by a cluster of blocks, and the whole
@@ -37,6 +38,8 @@ suite)
         --deadline-s 400 2>&1 | tail -60 | tee "$OUT/suite.txt"
     ;;
 norms)
+    timeout 120 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -k "layernorm or add_rmsnorm" 2>&1 | tail -5 | tee "$OUT/pytest.txt"
     timeout 180 python3 -m bench.inductor_dump --out "$OUT/inductor" 2>&1 | tail -20
     python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-02f.json \
         --ops rmsnorm,add_rmsnorm,layernorm --shapes 3 --baselines torch_eager,torch_compile,triton \

@@ -103,7 +103,13 @@ def shape_distance(a: dict[str, int], b: dict[str, int]) -> float:
 
 # Schedule fields added after evidence was first recorded, at their default: left out of keys, so
 # a record from before they existed and one written since name the same schedule.
-_LATE_DEFAULTS = {"cluster_blocks": 1, "late_stores": False, "early_cols": False, "nounroll": False}
+_LATE_DEFAULTS = {
+    "cluster_blocks": 1,
+    "late_stores": False,
+    "early_cols": False,
+    "moments": False,
+    "nounroll": False,
+}
 
 
 def schedule_key(schedule: dict | None) -> str:

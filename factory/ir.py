@@ -67,6 +67,17 @@ class OnlinePair:
     f_node: E.Node  # the row-level F
 
 
+@dataclass(frozen=True)
+class MomentPair:
+    """mean(X) next to mean((X - mean(X))^2) (LayerNorm's mean and variance): one pass can carry
+    both, each thread's (count, mean, squared deviations) merged across threads by Chan's
+    update, instead of a second pass and a second reduction across the row."""
+
+    mean_node: E.Reduce
+    var_node: E.Reduce
+    x_node: E.Node  # the row-level X
+
+
 @dataclass
 class KernelIR:
     name: str
@@ -83,6 +94,7 @@ class KernelIR:
     online: list[OnlinePair]
     tolerance_rel_norm: float  # the strictest output tolerance (decides fast-math)
     input_by_name: dict[str, TensorRef] = field(default_factory=dict)
+    moments: list[MomentPair] = field(default_factory=list)
 
     @property
     def num_stages(self) -> int:
@@ -296,6 +308,7 @@ def lower_nodes(
         online=online,
         tolerance_rel_norm=tolerance_rel_norm,
         input_by_name=by_name,
+        moments=_find_moment_pairs(reductions),
     )
 
 
@@ -312,6 +325,32 @@ def _find_online_pairs(reductions: list[E.Reduce], stage) -> list[OnlinePair]:
         for m in maxes:
             if m.x == inner.a and inner.b == m:
                 pairs.append(OnlinePair(max_node=m, sum_node=r, f_node=inner.a))
+                break
+    return pairs
+
+
+def _find_moment_pairs(reductions: list[E.Reduce]) -> list[MomentPair]:
+    """Spot mean((X - mean(X)) * (X - mean(X))) next to mean(X) (also with ** 2)."""
+    means = [r for r in reductions if r.op == "mean"]
+    pairs = []
+    for v in means:
+        sq = v.x
+        if isinstance(sq, E.Binary) and sq.op == "mul" and sq.a == sq.b:
+            d = sq.a
+        elif (
+            isinstance(sq, E.Binary)
+            and sq.op == "pow"
+            and isinstance(sq.b, E.Const)
+            and float(sq.b.value) == 2.0
+        ):
+            d = sq.a
+        else:
+            continue
+        if not (isinstance(d, E.Binary) and d.op == "sub"):
+            continue
+        for m in means:
+            if m is not v and m.x == d.a and d.b == m:
+                pairs.append(MomentPair(mean_node=m, var_node=v, x_node=m.x))
                 break
     return pairs
 

@@ -76,6 +76,11 @@ class Schedule:
         loaded with the row, before the reduction, instead of by the pass that reads them after
         it, so no load latency sits between the reduction and the stores (more registers held
         through the reduction). Left out of `to_dict` when False.
+    moments: a mean and the mean squared deviation from it (LayerNorm) in one pass: each
+        thread's elements give (count, mean, squared deviations), merged across the row by
+        Chan's update, instead of a second pass and a second reduction across the row (one
+        barrier fewer per row; streamed, one read of the row fewer). Left out of `to_dict` when
+        False.
     """
 
     family: str = "row"
@@ -95,12 +100,13 @@ class Schedule:
     cluster_blocks: int = 1
     late_stores: bool = False
     early_cols: bool = False
+    moments: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if d["cluster_blocks"] == 1:
             del d["cluster_blocks"]
-        for late_field in ("late_stores", "early_cols"):
+        for late_field in ("late_stores", "early_cols", "moments"):
             if not d[late_field]:
                 del d[late_field]
         return d
@@ -141,6 +147,8 @@ class Schedule:
             s += "d"
         if self.early_cols:
             s += "e"
+        if self.moments:
+            s += "w"
         return s + f"_{_HINT_TAGS[self.load_hint]}{self.store_hint[:2]}"
 
 
@@ -178,7 +186,7 @@ _MATERIALISED: dict[tuple, int] = {}
 def _materialised_nodes(ir: KernelIR, s: Schedule) -> int:
     """How many row intermediates the emitter keeps in registers between passes (softmax's
     exp(x - max); none for RMSNorm, whose x*x is recomputed from the held row)."""
-    key = (id(ir), s.online, s.keep_intermediates, s.late_stores)
+    key = (id(ir), s.online, s.keep_intermediates, s.late_stores, s.moments)
     if key not in _MATERIALISED:
         from factory.emit.rowkernel import RowKernel  # the emitter imports this module
 
@@ -189,6 +197,7 @@ def _materialised_nodes(ir: KernelIR, s: Schedule) -> int:
                 online=s.online,
                 keep_intermediates=s.keep_intermediates,
                 late_stores=s.late_stores,
+                moments=s.moments,
             ),
         )
         k.mode = "cached"
@@ -243,6 +252,8 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         s.mode != "cached" or s.prefetch_rows or not any(t.role == "col" for t in ir.inputs)
     ):
         return False, "early_cols needs the cached mode without prefetch and a per-column input"
+    if s.moments and (not ir.moments or s.cluster_blocks > 1):
+        return False, "moments needs a mean/variance pair and a row in one block"
     if s.online and not ir.online:
         return False, "online needs a max/sum-of-exp pair"
     widest = 16 // ir.min_elem_bytes()
@@ -296,9 +307,10 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     keep_options = [True, False] if ir.online else [True]
     vecs = sorted({16 // ir.min_elem_bytes(), 32 // ir.min_elem_bytes()})
     late_options = [False, True] if has_early_outputs(ir) else [False]
+    moment_options = [False, True] if ir.moments else [False]
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
-    for t, r, v, c, (mode, online), lh, sh, fm, keep, late in itertools.product(
+    for t, r, v, c, (mode, online), lh, sh, fm, keep, late, mom in itertools.product(
         (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
         (1, 2, 4, 8),
         vecs,
@@ -309,6 +321,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         fast_options,
         keep_options,
         late_options,
+        moment_options,
     ):
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
@@ -328,6 +341,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
                 prefetch_rows=prefetch,
                 cluster_blocks=cluster,
                 late_stores=late,
+                moments=mom,
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(s)

@@ -63,9 +63,12 @@ class Emitted:
     launch: Launch
 
 
-def compute_stages(ir: KernelIR, online: bool) -> dict[E.Node, int]:
-    """Stage of every node; with `online`, a paired sum finishes with its max."""
+def compute_stages(ir: KernelIR, online: bool, moments: bool = False) -> dict[E.Node, int]:
+    """Stage of every node; with `online`, a paired sum finishes with its max; with `moments`,
+    a variance with its mean."""
     pair_max = {p.sum_node: p.max_node for p in ir.online} if online else {}
+    if moments:
+        pair_max |= {q.var_node: q.mean_node for q in ir.moments}
     st: dict[E.Node, int] = {}
     for n in ir.order:
         if isinstance(n, E.Input | E.Const):
@@ -115,7 +118,11 @@ class RowKernel:
                 raise EmitError(f"row input {t.name} of {t.dtype}: only 2- and 4-byte elements")
             if t.elem_bytes * self.V < 4:
                 raise EmitError("a chunk must be at least 4 bytes of every tensor")
-        self.stages = compute_stages(ir, s.online)
+        self.moments = list(ir.moments) if s.moments else []
+        if self.moments and self.C > 1:
+            raise EmitError("moments across a cluster are not implemented")
+        self.fused = {n for q in self.moments for n in (q.mean_node, q.var_node)}
+        self.stages = compute_stages(ir, s.online, bool(self.moments))
         self.pairs = list(ir.online) if s.online else []
         self.pair_sums = {p.sum_node for p in self.pairs}
         self.num_passes = self._num_passes()
@@ -135,17 +142,24 @@ class RowKernel:
     def _num_passes(self) -> int:
         last = 0
         for r in self.ir.reductions:
-            if r in self.pair_sums:
+            if r in self.pair_sums or r in self.fused:
                 continue
             last = max(last, self.stages[r.x])
+        for q in self.moments:
+            last = max(last, self.stages[q.x_node])
         for o in self.ir.outputs:
             if o.role == ROLE_ROW:
                 last = max(last, self.stages[o.node])
         return last + 1
 
     def _count_reduce_regs(self) -> int:
-        n = sum(1 for r in self.ir.reductions if r not in self.pair_sums and r not in self.alias)
-        return n + len(self.pairs)  # a pair carries two values, its max is already counted
+        n = sum(
+            1
+            for r in self.ir.reductions
+            if r not in self.pair_sums and r not in self.alias and r not in self.fused
+        )
+        # a pair carries two values, its max is already counted; moments carry three
+        return n + len(self.pairs) + 3 * len(self.moments)
 
     def _canon(self, r: E.Reduce) -> E.Reduce:
         return self.alias.get(r, r)
@@ -157,6 +171,8 @@ class RowKernel:
             for r in self.ir.reductions
             if r not in self.pair_sums
             and r not in self.alias
+            and r not in self.fused
+            and self._canon(r) not in self.fused
             and self.stages[r.x] == p
             and not any(self._canon(q.max_node) == r for q in self.pairs)
         ]
@@ -171,9 +187,18 @@ class RowKernel:
             return self.num_passes - 1
         return self.stages[o.node]
 
+    def _pass_moments(self, p: int) -> list:
+        """Mean/variance pairs computed together in pass p (the `moments` schedule)."""
+        return [q for q in self.moments if self.stages[q.x_node] == p]
+
     def _root_nodes(self, p: int) -> list[E.Node]:
         reds, pairs, outs = self._pass_roots(p)
-        return [r.x for r in reds] + [q.f_node for q in pairs] + [o.node for o in outs]
+        return (
+            [r.x for r in reds]
+            + [q.f_node for q in pairs]
+            + [o.node for o in outs]
+            + [q.x_node for q in self._pass_moments(p)]
+        )
 
     def _row_closure(self, roots, stop=frozenset()) -> list[E.Node]:
         """Row-level nodes reachable from roots through row-level nodes, operands first."""
@@ -696,13 +721,15 @@ class RowKernel:
         b = self.b
         reds, pairs, outs = self._pass_roots(p)
         mats = self._mat_roots(p) if mode == "cached" else []
-        if not (reds or pairs or outs or mats):
+        moms = self._pass_moments(p)
+        if not (reds or pairs or outs or mats or moms):
             return
         b.comment(
             f"pass {p}: "
             + ", ".join(
                 [f"{r.op}" for r in reds]
                 + ["online max/sum" for _ in pairs]
+                + ["mean and variance (Chan)" for _ in moms]
                 + [f"store {o.name}" for o in outs]
             )
         )
@@ -719,6 +746,13 @@ class RowKernel:
             b.op(f"mov.f32 {s_}, 0f00000000")
             pair_accs.append((m, s_))
         work = (reds, accs, pairs, pair_accs, outs, mats)
+        self.mom_accs = []
+        for _ in moms:
+            triple = tuple(b.reg("f32") for _ in range(3))  # count, mean, squared deviations
+            for r in triple:
+                b.op(f"mov.f32 {r}, 0f00000000")
+            self.mom_accs.append(triple)
+        self.mom_pass = (p, moms)
         if mode == "cached":
             chunks = self.s.chunks
             stop = {n for n in self.materialised if self.stages[n] < p}
@@ -737,6 +771,7 @@ class RowKernel:
                 for name in cols:
                     self._load_chunk_vec(name, self.tptr[name], k, regs[name][k])
             self._elements(p, work, regs, chunks, fast=True, ptrs=self.tptr)
+            self._moment_groups(regs, chunks, fast=True)
             b.op(f"bra.uni {end}")
             b.label(slow)
             for k in range(chunks):
@@ -746,10 +781,12 @@ class RowKernel:
             self._elements(
                 p, work, regs, chunks, fast=False, ptrs=self.tptr, n_minus=self.n_minus_tv
             )
+            self._moment_groups(regs, chunks, fast=False, n_minus=self.n_minus_tv)
             b.label(end)
         else:
             self._stream_loop(p, work)
         self._finish_reductions(reds, accs, pairs, pair_accs)
+        self._finish_moments(moms, self.mom_accs)
 
     def _stream_loop(self, p: int, work) -> None:
         b, T, V, U = self.b, self.T, self.V, self.stream_chunks
@@ -782,6 +819,7 @@ class RowKernel:
             for name in names:
                 self._load_chunk_vec(name, ptrs[name], k, regs[name][k])
         self._elements(p, work, regs, U, fast=True, ptrs=ptrs)
+        self._moment_groups(regs, U, fast=True)
         b.op(f"bra.uni {nxt}")
         b.label(slow)
         for k in range(U):
@@ -789,6 +827,7 @@ class RowKernel:
             for name in names:
                 self._load_chunk_pred(name, ptrs[name], k, regs[name][k], rem)
         self._elements(p, work, regs, U, fast=False, ptrs=ptrs, n_minus=n_minus)
+        self._moment_groups(regs, U, fast=False, n_minus=n_minus)
         b.label(nxt)
         b.op(f"add.u32 {col}, {col}, {U * T * V}")
         for name, r in ptrs.items():
@@ -968,6 +1007,125 @@ class RowKernel:
                 self.scal[src] = self.scal[dst]
             if src in self.scal and dst not in self.scal:
                 self.scal[dst] = self.scal[src]
+
+    # ---------------------------------------------------------------- mean and variance together
+
+    def _moment_groups(self, regs, chunks: int, *, fast: bool, n_minus=None) -> None:
+        """Fold this thread's elements in `regs` into each moment pair's (count, mean, squared
+        deviations): the group's own mean first, then its deviations from it (both over the
+        registers), then Chan's merge into the running triple."""
+        b, V = self.b, self.V
+        p, moms = self.mom_pass
+        for q, acc in zip(moms, self.mom_accs, strict=True):
+            vals, preds = [], []
+            for k in range(chunks):
+                pk = None if fast else self._elem_preds(self._chunk_rem(n_minus, k))
+                for j in range(V):
+                    ctx = _Ctx("elem", p, e=k * V + j, chunk_regs=regs)
+                    vals.append(self._as_f32(*self._eval(q.x_node, ctx)))
+                    preds.append(None if fast else pk[j])
+            cnt, total = b.reg("f32"), b.reg("f32")
+            b.op(f"mov.f32 {total}, 0f00000000")
+            if fast:
+                b.op(f"mov.f32 {cnt}, {f32_literal(float(len(vals)))}")
+            else:
+                b.op(f"mov.f32 {cnt}, 0f00000000")
+            for v, pr in zip(vals, preds, strict=True):
+                if pr is None:
+                    b.op(f"add.f32 {total}, {total}, {v}")
+                else:
+                    b.op(f"@{pr} add.f32 {total}, {total}, {v}")
+                    b.op(f"@{pr} add.f32 {cnt}, {cnt}, 0f3F800000")
+            inv = b.reg("f32")
+            b.op(f"max.f32 {inv}, {cnt}, 0f3F800000")
+            b.op(f"rcp.rn.f32 {inv}, {inv}")
+            mean = b.reg("f32")
+            b.op(f"mul.f32 {mean}, {total}, {inv}")
+            m2 = b.reg("f32")
+            b.op(f"mov.f32 {m2}, 0f00000000")
+            for v, pr in zip(vals, preds, strict=True):
+                d = b.reg("f32")
+                b.op(f"sub.f32 {d}, {v}, {mean}")
+                guard = "" if pr is None else f"@{pr} "
+                b.op(f"{guard}fma.rn.f32 {m2}, {d}, {d}, {m2}")
+            self._chan_merge(acc, (cnt, mean, m2))
+
+    def _chan_merge(self, acc, other) -> None:
+        """acc <- acc merged with other, each (count, mean, squared deviations from the mean):
+        n = na + nb, mean = ma + d nb / n, M2 = M2a + M2b + d^2 na nb / n with d = mb - ma."""
+        b = self.b
+        n, m, m2 = acc
+        nb, mb, m2b = other
+        nn, inv, f, d, t = (b.reg("f32") for _ in range(5))
+        b.op(f"add.f32 {nn}, {n}, {nb}")
+        b.op(f"max.f32 {inv}, {nn}, 0f3F800000")
+        b.op(f"rcp.rn.f32 {inv}, {inv}")
+        b.op(f"mul.f32 {f}, {nb}, {inv}")
+        b.op(f"sub.f32 {d}, {mb}, {m}")
+        b.op(f"fma.rn.f32 {m}, {d}, {f}, {m}")
+        b.op(f"mul.f32 {t}, {d}, {f}")
+        b.op(f"mul.f32 {t}, {t}, {d}")
+        b.op(f"add.f32 {m2}, {m2}, {m2b}")
+        b.op(f"fma.rn.f32 {m2}, {t}, {n}, {m2}")
+        b.op(f"mov.f32 {n}, {nn}")
+
+    def _finish_moments(self, moms, accs) -> None:
+        """Merge the threads' triples across the row (a butterfly over the warp, then the warps
+        through shared memory) and publish the row's mean and variance."""
+        b = self.b
+        if not moms:
+            return
+        b.comment("mean and variance across the row: Chan's merge, lower lane first")
+        for off in (16, 8, 4, 2, 1):
+            up = b.reg("pred")
+            bit = b.reg("b32")
+            b.op(f"and.b32 {bit}, {self.lane}, {off}")
+            b.op(f"setp.ne.u32 {up}, {bit}, 0")
+            for acc in accs:
+                other = []
+                for r in acc:
+                    o = b.reg("f32")
+                    b.op(f"shfl.sync.bfly.b32 {o}, {r}, {off}, 31, -1")
+                    other.append(o)
+                # Both lanes of a pair merge (lower, upper), so they agree to the last bit.
+                lo, hi = [], []
+                for r, o in zip(acc, other, strict=True):
+                    a_, c_ = b.reg("f32"), b.reg("f32")
+                    b.op(f"selp.f32 {a_}, {o}, {r}, {up}")
+                    b.op(f"selp.f32 {c_}, {r}, {o}, {up}")
+                    lo.append(a_)
+                    hi.append(c_)
+                self._chan_merge(lo, hi)
+                for r, v in zip(acc, lo, strict=True):
+                    b.op(f"mov.f32 {r}, {v}")
+        if self.W > 1:
+            slot0 = self.red_slot
+            self.red_slot += 3 * len(accs)
+            if self.red_slot > self.red_items_total:
+                raise EmitError("internal: more reduction slots used than counted")
+            for i, acc in enumerate(accs):
+                for c, r in enumerate(acc):
+                    off = (slot0 + 3 * i + c) * self.W * 4
+                    b.op(f"@{self.lane0} st.shared.f32 [{self.red_write}+{off}], {r}")
+            b.op(self.bar)
+            for i, acc in enumerate(accs):
+                bases = [(slot0 + 3 * i + c) * self.W * 4 for c in range(3)]
+                for r, base in zip(acc, bases, strict=True):
+                    b.op(f"ld.shared.f32 {r}, [{self.red_group}+{base}]")
+                for w in range(1, self.W):
+                    other = [b.reg("f32") for _ in range(3)]
+                    for r, base in zip(other, bases, strict=True):
+                        b.op(f"ld.shared.f32 {r}, [{self.red_group}+{base + 4 * w}]")
+                    self._chan_merge(acc, other)
+        for q, (_n, m, m2) in zip(moms, accs, strict=True):
+            var = b.reg("f32")
+            b.op(f"mul.f32 {var}, {m2}, {self.inv_n}")
+            for node, val in ((q.mean_node, m), (q.var_node, var)):
+                self.scal[node] = (val, "f32")
+                self.scal[self._canon(node)] = (val, "f32")
+        for src, dst in self.alias.items():
+            if dst in self.scal and src not in self.scal:
+                self.scal[src] = self.scal[dst]
 
     def _pairs_across_warps(self, pair_accs, first_slot: int) -> None:
         """Pairs: the max went through the slot above; the warp's sum rescaled to the row max

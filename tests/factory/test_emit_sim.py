@@ -329,7 +329,14 @@ class Thread:
         vx, vy = self.val(x, bits), self.val(y, bits)
         if typ[0] == "s":
             vx, vy = _signed(vx, bits), _signed(vy, bits)
-        return {"lt": vx < vy, "le": vx <= vy, "gt": vx > vy, "ge": vx >= vy, "eq": vx == vy}[cmp]
+        return {
+            "lt": vx < vy,
+            "le": vx <= vy,
+            "gt": vx > vy,
+            "ge": vx >= vy,
+            "eq": vx == vy,
+            "ne": vx != vy,
+        }[cmp]
 
     def _convert(self, parts: list, a: list):
         r = self.r
@@ -529,6 +536,9 @@ CASES = [
     ("add_rmsnorm", {"late_stores": True}, [512, 70, 600]),
     ("add_rmsnorm", {"late_stores": True, "early_cols": True}, [512, 70]),
     ("layernorm", {"early_cols": True}, [512, 129, 600]),
+    ("layernorm", {"moments": True}, [512, 129, 600, 5]),
+    ("layernorm", {"moments": True, "threads_per_row": 64}, [512, 77, 1100]),
+    ("layernorm", {"moments": True, "mode": "stream", "chunks": 1}, [700, 33]),
     ("rmsnorm", {"min_threads_per_sm": 1024}, [136]),
     ("silu_mul", {}, [512, 9]),
     ("gelu_tanh", {}, [256, 31]),
@@ -655,3 +665,22 @@ def test_the_interpreter_catches_a_cluster_that_skips_the_other_blocks():
         got = to_float64(np.frombuffer(out["y"], dtype=np.uint16).reshape(2, 2000), "bf16")
         want = np.asarray(reference(w, inputs, dims)["y"], dtype=np.float64).reshape(got.shape)
         assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2
+
+
+def test_moments_keep_the_variance_of_rows_far_from_zero():
+    """LayerNorm with one pass for the mean and variance, on rows around 4000 with a spread of
+    about 40 (the variance 10^4 times smaller than the squared mean, where a one-pass sum of
+    squares starts to cancel): Chan's merge of per-thread deviations stays within tolerance."""
+    w = load_catalogue()["layernorm"]
+    ir = lower(w)
+    s = replace(_small("layernorm"), threads_per_row=64, moments=True)
+    em = emit(ir, s)
+    dims = {"M": 3, "N": 600}  # a tail: some threads hold fewer elements than others
+    inputs = random_inputs(w, dims, 7)
+    x = 4000.0 + 40.0 * np.random.default_rng(7).standard_normal((3, 600))
+    inputs["x"] = (np.asarray(x, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    out = run_kernel(em, dims, dict(inputs) | {"y": np.full((3, 600), 0xFFFF, np.uint16)})
+    got = to_float64(np.frombuffer(out["y"], dtype=np.uint16).reshape(3, 600), "bf16")
+    want = np.asarray(reference(w, inputs, dims)["y"], dtype=np.float64)
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert rel < w.tolerance["bf16"].rel_norm, rel

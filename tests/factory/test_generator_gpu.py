@@ -24,7 +24,7 @@ from test_ir_examples import EXAMPLES, bf16_to_f64, eval64, f64_to_bf16  # noqa:
 from factory.compile import compile_ptx, rejection_reason  # noqa: E402
 from factory.emit import emit  # noqa: E402
 from factory.ir import ROLE_COL, ROLE_ROW, ROLE_ROWSCALAR, ROLE_SCALAR  # noqa: E402
-from factory.schedules import Schedule, default_schedule  # noqa: E402
+from factory.schedules import Schedule, default_schedule, has_early_outputs  # noqa: E402
 from factory.spec import eval_dim_expr  # noqa: E402
 
 SHAPES = [
@@ -53,6 +53,14 @@ def schedules_for(ir) -> list[Schedule]:
     out.append(replace(base, keep_intermediates=False, threads_per_row=256, chunks=2))
     if ir.min_elem_bytes() == 2:
         out.append(replace(base, vec_elems=4, threads_per_row=256, store_hint="noalloc"))
+    if ir.moments:  # mean and variance in one pass (Chan's merge), in registers and streamed
+        out.append(replace(base, moments=True, threads_per_row=128, chunks=4))
+        out.append(replace(base, moments=True, mode="stream", threads_per_row=256, chunks=2))
+    # per-column vectors loaded with the row, and early row outputs stored last
+    late = {"early_cols": any(t.role == "col" for t in ir.inputs)}
+    late["late_stores"] = has_early_outputs(ir)
+    if any(late.values()):
+        out.append(replace(base, **late))
     # a row shared by a cluster of two 1024-thread blocks (distributed shared memory)
     one_row = dict(rows_per_block=1, persistent_blocks_per_sm=0, prefetch_rows=False)
     out.append(replace(base, threads_per_row=2048, chunks=2, cluster_blocks=2, **one_row))
