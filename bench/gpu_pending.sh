@@ -18,6 +18,10 @@
 #                                     #   incl. rows shared by a cluster of blocks, and the whole
 #                                     #   catalogue at its suite and held-out shapes), then a sweep at 2048x65536 against the
 #                                     #   streaming default
+# After `norms`, the whole suite again with the fastest schedules of every recorded run:
+#   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
+#       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<the norms run>
+# here (no GPU), commit it, and point the `suite` stage at it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder that comes back}"

@@ -19,6 +19,7 @@ only our kernels with bench.direct (no baselines; for generator development).
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -150,6 +151,43 @@ def make_plan(path: str, ops, shapes: int) -> None:
         }
     with open(path, "w") as f:
         json.dump(plan, f, indent=1)
+
+
+def plan_from_results(
+    result_dirs: list[str], plan_files: list[str], top: int = 3
+) -> dict[str, dict[str, list[dict]]]:
+    """A plan of the `top` fastest verified schedules per (op, shape) across earlier suite runs
+    (their raw_<op>.json), each shape's list in that order. Raw results name a candidate by its
+    tag; the schedules behind the tags come from the plans those runs used (`plan_files`)."""
+    by_tag: dict[str, dict] = {}
+    for path in plan_files:
+        with open(path) as f:
+            for shapes in json.load(f).values():
+                for entries in shapes.values():
+                    for d in entries:
+                        by_tag.setdefault(Schedule.from_dict(d).tag(), d)
+    best: dict[str, dict[str, dict[str, float]]] = {}
+    for out_dir in result_dirs:
+        for fn in sorted(os.listdir(out_dir)):
+            if not (fn.startswith("raw_") and fn.endswith(".json")):
+                continue
+            with open(os.path.join(out_dir, fn)) as f:
+                raw = json.load(f)
+            op = raw["suite"]["op"]
+            for c in raw.get("candidates", []):
+                tag = c["id"].split(":", 1)[1]
+                if c["status"] != "passed" or tag not in by_tag:
+                    continue
+                for t in c.get("timing", []):
+                    times = best.setdefault(op, {}).setdefault(_dims_key(t["dims"]), {})
+                    times[tag] = min(times.get(tag, float("inf")), t["median_us"])
+    return {
+        op: {
+            shape: [by_tag[t] for t in sorted(times, key=times.__getitem__)[:top]]
+            for shape, times in shapes.items()
+        }
+        for op, shapes in best.items()
+    }
 
 
 def _occupancy_variant(ir, s: Schedule) -> Schedule | None:
@@ -626,8 +664,23 @@ def main(argv=None) -> int:
     p.add_argument("--report", metavar="DIR", help="only redraw table.md/chart.html in DIR")
     p.add_argument("--plan", help="read the candidates from this file (see --make-plan)")
     p.add_argument("--make-plan", metavar="FILE", help="screen candidates here, write FILE")
+    p.add_argument(
+        "--plan-from",
+        metavar="DIR,DIR",
+        help="with --make-plan: the --top fastest verified schedules of these suite runs "
+        "(their plans given by --plans), instead of screening",
+    )
+    p.add_argument("--plans", default="bench/plans/suite-*.json", help="a glob, for --plan-from")
+    p.add_argument("--top", type=int, default=3)
     args = p.parse_args(argv)
     args.ops = [o for o in args.ops.split(",") if o]
+    if args.make_plan and args.plan_from:
+        plan = plan_from_results(
+            args.plan_from.split(","), sorted(glob.glob(args.plans)), top=args.top
+        )
+        with open(args.make_plan, "w") as f:
+            json.dump({op: plan[op] for op in args.ops if op in plan}, f, indent=1)
+        return 0
     if args.make_plan:
         make_plan(args.make_plan, args.ops, args.shapes)
         return 0

@@ -2,12 +2,14 @@
 shape, a few valid layouts that compile without local memory, the default first, in a batch the
 GPU worker accepts."""
 
+import json
+
 import pytest
 
 from bench import suite
 from factory.compile import rejection_reason
 from factory.emit import emit
-from factory.schedules import default_schedule, is_valid
+from factory.schedules import Schedule, default_schedule, is_valid
 from gpuworker.batch import parse_batch
 
 CATALOGUE = suite._catalogue()
@@ -31,3 +33,25 @@ def test_the_suite_candidates_are_valid_and_screened(name):
     parsed = parse_batch(batch)
     assert len(parsed.candidates) == len(picked) == len(schedules)
     assert parsed.heldout_shapes[-1][ir.row_dim] == 40000  # the streaming fallback is judged
+
+
+def test_a_plan_from_recorded_runs_lists_each_shapes_fastest_verified_schedules(tmp_path):
+    runs = "bench/results/2026-12-02-h200-suite3"
+    plan = suite.plan_from_results(
+        [f"{runs}/run1-plan-d", f"{runs}/run2-plan-e"],
+        ["bench/plans/suite-2026-12-02d.json", "bench/plans/suite-2026-12-02e.json"],
+        top=2,
+    )
+    assert set(plan) == set(suite.OPS)
+    rms = plan["rmsnorm"]["16384x4096"]
+    assert len(rms) == 2
+    # run 4's fastest RMSNorm at 16384x4096: 64.7 us with the weight loaded early
+    assert Schedule.from_dict(rms[0]).tag() == "ct128r1v8c4e_nlno"
+    with open(f"{runs}/run2-plan-e/summary.md") as f:
+        assert "| rmsnorm | 16384x4096 | ct128r1v8c4e_nlno | 64.7 |" in f.read()
+    out = tmp_path / "plan.json"
+    argv = ["--make-plan", str(out), "--plan-from", f"{runs}/run2-plan-e"]
+    assert suite.main(argv + ["--ops", "rmsnorm", "--top", "1"]) == 0
+    written = json.loads(out.read_text())
+    assert list(written) == ["rmsnorm"]
+    assert all(len(v) == 1 for v in written["rmsnorm"].values())
