@@ -119,3 +119,26 @@ def test_a_cluster_candidate_goes_into_a_batch_the_gpu_worker_accepts():
     assert cand.launch.cluster == (4, 1, 1) and cand.launch.block == (1024, 1, 1)
     for dims in [*batch.shapes, *batch.heldout_shapes]:
         assert eval_dim_expr(cand.launch.grid[0], dims) % 4 == 0
+
+
+def test_late_stores_early_columns_and_moments_are_valid_only_where_they_mean_something():
+    dims = {"M": 16384, "N": 4096}
+    base = Schedule(threads_per_row=128, chunks=4)
+    layernorm, add_rmsnorm, softmax = (
+        EXAMPLES[n]() for n in ("layernorm", "add_rmsnorm", "softmax")
+    )
+    assert is_valid(add_rmsnorm, replace(base, late_stores=True), dims)[0]
+    assert not is_valid(layernorm, replace(base, late_stores=True), dims)[0]  # one output, last
+    assert not is_valid(add_rmsnorm, replace(base, late_stores=True, mode="stream"), dims)[0]
+    assert is_valid(layernorm, replace(base, early_cols=True), dims)[0]
+    assert not is_valid(softmax, replace(base, early_cols=True), dims)[0]  # no per-column input
+    assert is_valid(layernorm, replace(base, moments=True), dims)[0]
+    assert is_valid(layernorm, replace(base, moments=True, mode="stream", chunks=2), dims)[0]
+    assert not is_valid(add_rmsnorm, replace(base, moments=True), dims)[0]  # no variance
+    # At their defaults the fields stay out of the dict (earlier evidence keeps its keys) and
+    # the tag; set, each adds its own letter.
+    assert not {"late_stores", "early_cols", "moments"} & set(base.to_dict())
+    tags = {replace(base, **{f: True}).tag() for f in ("late_stores", "early_cols", "moments")}
+    assert len(tags | {base.tag()}) == 4
+    assert any(s.moments for s in space(layernorm, [dims]))
+    assert not any(s.moments for s in space(softmax, [dims]))
