@@ -122,7 +122,7 @@ def _round_through(v: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "fp16":
         with np.errstate(over="ignore"):
             return v.astype(np.float16).astype(np.float64)
-    return to_float64(to_storage(v, "bf16"), "bf16")
+    return to_float64(to_storage(v, "bf16"), "bf16").reshape(np.shape(v))  # 0-d stays 0-d
 
 
 # -- random inputs -------------------------------------------------------------------------------
@@ -343,6 +343,11 @@ def _evaluate(w: Workload, inputs, dims) -> dict[str, np.ndarray]:
                     c in owned
                     and uses[c] == ops.count(c)
                     and values[c].shape == _shape_of(n, values, dims)
+                    and (
+                        not isinstance(n, Binary)
+                        or values[c].shape
+                        == np.broadcast_shapes(values[n.a].shape, values[n.b].shape)
+                    )
                     and values[c].dtype == np.float64
                 ):
                     reusable = values[c]

@@ -188,6 +188,31 @@ N = 8
     assert np.array_equal(out["a"], out["b"]) and out["a"] is not out["b"]
 
 
+def test_a_cast_constant_beside_a_constant_keeps_its_scalar_shape():
+    # Found by the property test: max(c, bf16(0)) rounded the 0 through bf16 into a 1-element
+    # array, and the in-place reuse of c's buffer then failed to broadcast (a crash, where the
+    # manifest should load and evaluate).
+    text = """
+name = "op"
+[inputs.x]
+shape = ["M", "N"]
+dtype = "bf16"
+[constants]
+c = 2.0
+[outputs.y]
+expr = "max(x, max(c, bf16(0)))"
+dtype = "fp32"
+[[shapes]]
+M = 8
+N = 16
+"""
+    w = load_manifest(text)
+    dims = {"M": 8, "N": 16}
+    x = random_inputs(w, dims, seed=1)
+    want = np.maximum(to_float64(x["x"], "bf16"), 2.0)
+    assert np.array_equal(reference(w, x, dims)["y"], want)
+
+
 def test_the_reference_names_missing_or_misshapen_inputs():
     w = load_catalogue()["softmax"]
     with pytest.raises(SpecError) as e:
