@@ -431,6 +431,18 @@ CEILING_TARGET_DEFAULT = 0.90
 GEOMEAN_TARGET = 1.5
 
 
+TAG_LEGEND = (
+    "Our schedules by tag: `c`/`s` the row cached in registers or streamed, `t` threads per row, "
+    "`r` rows per block, `v` elements per thread per access, `c` chunks; then `o` online "
+    "max/sum, `p` persistent blocks per SM, `x` precise math, `m` register cap for that many "
+    "threads per SM, `k` intermediates recomputed, `f` next row prefetched, `cl` blocks per "
+    "cluster, `d` early outputs stored last, `e` per-column vectors loaded with the row, `w` "
+    "mean and variance in one pass; after `_`, the load hint (`nl` ld.global.nc, `no` plain, "
+    "`nc` nc without L1 allocation, `ev` evict-first, `np` nc with 256-byte L2 prefetch) and the "
+    "store hint (`no` plain, `cs` streaming)."
+)
+
+
 def summary_lines(rows: list[dict]) -> list[str]:
     """Ours against the best baseline, one line per (op, shape), and each target met or not."""
     out = [
@@ -461,12 +473,16 @@ def summary_lines(rows: list[dict]) -> list[str]:
         if frac is not None and frac < target:
             low.append(f"{r['op']} {r['shape']} {frac:.1%} (< {target:.0%})")
         if sp is not None and sp < 1.0:
-            slower.append(f"{r['op']} {r['shape']} {sp:.3f}x against {best['implementation']}")
+            slower.append(
+                f"{r['op']} {r['shape']} {1 / sp - 1:.2%} slower than {best['implementation']}"
+            )
         if r["speedup_vs_torch_compile"]:
             speedups.append(r["speedup_vs_torch_compile"])
     geo = math.exp(sum(math.log(x) for x in speedups) / len(speedups)) if speedups else 0.0
     n = len(speedups)
     out += [
+        "",
+        TAG_LEGEND,
         "",
         "Against the targets:",
         f"- share of the copy ceiling: {'met' if not low else 'not met: ' + '; '.join(low)}",
