@@ -153,6 +153,17 @@ class Schedule:
         return s + f"_{_HINT_TAGS[self.load_hint]}{self.store_hint[:2]}"
 
 
+TAG_LEGEND = (
+    "c/s the row cached in registers or streamed, t threads per row, r rows per block, v "
+    "elements per thread per access, c chunks; then o online max/sum, p persistent blocks per SM, "
+    "x precise math, m register cap for that many threads per SM, k intermediates recomputed, "
+    "f next row prefetched, cl blocks per cluster, d early outputs stored last, e per-column "
+    "vectors loaded with the row, w mean and variance in one pass; after the underscore, the "
+    "load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev evict-first, np nc "
+    "with 256-byte L2 prefetch) and the store hint (no plain, cs streaming)."
+)
+
+
 def has_early_outputs(ir: KernelIR) -> bool:
     """Whether a row output is ready before the last pass over the row (late_stores moves it)."""
     last = ir.num_stages - 1

@@ -607,6 +607,7 @@ def evidence_view(*, family: str, gpu: str, dtype: str | None, shape_class: str 
     from factory.costmodel import held_out_spearman
     from factory.evidence import distil_lessons
     from factory.evidence import shape_class as class_of
+    from factory.schedules import TAG_LEGEND
     from portal.evidence_store import DbEvidenceStore
 
     records = DbEvidenceStore().query(family=family, gpu=gpu)
@@ -639,6 +640,7 @@ def evidence_view(*, family: str, gpu: str, dtype: str | None, shape_class: str 
         "model_rho": held_out_spearman(passed[-ACCURACY_SAMPLE:]),
         "model_sample": min(len(passed), ACCURACY_SAMPLE),
         "top": [dict(r, shape=shape_label(r["dims"]), what=_schedule_label(r)) for r in top],
+        "tag_legend": TAG_LEGEND,
     }
 
 

@@ -48,6 +48,7 @@ def test_a_family_opens_with_lessons_choices_the_fastest_and_the_failures(
     assert view["failures"] and view["failures"][0][1] == 1
     html = page.content.decode()
     assert "Lessons the planner and the prompts read" in html and "threads_per_row" in html
+    assert "Generator kernels by tag:" in html and "t threads per row" in html  # the legend
     # a filter that matches nothing leaves an empty view, not an error
     page = client.get(
         reverse("web-evidence"), {"family": "softmax", "gpu": "sm_90", "dtype": "fp8"}
