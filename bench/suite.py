@@ -446,11 +446,11 @@ def summary_lines(rows: list[dict]) -> list[str]:
             b for b in rows if not b["ours"] and b["op"] == r["op"] and b["shape"] == r["shape"]
         ]
         best = min(base, key=lambda b: b["median_us"], default=None)
-        sp = best["median_us"] / r["median_us"] if best else None
+        sp = r["speedup_vs_best_baseline"]  # rows_from's, over this same best baseline
         frac = r["fraction_of_ceiling"]
         out.append(
             f"| {r['op']} | {r['shape']} | {r['implementation'][6:]} | {r['median_us']:.1f} | "
-            f"{r['tbps']:.2f} | {frac:.1%} | {best['implementation'] if best else '-'} | "
+            f"{r['tbps']:.2f} | {frac:.1%} | {best['implementation']} | "
             f"{best['median_us']:.1f} | {sp:.3f}x | "
             f"{r['speedup_vs_torch_compile'] or 0:.2f}x |"
             if best

@@ -27,6 +27,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from factory import schedules
+from factory.agents import ptxedit
+
 RECORD_KEYS = (
     "job",
     "workload_sha256",
@@ -103,13 +106,7 @@ def shape_distance(a: dict[str, int], b: dict[str, int]) -> float:
 
 # Schedule fields added after evidence was first recorded, at their default: left out of keys, so
 # a record from before they existed and one written since name the same schedule.
-_LATE_DEFAULTS = {
-    "cluster_blocks": 1,
-    "late_stores": False,
-    "early_cols": False,
-    "moments": False,
-    "nounroll": False,
-}
+_LATE_DEFAULTS = {**schedules.LATE_DEFAULTS, **ptxedit.LATE_DEFAULTS}
 
 
 def schedule_key(schedule: dict | None) -> str:

@@ -95,6 +95,7 @@ class KernelIR:
     tolerance_rel_norm: float  # the strictest output tolerance (decides fast-math)
     input_by_name: dict[str, TensorRef] = field(default_factory=dict)
     moments: list[MomentPair] = field(default_factory=list)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # derived facts, cached
 
     @property
     def num_stages(self) -> int:

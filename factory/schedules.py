@@ -29,6 +29,9 @@ LOAD_HINTS = ("none", "nc", "nc_noalloc", "evict_first", "nc_pf256")
 STORE_HINTS = ("none", "cs", "noalloc")
 # Two letters per load hint in tags (a tag names the entry point, so it must be unique).
 CLUSTER_BLOCKS = (1, 2, 4, 8)  # 8: the portable cluster size
+# Fields added after evidence was first recorded, and their defaults: `to_dict` leaves them out
+# at these values, so a record from before they existed and one written since name one schedule.
+LATE_DEFAULTS = {"cluster_blocks": 1, "late_stores": False, "early_cols": False, "moments": False}
 _HINT_TAGS = {"none": "no", "nc": "nl", "nc_noalloc": "nc", "evict_first": "ev", "nc_pf256": "np"}
 
 
@@ -104,13 +107,7 @@ class Schedule:
     moments: bool = False
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        if d["cluster_blocks"] == 1:
-            del d["cluster_blocks"]
-        for late_field in ("late_stores", "early_cols", "moments"):
-            if not d[late_field]:
-                del d[late_field]
-        return d
+        return {k: v for k, v in asdict(self).items() if LATE_DEFAULTS.get(k, object()) != v}
 
     @classmethod
     def from_dict(cls, d: dict) -> Schedule:
@@ -164,6 +161,11 @@ TAG_LEGEND = (
 )
 
 
+def has_col_inputs(ir: KernelIR) -> bool:
+    """Whether the operator reads a per-column vector (a norm's weight; early_cols loads it)."""
+    return any(t.role == "col" for t in ir.inputs)
+
+
 def has_early_outputs(ir: KernelIR) -> bool:
     """Whether a row output is ready before the last pass over the row (late_stores moves it)."""
     last = ir.num_stages - 1
@@ -192,14 +194,11 @@ def estimate_registers(ir: KernelIR, s: Schedule) -> int:
     return 32 + held + materialised
 
 
-_MATERIALISED: dict[tuple, int] = {}
-
-
 def _materialised_nodes(ir: KernelIR, s: Schedule) -> int:
     """How many row intermediates the emitter keeps in registers between passes (softmax's
     exp(x - max); none for RMSNorm, whose x*x is recomputed from the held row)."""
-    key = (id(ir), s.online, s.keep_intermediates, s.late_stores, s.moments)
-    if key not in _MATERIALISED:
+    key = ("materialised", s.online, s.keep_intermediates, s.late_stores, s.moments)
+    if key not in ir.memo:
         from factory.emit.rowkernel import RowKernel  # the emitter imports this module
 
         k = RowKernel(
@@ -213,8 +212,8 @@ def _materialised_nodes(ir: KernelIR, s: Schedule) -> int:
             ),
         )
         k.mode = "cached"
-        _MATERIALISED[key] = len(k._plan_materialised())
-    return _MATERIALISED[key]
+        ir.memo[key] = len(k._plan_materialised())
+    return ir.memo[key]
 
 
 def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str]:
@@ -260,9 +259,7 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
             False,
             "late_stores needs the cached mode and a row output ready before the last pass",
         )
-    if s.early_cols and (
-        s.mode != "cached" or s.prefetch_rows or not any(t.role == "col" for t in ir.inputs)
-    ):
+    if s.early_cols and (s.mode != "cached" or s.prefetch_rows or not has_col_inputs(ir)):
         return False, "early_cols needs the cached mode without prefetch and a per-column input"
     if s.moments and (not ir.moments or s.cluster_blocks > 1):
         return False, "moments needs a mean/variance pair and a row in one block"
@@ -320,7 +317,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     vecs = sorted({16 // ir.min_elem_bytes(), 32 // ir.min_elem_bytes()})
     late_options = [False, True] if has_early_outputs(ir) else [False]
     moment_options = [False, True] if ir.moments else [False]
-    early_options = [False, True] if any(t.role == "col" for t in ir.inputs) else [False]
+    early_options = [False, True] if has_col_inputs(ir) else [False]
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     for t, r, v, c, (mode, online), lh, sh, fm, keep, late, mom, early in itertools.product(

@@ -29,6 +29,9 @@ from dataclasses import asdict, dataclass
 
 from factory.spec.types import KernelParam, Launch
 
+# Fields added after edits were first recorded, at their defaults: left out of the schedule dict.
+LATE_DEFAULTS = {"nounroll": False}
+
 LD_CACHE = ("none", "nc", "cs", "L1::evict_first")
 ST_CACHE = ("none", "cs")
 MAXNREG = (0, 32, 40, 64, 128)  # 0: no directive
@@ -45,9 +48,7 @@ class PtxEdit:
 
     def to_schedule(self) -> dict:
         d = {"ptx_edit": True, **asdict(self)}
-        if not d["nounroll"]:
-            del d["nounroll"]
-        return d
+        return {k: v for k, v in d.items() if LATE_DEFAULTS.get(k, object()) != v}
 
     @staticmethod
     def from_schedule(d: dict) -> PtxEdit:

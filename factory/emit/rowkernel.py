@@ -172,7 +172,6 @@ class RowKernel:
             if r not in self.pair_sums
             and r not in self.alias
             and r not in self.fused
-            and self._canon(r) not in self.fused
             and self.stages[r.x] == p
             and not any(self._canon(q.max_node) == r for q in self.pairs)
         ]
@@ -1002,6 +1001,10 @@ class RowKernel:
             self.scal[self._canon(q.max_node)] = (m, "f32")
             self.scal[q.sum_node] = (s_, "f32")
             self.scal[self._canon(q.sum_node)] = (s_, "f32")
+        self._publish_aliases()
+
+    def _publish_aliases(self) -> None:
+        """A reduction that differs from a computed one only in keepdims gets its value."""
         for src, dst in self.alias.items():
             if dst in self.scal and src not in self.scal:
                 self.scal[src] = self.scal[dst]
@@ -1033,11 +1036,8 @@ class RowKernel:
                 else:
                     b.op(f"@{pr} add.f32 {total}, {total}, {v}")
                     b.op(f"@{pr} add.f32 {cnt}, {cnt}, 0f3F800000")
-            inv = b.reg("f32")
-            b.op(f"max.f32 {inv}, {cnt}, 0f3F800000")
-            b.op(f"rcp.rn.f32 {inv}, {inv}")
             mean = b.reg("f32")
-            b.op(f"mul.f32 {mean}, {total}, {inv}")
+            b.op(f"mul.f32 {mean}, {total}, {self._rcp_count(cnt)}")
             m2 = b.reg("f32")
             b.op(f"mov.f32 {m2}, 0f00000000")
             for v, pr in zip(self._x_values(q, p, regs, chunks), preds, strict=True):
@@ -1054,17 +1054,22 @@ class RowKernel:
         for e in range(chunks * self.V):
             yield self._as_f32(*self._eval(q.x_node, _Ctx("elem", p, e=e, chunk_regs=regs)))
 
+    def _rcp_count(self, count: str) -> str:
+        """1 / max(count, 1): an empty group (a thread past the row's end) divides by one."""
+        inv = self.b.reg("f32")
+        self.b.op(f"max.f32 {inv}, {count}, 0f3F800000")
+        self.b.op(f"rcp.rn.f32 {inv}, {inv}")
+        return inv
+
     def _chan_merge(self, acc, other) -> None:
         """acc <- acc merged with other, each (count, mean, squared deviations from the mean):
         n = na + nb, mean = ma + d nb / n, M2 = M2a + M2b + d^2 na nb / n with d = mb - ma."""
         b = self.b
         n, m, m2 = acc
         nb, mb, m2b = other
-        nn, inv, f, d, t = (b.reg("f32") for _ in range(5))
+        nn, f, d, t = (b.reg("f32") for _ in range(4))
         b.op(f"add.f32 {nn}, {n}, {nb}")
-        b.op(f"max.f32 {inv}, {nn}, 0f3F800000")
-        b.op(f"rcp.rn.f32 {inv}, {inv}")
-        b.op(f"mul.f32 {f}, {nb}, {inv}")
+        b.op(f"mul.f32 {f}, {nb}, {self._rcp_count(nn)}")
         b.op(f"sub.f32 {d}, {mb}, {m}")
         b.op(f"fma.rn.f32 {m}, {d}, {f}, {m}")
         b.op(f"mul.f32 {t}, {d}, {f}")
@@ -1127,9 +1132,7 @@ class RowKernel:
             for node, val in ((q.mean_node, m), (q.var_node, var)):
                 self.scal[node] = (val, "f32")
                 self.scal[self._canon(node)] = (val, "f32")
-        for src, dst in self.alias.items():
-            if dst in self.scal and src not in self.scal:
-                self.scal[src] = self.scal[dst]
+        self._publish_aliases()
 
     def _pairs_across_warps(self, pair_accs, first_slot: int) -> None:
         """Pairs: the max went through the slot above; the warp's sum rescaled to the row max

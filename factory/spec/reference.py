@@ -343,11 +343,6 @@ def _evaluate(w: Workload, inputs, dims) -> dict[str, np.ndarray]:
                     c in owned
                     and uses[c] == ops.count(c)
                     and values[c].shape == _shape_of(n, values, dims)
-                    and (
-                        not isinstance(n, Binary)
-                        or values[c].shape
-                        == np.broadcast_shapes(values[n.a].shape, values[n.b].shape)
-                    )
                     and values[c].dtype == np.float64
                 ):
                     reusable = values[c]

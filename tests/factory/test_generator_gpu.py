@@ -24,7 +24,12 @@ from test_ir_examples import EXAMPLES, bf16_to_f64, eval64, f64_to_bf16  # noqa:
 from factory.compile import compile_ptx, rejection_reason  # noqa: E402
 from factory.emit import emit  # noqa: E402
 from factory.ir import ROLE_COL, ROLE_ROW, ROLE_ROWSCALAR, ROLE_SCALAR  # noqa: E402
-from factory.schedules import Schedule, default_schedule, has_early_outputs  # noqa: E402
+from factory.schedules import (  # noqa: E402
+    Schedule,
+    default_schedule,
+    has_col_inputs,
+    has_early_outputs,
+)
 from factory.spec import eval_dim_expr  # noqa: E402
 
 SHAPES = [
@@ -57,7 +62,7 @@ def schedules_for(ir) -> list[Schedule]:
         out.append(replace(base, moments=True, threads_per_row=128, chunks=4))
         out.append(replace(base, moments=True, mode="stream", threads_per_row=256, chunks=2))
     # per-column vectors loaded with the row, and early row outputs stored last
-    late = {"early_cols": any(t.role == "col" for t in ir.inputs)}
+    late = {"early_cols": has_col_inputs(ir)}
     late["late_stores"] = has_early_outputs(ir)
     if any(late.values()):
         out.append(replace(base, **late))
