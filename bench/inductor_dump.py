@@ -5,14 +5,16 @@ the configs its autotuner timed, for comparing with our kernels (a GPU host, no 
 
 Compiles the GPU worker's own max-autotune baseline of each operator (gpuworker.baselines) at a
 suite shape, runs it a few times, and leaves under DIR: `inductor_<op>.log` (inductor's output
-code and the autotuner's per-config timings, from torch's logging), and the generated source
-files (`code_<op>_<n>.py`) copied out of inductor's cache.
+code and the autotuner's per-config timings, from torch's logging), the generated source
+files (`code_<op>_<n>.py`) copied out of inductor's cache, and the PTX Triton built for every
+config it tried (`ptx_<op>_<kernel>_w<warps>_<n>.ptx`, with its launch metadata as `.json`).
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
+import json
 import logging
 import os
 import shutil
@@ -29,6 +31,7 @@ def main(argv=None) -> int:
     os.makedirs(a.out, exist_ok=True)
     cache = tempfile.mkdtemp(prefix="inductor-")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
     os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"  # compile afresh: the autotuner runs
     os.environ["TORCH_LOGS"] = "output_code,+torch._inductor.runtime.triton_heuristics"
     import numpy as np
@@ -69,6 +72,16 @@ def main(argv=None) -> int:
         for n, path in enumerate(sorted(glob.glob(f"{cache}/**/*.py", recursive=True))):
             if "triton_" in open(path, errors="replace").read():
                 shutil.copy(path, os.path.join(a.out, f"code_{op}_{n}.py"))
+        for n, path in enumerate(sorted(glob.glob(f"{cache}/**/*.ptx", recursive=True))):
+            meta_path = path[: -len(".ptx")] + ".json"
+            warps = "?"
+            if os.path.exists(meta_path):
+                with open(meta_path) as f:
+                    warps = json.load(f).get("num_warps", "?")
+            stem = f"ptx_{op}_{os.path.basename(path)[:-4]}_w{warps}_{n}"
+            shutil.copy(path, os.path.join(a.out, stem + ".ptx"))
+            if os.path.exists(meta_path):
+                shutil.copy(meta_path, os.path.join(a.out, stem + ".json"))
         shutil.rmtree(cache, ignore_errors=True)
         os.makedirs(cache, exist_ok=True)
     return 0

@@ -25,14 +25,23 @@ MAX_THREADS_PER_BLOCK = 1024
 REGISTER_BUDGET_PER_THREAD = 128  # our estimate's cap: beyond it occupancy drops below 2 blocks
 
 MODES = ("cached", "stream")
-LOAD_HINTS = ("none", "nc", "nc_noalloc", "evict_first", "nc_pf256")
-STORE_HINTS = ("none", "cs", "noalloc")
+LOAD_HINTS = ("none", "nc", "nc_noalloc", "evict_first", "nc_pf256", "nc_l2last", "nc_l2first")
+STORE_HINTS = ("none", "cs", "noalloc", "l2first", "l2last")
 # Two letters per load hint in tags (a tag names the entry point, so it must be unique).
 CLUSTER_BLOCKS = (1, 2, 4, 8)  # 8: the portable cluster size
 # Fields added after evidence was first recorded, and their defaults: `to_dict` leaves them out
 # at these values, so a record from before they existed and one written since name one schedule.
 LATE_DEFAULTS = {"cluster_blocks": 1, "late_stores": False, "early_cols": False, "moments": False}
-_HINT_TAGS = {"none": "no", "nc": "nl", "nc_noalloc": "nc", "evict_first": "ev", "nc_pf256": "np"}
+_HINT_TAGS = {
+    "none": "no",
+    "nc": "nl",
+    "nc_noalloc": "nc",
+    "evict_first": "ev",
+    "nc_pf256": "np",
+    "nc_l2last": "el",
+    "nc_l2first": "ef",
+}
+_STORE_TAGS = {"none": "no", "cs": "cs", "noalloc": "na", "l2first": "ef", "l2last": "el"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class Schedule:
     threads_per_row: threads that share one row (32 = a warp; more = several warps, reduced
         through shared memory).
     rows_per_block: row groups per block (block size = threads_per_row * rows_per_block).
+        Multi-warp groups of one block meet at the block barrier (so not with a persistent
+        grid, where each group would need its own named barrier).
     vec_elems: elements per thread per chunk (8 bf16 = one 16-byte ld.global.v4).
     chunks: "cached": chunks per thread held in registers, so the row capacity is
         threads_per_row * vec_elems * chunks (longer rows fall back to streaming);
@@ -52,8 +63,11 @@ class Schedule:
     load_hint / store_hint: cache qualifiers for row data. "nc" (ld.global.nc, the read-only
         path) is the default: on the H200 it beat "nc_noalloc" (L1::no_allocate) by 2-5% on
         every suite operator (bench/results/2026-12-02-h200-sweep). "nc_pf256" adds the
-        L2::256B prefetch-size hint (the L2 fetches 256 bytes around each miss); not yet
-        measured, so not in `space`.
+        L2::256B prefetch-size hint (the L2 fetches 256 bytes around each miss); measured
+        1-2% slower on the norms (2026-12-02), so not in `space`. "nc_l2last" / "nc_l2first"
+        and the stores "l2last" / "l2first" attach an L2 eviction policy (createpolicy, the
+        L2::cache_hint operand): what max-autotune's Triton kernels do for the norms (x kept
+        in L2 for its second read, the output let go first). Not in `space` until measured.
     persistent_blocks_per_sm: 0 = one block per row group; k > 0 = grid of k blocks per SM
         looping over rows.
     fast_math: approximate div/sqrt/tanh (allowed only where the tolerance is loose).
@@ -147,7 +161,7 @@ class Schedule:
             s += "e"
         if self.moments:
             s += "w"
-        return s + f"_{_HINT_TAGS[self.load_hint]}{self.store_hint[:2]}"
+        return s + f"_{_HINT_TAGS[self.load_hint]}{_STORE_TAGS[self.store_hint]}"
 
 
 TAG_LEGEND = (
@@ -157,7 +171,8 @@ TAG_LEGEND = (
     "f next row prefetched, cl blocks per cluster, d early outputs stored last, e per-column "
     "vectors loaded with the row, w mean and variance in one pass; after the underscore, the "
     "load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev evict-first, np nc "
-    "with 256-byte L2 prefetch) and the store hint (no plain, cs streaming)."
+    "with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / evict-first policy) and the "
+    "store hint (no plain, cs streaming, na no L1 allocation, el / ef the L2 policies)."
 )
 
 
@@ -242,10 +257,11 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         return False, "chunks must be in [1, 16]"
     if s.rows_per_block < 1 or s.threads_per_block > MAX_THREADS_PER_BLOCK:
         return False, f"{s.threads_per_block} threads per block exceeds 1024"
-    if s.threads_per_row > 32 and s.rows_per_block > 1:
-        # Each multi-warp row group would sync on its own named barrier, whose id is then a
-        # register: ptxas reserves all 16 barriers and far fewer blocks fit on an SM.
-        return False, "one multi-warp row group per block (a register barrier id costs occupancy)"
+    if s.threads_per_row > 32 and s.rows_per_block > 1 and s.persistent_blocks_per_sm:
+        # Looping groups would each sync on their own named barrier, whose id is then a
+        # register: ptxas reserves all 16 barriers and far fewer blocks fit on an SM. Without
+        # the loop, the groups of a block share the block barrier.
+        return False, "one multi-warp row group per persistent block (a register barrier id)"
     if s.persistent_blocks_per_sm < 0 or s.persistent_blocks_per_sm > 32:
         return False, "persistent_blocks_per_sm must be in [0, 32]"
     if s.min_threads_per_sm % 256 or not 0 <= s.min_threads_per_sm <= 2048:

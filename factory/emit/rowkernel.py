@@ -51,8 +51,24 @@ LOAD_PREFIX = {
     "nc_noalloc": "ld.global.nc.L1::no_allocate",
     "evict_first": "ld.global.nc.L1::evict_first",
     "nc_pf256": "ld.global.nc.L2::256B",
+    "nc_l2last": "ld.global.nc.L1::evict_last.L2::cache_hint",
+    "nc_l2first": "ld.global.nc.L1::evict_first.L2::cache_hint",
 }
-STORE_PREFIX = {"none": "st.global", "cs": "st.global.cs", "noalloc": "st.global.L1::no_allocate"}
+STORE_PREFIX = {
+    "none": "st.global",
+    "cs": "st.global.cs",
+    "noalloc": "st.global.L1::no_allocate",
+    "l2first": "st.global.L2::cache_hint",
+    "l2last": "st.global.L2::cache_hint",
+}
+# Hints that carry an L2 cache policy operand (made once per thread by createpolicy): the L2
+# keeps the line in preference to others (evict_last) or gives it up first (evict_first).
+CACHE_POLICY = {
+    "nc_l2last": "evict_last",
+    "nc_l2first": "evict_first",
+    "l2first": "evict_first",
+    "l2last": "evict_last",
+}
 
 
 @dataclass(frozen=True)
@@ -387,16 +403,27 @@ class RowKernel:
             b.op(f"mad.lo.u32 {tr}, {self.rank}, {TB}, {t}")
             t = tr
         self.g, self.t = g, t
-        if self.R == 1 or self.TB == 32:
-            # One row group per block: the block barrier. An immediate id matters: a barrier id
-            # held in a register makes ptxas reserve all 16 barriers, and the SM then holds far
-            # fewer blocks at once.
+        # Several multi-warp row groups in a block without a persistent grid share the block
+        # barrier: every group makes the same passes (all rows have N elements), so they meet
+        # at every barrier. A group past the last row works on the last row with its stores
+        # switched off (row_ok), so that it still arrives at each barrier.
+        self.shared_bar = self.R > 1 and self.TB > 32 and not self.s.persistent_blocks_per_sm
+        self.row_ok = None
+        if self.R == 1 or self.TB == 32 or self.shared_bar:
+            # The block barrier. An immediate id matters: a barrier id held in a register makes
+            # ptxas reserve all 16 barriers, and the SM then holds far fewer blocks at once.
             self.bar = "bar.sync 0"
         else:
             # Several multi-warp row groups per block: each syncs on its own named barrier.
             bar_id = b.reg("b32")
             b.op(f"add.u32 {bar_id}, {g}, 1")
             self.bar = f"bar.sync {bar_id}, {TB}"
+        self.policy = {}  # "load"/"store" -> the b64 cache policy operand, for hints that take one
+        for kind, hint in (("load", self.s.load_hint), ("store", self.s.store_hint)):
+            if hint in CACHE_POLICY:
+                r = b.reg("b64")
+                b.op(f"createpolicy.fractional.L2::{CACHE_POLICY[hint]}.b64 {r}, 1.0")
+                self.policy[kind] = f", {r}"
         self.tv = b.reg("b32")
         b.op(f"mul.lo.u32 {self.tv}, {t}, {V}")
         b.comment("vector path: N a multiple of V and every row-wise pointer 16-byte aligned")
@@ -448,6 +475,12 @@ class RowKernel:
             b.op(f"shr.u32 {ctaid}, {ctaid}, {self.C.bit_length() - 1}")
         self.row = b.reg("b32")
         b.op(f"mad.lo.u32 {self.row}, {ctaid}, {self.R}, {g}")
+        if self.shared_bar:
+            self.row_ok = b.reg("pred")
+            b.op(f"setp.lt.u32 {self.row_ok}, {self.row}, {rows}")
+            last = b.reg("b32")
+            b.op(f"sub.u32 {last}, {rows}, 1")
+            b.op(f"min.u32 {self.row}, {self.row}, {last}")
         nct = b.reg("b32")
         b.op(f"mov.u32 {nct}, %nctaid.x")
         if self.C > 1:
@@ -456,6 +489,8 @@ class RowKernel:
         b.op(f"mul.lo.u32 {self.row_stride}, {nct}, {self.R}")
         self.is_t0 = b.reg("pred")
         b.op(f"setp.eq.u32 {self.is_t0}, {t}, 0")
+        if self.row_ok:  # the row's first thread writes its per-row outputs
+            b.op(f"and.pred {self.is_t0}, {self.is_t0}, {self.row_ok}")
         self.lane0 = b.reg("pred")
         b.op(f"setp.eq.u32 {self.lane0}, {lane}, 0")
         if self.W > 1 and self.red_items_total:
@@ -676,25 +711,31 @@ class RowKernel:
 
     def _load_chunk_vec(self, name: str, base: str, k: int, dst: list[str]) -> None:
         t = self.tensors[name]
-        hint = self.s.load_hint if t.role == ROLE_ROW else "nc"
-        prefix = LOAD_PREFIX[hint]
+        prefix, pol = self._load_prefix(t)
         off = k * self._chunk_stride_bytes(t.elem_bytes)
         for i in range(0, len(dst), 4):
             part = dst[i : i + 4]
             vec = {4: ".v4", 2: ".v2", 1: ""}[len(part)]
             regs = "{" + ", ".join(part) + "}" if len(part) > 1 else part[0]
-            self.b.op(f"{prefix}{vec}.b32 {regs}, [{base}+{off + 4 * i}]")
+            self.b.op(f"{prefix}{vec}.b32 {regs}, [{base}+{off + 4 * i}]{pol}")
+
+    def _load_prefix(self, t: TensorRef) -> tuple[str, str]:
+        """(instruction prefix, cache-policy operand or "") of a load of row or column data: the
+        schedule's hint for row tensors, the read-only path for per-column vectors."""
+        if t.role != ROLE_ROW:
+            return LOAD_PREFIX["nc"], ""
+        return LOAD_PREFIX[self.s.load_hint], self.policy.get("load", "")
 
     def _load_chunk_pred(self, name: str, base: str, k: int, dst: list[str], rem: str) -> None:
         b = self.b
         t = self.tensors[name]
-        prefix = LOAD_PREFIX[self.s.load_hint if t.role == ROLE_ROW else "nc"]
+        prefix, pol = self._load_prefix(t)
         off = k * self._chunk_stride_bytes(t.elem_bytes)
         preds = self._elem_preds(rem)
         if t.elem_bytes == 4:
             for j, r in enumerate(dst):
                 b.op(f"mov.b32 {r}, 0")
-                b.op(f"@{preds[j]} {prefix}.b32 {r}, [{base}+{off + 4 * j}]")
+                b.op(f"@{preds[j]} {prefix}.b32 {r}, [{base}+{off + 4 * j}]{pol}")
             return
         for w, r in enumerate(dst):
             hs = []
@@ -702,7 +743,7 @@ class RowKernel:
                 j = 2 * w + half
                 h = b.reg("b16")
                 b.op(f"mov.b16 {h}, 0")
-                b.op(f"@{preds[j]} {prefix}.b16 {h}, [{base}+{off + 2 * j}]")
+                b.op(f"@{preds[j]} {prefix}.b16 {h}, [{base}+{off + 2 * j}]{pol}")
                 hs.append(h)
             b.op(f"mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
 
@@ -931,7 +972,9 @@ class RowKernel:
             part = words[i : i + 4]
             vec = {4: ".v4", 2: ".v2", 1: ""}[len(part)]
             regs = "{" + ", ".join(part) + "}" if len(part) > 1 else part[0]
-            b.op(f"{prefix}{vec}{typ} [{base}+{off + 4 * i}], {regs}")
+            guard = f"@{self.row_ok} " if self.row_ok else ""
+            pol = self.policy.get("store", "")
+            b.op(f"{guard}{prefix}{vec}{typ} [{base}+{off + 4 * i}], {regs}{pol}")
 
     def _store_elem(self, o, base: str, k: int, j: int, v: str, pred: str) -> None:
         eb = E.DTYPE_BYTES[o.dtype]
@@ -941,12 +984,17 @@ class RowKernel:
     def _store_scalar(self, dtype: str, addr: str, v: str, pred: str) -> None:
         b = self.b
         prefix = STORE_PREFIX[self.s.store_hint]
+        pol = self.policy.get("store", "")
+        if self.row_ok and pred != self.is_t0:  # is_t0 already holds row_ok
+            both = b.reg("pred")
+            b.op(f"and.pred {both}, {pred}, {self.row_ok}")
+            pred = both
         if dtype == "fp32":
-            b.op(f"@{pred} {prefix}.f32 [{addr}], {v}")
+            b.op(f"@{pred} {prefix}.f32 [{addr}], {v}{pol}")
             return
         h = b.reg("b16")
         b.op(f"cvt.rn.{'bf16' if dtype == 'bf16' else 'f16'}.f32 {h}, {v}")
-        b.op(f"@{pred} {prefix}.b16 [{addr}], {h}")
+        b.op(f"@{pred} {prefix}.b16 [{addr}], {h}{pol}")
 
     # ---------------------------------------------------------------- reductions across threads
 

@@ -12,7 +12,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_ir_examples import EXAMPLES  # noqa: E402
 
+from factory.ir import lower  # noqa: E402
 from factory.schedules import Schedule, default_schedule, is_valid, space  # noqa: E402
+from factory.spec import load_catalogue  # noqa: E402
 
 SUITE = [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}]
 
@@ -142,3 +144,46 @@ def test_late_stores_early_columns_and_moments_are_valid_only_where_they_mean_so
     assert len(tags | {base.tag()}) == 4
     assert any(s.moments for s in space(layernorm, [dims]))
     assert not any(s.moments for s in space(softmax, [dims]))
+
+
+def test_multi_warp_row_groups_share_the_block_barrier_but_not_in_a_persistent_grid():
+    from factory.emit import emit
+
+    rms = lower(load_catalogue()["rmsnorm"])
+    dims = {"M": 16384, "N": 4096}
+    s = Schedule(threads_per_row=128, rows_per_block=2, chunks=4)
+    assert is_valid(rms, s, dims)[0]
+    ok, why = is_valid(rms, replace(s, persistent_blocks_per_sm=2), dims)
+    assert not ok and "persistent" in why
+    ptx = emit(rms, s).ptx
+    # one barrier for the block (an immediate id), and stores that skip a group past the rows
+    assert "bar.sync 0;" in ptx and not any("bar.sync %r" in ln for ln in ptx.splitlines())
+    assert "min.u32" in ptx and any(
+        ln.strip().startswith("@%p") and "st.global" in ln for ln in ptx.splitlines()
+    )
+
+
+@pytest.mark.parametrize(
+    ("load_hint", "store_hint", "lq", "sq"),
+    [
+        ("nc_l2last", "l2first", "L1::evict_last.L2::cache_hint", "evict_first"),
+        ("nc_l2first", "l2last", "L1::evict_first.L2::cache_hint", "evict_last"),
+    ],
+)
+def test_l2_policy_hints_emit_a_policy_compile_and_have_their_own_tags(
+    load_hint, store_hint, lq, sq
+):
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+
+    ir = lower(load_catalogue()["rmsnorm"])
+    base = Schedule(threads_per_row=128, chunks=4)
+    s = replace(base, load_hint=load_hint, store_hint=store_hint)
+    assert is_valid(ir, s, {"M": 16384, "N": 4096})[0]
+    ptx = emit(ir, s).ptx
+    assert f"ld.global.nc.{lq}.v4.b32" in ptx
+    assert f"createpolicy.fractional.L2::{sq}.b64" in ptx
+    assert "st.global.L2::cache_hint" in ptx
+    report = compile_ptx(ptx, "sm_90")
+    assert report.ok, report.log
+    assert len({s.tag(), base.tag(), replace(base, store_hint="noalloc").tag()}) == 3

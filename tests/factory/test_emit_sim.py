@@ -147,6 +147,7 @@ class Memory:
 
 # mapa gives a shared::cluster address: the owning block's rank above the block-local offset.
 _RANK_SHIFT = 24
+_POLICY = 0x5EED_0000_CAC4E  # what createpolicy leaves in its register, checked where it is used
 
 
 class Thread:
@@ -238,10 +239,12 @@ class Thread:
             rank = self.val(a[2])
             assert 0 <= rank < len(self.cluster_smem), f"mapa to rank {rank} outside the cluster"
             r[a[0]] = ((rank + 1) << _RANK_SHIFT) | self.val(a[1])
-        elif base == "ld":
-            self._load(parts, a)
-        elif base == "st":
-            self._store(parts, a)
+        elif base == "createpolicy":
+            r[a[0]] = _POLICY  # an L2 cache policy: only loads and stores with cache_hint read it
+        elif base in ("ld", "st"):
+            if len(a) == 3:  # the cache policy operand
+                assert "L2::cache_hint" in op and self.r[a[2]] == _POLICY, f"bad policy: {op} {a}"
+            (self._load if base == "ld" else self._store)(parts, a)
         elif typ == "f32" and base in ("add", "sub", "mul", "max", "min", "div", "fma", "copysign"):
             x = _f(self.val(a[1]))
             y = _f(self.val(a[2]))
@@ -283,7 +286,7 @@ class Thread:
             r[a[0]] = self._compare(parts[1], parts[2], a[1], a[2])
         elif base == "and" and typ == "pred":
             r[a[0]] = bool(r[a[1]]) and bool(r[a[2]])
-        elif base in ("add", "sub", "mul", "mad", "shl", "shr", "and", "or"):
+        elif base in ("add", "sub", "mul", "mad", "shl", "shr", "and", "or", "min", "max"):
             bits = 64 if typ[-2:] == "64" else 32
             x, y = self.val(a[1], bits), self.val(a[2], bits)
             mask = (1 << bits) - 1
@@ -303,6 +306,9 @@ class Thread:
                 v = _signed(x, bits) >> y if typ[0] == "s" else x >> y
             elif base == "and":
                 v = x & y
+            elif base in ("min", "max"):
+                assert typ[0] == "u", f"signed {op} is not modelled"
+                v = min(x, y) if base == "min" else max(x, y)
             else:
                 v = x | y
             r[a[0]] = v & mask
@@ -540,6 +546,15 @@ CASES = [
     ("layernorm", {"moments": True, "threads_per_row": 64}, [512, 77, 1100]),
     ("layernorm", {"moments": True, "mode": "stream", "chunks": 1}, [700, 33]),
     ("rmsnorm", {"min_threads_per_sm": 1024}, [136]),
+    # two multi-warp row groups per block on the block barrier; 3 rows, so the second block's
+    # second group has no row: it follows the last row with its stores off
+    ("rmsnorm", {"threads_per_row": 64, "rows_per_block": 2}, [512, 77]),
+    ("layernorm", {"threads_per_row": 64, "rows_per_block": 2, "moments": True}, [300]),
+    ("cross_entropy", {"threads_per_row": 64, "rows_per_block": 2}, [256, 99]),
+    ("softmax", {"threads_per_row": 64, "rows_per_block": 2, "mode": "stream"}, [700]),
+    # L2 cache policies on row loads and on stores
+    ("add_rmsnorm", {"load_hint": "nc_l2last", "store_hint": "l2first"}, [512, 70]),
+    ("softmax", {"load_hint": "nc_l2first", "store_hint": "l2last"}, [512, 33]),
     ("silu_mul", {}, [512, 9]),
     ("gelu_tanh", {}, [256, 31]),
     ("log_softmax", {"mode": "stream", "online": True, "chunks": 1}, [300]),
