@@ -52,6 +52,18 @@ norms)
         --ops rmsnorm,add_rmsnorm,layernorm --shapes 3 --baselines torch_eager,torch_compile,triton \
         --max-autotune --budget-s 0.3 --deadline-s 330 2>&1 | tail -60 | tee "$OUT/suite.txt"
     ;;
+explore)
+    # ~7 min: the generator GPU tests (every example operator and schedule, the shared-barrier
+    # row groups and L2 policies included), then plan g in direct mode (our kernels only, with
+    # eager and Triton): the best schedules of suite3 with L2 evict-last loads, evict-first
+    # stores and two rows per block, for the cases where max-autotune or Triton is ahead
+    timeout 170 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -k generated_kernels 2>&1 | tail -15 | tee "$OUT/pytest.txt"
+    python3 -m bench.suite --direct --out "$OUT/direct" --plan bench/plans/suite-2026-12-02g.json \
+        --ops rmsnorm,add_rmsnorm,layernorm,silu_mul,softmax --shapes 3 \
+        --baselines torch_eager,triton --deadline-s 300 >"$OUT/direct.txt" 2>&1
+    grep -v "^\[" "$OUT/direct.txt" | tail -30
+    ;;
 longrow)
     timeout 330 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
         -p no:cacheprovider -q 2>&1 | tail -30 | tee "$OUT/pytest_generator.txt"
@@ -60,7 +72,7 @@ longrow)
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|longrow" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|longrow" >&2
     exit 2
     ;;
 esac

@@ -61,6 +61,12 @@ def schedules_for(ir) -> list[Schedule]:
     if ir.moments:  # mean and variance in one pass (Chan's merge), in registers and streamed
         out.append(replace(base, moments=True, threads_per_row=128, chunks=4))
         out.append(replace(base, moments=True, mode="stream", threads_per_row=256, chunks=2))
+    # two multi-warp row groups per block on the block barrier (odd M: a group past the rows),
+    # with L2 eviction policies on the row loads and the stores
+    out.append(
+        replace(base, threads_per_row=128, rows_per_block=2, chunks=4, load_hint="nc_l2last")
+    )
+    out.append(replace(base, threads_per_row=64, rows_per_block=4, chunks=8, store_hint="l2first"))
     # per-column vectors loaded with the row, and early row outputs stored last
     late = {"early_cols": has_col_inputs(ir)}
     late["late_stores"] = has_early_outputs(ir)
