@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # H200 runs, each one device call of under ten minutes (the device tool's limit). Each writes
-# under $OUT and tars it into one file. All four ran on 2026-12-02 (bench/results/*-suite3,
-# *-loop3, *-generator) except `norms`, which is next.
+# under $OUT and tars it into one file. loop, longrow and an earlier suite ran on 2026-12-02
+# (bench/results/*-suite3, *-loop3, *-generator); norms ran too, but its results were not kept
+# (the session ended before they were committed); explore ran on 2026-12-03 (*-explore).
 #
 #   bash bench/gpu_pending.sh loop    # ~6 min: the agent loop with the recorded sweeps as prior
 #                                     #   evidence (issue 6), then the GPU tests of the worker,
 #                                     #   customer kernels and artifact examples
 #   bash bench/gpu_pending.sh suite   # ~6 min: the suite through the worker with every baseline,
-#                                     #   max-autotune included (issue 4)
+#                                     #   max-autotune included (issue 4), with plan h: the three
+#                                     #   fastest schedules per case of suite runs 3-4 and explore
 #   bash bench/gpu_pending.sh norms   # ~7 min: what max-autotune runs for the three norms
 #                                     #   (bench.inductor_dump: its Triton code and autotuner
 #                                     #   timings), then the suite for RMSNorm, add+RMSNorm and
@@ -18,10 +20,10 @@
 #                                     #   incl. rows shared by a cluster of blocks, and the whole
 #                                     #   catalogue at its suite and held-out shapes), then a sweep at 2048x65536 against the
 #                                     #   streaming default
-# After `norms`, the whole suite again with the fastest schedules of every recorded run:
+# Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
-#       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<the norms run>
-# here (no GPU), commit it, and point the `suite` stage at it.
+#       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
+# (plus the evict-last variant of GELU's best, which explore did not time).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder that comes back}"
@@ -40,9 +42,10 @@ loop)
         -p no:cacheprovider -q 2>&1 | tail -30 | tee "$OUT/pytest_gpu.txt"
     ;;
 suite)
-    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-02e.json \
+    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-03h.json \
         --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
-        --deadline-s 400 2>&1 | tail -60 | tee "$OUT/suite.txt"
+        --deadline-s 400 >"$OUT/suite.txt" 2>&1
+    tail -40 "$OUT/suite.txt"
     ;;
 norms)
     timeout 120 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \

@@ -67,7 +67,9 @@ class Schedule:
         1-2% slower on the norms (2026-12-02), so not in `space`. "nc_l2last" / "nc_l2first"
         and the stores "l2last" / "l2first" attach an L2 eviction policy (createpolicy, the
         L2::cache_hint operand): what max-autotune's Triton kernels do for the norms (x kept
-        in L2 for its second read, the output let go first). Not in `space` until measured.
+        in L2 for its second read, the output let go first). Evict-last row loads were 0.5-4%
+        faster in 12 of 15 suite cases (bench/results/2026-12-03-h200-explore): the cached
+        default and in `space`; the evict-first stores were not, and are left to plans.
     persistent_blocks_per_sm: 0 = one block per row group; k > 0 = grid of k blocks per SM
         looping over rows.
     fast_math: approximate div/sqrt/tanh (allowed only where the tolerance is loose).
@@ -342,7 +344,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         vecs,
         (1, 2, 4, 8),
         _modes_for(ir),
-        ("nc", "nc_noalloc"),
+        ("nc", "nc_noalloc", "nc_l2last"),
         ("none", "cs"),
         fast_options,
         keep_options,
@@ -419,6 +421,8 @@ def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     if threads * v * chunks >= n:
         rows = 4 if threads == 32 else 1
         # The online pair costs a second exp per element when the row is in registers anyway.
+        # Row loads with the L2 evict-last policy: faster by 0.5-4% in 12 of 15 suite cases on
+        # the H200, within 0.5% in the others (bench/results/2026-12-03-h200-explore).
         return Schedule(
             threads_per_row=threads,
             rows_per_block=rows,
@@ -426,6 +430,7 @@ def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
             chunks=chunks,
             mode="cached",
             online=False,
+            load_hint="nc_l2last",
             fast_math=fm,
         )
     return Schedule(
