@@ -55,3 +55,19 @@ def test_a_plan_from_recorded_runs_lists_each_shapes_fastest_verified_schedules(
     written = json.loads(out.read_text())
     assert list(written) == ["rmsnorm"]
     assert all(len(v) == 1 for v in written["rmsnorm"].values())
+
+
+def test_the_summary_says_which_slower_cases_are_inside_the_spread_and_bounds_the_mean():
+    with open("bench/results/2026-12-03-h200-suite4/run1-plan-h/rows.json") as f:
+        rows = json.load(f)
+    text = "\n".join(suite.summary_lines(rows))
+    # add+RMSNorm 16384x4096: 126.0 us (p20 125.4) against torch.compile's 125.4 (p80 126.0)
+    assert "add_rmsnorm 16384x4096 0.46% slower than torch_compile (inside the p20-p80" in text
+    # RMSNorm 16384x8192: 128.7 us (p20 128.3) against max-autotune's 124.3 (p80 144.4: its
+    # samples spread wide), so inside too; with a tight spread the verdict would be plain
+    assert "rmsnorm 16384x8192 3.49% slower than torch_compile_max_autotune (inside" in text
+    tight = [dict(r, p80_us=r["median_us"]) for r in rows]
+    tight_text = "\n".join(suite.summary_lines(tight))
+    assert "3.49% slower than torch_compile_max_autotune" in tight_text
+    assert "3.49% slower than torch_compile_max_autotune (inside" not in tight_text
+    assert "(20 cases): 1.395x (not met, target 1.5x); at most 1.416x" in text
