@@ -62,9 +62,22 @@ explore)
     # stores and two rows per block, for the cases where max-autotune or Triton is ahead
     timeout 170 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
         -p no:cacheprovider -q -k generated_kernels 2>&1 | tail -15 | tee "$OUT/pytest.txt"
-    python3 -m bench.suite --direct --out "$OUT/direct" --plan bench/plans/suite-2026-12-02g.json \
-        --ops rmsnorm,add_rmsnorm,layernorm,silu_mul,softmax --shapes 3 \
+    # (PLAN and OPS pick another plan: explore2 below)
+    python3 -m bench.suite --direct --out "$OUT/direct" \
+        --plan "${PLAN:-bench/plans/suite-2026-12-02g.json}" \
+        --ops "${OPS:-rmsnorm,add_rmsnorm,layernorm,silu_mul,softmax}" --shapes 3 \
         --baselines torch_eager,triton --deadline-s 300 >"$OUT/direct.txt" 2>&1
+    grep -v "^\[" "$OUT/direct.txt" | tail -30
+    ;;
+explore2)
+    # ~2 min: plan i in direct mode, the 16384x8192 layouts of RMSNorm (3.5% behind
+    # max-autotune in suite run 5), LayerNorm (90.0% of the copy ceiling) and add+RMSNorm:
+    # 512 and 1024 threads per row, 32-byte accesses, 8 chunks of 128 threads, register caps
+    timeout 170 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -k catalogue 2>&1 | tail -15 | tee "$OUT/pytest.txt"
+    python3 -m bench.suite --direct --out "$OUT/direct" --plan bench/plans/suite-2026-12-03i.json \
+        --ops rmsnorm,layernorm,add_rmsnorm --shapes 2 --baselines torch_eager,triton \
+        >"$OUT/direct.txt" 2>&1
     grep -v "^\[" "$OUT/direct.txt" | tail -30
     ;;
 longrow)
@@ -75,7 +88,7 @@ longrow)
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|longrow" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|longrow" >&2
     exit 2
     ;;
 esac
