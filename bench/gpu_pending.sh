@@ -8,8 +8,9 @@
 #                                     #   evidence (issue 6), then the GPU tests of the worker,
 #                                     #   customer kernels and artifact examples
 #   bash bench/gpu_pending.sh suite   # ~6 min: the suite through the worker with every baseline,
-#                                     #   max-autotune included (issue 4), with plan h: the three
+#                                     #   max-autotune included (issue 4), with plan j: the three
 #                                     #   fastest schedules per case of suite runs 3-4 and explore
+#                                     #   (plan h), RMSNorm 16384x8192's best of explore2 first
 #   bash bench/gpu_pending.sh norms   # ~7 min: what max-autotune runs for the three norms
 #                                     #   (bench.inductor_dump: its Triton code and autotuner
 #                                     #   timings), then the suite for RMSNorm, add+RMSNorm and
@@ -42,7 +43,7 @@ loop)
         -p no:cacheprovider -q 2>&1 | tail -30 | tee "$OUT/pytest_gpu.txt"
     ;;
 suite)
-    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-03h.json \
+    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-03j.json \
         --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
         --deadline-s 400 >"$OUT/suite.txt" 2>&1
     tail -40 "$OUT/suite.txt"
@@ -80,6 +81,15 @@ explore2)
         >"$OUT/direct.txt" 2>&1
     grep -v "^\[" "$OUT/direct.txt" | tail -30
     ;;
+gputests)
+    # ~8 min: every GPU test of the generator (the example operators with every schedule kind,
+    # the whole catalogue with its default schedules at suite and held-out shapes), the customer
+    # kernels and the GPU worker
+    timeout 520 python3 -m pytest tests/factory/test_generator_gpu.py \
+        tests/factory/test_customer_kernels_gpu.py tests/gpuworker -m gpu -o addopts="" \
+        -p no:cacheprovider -q -rs --durations=8 >"$OUT/pytest.txt" 2>&1
+    tail -30 "$OUT/pytest.txt"
+    ;;
 longrow)
     timeout 330 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
         -p no:cacheprovider -q 2>&1 | tail -30 | tee "$OUT/pytest_generator.txt"
@@ -88,7 +98,7 @@ longrow)
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|longrow" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|gputests|longrow" >&2
     exit 2
     ;;
 esac
