@@ -60,13 +60,14 @@ explore)
     # ~7 min: the generator GPU tests (every example operator and schedule, the shared-barrier
     # row groups and L2 policies included), then plan g in direct mode (our kernels only, with
     # eager and Triton): the best schedules of suite3 with L2 evict-last loads, evict-first
-    # stores and two rows per block, for the cases where max-autotune or Triton is ahead
+    # stores and two rows per block, for the cases where max-autotune or Triton is ahead.
+    # TESTS, PLAN, OPS and SHAPES pick other tests and another plan (explore2 below).
     timeout 170 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
-        -p no:cacheprovider -q -k generated_kernels 2>&1 | tail -15 | tee "$OUT/pytest.txt"
-    # (PLAN and OPS pick another plan: explore2 below)
+        -p no:cacheprovider -q -k "${TESTS:-generated_kernels}" 2>&1 | tail -15 \
+        | tee "$OUT/pytest.txt"
     python3 -m bench.suite --direct --out "$OUT/direct" \
         --plan "${PLAN:-bench/plans/suite-2026-12-02g.json}" \
-        --ops "${OPS:-rmsnorm,add_rmsnorm,layernorm,silu_mul,softmax}" --shapes 3 \
+        --ops "${OPS:-rmsnorm,add_rmsnorm,layernorm,silu_mul,softmax}" --shapes "${SHAPES:-3}" \
         --baselines torch_eager,triton --deadline-s 300 >"$OUT/direct.txt" 2>&1
     grep -v "^\[" "$OUT/direct.txt" | tail -30
     ;;
@@ -74,12 +75,9 @@ explore2)
     # ~2 min: plan i in direct mode, the 16384x8192 layouts of RMSNorm (3.5% behind
     # max-autotune in suite run 5), LayerNorm (90.0% of the copy ceiling) and add+RMSNorm:
     # 512 and 1024 threads per row, 32-byte accesses, 8 chunks of 128 threads, register caps
-    timeout 170 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
-        -p no:cacheprovider -q -k catalogue 2>&1 | tail -15 | tee "$OUT/pytest.txt"
-    python3 -m bench.suite --direct --out "$OUT/direct" --plan bench/plans/suite-2026-12-03i.json \
-        --ops rmsnorm,layernorm,add_rmsnorm --shapes 2 --baselines torch_eager,triton \
-        >"$OUT/direct.txt" 2>&1
-    grep -v "^\[" "$OUT/direct.txt" | tail -30
+    TESTS=catalogue PLAN=bench/plans/suite-2026-12-03i.json OPS=rmsnorm,layernorm,add_rmsnorm \
+        SHAPES=2 bash bench/gpu_pending.sh explore
+    exit
     ;;
 gputests)
     # ~8 min: every GPU test of the generator (the example operators with every schedule kind,

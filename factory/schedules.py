@@ -27,11 +27,11 @@ REGISTER_BUDGET_PER_THREAD = 128  # our estimate's cap: beyond it occupancy drop
 MODES = ("cached", "stream")
 LOAD_HINTS = ("none", "nc", "nc_noalloc", "evict_first", "nc_pf256", "nc_l2last", "nc_l2first")
 STORE_HINTS = ("none", "cs", "noalloc", "l2first", "l2last")
-# Two letters per load hint in tags (a tag names the entry point, so it must be unique).
 CLUSTER_BLOCKS = (1, 2, 4, 8)  # 8: the portable cluster size
 # Fields added after evidence was first recorded, and their defaults: `to_dict` leaves them out
 # at these values, so a record from before they existed and one written since name one schedule.
 LATE_DEFAULTS = {"cluster_blocks": 1, "late_stores": False, "early_cols": False, "moments": False}
+# Two letters per load and store hint in tags (a tag names the entry point, so it must be unique).
 _HINT_TAGS = {
     "none": "no",
     "nc": "nl",
