@@ -79,6 +79,14 @@ explore2)
         SHAPES=2 bash bench/gpu_pending.sh explore
     exit
     ;;
+explore4)
+    # ~2 min: the generator GPU tests (with the fenced column groups), then plan l in direct
+    # mode: LayerNorm, RMSNorm and add+RMSNorm with their weight (and bias) loaded in fenced
+    # groups of chunks (fewer registers, more blocks per SM), beside run 6's fastest layouts
+    TESTS=generated_kernels PLAN=bench/plans/suite-2026-12-03l.json \
+        OPS=layernorm,rmsnorm,add_rmsnorm SHAPES=3 bash bench/gpu_pending.sh explore
+    exit
+    ;;
 gputests)
     # ~8 min: every GPU test of the generator (the example operators with every schedule kind,
     # the whole catalogue with its default schedules at suite and held-out shapes), the customer
@@ -96,7 +104,7 @@ longrow)
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|gputests|longrow" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|explore4|gputests|longrow" >&2
     exit 2
     ;;
 esac

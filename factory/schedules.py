@@ -30,7 +30,14 @@ STORE_HINTS = ("none", "cs", "noalloc", "l2first", "l2last")
 CLUSTER_BLOCKS = (1, 2, 4, 8)  # 8: the portable cluster size
 # Fields added after evidence was first recorded, and their defaults: `to_dict` leaves them out
 # at these values, so a record from before they existed and one written since name one schedule.
-LATE_DEFAULTS = {"cluster_blocks": 1, "late_stores": False, "early_cols": False, "moments": False}
+LATE_DEFAULTS = {
+    "cluster_blocks": 1,
+    "late_stores": False,
+    "early_cols": False,
+    "moments": False,
+    "col_groups": 1,
+}
+COL_GROUPS = (1, 2, 4, 8)
 # Two letters per load and store hint in tags (a tag names the entry point, so it must be unique).
 _HINT_TAGS = {
     "none": "no",
@@ -101,6 +108,13 @@ class Schedule:
         Chan's update, instead of a second pass and a second reduction across the row (one
         barrier fewer per row; streamed, one read of the row fewer). Left out of `to_dict` when
         False.
+    col_groups: "cached" mode: the pass that reads per-column vectors (a norm's weight and
+        bias) loads them, and writes its outputs, in this many groups of chunks, with a CTA
+        fence (fence.acq_rel.cta) between groups. Without the fence ptxas hoists every chunk's
+        column loads to the top of the pass, and they are all live at once: LayerNorm at 256
+        threads of 4 chunks needs 79 registers (3 blocks of 256 per SM); in 4 groups, 64 (4
+        blocks) with no spill. The cost is the column loads of one group waiting for the last
+        group's stores to be issued. Left out of `to_dict` at 1.
     """
 
     family: str = "row"
@@ -121,6 +135,7 @@ class Schedule:
     late_stores: bool = False
     early_cols: bool = False
     moments: bool = False
+    col_groups: int = 1
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if LATE_DEFAULTS.get(k, object()) != v}
@@ -163,6 +178,8 @@ class Schedule:
             s += "e"
         if self.moments:
             s += "w"
+        if self.col_groups > 1:
+            s += f"g{self.col_groups}"
         return s + f"_{_HINT_TAGS[self.load_hint]}{_STORE_TAGS[self.store_hint]}"
 
 
@@ -171,7 +188,8 @@ TAG_LEGEND = (
     "elements per thread per access, c chunks; then o online max/sum, p persistent blocks per SM, "
     "x precise math, m register cap for that many threads per SM, k intermediates recomputed, "
     "f next row prefetched, cl blocks per cluster, d early outputs stored last, e per-column "
-    "vectors loaded with the row, w mean and variance in one pass; after the underscore, the "
+    "vectors loaded with the row, w mean and variance in one pass, g per-column vectors loaded in "
+    "that many groups of chunks; after the underscore, the "
     "load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev evict-first, np nc "
     "with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / evict-first policy) and the "
     "store hint (no plain, cs streaming, na no L1 allocation, el / ef the L2 policies)."
@@ -279,6 +297,19 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         )
     if s.early_cols and (s.mode != "cached" or s.prefetch_rows or not has_col_inputs(ir)):
         return False, "early_cols needs the cached mode without prefetch and a per-column input"
+    if s.col_groups not in COL_GROUPS:
+        return False, f"col_groups must be one of {COL_GROUPS}"
+    if s.col_groups > 1 and (
+        s.mode != "cached"
+        or s.early_cols
+        or s.chunks % s.col_groups
+        or not has_col_inputs(ir)
+    ):
+        return (
+            False,
+            "col_groups needs the cached mode, per-column inputs loaded by their pass (not "
+            "early_cols) and chunks that split evenly into the groups",
+        )
     if s.moments and (not ir.moments or s.cluster_blocks > 1):
         return False, "moments needs a mean/variance pair and a row in one block"
     if s.online and not ir.online:
@@ -336,9 +367,10 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     late_options = [False, True] if has_early_outputs(ir) else [False]
     moment_options = [False, True] if ir.moments else [False]
     early_options = [False, True] if has_col_inputs(ir) else [False]
+    group_options = [1, 4] if has_col_inputs(ir) else [1]
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
-    for t, r, v, c, (mode, online), lh, sh, fm, keep, late, mom, early in itertools.product(
+    for t, r, v, c, (mode, online), lh, sh, fm, keep, late, mom, early, grp in itertools.product(
         (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
         (1, 2, 4, 8),
         vecs,
@@ -351,6 +383,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         late_options,
         moment_options,
         early_options,
+        group_options,
     ):
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
@@ -372,6 +405,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
                 late_stores=late,
                 moments=mom,
                 early_cols=early,
+                col_groups=grp,
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(s)

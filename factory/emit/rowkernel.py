@@ -807,10 +807,18 @@ class RowKernel:
             regs = dict(held) | self._alloc_chunk_regs(cols, chunks)
             slow, end = b.new_label(f"p{p}_tail"), b.new_label(f"p{p}_end")
             b.op(f"@!{self.fast_cached} bra {slow}")
-            for k in range(chunks):
-                for name in cols:
-                    self._load_chunk_vec(name, self.tptr[name], k, regs[name][k])
-            self._elements(p, work, regs, chunks, fast=True, ptrs=self.tptr)
+            groups = self.s.col_groups if cols else 1
+            per = chunks // groups
+            for g in range(groups):
+                ks = range(g * per, (g + 1) * per)
+                if g:
+                    # Keeps ptxas from hoisting this group's column loads above the last
+                    # group's stores, so that only one group's columns are live at a time.
+                    b.op("fence.acq_rel.cta")
+                for k in ks:
+                    for name in cols:
+                        self._load_chunk_vec(name, self.tptr[name], k, regs[name][k])
+                self._elements(p, work, regs, ks, fast=True, ptrs=self.tptr)
             self._moment_groups(regs, chunks, fast=True)
             b.op(f"bra.uni {end}")
             b.label(slow)
@@ -876,11 +884,12 @@ class RowKernel:
         b.label(end)
 
     def _elements(self, p, work, regs, chunks, *, fast: bool, ptrs, n_minus=None) -> None:
-        """Per-element work of a pass over `chunks` chunks whose inputs are in `regs`."""
+        """Per-element work of a pass over chunks `chunks` (a count, or a range of chunk
+        indices) whose inputs are in `regs`."""
         b, V = self.b, self.V
         reds, accs, pairs, pair_accs, outs, mats = work
         pair_vals: list[list[str]] = [[] for _ in pairs]
-        for k in range(chunks):
+        for k in range(chunks) if isinstance(chunks, int) else chunks:
             preds = None
             if not fast:
                 preds = self._elem_preds(self._chunk_rem(n_minus, k))

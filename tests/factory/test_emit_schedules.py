@@ -187,3 +187,35 @@ def test_l2_policy_hints_emit_a_policy_compile_and_have_their_own_tags(
     report = compile_ptx(ptx, "sm_90")
     assert report.ok, report.log
     assert len({s.tag(), base.tag(), replace(base, store_hint="noalloc").tag()}) == 3
+
+
+def test_column_groups_fence_the_weight_loads_and_free_registers():
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+
+    ln = lower(load_catalogue()["layernorm"])
+    softmax = lower(load_catalogue()["softmax"])
+    dims = {"M": 16384, "N": 8192}
+    base = Schedule(threads_per_row=256, chunks=4, load_hint="nc")
+    grouped = replace(base, col_groups=4)
+    assert is_valid(ln, grouped, dims)[0]
+    assert "col_groups" not in base.to_dict() and grouped.to_dict()["col_groups"] == 4
+    assert grouped.tag() == base.tag().replace("_", "g4_")
+    for bad, ir in (
+        (replace(grouped, chunks=2), ln),  # 2 chunks do not split into 4 groups
+        (replace(grouped, early_cols=True), ln),  # the columns come with the row then
+        (replace(grouped, col_groups=3), ln),
+        (replace(grouped, mode="stream"), ln),
+        (grouped, softmax),  # no per-column input
+    ):
+        assert not is_valid(ir, bad, dims)[0], bad
+    assert any(s.col_groups == 4 for s in space(ln, [dims]))
+    assert not any(s.col_groups > 1 for s in space(softmax, [dims]))
+    ptx = emit(ln, grouped).ptx
+    assert ptx.count("fence.acq_rel.cta") == 3  # between 4 groups, on the whole-row path only
+    # With the fences, ptxas keeps one group's weight and bias live instead of all four's:
+    # fewer registers per thread, so four blocks of 256 fit on an SM (65536 registers) not three.
+    plain, fenced = compile_ptx(emit(ln, base).ptx), compile_ptx(ptx)
+    assert plain.ok and fenced.ok, plain.log + fenced.log
+    assert fenced.spill_store_bytes == 0
+    assert fenced.registers * 256 * 4 <= 65536 < plain.registers * 256 * 4

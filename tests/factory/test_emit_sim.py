@@ -239,6 +239,8 @@ class Thread:
             rank = self.val(a[2])
             assert 0 <= rank < len(self.cluster_smem), f"mapa to rank {rank} outside the cluster"
             r[a[0]] = ((rank + 1) << _RANK_SHIFT) | self.val(a[1])
+        elif base == "fence":
+            pass  # threads run one at a time here, each access done before the next: in order
         elif base == "createpolicy":
             r[a[0]] = _POLICY  # an L2 cache policy: only loads and stores with cache_hint read it
         elif base in ("ld", "st"):
@@ -546,6 +548,11 @@ CASES = [
     ("layernorm", {"moments": True, "threads_per_row": 64}, [512, 77, 1100]),
     ("layernorm", {"moments": True, "mode": "stream", "chunks": 1}, [700, 33]),
     ("rmsnorm", {"min_threads_per_sm": 1024}, [136]),
+    # the weight and bias loaded, and y stored, one chunk at a time (fenced groups); 4 chunks
+    ("layernorm", {"col_groups": 4, "chunks": 4}, [1024, 1000, 129, 1100]),
+    ("layernorm", {"col_groups": 2, "chunks": 4, "moments": True}, [1024, 77]),
+    ("rmsnorm", {"col_groups": 2, "threads_per_row": 64, "rows_per_block": 2}, [512, 77]),
+    ("add_rmsnorm", {"col_groups": 2, "late_stores": True}, [512, 70]),
     # two multi-warp row groups per block on the block barrier; 3 rows, so the second block's
     # second group has no row: it follows the last row with its stores off
     ("rmsnorm", {"threads_per_row": 64, "rows_per_block": 2}, [512, 77]),
