@@ -8,9 +8,8 @@
 #                                     #   evidence (issue 6), then the GPU tests of the worker,
 #                                     #   customer kernels and artifact examples
 #   bash bench/gpu_pending.sh suite   # ~6 min: the suite through the worker with every baseline,
-#                                     #   max-autotune included (issue 4), with plan j: the three
-#                                     #   fastest schedules per case of suite runs 3-4 and explore
-#                                     #   (plan h), RMSNorm 16384x8192's best of explore2 first
+#                                     #   max-autotune included (issue 4), with plan m: the three
+#                                     #   fastest schedules per case of suite runs 5-6 and explore4
 #   bash bench/gpu_pending.sh norms   # ~7 min: what max-autotune runs for the three norms
 #                                     #   (bench.inductor_dump: its Triton code and autotuner
 #                                     #   timings), then the suite for RMSNorm, add+RMSNorm and
@@ -43,7 +42,7 @@ loop)
         -p no:cacheprovider -q 2>&1 | tail -30 | tee "$OUT/pytest_gpu.txt"
     ;;
 suite)
-    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-03j.json \
+    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-03m.json \
         --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
         --deadline-s 400 >"$OUT/suite.txt" 2>&1
     tail -40 "$OUT/suite.txt"
