@@ -300,10 +300,7 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
     if s.col_groups not in COL_GROUPS:
         return False, f"col_groups must be one of {COL_GROUPS}"
     if s.col_groups > 1 and (
-        s.mode != "cached"
-        or s.early_cols
-        or s.chunks % s.col_groups
-        or not has_col_inputs(ir)
+        s.mode != "cached" or s.early_cols or s.chunks % s.col_groups or not has_col_inputs(ir)
     ):
         return (
             False,
