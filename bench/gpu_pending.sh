@@ -86,6 +86,22 @@ explore4)
         OPS=layernorm,rmsnorm,add_rmsnorm SHAPES=3 bash bench/gpu_pending.sh explore
     exit
     ;;
+final)
+    # ~8 min: plan n in direct mode (RMSNorm 16384x8192, 0.7% behind max-autotune in suite run
+    # 7: the row streamed twice with its second read from L2, two rows per block, 8 chunks),
+    # then plan o, made here from suite run 7 and that exploration (the three fastest per
+    # case), through the worker with every baseline: suite run 8
+    python3 -m bench.suite --direct --out "$OUT/direct" --plan bench/plans/suite-2026-12-03n.json \
+        --ops rmsnorm --shapes 2 --baselines torch_eager,triton --deadline-s 120 \
+        >"$OUT/direct.txt" 2>&1
+    grep -v "^\[" "$OUT/direct.txt" | tail -5
+    python3 -m bench.suite --make-plan "$OUT/plan-o.json" --top 3 --plan-from \
+        "bench/results/2026-12-03-h200-suite5/run1-plan-m,$(ls -d "$OUT"/direct/*-h200)"
+    python3 -m bench.suite --out "$OUT/suite" --plan "$OUT/plan-o.json" \
+        --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
+        --deadline-s 400 >"$OUT/suite.txt" 2>&1
+    tail -30 "$OUT/suite.txt"
+    ;;
 gputests)
     # ~8 min: every GPU test of the generator (the example operators with every schedule kind,
     # the whole catalogue with its default schedules at suite and held-out shapes), the customer
@@ -103,7 +119,7 @@ longrow)
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|explore4|gputests|longrow" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|explore4|final|gputests|longrow" >&2
     exit 2
     ;;
 esac
