@@ -102,6 +102,23 @@ final)
         --deadline-s 400 >"$OUT/suite.txt" 2>&1
     tail -30 "$OUT/suite.txt"
     ;;
+final2)
+    # ~5 min: plan p in direct mode (add+RMSNorm, 0.8% behind torch.compile at 32768x4096 in
+    # suite run 8: 64 to 1024 threads per row, one or two rows per block, early outputs stored
+    # last or not, store hints, register caps, the weight early or in fenced groups), then plan
+    # q, made here from run 8, explore5 and that exploration, through the worker with every
+    # baseline for RMSNorm and add+RMSNorm: suite run 9
+    python3 -m bench.suite --direct --out "$OUT/direct" --plan bench/plans/suite-2026-12-03p.json \
+        --ops add_rmsnorm --shapes 3 --baselines torch_eager --deadline-s 150 \
+        >"$OUT/direct.txt" 2>&1
+    grep -v "^\[" "$OUT/direct.txt" | tail -5
+    python3 -m bench.suite --make-plan "$OUT/plan-q.json" --top 3 --plan-from \
+        "bench/results/2026-12-03-h200-suite5/run2-plan-o,bench/results/2026-12-03-h200-explore5,$(ls -d "$OUT"/direct/*-h200)"
+    python3 -m bench.suite --out "$OUT/suite" --plan "$OUT/plan-q.json" --ops rmsnorm,add_rmsnorm \
+        --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
+        --deadline-s 200 >"$OUT/suite.txt" 2>&1
+    tail -30 "$OUT/suite.txt"
+    ;;
 gputests)
     # ~8 min: every GPU test of the generator (the example operators with every schedule kind,
     # the whole catalogue with its default schedules at suite and held-out shapes), the customer
@@ -119,7 +136,7 @@ longrow)
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|explore4|final|gputests|longrow" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|explore4|final|final2|gputests|longrow" >&2
     exit 2
     ;;
 esac
