@@ -103,9 +103,9 @@ final)
     tail -30 "$OUT/suite.txt"
     ;;
 final2)
-    # ~5 min: plan p in direct mode (add+RMSNorm, 0.8% behind torch.compile at 32768x4096 in
+    # ~4 min: plan p in direct mode (add+RMSNorm, 0.8% behind torch.compile at 32768x4096 in
     # suite run 8: 64 to 1024 threads per row, one or two rows per block, early outputs stored
-    # last or not, store hints, register caps, the weight early or in fenced groups), then plan
+    # last or not, evict-first stores, a register cap, the weight in fenced groups), then plan
     # q, made here from run 8, explore5 and that exploration, through the worker with every
     # baseline for RMSNorm and add+RMSNorm: suite run 9
     python3 -m bench.suite --direct --out "$OUT/direct" --plan bench/plans/suite-2026-12-03p.json \
