@@ -103,7 +103,7 @@ final)
     tail -30 "$OUT/suite.txt"
     ;;
 final2)
-    # ~4 min: plan p in direct mode (add+RMSNorm, 0.8% behind torch.compile at 32768x4096 in
+    # ~4 min (not yet run): plan p in direct mode (add+RMSNorm, 0.8% behind torch.compile at 32768x4096 in
     # suite run 8: 64 to 1024 threads per row, one or two rows per block, early outputs stored
     # last or not, evict-first stores, a register cap, the weight in fenced groups), then plan
     # q, made here from run 8, explore5 and that exploration, through the worker with every
