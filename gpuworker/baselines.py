@@ -137,8 +137,9 @@ def dag_function(workload):
 
 def idiomatic_function(workload, compiled: bool = False):
     """The torch function a customer would call for a catalogue operator, or None. `compiled`:
-    for torch.compile, where a composition of library calls can lose to the expression that
-    inductor fuses whole (then None, and the caller compiles the expression)."""
+    for torch.compile. Where a composition of library calls compiles to slower code than the
+    expression, which inductor fuses whole (add+RMSNorm), that is None, and the caller compiles
+    the expression."""
     import torch
     import torch.nn.functional as F
 
