@@ -827,7 +827,7 @@ class RowKernel:
                 for name in cols:
                     self._load_chunk_pred(name, self.tptr[name], k, regs[name][k], rem)
             self._elements(
-                p, work, regs, chunks, fast=False, ptrs=self.tptr, n_minus=self.n_minus_tv
+                p, work, regs, range(chunks), fast=False, ptrs=self.tptr, n_minus=self.n_minus_tv
             )
             self._moment_groups(regs, chunks, fast=False, n_minus=self.n_minus_tv)
             b.label(end)
@@ -866,7 +866,7 @@ class RowKernel:
         for k in range(U):
             for name in names:
                 self._load_chunk_vec(name, ptrs[name], k, regs[name][k])
-        self._elements(p, work, regs, U, fast=True, ptrs=ptrs)
+        self._elements(p, work, regs, range(U), fast=True, ptrs=ptrs)
         self._moment_groups(regs, U, fast=True)
         b.op(f"bra.uni {nxt}")
         b.label(slow)
@@ -874,7 +874,7 @@ class RowKernel:
             rem = self._chunk_rem(n_minus, k)
             for name in names:
                 self._load_chunk_pred(name, ptrs[name], k, regs[name][k], rem)
-        self._elements(p, work, regs, U, fast=False, ptrs=ptrs, n_minus=n_minus)
+        self._elements(p, work, regs, range(U), fast=False, ptrs=ptrs, n_minus=n_minus)
         self._moment_groups(regs, U, fast=False, n_minus=n_minus)
         b.label(nxt)
         b.op(f"add.u32 {col}, {col}, {U * T * V}")
@@ -883,13 +883,13 @@ class RowKernel:
         b.op(f"bra.uni {top}")
         b.label(end)
 
-    def _elements(self, p, work, regs, chunks, *, fast: bool, ptrs, n_minus=None) -> None:
-        """Per-element work of a pass over chunks `chunks` (a count, or a range of chunk
-        indices) whose inputs are in `regs`."""
+    def _elements(self, p, work, regs, ks: range, *, fast: bool, ptrs, n_minus=None) -> None:
+        """Per-element work of a pass over the chunks numbered `ks`, whose inputs are in
+        `regs`."""
         b, V = self.b, self.V
         reds, accs, pairs, pair_accs, outs, mats = work
         pair_vals: list[list[str]] = [[] for _ in pairs]
-        for k in range(chunks) if isinstance(chunks, int) else chunks:
+        for k in ks:
             preds = None
             if not fast:
                 preds = self._elem_preds(self._chunk_rem(n_minus, k))
