@@ -90,34 +90,32 @@ final)
     # ~8 min: plan n in direct mode (RMSNorm 16384x8192, 0.7% behind max-autotune in suite run
     # 7: the row streamed twice with its second read from L2, two rows per block, 8 chunks),
     # then plan o, made here from suite run 7 and that exploration (the three fastest per
-    # case), through the worker with every baseline: suite run 8
-    python3 -m bench.suite --direct --out "$OUT/direct" --plan bench/plans/suite-2026-12-03n.json \
-        --ops rmsnorm --shapes 2 --baselines torch_eager,triton --deadline-s 120 \
-        >"$OUT/direct.txt" 2>&1
+    # case), through the worker with every baseline: suite run 8. PLAN, OPS, SHAPES, BASELINES,
+    # FROM (earlier runs for the plan), SUITE_OPS and DEADLINE set another run (final2 below).
+    python3 -m bench.suite --direct --out "$OUT/direct" \
+        --plan "${PLAN:-bench/plans/suite-2026-12-03n.json}" --ops "${OPS:-rmsnorm}" \
+        --shapes "${SHAPES:-2}" --baselines "${BASELINES:-torch_eager,triton}" \
+        --deadline-s 120 >"$OUT/direct.txt" 2>&1
     grep -v "^\[" "$OUT/direct.txt" | tail -5
-    python3 -m bench.suite --make-plan "$OUT/plan-o.json" --top 3 --plan-from \
-        "bench/results/2026-12-03-h200-suite5/run1-plan-m,$(ls -d "$OUT"/direct/*-h200)"
-    python3 -m bench.suite --out "$OUT/suite" --plan "$OUT/plan-o.json" \
+    python3 -m bench.suite --make-plan "$OUT/plan-next.json" --top 3 --plan-from \
+        "${FROM:-bench/results/2026-12-03-h200-suite5/run1-plan-m},$(ls -d "$OUT"/direct/*-h200)"
+    python3 -m bench.suite --out "$OUT/suite" --plan "$OUT/plan-next.json" \
+        ${SUITE_OPS:+--ops "$SUITE_OPS"} \
         --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
-        --deadline-s 400 >"$OUT/suite.txt" 2>&1
+        --deadline-s "${DEADLINE:-400}" >"$OUT/suite.txt" 2>&1
     tail -30 "$OUT/suite.txt"
     ;;
 final2)
-    # ~4 min (not yet run): plan p in direct mode (add+RMSNorm, 0.8% behind torch.compile at 32768x4096 in
-    # suite run 8: 64 to 1024 threads per row, one or two rows per block, early outputs stored
-    # last or not, evict-first stores, a register cap, the weight in fenced groups), then plan
-    # q, made here from run 8, explore5 and that exploration, through the worker with every
-    # baseline for RMSNorm and add+RMSNorm: suite run 9
-    python3 -m bench.suite --direct --out "$OUT/direct" --plan bench/plans/suite-2026-12-03p.json \
-        --ops add_rmsnorm --shapes 3 --baselines torch_eager --deadline-s 150 \
-        >"$OUT/direct.txt" 2>&1
-    grep -v "^\[" "$OUT/direct.txt" | tail -5
-    python3 -m bench.suite --make-plan "$OUT/plan-q.json" --top 3 --plan-from \
-        "bench/results/2026-12-03-h200-suite5/run2-plan-o,bench/results/2026-12-03-h200-explore5,$(ls -d "$OUT"/direct/*-h200)"
-    python3 -m bench.suite --out "$OUT/suite" --plan "$OUT/plan-q.json" --ops rmsnorm,add_rmsnorm \
-        --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
-        --deadline-s 200 >"$OUT/suite.txt" 2>&1
-    tail -30 "$OUT/suite.txt"
+    # ~4 min (not yet run): plan p in direct mode (add+RMSNorm, 0.8% behind torch.compile at
+    # 32768x4096 in suite run 8: 64 to 1024 threads per row, one or two rows per block, early
+    # outputs stored last or not, evict-first stores, a register cap, the weight in fenced
+    # groups), then a plan made here from run 8, explore5 and that exploration, through the
+    # worker with every baseline for RMSNorm and add+RMSNorm: suite run 9
+    R=bench/results
+    PLAN=bench/plans/suite-2026-12-03p.json OPS=add_rmsnorm SHAPES=3 BASELINES=torch_eager \
+        FROM="$R/2026-12-03-h200-suite5/run2-plan-o,$R/2026-12-03-h200-explore5" \
+        SUITE_OPS=rmsnorm,add_rmsnorm DEADLINE=200 bash bench/gpu_pending.sh final
+    exit
     ;;
 gputests)
     # ~8 min: every GPU test of the generator (the example operators with every schedule kind,
