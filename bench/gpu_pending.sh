@@ -10,6 +10,9 @@
 #   bash bench/gpu_pending.sh suite   # ~6 min: the suite through the worker with every baseline,
 #                                     #   max-autotune included (issue 4), with plan m: the three
 #                                     #   fastest schedules per case of suite runs 5-6 and explore4
+#                                     #   (PLAN=... another plan: suite run 10 took plan s, the
+#                                     #   three fastest of runs 8-9 and explore4-8, and RMSNorm
+#                                     #   8192's row streamed at 512 threads, kept in L2)
 #   bash bench/gpu_pending.sh norms   # ~7 min: what max-autotune runs for the three norms
 #                                     #   (bench.inductor_dump: its Triton code and autotuner
 #                                     #   timings), then the suite for RMSNorm, add+RMSNorm and
@@ -42,9 +45,9 @@ loop)
         -p no:cacheprovider -q 2>&1 | tail -30 | tee "$OUT/pytest_gpu.txt"
     ;;
 suite)
-    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-03m.json \
+    python3 -m bench.suite --out "$OUT/suite" --plan "${PLAN:-bench/plans/suite-2026-12-03m.json}" \
         --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
-        --deadline-s 400 >"$OUT/suite.txt" 2>&1
+        --deadline-s "${DEADLINE:-400}" >"$OUT/suite.txt" 2>&1
     tail -40 "$OUT/suite.txt"
     ;;
 norms)

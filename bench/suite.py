@@ -126,6 +126,10 @@ def planned_schedules(name: str, ir, dims) -> list[Schedule]:
 
     out = []
     for s in (Schedule.from_dict(d) for d in got):
+        if s in out:
+            # one schedule written twice (a plan merged from records older and newer than a
+            # field, one with its default spelled out): time it once
+            continue
         # A plan made with an older emitter may no longer fit its register cap: a prefetching
         # layout then gets the most blocks per SM that fit now, anything else is dropped.
         if not rejection_reason(compile_cached(emit(ir, s).ptx), s.threads_per_block):

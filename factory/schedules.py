@@ -25,7 +25,16 @@ MAX_THREADS_PER_BLOCK = 1024
 REGISTER_BUDGET_PER_THREAD = 128  # our estimate's cap: beyond it occupancy drops below 2 blocks
 
 MODES = ("cached", "stream")
-LOAD_HINTS = ("none", "nc", "nc_noalloc", "evict_first", "nc_pf256", "nc_l2last", "nc_l2first")
+LOAD_HINTS = (
+    "none",
+    "nc",
+    "nc_noalloc",
+    "evict_first",
+    "nc_pf256",
+    "nc_l2last",
+    "nc_l2first",
+    "nc_l2reuse",
+)
 STORE_HINTS = ("none", "cs", "noalloc", "l2first", "l2last")
 CLUSTER_BLOCKS = (1, 2, 4, 8)  # 8: the portable cluster size
 # Fields added after evidence was first recorded, and their defaults: `to_dict` leaves them out
@@ -36,8 +45,10 @@ LATE_DEFAULTS = {
     "early_cols": False,
     "moments": False,
     "col_groups": 1,
+    "col_hint": "nc",
 }
 COL_GROUPS = (1, 2, 4, 8)
+COL_HINTS = ("nc", "nc_l2last")
 # Two letters per load and store hint in tags (a tag names the entry point, so it must be unique).
 _HINT_TAGS = {
     "none": "no",
@@ -47,6 +58,7 @@ _HINT_TAGS = {
     "nc_pf256": "np",
     "nc_l2last": "el",
     "nc_l2first": "ef",
+    "nc_l2reuse": "lf",
 }
 _STORE_TAGS = {"none": "no", "cs": "cs", "noalloc": "na", "l2first": "ef", "l2last": "el"}
 
@@ -77,6 +89,10 @@ class Schedule:
         in L2 for its second read, the output let go first). Evict-last row loads were 0.5-4%
         faster in 12 of 15 suite cases (bench/results/2026-12-03-h200-explore): the cached
         default and in `space`; the evict-first stores were not, and are left to plans.
+        "nc_l2reuse" (stream mode only) picks the policy per read: evict-last where a later
+        pass reads the same row again, evict-first on its last read, so that the L2 keeps a
+        row until its last pass and then lets it go first (what inductor's looped reductions
+        do for the norms).
     persistent_blocks_per_sm: 0 = one block per row group; k > 0 = grid of k blocks per SM
         looping over rows.
     fast_math: approximate div/sqrt/tanh (allowed only where the tolerance is loose).
@@ -118,6 +134,9 @@ class Schedule:
         us (90% -> 99% of the copy ceiling); at 4096 columns, where 128 threads make the row,
         and for RMSNorm it gained nothing (bench/results/2026-12-03-h200-explore4), so it is in
         `space` and not in `default_schedule`. Left out of `to_dict` at 1.
+    col_hint: how per-column vectors are loaded: "nc" (the read-only path) or "nc_l2last"
+        (L1 and L2 evict-last with the policy operand, as inductor's norms load their weight:
+        every row reads the vector, the rows stream by once). Left out of `to_dict` at "nc".
     """
 
     family: str = "row"
@@ -139,6 +158,7 @@ class Schedule:
     early_cols: bool = False
     moments: bool = False
     col_groups: int = 1
+    col_hint: str = "nc"
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if LATE_DEFAULTS.get(k, object()) != v}
@@ -183,6 +203,8 @@ class Schedule:
             s += "w"
         if self.col_groups > 1:
             s += f"g{self.col_groups}"
+        if self.col_hint != "nc":
+            s += "h"
         return s + f"_{_HINT_TAGS[self.load_hint]}{_STORE_TAGS[self.store_hint]}"
 
 
@@ -192,10 +214,11 @@ TAG_LEGEND = (
     "x precise math, m register cap for that many threads per SM, k intermediates recomputed, "
     "f next row prefetched, cl blocks per cluster, d early outputs stored last, e per-column "
     "vectors loaded with the row, w mean and variance in one pass, g per-column vectors loaded in "
-    "that many groups of chunks; after the underscore, the "
-    "load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev evict-first, np nc "
-    "with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / evict-first policy) and the "
-    "store hint (no plain, cs streaming, na no L1 allocation, el / ef the L2 policies)."
+    "that many groups of chunks, h per-column vectors loaded with the evict-last policies; after "
+    "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
+    "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "
+    "evict-first policy, lf evict-last on reads a later pass repeats and evict-first on the last) "
+    "and the store hint (no plain, cs streaming, na no L1 allocation, el / ef the L2 policies)."
 )
 
 
@@ -264,6 +287,8 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         return False, f"unknown mode {s.mode}"
     if s.load_hint not in LOAD_HINTS or s.store_hint not in STORE_HINTS:
         return False, "unknown cache hint"
+    if s.load_hint == "nc_l2reuse" and s.mode != "stream":
+        return False, "nc_l2reuse is for stream mode, where a row is read again by a later pass"
     if s.cluster_blocks not in CLUSTER_BLOCKS:
         return False, f"cluster_blocks must be one of {CLUSTER_BLOCKS}"
     if s.cluster_blocks > 1:
@@ -300,6 +325,10 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         )
     if s.early_cols and (s.mode != "cached" or s.prefetch_rows or not has_col_inputs(ir)):
         return False, "early_cols needs the cached mode without prefetch and a per-column input"
+    if s.col_hint not in COL_HINTS:
+        return False, f"col_hint must be one of {COL_HINTS}"
+    if s.col_hint != "nc" and not has_col_inputs(ir):
+        return False, "col_hint needs a per-column input"
     if s.col_groups not in COL_GROUPS:
         return False, f"col_groups must be one of {COL_GROUPS}"
     if s.col_groups > 1 and (
@@ -376,7 +405,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         vecs,
         (1, 2, 4, 8),
         _modes_for(ir),
-        ("nc", "nc_noalloc", "nc_l2last"),
+        ("nc", "nc_noalloc", "nc_l2last", "nc_l2reuse"),
         ("none", "cs"),
         fast_options,
         keep_options,

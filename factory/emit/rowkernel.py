@@ -53,6 +53,8 @@ LOAD_PREFIX = {
     "nc_pf256": "ld.global.nc.L2::256B",
     "nc_l2last": "ld.global.nc.L1::evict_last.L2::cache_hint",
     "nc_l2first": "ld.global.nc.L1::evict_first.L2::cache_hint",
+    # per read: nc_l2last where a later pass reads the row again, nc_l2first on its last read
+    "nc_l2reuse": "ld.global.nc.L1::evict_first.L2::cache_hint",
 }
 STORE_PREFIX = {
     "none": "st.global",
@@ -66,6 +68,7 @@ STORE_PREFIX = {
 CACHE_POLICY = {
     "nc_l2last": "evict_last",
     "nc_l2first": "evict_first",
+    "nc_l2reuse": "evict_first",
     "l2first": "evict_first",
     "l2last": "evict_last",
 }
@@ -424,6 +427,13 @@ class RowKernel:
                 r = b.reg("b64")
                 b.op(f"createpolicy.fractional.L2::{CACHE_POLICY[hint]}.b64 {r}, 1.0")
                 self.policy[kind] = f", {r}"
+        if self.s.load_hint == "nc_l2reuse" or self.s.col_hint == "nc_l2last":
+            # the evict-last policy of rows read again and of per-column vectors
+            r = b.reg("b64")
+            b.op(f"createpolicy.fractional.L2::evict_last.b64 {r}, 1.0")
+            self.policy["keep"] = f", {r}"
+        self.cur_pass = None  # the pass whose loads are being emitted (None: the up-front loads)
+        self.last_read: dict[str, int] = {}  # stream mode: the last pass that reads each input
         self.tv = b.reg("b32")
         b.op(f"mul.lo.u32 {self.tv}, {t}, {V}")
         b.comment("vector path: N a multiple of V and every row-wise pointer 16-byte aligned")
@@ -569,11 +579,14 @@ class RowKernel:
         self.mat_regs = {n: [b.reg("f32") for _ in range(per_node)] for n in self.materialised}
 
         used_inputs: list[str] = []
+        self.last_read = {}
         for p in range(self.num_passes):
             stop = {n for n in mat_set if self.stages[n] < p}
             for n in self._row_closure(self._root_nodes(p) + self._mat_roots(p), stop):
-                if isinstance(n, E.Input) and n.name not in used_inputs:
-                    used_inputs.append(n.name)
+                if isinstance(n, E.Input):
+                    self.last_read[n.name] = p
+                    if n.name not in used_inputs:
+                        used_inputs.append(n.name)
 
         held = None
         # The fallback stream path (rows past the register capacity) keeps few loads in flight
@@ -605,7 +618,9 @@ class RowKernel:
             self._cached_loads(held, row_names, chunks, self.tptr)
 
         for p in range(self.num_passes):
+            self.cur_pass = p if mode == "stream" else None
             self._emit_pass(p, mode, held)
+        self.cur_pass = None
 
         if mode == "cached" and self.prefetch:
             b.comment("the prefetched row becomes this thread's row")
@@ -721,9 +736,20 @@ class RowKernel:
 
     def _load_prefix(self, t: TensorRef) -> tuple[str, str]:
         """(instruction prefix, cache-policy operand or "") of a load of row or column data: the
-        schedule's hint for row tensors, the read-only path for per-column vectors."""
+        schedule's hint for row tensors, its col_hint for per-column vectors, the read-only path
+        for anything else."""
+        if t.role == ROLE_COL and self.s.col_hint == "nc_l2last":
+            # every row reads the vector: keep it in L1 and L2 ahead of the rows streaming by
+            return LOAD_PREFIX["nc_l2last"], self.policy["keep"]
         if t.role != ROLE_ROW:
             return LOAD_PREFIX["nc"], ""
+        if (
+            self.s.load_hint == "nc_l2reuse"
+            and self.cur_pass is not None
+            and self.cur_pass < self.last_read.get(t.name, -1)
+        ):
+            # a later pass reads this row again: ask the L2 to keep it until then
+            return LOAD_PREFIX["nc_l2last"], self.policy["keep"]
         return LOAD_PREFIX[self.s.load_hint], self.policy.get("load", "")
 
     def _load_chunk_pred(self, name: str, base: str, k: int, dst: list[str], rem: str) -> None:

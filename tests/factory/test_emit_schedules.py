@@ -219,3 +219,72 @@ def test_column_groups_fence_the_weight_loads_and_free_registers():
     assert plain.ok and fenced.ok, plain.log + fenced.log
     assert fenced.spill_store_bytes == 0
     assert fenced.registers * 256 * 4 <= 65536 < plain.registers * 256 * 4
+
+
+def _pass_loads(ptx: str) -> dict[int, list[str]]:
+    """The global loads of each `// pass N` section of the whole-row (vector) path."""
+    out: dict[int, list[str]] = {}
+    p = None
+    for ln in ptx.splitlines():
+        s = ln.strip()
+        if s.startswith("// pass "):
+            p = int(s.split()[2].rstrip(":"))
+        elif p is not None and "ld.global" in s and ".v4." in s:
+            out.setdefault(p, []).append(s)
+    return out
+
+
+def test_reuse_hint_keeps_a_streamed_row_in_l2_until_its_last_read():
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+
+    rms = lower(load_catalogue()["rmsnorm"])
+    dims = {"M": 16384, "N": 8192}
+    s = Schedule(threads_per_row=512, chunks=2, mode="stream", load_hint="nc_l2reuse")
+    assert is_valid(rms, s, dims)[0]
+    assert s.tag().endswith("_lfno") and s.tag() != replace(s, load_hint="nc_l2last").tag()
+    ok, why = is_valid(rms, replace(s, mode="cached"), dims)
+    assert not ok and "stream" in why  # a cached row is read once
+    ptx = emit(rms, s).ptx
+    pol = {}
+    for ln in ptx.splitlines():
+        if "createpolicy" in ln:
+            kind, reg = ln.split("L2::")[1].split(".b64 ")
+            pol[kind] = reg.split(",")[0]
+    assert set(pol) == {"evict_first", "evict_last"}
+    loads = _pass_loads(ptx)
+    # pass 0 (the sum of squares) reads x to read it again: evict-last; pass 1 (the stores)
+    # reads x for the last time: evict-first; the weight keeps the read-only path
+    assert loads[0] and all(
+        "L1::evict_last.L2::cache_hint" in x and x.endswith(f"{pol['evict_last']};")
+        for x in loads[0]
+    )
+    x1 = [x for x in loads[1] if "cache_hint" in x]
+    assert len(x1) == 2 and all(
+        "L1::evict_first" in x and x.endswith(f"{pol['evict_first']};") for x in x1
+    )
+    assert sum(x.startswith("ld.global.nc.v4") for x in loads[1]) == 2  # the weight, 2 chunks
+    assert compile_ptx(ptx).ok
+    assert any(x.load_hint == "nc_l2reuse" and x.mode == "stream" for x in space(rms, [dims]))
+
+
+def test_column_hint_loads_per_column_vectors_with_the_evict_last_policy():
+    rms = lower(load_catalogue()["rmsnorm"])
+    softmax = lower(load_catalogue()["softmax"])
+    dims = {"M": 16384, "N": 4096}
+    base = Schedule(threads_per_row=128, chunks=4, load_hint="nc")
+    held = replace(base, col_hint="nc_l2last")
+    assert is_valid(rms, held, dims)[0]
+    assert "col_hint" not in base.to_dict() and held.to_dict()["col_hint"] == "nc_l2last"
+    assert held.tag() == base.tag().replace("_", "h_")
+    assert not is_valid(softmax, held, dims)[0]  # no per-column input
+    assert not is_valid(rms, replace(base, col_hint="l2"), dims)[0]
+    from factory.emit import emit
+
+    loads = [ln.strip() for ln in emit(rms, held).ptx.splitlines() if "ld.global" in ln]
+    kept = [x for x in loads if "cache_hint" in x]
+    # x keeps the plain read-only path; the weight is kept: 4 chunks on the whole-row path,
+    # 2 per step on the streamed fallback for longer rows, and the scalar tail loads
+    assert any(x.startswith("ld.global.nc.v4") for x in loads)
+    assert sum(".v4." in x for x in kept) == 4 + 2
+    assert all("L1::evict_last" in x for x in kept)

@@ -562,6 +562,10 @@ CASES = [
     # L2 cache policies on row loads and on stores
     ("add_rmsnorm", {"load_hint": "nc_l2last", "store_hint": "l2first"}, [512, 70]),
     ("softmax", {"load_hint": "nc_l2first", "store_hint": "l2last"}, [512, 33]),
+    # a streamed row kept in L2 for its second read, the weight with the evict-last policy
+    ("rmsnorm", {"mode": "stream", "chunks": 1, "load_hint": "nc_l2reuse"}, [512, 77]),
+    ("layernorm", {"mode": "stream", "load_hint": "nc_l2reuse", "col_hint": "nc_l2last"}, [700]),
+    ("add_rmsnorm", {"col_hint": "nc_l2last", "early_cols": True}, [512, 70]),
     ("silu_mul", {}, [512, 9]),
     ("gelu_tanh", {}, [256, 31]),
     ("log_softmax", {"mode": "stream", "online": True, "chunks": 1}, [300]),

@@ -74,6 +74,9 @@ def schedules_for(ir) -> list[Schedule]:
         out.append(replace(base, **late))
     if has_col_inputs(ir):  # per-column vectors loaded, and outputs stored, in fenced groups
         out.append(replace(base, threads_per_row=256, chunks=4, col_groups=4))
+        out.append(replace(base, threads_per_row=128, chunks=4, col_hint="nc_l2last"))
+    # a streamed row kept in L2 between its passes
+    out.append(replace(base, mode="stream", threads_per_row=512, chunks=2, load_hint="nc_l2reuse"))
     # a row shared by a cluster of two 1024-thread blocks (distributed shared memory)
     one_row = dict(rows_per_block=1, persistent_blocks_per_sm=0, prefetch_rows=False)
     out.append(replace(base, threads_per_row=2048, chunks=2, cluster_blocks=2, **one_row))

@@ -71,3 +71,15 @@ def test_the_summary_says_which_slower_cases_are_inside_the_spread_and_bounds_th
     assert "3.49% slower than torch_compile_max_autotune" in tight_text
     assert "3.49% slower than torch_compile_max_autotune (inside" not in tight_text
     assert "(20 cases): 1.395x (not met, target 1.5x); at most 1.416x" in text
+
+
+def test_a_plan_that_writes_one_schedule_twice_times_it_once(monkeypatch):
+    w, _, ir = CATALOGUE["rmsnorm"]
+    dims = {"M": 16384, "N": 4096}
+    s = Schedule(threads_per_row=128, chunks=4, load_hint="nc_l2last")
+    spelled_out = s.to_dict() | {"col_groups": 1, "early_cols": False}  # the defaults written
+    assert Schedule.from_dict(spelled_out) == s and spelled_out != s.to_dict()
+    other = Schedule(threads_per_row=256, chunks=2, load_hint="nc_l2last")
+    plan = {"rmsnorm": {"16384x4096": [s.to_dict(), other.to_dict(), spelled_out]}}
+    monkeypatch.setattr(suite, "_PLAN", plan)
+    assert suite.planned_schedules("rmsnorm", ir, dims) == [s, other]
