@@ -34,6 +34,7 @@ LOAD_HINTS = (
     "nc_l2last",
     "nc_l2first",
     "nc_l2reuse",
+    "plain_l2last",
 )
 STORE_HINTS = ("none", "cs", "noalloc", "l2first", "l2last")
 CLUSTER_BLOCKS = (1, 2, 4, 8)  # 8: the portable cluster size
@@ -59,6 +60,7 @@ _HINT_TAGS = {
     "nc_l2last": "el",
     "nc_l2first": "ef",
     "nc_l2reuse": "lf",
+    "plain_l2last": "pl",
 }
 _STORE_TAGS = {"none": "no", "cs": "cs", "noalloc": "na", "l2first": "ef", "l2last": "el"}
 
@@ -92,7 +94,8 @@ class Schedule:
         "nc_l2reuse" (stream mode only) picks the policy per read: evict-last where a later
         pass reads the same row again, evict-first on its last read, so that the L2 keeps a
         row until its last pass and then lets it go first (what inductor's looped reductions
-        do for the norms).
+        do for the norms). "plain_l2last" is "nc_l2last" on the plain (coherent) load path,
+        as Triton emits it.
     persistent_blocks_per_sm: 0 = one block per row group; k > 0 = grid of k blocks per SM
         looping over rows.
     fast_math: approximate div/sqrt/tanh (allowed only where the tolerance is loose).
@@ -217,8 +220,9 @@ TAG_LEGEND = (
     "that many groups of chunks, h per-column vectors loaded with the evict-last policies; after "
     "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
     "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "
-    "evict-first policy, lf evict-last on reads a later pass repeats and evict-first on the last) "
-    "and the store hint (no plain, cs streaming, na no L1 allocation, el / ef the L2 policies)."
+    "evict-first policy, lf evict-last on reads a later pass repeats and evict-first on the "
+    "last, pl plain loads with the evict-last policy) and the store hint (no plain, cs "
+    "streaming, na no L1 allocation, el / ef the L2 policies)."
 )
 
 

@@ -55,6 +55,7 @@ LOAD_PREFIX = {
     "nc_l2first": "ld.global.nc.L1::evict_first.L2::cache_hint",
     # per read: nc_l2last where a later pass reads the row again, nc_l2first on its last read
     "nc_l2reuse": "ld.global.nc.L1::evict_first.L2::cache_hint",
+    "plain_l2last": "ld.global.L1::evict_last.L2::cache_hint",
 }
 STORE_PREFIX = {
     "none": "st.global",
@@ -69,6 +70,7 @@ CACHE_POLICY = {
     "nc_l2last": "evict_last",
     "nc_l2first": "evict_first",
     "nc_l2reuse": "evict_first",
+    "plain_l2last": "evict_last",
     "l2first": "evict_first",
     "l2last": "evict_last",
 }

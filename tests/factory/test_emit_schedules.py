@@ -288,3 +288,18 @@ def test_column_hint_loads_per_column_vectors_with_the_evict_last_policy():
     assert any(x.startswith("ld.global.nc.v4") for x in loads)
     assert sum(".v4." in x for x in kept) == 4 + 2
     assert all("L1::evict_last" in x for x in kept)
+
+
+def test_plain_loads_with_the_evict_last_policy_leave_the_read_only_path():
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+
+    rms = lower(load_catalogue()["rmsnorm"])
+    s = Schedule(threads_per_row=256, chunks=4, load_hint="plain_l2last")
+    assert is_valid(rms, s, {"M": 16384, "N": 8192})[0]
+    assert s.tag().endswith("_plno")
+    ptx = emit(rms, s).ptx
+    row = [ln.strip() for ln in ptx.splitlines() if "ld.global.L1::evict_last" in ln]
+    assert row and all(x.endswith(";") and "L2::cache_hint" in x for x in row)
+    assert "createpolicy.fractional.L2::evict_last.b64" in ptx
+    assert compile_ptx(ptx).ok

@@ -566,6 +566,7 @@ CASES = [
     ("rmsnorm", {"mode": "stream", "chunks": 1, "load_hint": "nc_l2reuse"}, [512, 77]),
     ("layernorm", {"mode": "stream", "load_hint": "nc_l2reuse", "col_hint": "nc_l2last"}, [700]),
     ("add_rmsnorm", {"col_hint": "nc_l2last", "early_cols": True}, [512, 70]),
+    ("rmsnorm", {"load_hint": "plain_l2last", "col_hint": "nc_l2last"}, [512, 77]),
     ("silu_mul", {}, [512, 9]),
     ("gelu_tanh", {}, [256, 31]),
     ("log_softmax", {"mode": "stream", "online": True, "chunks": 1}, [300]),
