@@ -33,6 +33,9 @@ MAX_STAT_SLOTS = 4096
 FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
 FLUSH_VECTORS = FLUSH_BYTES // 16  # judge_read_flush loads 16 bytes at a time
 MAX_SETS = 8
+HOLD_START_US = 100.0  # judge_hold before each timed run, raised per entrant as needed
+HOLD_MAX_US = 20000.0
+HOLD_MARGIN = 0.7  # an enqueue longer than this share of its hold may leave the GPU idle
 
 
 class EntrantError(Exception):
@@ -277,6 +280,7 @@ class Session:
         self.k_differ = judge.get_kernel("judge_bytes_differ")
         self.k_not = judge.get_kernel("judge_bytes_not")
         self.k_read_flush = judge.get_kernel("judge_read_flush")
+        self.k_hold = judge.get_kernel("judge_hold")
         self.stats = gpu.DeviceMemory(MAX_STAT_SLOTS * STAT_WORDS * 8)
         self.flush = gpu.DeviceMemory(FLUSH_BYTES)
         # The read flush's sink: its own 8 bytes, not a stats slot, so the (practically never
@@ -358,6 +362,13 @@ class Session:
         else:
             raise ValueError(f"l2_flush must be one of {list(L2_FLUSH_MODES)}, got {mode!r}")
 
+    def hold(self, us: float):
+        """Keep the stream busy for `us` microseconds (judge_hold), so that what the host
+        enqueues next reaches the stream before the GPU runs dry."""
+        from cuda.core import LaunchConfig, launch
+
+        launch(self.stream, LaunchConfig(grid=1, block=1), self.k_hold, np.uint64(us * 1000))
+
     def zero_stats(self, n_slots: int):
         gpu.memset8(self.stats.ptr, 0, n_slots * STAT_WORDS * 8, self.stream)
 
@@ -423,6 +434,7 @@ class Session:
             gpu.memset8(src.ptr, 0x3C, nbytes, self.stream)
             samples = []
             for i in range(13):
+                self.hold(HOLD_START_US)
                 self.flush_l2(mode, i)  # the entrants' protocol: the ceiling must match it
                 self.events.record_start(0, self.stream)
                 gpu.copy_d2d(dst.ptr, src.ptr, nbytes, self.stream)
@@ -528,6 +540,14 @@ class Session:
             for k in keys
         }
         mutated = dict.fromkeys(keys, 0)
+        # Each timed run is queued behind a hold of the stream (judge_hold) long enough to cover
+        # the host's time to enqueue the flush, the start event and the entrant, so that the
+        # GPU never idles inside the timed interval. The hold starts at HOLD_START_US and
+        # doubles past the slowest enqueue seen; a run whose enqueue outlasted most of its hold
+        # may hold an idle gap, so it is dropped (counted in host_gap_runs) unless the hold is
+        # already at its cap.
+        hold_us = dict.fromkeys(keys, HOLD_START_US)
+        host_gaps = dict.fromkeys(keys, 0)
 
         def one_round(r: int, record: bool):
             for ei, e in enumerate(ents):
@@ -539,12 +559,22 @@ class Session:
                 for k in range(K):
                     self.restore_inputs(sh, k, (k + r) % K)
                 self.zero_stats(K * n_out + 1)
+                key = keys[ei]
+                gapped = []
                 for k in range(K):
                     self.poison_outputs(sh)
+                    held = hold_us[key]
+                    t_host = time.perf_counter()
+                    self.hold(held)
                     self.flush_l2(flush, r)
                     self.events.record_start(k, self.stream)
                     e.run(sh, k)
                     self.events.record_end(k, self.stream)
+                    host = (time.perf_counter() - t_host) * 1e6
+                    if host > HOLD_MARGIN * held:
+                        hold_us[key] = min(HOLD_MAX_US, max(2 * held, 2 * host))
+                        if held < HOLD_MAX_US:
+                            gapped.append(k)
                     e.finish(sh, k)
                     if check:
                         for j, o in enumerate(outs):
@@ -560,8 +590,8 @@ class Session:
                 gpu.sync(self.stream, "timed launches")
                 if not record:
                     continue
-                key = keys[ei]
-                samples[key].extend(self.events.elapsed_us(k) for k in range(K))
+                samples[key].extend(self.events.elapsed_us(k) for k in range(K) if k not in gapped)
+                host_gaps[key] += len(gapped)
                 st = self.read_stats(K * n_out + 1)
                 mutated[key] += int(st[K * n_out][0])
                 if check:
@@ -578,7 +608,7 @@ class Session:
                                 c["runs_failed"] += 1
                                 if c["first_failure"] is None:
                                     c["first_failure"] = {
-                                        "timed_run": len(samples[key]) - K + k,
+                                        "timed_run": (r - r_first) * K + k,
                                         "output": list(sh.outputs)[j],
                                         **d,
                                     }
@@ -591,6 +621,7 @@ class Session:
             if time.monotonic() - t0 >= msg.get("warmup_s", 0.2) and r >= 2:
                 break
         t1 = time.monotonic()
+        r_first = r  # the first recorded round
         budget = msg["budget_s"]
         min_n, max_n, target = msg.get("min_samples", 10), msg.get("max_samples", 300), 0.03
         while True:
@@ -619,6 +650,8 @@ class Session:
                     "samples_us": samples[k],
                     "timed_checks": checks[k],
                     "input_bytes_changed": mutated[k],
+                    "hold_us": hold_us[k],
+                    "host_gap_runs": host_gaps[k],
                 }
                 for k in keys
             },

@@ -107,3 +107,18 @@ extern "C" __global__ void judge_read_flush(const uint4* p, long long n16,
     unsigned long long fold = ((unsigned long long)(a ^ c) << 32) | (unsigned long long)(b ^ d);
     if (fold == 0x9E3779B97F4A7C15ull) atomicAdd(sink, 1ull);
 }
+
+// Keep the stream busy for `ns` nanoseconds (one thread, the global timer). Queued ahead of a
+// timed run's L2 flush, it covers the host's time to enqueue the flush, the start event and the
+// entrant: a baseline called through Python (torch eager, torch.compile, Triton) spends tens to
+// hundreds of microseconds on the host before its kernels reach the stream, and without the
+// hold the GPU sits idle inside the timed interval for that long. Our own launches take a few
+// microseconds on the host, but every entrant gets the same protocol.
+extern "C" __global__ void judge_hold(unsigned long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(256);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
