@@ -83,3 +83,22 @@ def test_a_plan_that_writes_one_schedule_twice_times_it_once(monkeypatch):
     plan = {"rmsnorm": {"16384x4096": [s.to_dict(), other.to_dict(), spelled_out]}}
     monkeypatch.setattr(suite, "_PLAN", plan)
     assert suite.planned_schedules("rmsnorm", ir, dims) == [s, other]
+
+
+def test_a_report_of_a_run_timed_without_the_stream_hold_says_so(tmp_path):
+    import shutil
+
+    run = "bench/results/2026-12-03-h200-suite6/run1-plan-p2"  # worker-timed, before the hold
+    for name in ("raw_rmsnorm.json", "raw_add_rmsnorm.json"):
+        shutil.copy(f"{run}/{name}", tmp_path / name)
+    suite.report(str(tmp_path))
+    summary = (tmp_path / "summary.md").read_text()
+    assert "Timed without the stream hold** (add_rmsnorm, rmsnorm)" in summary
+    assert "bench.host_gaps" in (tmp_path / "table.md").read_text()
+    raws = [json.loads((tmp_path / "raw_rmsnorm.json").read_text())]
+    for b in raws[0]["baselines"]:
+        for t in b.get("timing") or []:
+            t["hold_us"] = 100.0
+    assert suite.host_gap_warning(raws) == []  # timed behind the hold
+    direct = json.loads(open("bench/results/2026-12-03-h200-explore8/raw_rmsnorm.json").read())
+    assert direct["mode"] == "direct" and suite.host_gap_warning([direct]) == []
