@@ -106,7 +106,12 @@ def timing_record(
     clocks_mhz: list[int],
     sets: int,
     checks: dict,
+    hold_us: float | None = None,
+    host_gap_runs: int = 0,
 ) -> dict:
+    """One shape's timing of one entrant. `hold_us`: the stream hold its runs were queued
+    behind; `host_gap_runs`: runs dropped because the host took most of it to enqueue them
+    (child.Session.op_time)."""
     s = summarize(samples_us)
     clock = int(sorted(clocks_mhz)[len(clocks_mhz) // 2]) if clocks_mhz else None
     return {
@@ -121,4 +126,6 @@ def timing_record(
         "input_sets": sets,
         "timed_runs_checked": checks.get("runs_checked", 0),
         "timed_worst_rel_err": checks.get("worst_rel_err", 0.0),
+        "hold_us": hold_us,
+        "host_gap_runs": host_gap_runs,
     }

@@ -492,19 +492,18 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
                 reason = timed_checks_reason(r["timed_checks"], r["input_bytes_changed"])
                 if reason:
                     rec.update(status="failed", reason=f"at {_dims_str(dims)}: {reason}")
-                tr = timing_record(
-                    dims,
-                    r["samples_us"],
-                    bytes_moved,
-                    reply["sm_clocks_mhz"],
-                    reply["sets"],
-                    r["timed_checks"],
+                rec["timing"].append(
+                    timing_record(
+                        dims,
+                        r["samples_us"],
+                        bytes_moved,
+                        reply["sm_clocks_mhz"],
+                        reply["sets"],
+                        r["timed_checks"],
+                        r.get("hold_us"),
+                        r.get("host_gap_runs", 0),
+                    )
                 )
-                # the stream hold the runs were queued behind, and the runs dropped because the
-                # host took most of it to enqueue them (see Session.op_time)
-                tr["hold_us"] = r.get("hold_us")
-                tr["host_gap_runs"] = r.get("host_gap_runs", 0)
-                rec["timing"].append(tr)
             break
     _log(log, f"timing done in {time.monotonic() - t_time:.1f} s")
 

@@ -435,7 +435,6 @@ class RowKernel:
             b.op(f"createpolicy.fractional.L2::evict_last.b64 {r}, 1.0")
             self.policy["keep"] = f", {r}"
         self.cur_pass = None  # the pass whose loads are being emitted (None: the up-front loads)
-        self.last_read: dict[str, int] = {}  # stream mode: the last pass that reads each input
         self.tv = b.reg("b32")
         b.op(f"mul.lo.u32 {self.tv}, {t}, {V}")
         b.comment("vector path: N a multiple of V and every row-wise pointer 16-byte aligned")
@@ -581,7 +580,7 @@ class RowKernel:
         self.mat_regs = {n: [b.reg("f32") for _ in range(per_node)] for n in self.materialised}
 
         used_inputs: list[str] = []
-        self.last_read = {}
+        self.last_read: dict[str, int] = {}  # the last pass that reads each input
         for p in range(self.num_passes):
             stop = {n for n in mat_set if self.stages[n] < p}
             for n in self._row_closure(self._root_nodes(p) + self._mat_roots(p), stop):
