@@ -2,7 +2,6 @@
 the driver calls are recorded and an entrant's host time is simulated, so the order of the
 queued work and the hold's adaptation can be checked without a GPU."""
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,18 +35,29 @@ class _Events:
         return 50.0 + k
 
 
+class _Clock:
+    """The host clock op_time reads around each enqueue: it moves only when an entrant spends
+    host time, so the test does not depend on how busy this machine is."""
+
+    now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
 class _Entrant:
     """Spends `host_s` on the host per run (a Python baseline's dispatch) from run `slow_from`."""
 
-    def __init__(self, calls, host_s, slow_from=0):
-        self.calls, self.host_s, self.slow_from, self.runs = calls, host_s, slow_from, 0
+    def __init__(self, clock, calls, host_s, slow_from=0):
+        self.clock, self.calls, self.host_s = clock, calls, host_s
+        self.slow_from, self.runs = slow_from, 0
 
     def prepare(self, sh):
         pass
 
     def run(self, sh, k):
         if self.runs >= self.slow_from:
-            time.sleep(self.host_s)
+            self.clock.now += self.host_s
         self.runs += 1
         self.calls.append(("run", k))
 
@@ -82,6 +92,8 @@ def session(monkeypatch):
     s.hold = lambda us: s.calls.append(("hold", us))
     monkeypatch.setattr(gpu, "sync", lambda *a: None)
     monkeypatch.setattr(gpu, "sm_clock_mhz", lambda h: None)
+    s.clock = _Clock()
+    monkeypatch.setattr(child.time, "perf_counter", s.clock)
     return s
 
 
@@ -102,7 +114,7 @@ def _time(session, **ents):
 
 
 def test_every_timed_run_is_queued_behind_a_hold_then_the_flush(session):
-    reply = _time(session, ours=_Entrant(session.calls, 0.0))
+    reply = _time(session, ours=_Entrant(session.clock, session.calls, 0.0))
     kinds = [c[0] for c in session.calls]
     # per run: hold, flush, start event, the entrant, end event
     assert kinds[:10] == ["hold", "flush", "start", "run", "end"] * 2
@@ -114,7 +126,11 @@ def test_every_timed_run_is_queued_behind_a_hold_then_the_flush(session):
 
 def test_a_slow_host_dispatch_raises_the_hold_before_any_run_is_recorded(session):
     # 2 ms on the host per run: the warm-up rounds double the hold past it
-    reply = _time(session, torch=_Entrant(session.calls, 0.002), ours=_Entrant(session.calls, 0))
+    reply = _time(
+        session,
+        torch=_Entrant(session.clock, session.calls, 0.002),
+        ours=_Entrant(session.clock, session.calls, 0),
+    )
     slow = reply["entrants"]["torch"]
     assert slow["hold_us"] >= 2 * 2000
     assert len(slow["samples_us"]) >= 4 and slow["host_gap_runs"] < len(slow["samples_us"])
@@ -126,7 +142,7 @@ def test_a_slow_host_dispatch_raises_the_hold_before_any_run_is_recorded(session
 def test_a_run_whose_dispatch_outlasts_its_hold_is_dropped_and_counted(session):
     # fast through the warm-up (2 rounds of 2 runs), then 2 ms: the first recorded round's
     # runs may hold an idle gap: dropped, counted, and the hold raised for the rest
-    e = _Entrant(session.calls, 0.002, slow_from=4)
+    e = _Entrant(session.clock, session.calls, 0.002, slow_from=4)
     reply = _time(session, torch=e)
     got = reply["entrants"]["torch"]
     assert got["host_gap_runs"] >= 1
