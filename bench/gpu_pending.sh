@@ -125,6 +125,18 @@ final2)
         SUITE_OPS=rmsnorm,add_rmsnorm DEADLINE=200 bash bench/gpu_pending.sh final
     exit
     ;;
+hold)
+    # ~3 min: the first run of the stream hold (91849a6) on the H200: the GPU worker's tests,
+    # then RMSNorm through the worker with every baseline (max-autotune's samples alternated
+    # 257, 62, 274, 64 us at 16384x4096 in suite run 10 without it)
+    timeout 150 python3 -m pytest tests/gpuworker -m gpu -o addopts="" -p no:cacheprovider -q \
+        -rs --durations=5 >"$OUT/pytest_worker.txt" 2>&1
+    tail -12 "$OUT/pytest_worker.txt"
+    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-03s.json \
+        --ops rmsnorm --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune \
+        --budget-s 0.3 --deadline-s 200 >"$OUT/suite.txt" 2>&1
+    tail -20 "$OUT/suite.txt"
+    ;;
 gputests)
     # ~8 min: every GPU test of the generator (the example operators with every schedule kind,
     # the whole catalogue with its default schedules at suite and held-out shapes), the customer
@@ -142,7 +154,7 @@ longrow)
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|norms|explore|explore2|explore4|final|final2|gputests|longrow" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow" >&2
     exit 2
     ;;
 esac

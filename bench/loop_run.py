@@ -28,12 +28,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import random
 import sys
 import time
 from pathlib import Path
 
+from bench.plotly_js import plotly_src
 from factory import evidence as ev
 from factory.agents.context import real_generator, workload_bytes
 from factory.costmodel import CostModel, held_out_spearman
@@ -737,16 +737,6 @@ def markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _plotly_src(path: Path):
-    """The repository's own plotly.js (static/vendor) by a relative path when the charts are
-    written inside the repository, so results stay small; else plotly.js inline."""
-    vendor = Path(__file__).resolve().parents[1] / "static" / "vendor" / "plotly.min.js"
-    try:
-        return os.path.relpath(vendor, path.resolve().parent) if vendor.exists() else True
-    except ValueError:
-        return True
-
-
 def charts_html(r: dict, path: Path) -> None:
     import plotly.graph_objects as go
     from plotly.io import to_html
@@ -800,7 +790,7 @@ def charts_html(r: dict, path: Path) -> None:
             yaxis_title="median us",
         )
         figs.append(f)
-    src = _plotly_src(path) if str(path.resolve()).startswith(str(Path.cwd().resolve())) else True
+    src = plotly_src(path)
     parts = [
         to_html(f, include_plotlyjs=(src if i == 0 else False), full_html=False)
         for i, f in enumerate(figs)

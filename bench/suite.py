@@ -29,6 +29,7 @@ import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from bench.plotly_js import plotly_src
 from factory.schedules import TAG_LEGEND, Schedule, default_schedule, is_valid
 
 OPS = ("softmax", "cross_entropy", "rmsnorm", "layernorm", "add_rmsnorm", "silu_mul", "gelu_tanh")
@@ -593,7 +594,8 @@ def report(out_dir: str) -> None:
         title=f"Fraction of the copy ceiling, {env.get('gpu', '')}",
         yaxis={"title": "achieved / copy bandwidth", "tickformat": ".0%"},
     )
-    fig.write_html(os.path.join(out_dir, "chart.html"), include_plotlyjs=True)
+    path = os.path.join(out_dir, "chart.html")
+    fig.write_html(path, include_plotlyjs=plotly_src(path))
 
 
 # ---------------------------------------------------------------- direct mode (development)

@@ -102,3 +102,16 @@ def test_a_report_of_a_run_timed_without_the_stream_hold_says_so(tmp_path):
     assert suite.host_gap_warning(raws) == []  # timed behind the hold
     direct = json.loads(open("bench/results/2026-12-03-h200-explore8/raw_rmsnorm.json").read())
     assert direct["mode"] == "direct" and suite.host_gap_warning([direct]) == []
+
+
+def test_chart_in_the_repository_links_the_vendored_plotly(tmp_path):
+    from pathlib import Path
+
+    from bench.plotly_js import VENDOR, plotly_src
+
+    chart = VENDOR.parents[2] / "bench" / "results" / "some-run" / "run1" / "chart.html"
+    src = plotly_src(chart)
+    assert src == "../../../../static/vendor/plotly.min.js"
+    assert (chart.parent / src).resolve() == VENDOR
+    # outside the repository (a GPU host's output folder) the chart carries plotly.js itself
+    assert plotly_src(Path(tmp_path) / "chart.html") is True
