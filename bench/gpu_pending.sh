@@ -51,8 +51,8 @@ loop)
     ;;
 suite)
     python3 -m bench.suite --out "$OUT/suite" --plan "${PLAN:-bench/plans/suite-2026-12-03m.json}" \
-        --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
-        --deadline-s "${DEADLINE:-400}" >"$OUT/suite.txt" 2>&1
+        ${OPS:+--ops "$OPS"} --shapes 3 --baselines torch_eager,torch_compile,triton \
+        --max-autotune --budget-s 0.3 --deadline-s "${DEADLINE:-400}" >"$OUT/suite.txt" 2>&1
     tail -40 "$OUT/suite.txt"
     ;;
 norms)
