@@ -23,11 +23,8 @@
 #                                     #   incl. rows shared by a cluster of blocks, and the whole
 #                                     #   catalogue at its suite and held-out shapes), then a sweep at 2048x65536 against the
 #                                     #   streaming default
-# Next (not yet run): the stream hold (judge_hold, 91849a6) on the H200. First `gputests`
-# (the worker's GPU tests time real kernels through it), then
-#   PLAN=bench/plans/suite-2026-12-03s.json DEADLINE=380 bash bench/gpu_pending.sh suite
-# and compare its baselines' medians with bench/results/2026-12-03-h200-suite7/run1-plan-s/
-# host_gaps.md: the samples should no longer alternate, and host_gap_runs should stay small.
+# The stream hold (judge_hold, 91849a6) first ran on 2026-12-03 (`hold`, then `suite` with
+# OPS for the other six operators and plan s): bench/results/2026-12-03-h200-suite8/.
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
@@ -158,4 +155,5 @@ longrow)
     exit 2
     ;;
 esac
-tar -C "$OUT" -czf "$OUT/all.tgz" --exclude all.tgz . && ls -la "$OUT"
+# (written beside $OUT first: tar fails with "file changed as we read it" on its own output)
+T=$(mktemp -d) && tar -C "$OUT" -czf "$T/all.tgz" . && mv "$T/all.tgz" "$OUT/" && ls -la "$OUT"
