@@ -311,6 +311,7 @@ def environment() -> dict:
         ("nvidia-nvjitlink", "nvjitlink"),
         ("torch", "torch"),
         ("triton", "triton"),
+        ("liger-kernel", "liger_kernel"),
         ("numpy", "numpy"),
     ):
         try:

@@ -34,6 +34,11 @@ cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder that comes back}"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.csv"
+# Baseline packages the device image lacks (Liger Kernel), carried as wheels in .whl/ (ignored by
+# git; `run` carries it): pip download liger-kernel==0.8.5 --no-deps -d .whl
+for whl in .whl/*.whl; do
+    [ -e "$whl" ] && python3 -m pip install -q --no-deps --no-index "$whl" 2>&1 | tail -2
+done
 case "${1:-}" in
 loop)
     # LayerNorm first: the warm-start experiment runs on the first operator, and LayerNorm's
@@ -48,7 +53,7 @@ loop)
     ;;
 suite)
     python3 -m bench.suite --out "$OUT/suite" --plan "${PLAN:-bench/plans/suite-2026-12-03m.json}" \
-        ${OPS:+--ops "$OPS"} --shapes 3 --baselines torch_eager,torch_compile,triton \
+        ${OPS:+--ops "$OPS"} --shapes 3 --baselines torch_eager,torch_compile,triton,liger \
         --max-autotune --budget-s 0.3 --deadline-s "${DEADLINE:-400}" >"$OUT/suite.txt" 2>&1
     tail -40 "$OUT/suite.txt"
     ;;

@@ -6,6 +6,9 @@
   F.rms_norm, ...); anything else is translated node by node from the expression DAG. torch is
   optional: without it these baselines are reported "unavailable", never an error.
 - "triton": a plain Triton kernel, one row per program, where one is easy (softmax, RMSNorm).
+- "liger": Liger Kernel's Triton kernels (the LLM training kernel library), for the operators it
+  has: softmax, RMSNorm, add+RMSNorm, LayerNorm, SiLU-mul, squared ReLU and cross-entropy.
+  Optional like torch: without the package it is reported "unavailable".
 
 Every torch-side function takes a dict of input tensors in storage dtype (bf16 as torch.bfloat16)
 and returns a dict of output tensors; the child copies them into the judged output buffers after
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from factory.spec import expr as E
 
-TORCH_BASELINES = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "triton")
+TORCH_BASELINES = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "triton", "liger")
 
 
 class Unavailable(Exception):
@@ -267,6 +270,116 @@ def _triton_function(workload):
     raise Unavailable(f"no plain Triton kernel for {workload.name!r}")
 
 
+def _liger_function(workload):
+    """Liger Kernel's forward for a catalogue operator it has, called as a customer would; else
+    Unavailable. Norms take casting_mode="gemma" (everything in float32, one rounding at the
+    end), which is the catalogue's arithmetic; Liger's default ("llama") rounds x * rstd to
+    bf16 before the weight, a second rounding the float64 check may reject."""
+    try:
+        import torch
+        from liger_kernel.ops import cross_entropy as lce
+        from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+        from liger_kernel.ops.relu_squared import LigerReLUSquaredFunction
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+    except ImportError as e:
+        raise Unavailable(f"liger-kernel is not importable: {e}") from e
+    name = workload.name.lower().replace("-", "_")
+    ins, outs = workload.inputs, workload.outputs
+    x = ins[0].name if ins else None
+    vectors = [t.name for t in ins[1:] if len(t.shape) == 1]
+    eps = _find_eps(workload)
+    if name == "add_rmsnorm" and len(ins) == 3 and len(vectors) == 1 and len(outs) == 2 and eps:
+        w = vectors[0]
+        r = next(t.name for t in ins[1:] if t.name != w)
+        normed = next(o for o in outs if any(isinstance(n, E.Reduce) for n in E.walk(o.expr)))
+        h = next(o for o in outs if o is not normed)
+
+        def add_rms(d):
+            y, hv = LigerFusedAddRMSNormFunction.apply(d[x], d[r], d[w], eps, 0.0, "gemma", False)
+            return {normed.name: y, h.name: hv}
+
+        return add_rms, f"LigerFusedAddRMSNormFunction(x, r, w, eps={eps}, casting_mode=gemma)"
+    if len(outs) != 1:
+        raise Unavailable(f"Liger Kernel has no kernel for {workload.name!r}")
+    out = outs[0]
+    odt = _torch_dtype(torch, out.dtype)
+    if name in ("softmax", "softmax_lastdim") and len(ins) == 1:
+        return (
+            lambda d: {out.name: LigerSoftmaxFunction.apply(d[x]).to(odt)}
+        ), "LigerSoftmaxFunction(x)"
+    if name in ("rmsnorm", "rms_norm") and len(ins) == 2 and len(vectors) == 1 and eps:
+        w = vectors[0]
+        return (
+            lambda d: {
+                out.name: LigerRMSNormFunction.apply(d[x], d[w], eps, 0.0, "gemma", False).to(odt)
+            }
+        ), f"LigerRMSNormFunction(x, w, eps={eps}, casting_mode=gemma)"
+    if name in ("layernorm", "layer_norm") and len(ins) == 3 and len(vectors) == 2 and eps:
+        w, b = vectors
+        return (
+            lambda d: {out.name: LigerLayerNormFunction.apply(d[x], d[w], d[b], eps).to(odt)}
+        ), f"LigerLayerNormFunction(x, w, b, eps={eps})"
+    if name in ("silu_mul", "swiglu", "silu_and_mul") and len(ins) == 2 and not vectors:
+        a, b = ins[0].name, ins[1].name
+        return (
+            lambda d: {out.name: LigerSiLUMulFunction.apply(d[a], d[b]).to(odt)}
+        ), "LigerSiLUMulFunction(a, b)"
+    if name in ("relu2", "relu_squared") and len(ins) == 1:
+        return (
+            lambda d: {out.name: LigerReLUSquaredFunction.apply(d[x]).to(odt)}
+        ), "LigerReLUSquaredFunction(x)"
+    if name in ("cross_entropy", "crossentropy", "cross_entropy_fwd") and len(ins) == 2:
+        logits, target = ins[0].name, ins[1].name
+
+        # LigerCrossEntropyFunction.forward checks the targets on the host (.item()), which
+        # waits for the GPU inside the timed interval, and stores the loss in the logits' dtype
+        # (bf16, too coarse for the fp32 loss). Its kernel is launched here as that forward
+        # launches it, minus those two: every target is a class (no ignore_index), and the
+        # loss buffer is fp32. That is Liger at its fastest and most precise.
+        def ce(d):
+            lg, tg = d[logits], d[target]
+            m, v = lg.shape
+            loss = torch.empty(m, dtype=odt, device=lg.device)
+            lce.liger_cross_entropy_kernel[(m,)](
+                X_ptr=lg,
+                X_stride=lg.stride(-2),
+                Y_ptr=tg,
+                Y_stride=tg.stride(-1),
+                weight_ptr=None,
+                loss_ptr=loss,
+                z_loss_ptr=None,
+                loss_stride=loss.stride(-1),
+                token_accuracy_ptr=None,
+                token_accuracy_stride=0,
+                predicted_tokens_ptr=None,
+                predicted_tokens_stride=0,
+                n_cols=v,
+                n_non_ignore=m,
+                sum_non_ignore_weight=m,
+                ignore_index=-100,
+                weight_sum=0.0,
+                lse_square_scale=0.0,
+                label_smoothing=0.0,
+                reduction="none",
+                softcap=None,
+                RETURN_Z_LOSS=False,
+                RETURN_TOKEN_ACCURACY=False,
+                RETURN_PREDICTED_TOKENS=False,
+                BLOCK_SIZE=min(lce.MAX_FUSED_SIZE, 1 << (v - 1).bit_length()),
+                HAS_WEIGHT=False,
+                HAS_SOFTCAPPING=False,
+                HAS_GRADIENTS=False,
+                num_warps=32,  # what the forward picks on Hopper
+            )
+            return {out.name: loss}
+
+        return ce, "liger_cross_entropy_kernel as LigerCrossEntropyFunction launches it, fp32 loss"
+    raise Unavailable(f"Liger Kernel has no kernel for {workload.name!r}")
+
+
 def make_torch_baseline(name: str, workload):
     """(fn, version, config) for a torch-side baseline. Raises Unavailable with the reason."""
     try:
@@ -279,6 +392,11 @@ def make_torch_baseline(name: str, workload):
 
         fn, how = _triton_function(workload)
         return fn, triton.__version__, {"kernel": how}
+    if name == "liger":
+        from importlib.metadata import version as dist_version
+
+        fn, how = _liger_function(workload)
+        return fn, dist_version("liger-kernel"), {"kernel": how}
     fn, how = idiomatic_function(workload, compiled=name != "torch_eager")
     if fn is None:
         fn, how = dag_function(workload), "expression DAG translated op by op (float32)"

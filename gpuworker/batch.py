@@ -23,6 +23,7 @@ KNOWN_BASELINES = (
     "torch_compile",
     "torch_compile_max_autotune",
     "triton",
+    "liger",
 )
 # How the L2 is flushed before every timed run (and every copy-ceiling run). "read" loads a 256 MB
 # buffer and leaves only clean lines behind; "write" fills it (the old way, and triton's do_bench

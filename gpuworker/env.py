@@ -27,6 +27,7 @@ def software_versions() -> dict:
         "nvjitlink": _version("nvidia-nvjitlink") or _version("nvidia-nvjitlink-cu13"),
         "torch": _version("torch"),
         "triton": _version("triton"),
+        "liger_kernel": _version("liger-kernel"),
     }
 
 

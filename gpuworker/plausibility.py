@@ -17,6 +17,7 @@ EXPERT_BASELINES = (
     "torch_compile",
     "torch_compile_max_autotune",
     "triton",
+    "liger",
     "customer",
     "torch_eager",
 )

@@ -530,6 +530,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
             "nvjitlink",
             "torch",
             "triton",
+            "liger_kernel",
             "hostname",
             "sm_count",
             "l2_bytes",

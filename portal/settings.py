@@ -245,7 +245,7 @@ FACTORY_SHOULD_STOP = envstr("FACTORY_SHOULD_STOP", "factory.loop.should_stop")
 FACTORY_REVIEW = envstr("FACTORY_REVIEW", "factory.agents.review")
 GPU_BASELINES = envlist(
     "GPU_BASELINES",
-    ["customer", "torch_eager", "torch_compile", "torch_compile_max_autotune", "triton"],
+    ["customer", "torch_eager", "torch_compile", "torch_compile_max_autotune", "triton", "liger"],
 )
 
 ANTHROPIC_API_KEY = envstr("ANTHROPIC_API_KEY")

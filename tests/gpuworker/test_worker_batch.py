@@ -116,3 +116,9 @@ def test_options_default_when_omitted_and_seed_is_then_unset():
     b = parse_batch(batch)
     assert b.options.seed is None
     assert b.options.check_timed_outputs is True
+
+
+def test_liger_is_a_known_baseline():
+    batch = good_batch()
+    batch["baselines"] = ["liger", "triton"]
+    assert parse_batch(batch).baselines == ("liger", "triton")
