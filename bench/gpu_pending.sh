@@ -25,6 +25,11 @@
 #                                     #   streaming default
 # The stream hold (judge_hold, 91849a6) first ran on 2026-12-03 (`hold`, then `suite` with
 # OPS for the other six operators and plan s): bench/results/2026-12-03-h200-suite8/.
+# Liger Kernel joined the suite's baselines in run 12 (bench/results/2026-12-03-h200-suite9/).
+# Next: its GPU test in full (passed for softmax, RMSNorm and add+RMSNorm; LayerNorm, SiLU-mul,
+# squared ReLU and cross-entropy were cut by the last call's 90 s timeout):
+#   python3 -m pip install --no-deps --no-index .whl/*.whl   # run(carry=[".whl"])
+#   python3 -m pytest tests/gpuworker/test_worker_liger_gpu.py -m gpu -o addopts="" -q
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
