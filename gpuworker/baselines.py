@@ -20,6 +20,7 @@ from __future__ import annotations
 from factory.spec import expr as E
 
 TORCH_BASELINES = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "triton", "liger")
+FUSED_ADD_RMSNORM = ("add_rmsnorm", "fused_add_rmsnorm", "residual_add_rmsnorm")
 
 
 class Unavailable(Exception):
@@ -152,9 +153,8 @@ def idiomatic_function(workload, compiled: bool = False):
     x = ins[0].name if ins else None
     vectors = [t.name for t in ins[1:] if len(t.shape) == 1]
     eps = _find_eps(workload)
-    fused_add = ("add_rmsnorm", "fused_add_rmsnorm", "residual_add_rmsnorm")
     if (
-        name in fused_add
+        name in FUSED_ADD_RMSNORM
         and not compiled
         and len(ins) == 3
         and len(vectors) == 1
@@ -291,7 +291,7 @@ def _liger_function(workload):
     x = ins[0].name if ins else None
     vectors = [t.name for t in ins[1:] if len(t.shape) == 1]
     eps = _find_eps(workload)
-    if name == "add_rmsnorm" and len(ins) == 3 and len(vectors) == 1 and len(outs) == 2 and eps:
+    if name in FUSED_ADD_RMSNORM and len(ins) == 3 and len(vectors) == 1 and len(outs) == 2 and eps:
         w = vectors[0]
         r = next(t.name for t in ins[1:] if t.name != w)
         normed = next(o for o in outs if any(isinstance(n, E.Reduce) for n in E.walk(o.expr)))
