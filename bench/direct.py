@@ -285,11 +285,12 @@ def geomean(xs) -> float:
 
 def environment() -> dict:
     """GPU, driver, clocks and versions, for the record."""
-    import importlib.metadata as md
     import subprocess
     from datetime import UTC, datetime
 
     import torch
+
+    from gpuworker.env import software_versions
 
     env = {"gpu": torch.cuda.get_device_name(), "started_at": datetime.now(UTC).isoformat()}
     try:
@@ -305,20 +306,7 @@ def environment() -> dict:
         env["power_w"] = power
     except Exception as e:  # noqa: BLE001 - recorded as unknown
         env["nvidia_smi_error"] = str(e)
-    for dist, key in (
-        ("cuda-core", "cuda_core"),
-        ("cuda-bindings", "cuda_bindings"),
-        ("nvidia-nvjitlink", "nvjitlink"),
-        ("torch", "torch"),
-        ("triton", "triton"),
-        ("liger-kernel", "liger_kernel"),
-        ("numpy", "numpy"),
-    ):
-        try:
-            env[key] = md.version(dist)
-        except md.PackageNotFoundError:
-            env[key] = None
-    return env
+    return env | software_versions()
 
 
 def as_results(op: str, cases: list[dict], ceiling: float, env: dict) -> dict:
