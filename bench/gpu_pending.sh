@@ -26,10 +26,12 @@
 # The stream hold (judge_hold, 91849a6) first ran on 2026-12-03 (`hold`, then `suite` with
 # OPS for the other six operators and plan s): bench/results/2026-12-03-h200-suite8/.
 # Liger Kernel joined the suite's baselines in run 12 (bench/results/2026-12-03-h200-suite9/).
-# Next: its GPU test in full (passed for softmax, RMSNorm and add+RMSNorm; LayerNorm, SiLU-mul,
-# squared ReLU and cross-entropy were cut by the last call's 90 s timeout):
-#   python3 -m pip install --no-deps --no-index .whl/*.whl   # run(carry=[".whl"])
-#   python3 -m pytest tests/gpuworker/test_worker_liger_gpu.py -m gpu -o addopts="" -q
+# Its GPU test had passed for softmax, RMSNorm and add+RMSNorm when the last call's timeout cut
+# it; it is now tests/gpuworker/test_worker_library_baselines_gpu.py, which also checks the
+# Triton and torch eager baselines against the one classification (op_roles) they now share:
+#   bash bench/gpu_pending.sh baselines   # ~5 min, run(carry=[".whl"])
+#   bash bench/gpu_pending.sh ties        # ~8 min: RMSNorm and add+RMSNorm, three suite runs,
+#                                         #   each with its own max-autotune tuning
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
@@ -160,8 +162,30 @@ longrow)
         --dims M=2048,N=65536 --plan bench/plans/sweep-longrow.json --flush read 2>&1 \
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
+baselines)
+    # ~5 min: every library baseline (Liger, Triton, torch eager) at every catalogue operator
+    # it covers, verified at a small and the held-out shapes, then the worker's own GPU tests
+    timeout 420 python3 -m pytest tests/gpuworker -m gpu -o addopts="" -p no:cacheprovider \
+        -q -rs --durations=8 >"$OUT/pytest_baselines.txt" 2>&1
+    tail -20 "$OUT/pytest_baselines.txt"
+    ;;
+ties)
+    # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
+    # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
+    # afresh each time (as a customer's first compile does); then bench.repeats side by side
+    mkdir -p "$OUT/ties"
+    for k in 1 2 3; do
+        TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) timeout 200 python3 -m bench.suite \
+            --out "$OUT/ties/run$k" --plan bench/plans/suite-2026-12-03s.json \
+            --ops "${OPS:-rmsnorm,add_rmsnorm}" --shapes 3 \
+            --baselines torch_eager,torch_compile,triton,liger --max-autotune \
+            --budget-s "${BUDGET:-0.3}" --deadline-s 120 >"$OUT/ties/run$k.txt" 2>&1
+        tail -3 "$OUT/ties/run$k.txt"
+    done
+    python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|ties" >&2
     exit 2
     ;;
 esac
