@@ -30,8 +30,10 @@
 # it; it is now tests/gpuworker/test_worker_library_baselines_gpu.py, which also checks the
 # Triton and torch eager baselines against the one classification (op_roles) they now share:
 #   bash bench/gpu_pending.sh baselines   # ~5 min, run(carry=[".whl"])
-#   bash bench/gpu_pending.sh ties        # ~8 min: RMSNorm and add+RMSNorm, three suite runs,
+#   bash bench/gpu_pending.sh ties        # ~7 min: RMSNorm and add+RMSNorm, three suite runs,
 #                                         #   each with its own max-autotune tuning
+# Both ran on 2026-12-03 at 7e9abd9, then suite run 13: bench/results/2026-12-03-h200-ties/ and
+# bench/results/2026-12-03-h200-suite10/ (whose pytest_baselines.txt is the first stage's).
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
