@@ -58,7 +58,15 @@ def _has_op(workload, cls, op: str) -> bool:
 
 def dag_function(workload):
     """A torch function computing every output from the expression DAG, in float32, with each
-    output rounded to its storage dtype. Shared sub-expressions are computed once."""
+    output rounded to its storage dtype. Shared sub-expressions are computed once.
+
+    Constants stay Python numbers, so torch.compile folds them into its kernel as literals, as
+    it does with a customer's own `x + 1e-6`. (They used to be tensors made on the first call and
+    cached: dynamo traced the first call with a tensor created per call, an extra kernel, then
+    saw the cache change and compiled a second graph that read the constant from memory. Two
+    compiles per shape, max-autotune tuning both; the timed calls ran the second.)"""
+    import operator
+
     import torch
 
     unary = {
@@ -72,32 +80,37 @@ def dag_function(workload):
         "erf": torch.erf,
         "abs": torch.abs,
     }
+    # Python's operators take a tensor or a number on either side.
     binary = {
-        "add": torch.add,
-        "sub": torch.sub,
-        "mul": torch.mul,
-        "div": torch.div,
-        "max": torch.maximum,
-        "min": torch.minimum,
-        "pow": torch.pow,
+        "add": operator.add,
+        "sub": operator.sub,
+        "mul": operator.mul,
+        "div": operator.truediv,
+        "pow": operator.pow,
     }
     compare = {
-        "lt": torch.lt,
-        "le": torch.le,
-        "gt": torch.gt,
-        "ge": torch.ge,
-        "eq": torch.eq,
-        "ne": torch.ne,
+        "lt": operator.lt,
+        "le": operator.le,
+        "gt": operator.gt,
+        "ge": operator.ge,
+        "eq": operator.eq,
+        "ne": operator.ne,
     }
     reduce = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}
-    consts: dict = {}
 
-    def const(n: E.Const, device):
-        if n not in consts:
-            consts[n] = torch.tensor(n.value, dtype=torch.float32, device=device)
-        return consts[n]
+    def scalar(v):
+        return torch.tensor(v, dtype=torch.float32)
 
-    def evaluate(node, inputs, memo, device):
+    def extreme(op, a, b):
+        na, nb = not isinstance(a, torch.Tensor), not isinstance(b, torch.Tensor)
+        if na and nb:
+            return max(a, b) if op == "max" else min(a, b)
+        if na or nb:
+            t, c = (b, a) if na else (a, b)
+            return torch.clamp(t, min=c) if op == "max" else torch.clamp(t, max=c)
+        return torch.maximum(a, b) if op == "max" else torch.minimum(a, b)
+
+    def evaluate(node, inputs, memo):
         for n in E.walk(node):
             if n in memo:
                 continue
@@ -105,12 +118,16 @@ def dag_function(workload):
                 t = inputs[n.name]
                 v = t if n.dtype in ("int32", "int64") else t.float()
             elif isinstance(n, E.Const):
-                v = const(n, device)
+                v = float(n.value)
             elif isinstance(n, E.Unary):
-                v = unary[n.op](memo[n.x])
+                x = memo[n.x]
+                if isinstance(x, torch.Tensor):
+                    v = unary[n.op](x)
+                else:  # a constant sub-expression: folded once, before any call (below)
+                    v = unary[n.op](scalar(x)).item()
             elif isinstance(n, E.Binary):
-                b = n.b.value if (n.op == "pow" and isinstance(n.b, E.Const)) else memo[n.b]
-                v = binary[n.op](memo[n.a], b)
+                a, b = memo[n.a], memo[n.b]
+                v = extreme(n.op, a, b) if n.op in ("max", "min") else binary[n.op](a, b)
             elif isinstance(n, E.Compare):
                 v = compare[n.op](memo[n.a], memo[n.b])
             elif isinstance(n, E.Where):
@@ -124,19 +141,31 @@ def dag_function(workload):
                 else:
                     v = torch.gather(x, -1, idx.unsqueeze(-1)).squeeze(-1)
             elif isinstance(n, E.Cast):
-                v = memo[n.x].to(_torch_dtype(torch, n.to)).float()
+                x = memo[n.x]
+                dt = _torch_dtype(torch, n.to)
+                v = x.to(dt).float() if isinstance(x, torch.Tensor) else scalar(x).to(dt).item()
             else:
                 raise Unavailable(f"no torch translation for {type(n).__name__}")
             memo[n] = v
         return memo[node]
 
+    # Sub-expressions without an input (exp(c), bf16(c)) are computed here, once, in float32 on
+    # the CPU, so that no call (and no compiled trace) computes them again.
+    folded: dict = {}
+    for o in workload.outputs:
+        for n in E.walk(o.expr):
+            if not isinstance(n, E.Input) and not any(isinstance(m, E.Input) for m in E.walk(n)):
+                evaluate(n, {}, folded)
+
     def fn(inputs: dict) -> dict:
-        device = next(iter(inputs.values())).device
-        memo: dict = {}
-        return {
-            o.name: evaluate(o.expr, inputs, memo, device).to(_torch_dtype(torch, o.dtype))
-            for o in workload.outputs
-        }
+        memo = dict(folded)
+        out = {}
+        for o in workload.outputs:
+            v = evaluate(o.expr, inputs, memo)
+            if not isinstance(v, torch.Tensor):
+                raise Unavailable(f"output {o.name!r} is a constant")
+            out[o.name] = v.to(_torch_dtype(torch, o.dtype))
+        return out
 
     return fn
 
@@ -436,9 +465,9 @@ def make_torch_baseline(name: str, workload):
         raise Unavailable(f"torch is not importable on this host: {e}") from e
     version = torch.__version__
     if name == "triton":
+        fn, how = _triton_function(workload)  # Unavailable, with the reason, without triton
         import triton
 
-        fn, how = _triton_function(workload)
         return fn, triton.__version__, {"kernel": how}
     if name == "liger":
         from importlib.metadata import version as dist_version
