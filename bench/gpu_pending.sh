@@ -34,6 +34,13 @@
 #                                         #   each with its own max-autotune tuning
 # Both ran on 2026-12-03 at 7e9abd9, then suite run 13: bench/results/2026-12-03-h200-ties/ and
 # bench/results/2026-12-03-h200-suite10/ (whose pytest_baselines.txt is the first stage's).
+# Next, first: `baselines` again. fc8cdbf changed the torch translation of an expression (its
+# constants are numbers now, folded into the compiled kernel; verified on the CPU only, bit for
+# bit against the old translation), and the test now compiles it too. Then plan t in direct
+# mode (add+RMSNorm 16384x4096 streamed at 512 threads, the row re-read from L2, which is what
+# max-autotune runs there: bench.inductor_dump, 2026-12-03):
+#   PYTHONPATH=. python3 -m bench.suite --direct --out $OUT/d --plan bench/plans/suite-2026-12-03t.json \
+#       --ops add_rmsnorm --shapes 1 --baselines torch_compile --deadline-s 100
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>

@@ -28,6 +28,12 @@ CASES = (
     [("liger", op) for op in LIGER_OPS]
     + [("triton", op) for op in TRITON_OPS]
     + [("torch_eager", op) for op in _catalogue_names()]
+    # torch.compile of the expression translation (add+RMSNorm's compiled baseline, and every
+    # operator without a torch function): one graph, its constants folded in
+    + [
+        ("torch_compile", op)
+        for op in ("add_rmsnorm", "relu2", "l2norm", "masked_softmax", "row_max", "row_sum")
+    ]
 )
 
 
@@ -58,7 +64,9 @@ def test_library_baseline_is_verified_and_timed(baseline, name):
     assert b["timing"] and b["timing"][0]["median_us"] > 0
     how = b["config"].get("function") or b["config"].get("kernel", "")
     op = op_roles(w)
-    if baseline == "torch_eager":
+    if baseline == "torch_compile":
+        assert "expression DAG" in how and b["config"]["torch_compile"]["mode"] == "default", how
+    elif baseline == "torch_eager":
         # The catalogue operators torch has a function for are called through it; the rest
         # (squared ReLU, l2norm, masked softmax, row max/sum) are the expression, op by op.
         library = op is not None and op.kind != "relu2"
