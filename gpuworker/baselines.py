@@ -153,8 +153,8 @@ def dag_function(workload):
     # the CPU, so that no call (and no compiled trace) computes them again.
     folded: dict = {}
     for o in workload.outputs:
-        for n in E.walk(o.expr):
-            if not isinstance(n, E.Input) and not any(isinstance(m, E.Input) for m in E.walk(n)):
+        for n in E.walk(o.expr):  # operands first: a node is constant when all of them are
+            if not isinstance(n, E.Input) and all(c in folded for c in E.children(n)):
                 evaluate(n, {}, folded)
 
     def fn(inputs: dict) -> dict:
