@@ -29,18 +29,21 @@
 # Its GPU test had passed for softmax, RMSNorm and add+RMSNorm when the last call's timeout cut
 # it; it is now tests/gpuworker/test_worker_library_baselines_gpu.py, which also checks the
 # Triton and torch eager baselines against the one classification (op_roles) they now share:
-#   bash bench/gpu_pending.sh baselines   # ~5 min, run(carry=[".whl"])
+#   bash bench/gpu_pending.sh baselines   # ~6 min, run(carry=[".whl"])
+#   bash bench/gpu_pending.sh compiled    # ~3.5 min: the torch.compile cases of that test
 #   bash bench/gpu_pending.sh ties        # ~7 min: RMSNorm and add+RMSNorm, three suite runs,
 #                                         #   each with its own max-autotune tuning
-# Both ran on 2026-12-03 at 7e9abd9, then suite run 13: bench/results/2026-12-03-h200-ties/ and
-# bench/results/2026-12-03-h200-suite10/ (whose pytest_baselines.txt is the first stage's).
-# Next, first: `baselines` again. fc8cdbf changed the torch translation of an expression (its
-# constants are numbers now, folded into the compiled kernel; verified on the CPU only, bit for
-# bit against the old translation), and the test now compiles it too. Then plan t in direct
-# mode (add+RMSNorm 16384x4096 streamed at 512 threads, the row re-read from L2, which is what
-# max-autotune runs there: bench.inductor_dump, 2026-12-03):
+# baselines and ties ran on 2026-12-03 at 7e9abd9, then suite run 13:
+# bench/results/2026-12-03-h200-ties/ and -suite10/ (whose pytest_baselines.txt is the first
+# stage's). At 4c5d998 (fc8cdbf folded the expression translation's constants in), 14:30-15:00:
+# plan t in direct mode (add+RMSNorm 16384x4096 streamed at 512 threads, the row re-read from
+# L2, as max-autotune runs it: no faster than the cached layouts), `baselines` (30 passed),
+# `compiled` (6 passed), and suite run 14 (plan s; GELU, past the first call's deadline, in a
+# second call with OPS=gelu_tanh): bench/results/2026-12-03-h200-suite11/. Plan t's command:
 #   PYTHONPATH=. python3 -m bench.suite --direct --out $OUT/d --plan bench/plans/suite-2026-12-03t.json \
-#       --ops add_rmsnorm --shapes 1 --baselines torch_compile --deadline-s 100
+#       --ops add_rmsnorm --shapes 1 --baselines torch_compile --max-autotune --deadline-s 100
+# (direct mode adds max-autotune to its baselines only since the commit after that run, so it
+# timed torch.compile's default mode there)
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
@@ -172,11 +175,18 @@ longrow)
         | tail -40 | tee "$OUT/longrow.txt"
     ;;
 baselines)
-    # ~5 min: every library baseline (Liger, Triton, torch eager) at every catalogue operator
-    # it covers, verified at a small and the held-out shapes, then the worker's own GPU tests
-    timeout 420 python3 -m pytest tests/gpuworker -m gpu -o addopts="" -p no:cacheprovider \
-        -q -rs --durations=8 >"$OUT/pytest_baselines.txt" 2>&1
+    # ~6 min: every library baseline (Liger, Triton, torch eager) at every catalogue operator
+    # it covers, verified at a small and the held-out shapes, then the worker's own GPU tests;
+    # the torch.compile cases (~30 s each) are the next stage, so that each fits one call
+    timeout 500 python3 -m pytest tests/gpuworker -m gpu -k "not torch_compile" -o addopts="" \
+        -p no:cacheprovider -q -rs --durations=8 >"$OUT/pytest_baselines.txt" 2>&1
     tail -20 "$OUT/pytest_baselines.txt"
+    ;;
+compiled)
+    # ~3.5 min: torch.compile of the expression translation at six operators, verified the same way
+    timeout 400 python3 -m pytest tests/gpuworker -m gpu -k torch_compile -o addopts="" \
+        -p no:cacheprovider -q -rs --durations=8 >"$OUT/pytest_compiled.txt" 2>&1
+    tail -20 "$OUT/pytest_compiled.txt"
     ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
@@ -194,7 +204,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|ties" >&2
     exit 2
     ;;
 esac

@@ -297,6 +297,14 @@ def build_batch(
 # ---------------------------------------------------------------- the run
 
 
+def baseline_names(args) -> list[str]:
+    """--baselines, with max-autotune added under --max-autotune (worker and direct runs alike)."""
+    baselines = [b for b in args.baselines.split(",") if b]
+    if args.max_autotune and "torch_compile_max_autotune" not in baselines:
+        baselines.append("torch_compile_max_autotune")
+    return baselines
+
+
 def run_suite(args) -> int:
     import gpuworker
 
@@ -304,9 +312,7 @@ def run_suite(args) -> int:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     out_dir = os.path.join(args.out, f"{stamp}-h200")
     os.makedirs(out_dir, exist_ok=True)
-    baselines = [b for b in args.baselines.split(",") if b]
-    if args.max_autotune and "torch_compile_max_autotune" not in baselines:
-        baselines.append("torch_compile_max_autotune")
+    baselines = baseline_names(args)
     t0 = time.monotonic()
     for name in args.ops:
         if name not in cat:
@@ -614,7 +620,7 @@ def main_direct(args) -> int:
     t0 = time.monotonic()
     ceiling = bench.copy_ceiling_tbps()
     print(f"copy ceiling {ceiling:.2f} TB/s; {env}", flush=True)
-    baselines = [b for b in args.baselines.split(",") if b]
+    baselines = baseline_names(args)
     done = {}
     for name in args.ops:
         if name not in cat:

@@ -115,3 +115,19 @@ def test_chart_in_the_repository_links_the_vendored_plotly(tmp_path):
     assert (chart.parent / src).resolve() == VENDOR
     # outside the repository (a GPU host's output folder) the chart carries plotly.js itself
     assert plotly_src(Path(tmp_path) / "chart.html") is True
+
+
+def test_max_autotune_joins_the_baselines_in_direct_runs_as_in_worker_runs():
+    # Direct mode used to drop --max-autotune without a word: its run timed torch.compile's
+    # default mode only (bench/results/2026-12-03-h200-suite11/direct-plan-t).
+    from argparse import Namespace
+
+    args = Namespace(baselines="torch_eager,torch_compile", max_autotune=True)
+    assert suite.baseline_names(args) == [
+        "torch_eager",
+        "torch_compile",
+        "torch_compile_max_autotune",
+    ]
+    args = Namespace(baselines="torch_compile_max_autotune", max_autotune=True)
+    assert suite.baseline_names(args) == ["torch_compile_max_autotune"]
+    assert suite.baseline_names(Namespace(baselines="triton,", max_autotune=False)) == ["triton"]
