@@ -131,3 +131,24 @@ def test_max_autotune_joins_the_baselines_in_direct_runs_as_in_worker_runs():
     args = Namespace(baselines="torch_compile_max_autotune", max_autotune=True)
     assert suite.baseline_names(args) == ["torch_compile_max_autotune"]
     assert suite.baseline_names(Namespace(baselines="triton,", max_autotune=False)) == ["triton"]
+
+
+def test_the_summary_names_every_entrant_above_the_copy_ceiling():
+    # Suite run 14: SiLU-mul (two reads, one write) ran at 103.4-103.9% of the copy ceiling, and
+    # three baselines passed the worker's 2% margin there too; nothing else did.
+    with open("bench/results/2026-12-03-h200-suite11/run1-plan-s/rows.json") as f:
+        rows = json.load(f)
+    lines = suite.summary_lines(rows)
+    (line,) = [x for x in lines if x.startswith("- above the copy ceiling")]
+    assert "ours at silu_mul 16384x4096 103.6%" in line
+    assert "torch_compile at silu_mul 16384x8192 102.1%" in line
+    flagged = [x for x in lines if x.startswith("| ") and "%* |" in x]
+    assert [x.split(" | ")[0:2] for x in flagged] == [
+        ["| silu_mul", "16384x4096"],
+        ["| silu_mul", "16384x8192"],
+        ["| silu_mul", "32768x4096"],
+    ]
+    # At exactly the margin nothing is flagged: the margin is the worker's own
+    calm = [dict(r, fraction_of_ceiling=min(r["fraction_of_ceiling"], 1.02)) for r in rows]
+    assert "- above the copy ceiling by more than 2% (" in "\n".join(suite.summary_lines(calm))
+    assert suite.summary_lines(calm)[-1].endswith("): none")
