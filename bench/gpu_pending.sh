@@ -44,6 +44,8 @@
 #       --ops add_rmsnorm --shapes 1 --baselines torch_compile --max-autotune --deadline-s 100
 # (direct mode adds max-autotune to its baselines only since the commit after that run, so it
 # timed torch.compile's default mode there)
+# Next: `drain` (bench.drain, not yet run): whether SiLU-mul's 103-104% of the copy ceiling
+# comes from writes still in the L2 when the end event fires, or from its byte mix.
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
@@ -188,6 +190,16 @@ compiled)
         -p no:cacheprovider -q -rs --durations=8 >"$OUT/pytest_compiled.txt" 2>&1
     tail -20 "$OUT/pytest_compiled.txt"
     ;;
+drain)
+    # ~6 min (not yet run): how much of a run's writes are still in the L2 when its end event
+    # fires (bench.drain): SiLU-mul, whose rows are 103-104% of the copy ceiling in runs 11-14,
+    # squared ReLU (one read, one write, as a copy), RMSNorm and cross-entropy, plain and
+    # drained, beside torch.compile, a copy of the same bytes and the 2 GiB copy ceiling
+    timeout 540 python3 -m bench.drain --out "$OUT/drain" --plan bench/plans/suite-2026-12-03s.json \
+        --ops silu_mul,relu2,rmsnorm,cross_entropy --shapes 3 --baselines torch_compile \
+        >"$OUT/drain.txt" 2>&1
+    grep -v "^\[" "$OUT/drain.txt" | tail -50
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -204,7 +216,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|ties" >&2
     exit 2
     ;;
 esac
