@@ -12,7 +12,11 @@
 #                                     #   fastest schedules per case of suite runs 5-6 and explore4
 #                                     #   (PLAN=... another plan: suite run 10 took plan s, the
 #                                     #   three fastest of runs 8-9 and explore4-8, and RMSNorm
-#                                     #   8192's row streamed at 512 threads, kept in L2)
+#                                     #   8192's row streamed at 512 threads, kept in L2).
+#                                     #   With plan s and every baseline it took 425 s (run 13)
+#                                     #   and 457 s for six operators (run 14, GELU past the
+#                                     #   deadline): give it DEADLINE=430 and run what is left
+#                                     #   in a second call with OPS=...
 #   bash bench/gpu_pending.sh norms   # ~7 min: what max-autotune runs for the three norms
 #                                     #   (bench.inductor_dump: its Triton code and autotuner
 #                                     #   timings), then the suite for RMSNorm, add+RMSNorm and
