@@ -964,28 +964,32 @@ class RowKernel:
             gm = r
         mn = b.reg("f32")
         b.op(f"max.f32 {mn}, {m}, {gm}")
-        nms = self._neg_scaled_safe_max(mn)
-        sc = b.reg("f32")
-        b.op(f"fma.rn.f32 {sc}, {m}, {f32_literal(LOG2E)}, {nms}")
-        b.op(f"ex2.approx.ftz.f32 {sc}, {sc}")
-        b.op(f"mul.f32 {s_}, {s_}, {sc}")
+        ms = self._safe_max(mn)
+        b.op(f"mul.f32 {s_}, {s_}, {self._exp_below(m, ms)}")
         for v in vals:
-            t = b.reg("f32")
-            b.op(f"fma.rn.f32 {t}, {v}, {f32_literal(LOG2E)}, {nms}")
-            b.op(f"ex2.approx.ftz.f32 {t}, {t}")
-            b.op(f"add.f32 {s_}, {s_}, {t}")
+            b.op(f"add.f32 {s_}, {s_}, {self._exp_below(v, ms)}")
         b.op(f"mov.f32 {m}, {mn}")
 
-    def _neg_scaled_safe_max(self, mn: str) -> str:
-        """-max*log2(e), with an all -inf max taken as 0 so that exp(-inf - -inf) is 0, not NaN."""
+    def _safe_max(self, mn: str) -> str:
+        """The max, with an all -inf max taken as 0 so that exp(-inf - -inf) is 0, not NaN."""
         b = self.b
         pinf = b.reg("pred")
         b.op(f"setp.eq.f32 {pinf}, {mn}, {f32_literal(NEG_INF)}")
         ms = b.reg("f32")
         b.op(f"selp.f32 {ms}, 0f00000000, {mn}, {pinf}")
-        nms = b.reg("f32")
-        b.op(f"mul.f32 {nms}, {ms}, {f32_literal(-LOG2E)}")
-        return nms
+        return ms
+
+    def _exp_below(self, v: str, ms: str) -> str:
+        """exp(v - ms) for v <= ms, the difference taken first: exactly 1 at v == ms however
+        large |v| is. (An fma of v*log2(e) against a rounded -ms*log2(e) leaves that rounding,
+        up to 1e23 for a -1e30 mask value, and its exp2 is inf: a masked softmax whose thread
+        saw only masked elements came out NaN.)"""
+        b = self.b
+        t = b.reg("f32")
+        b.op(f"sub.f32 {t}, {v}, {ms}")
+        b.op(f"mul.f32 {t}, {t}, {f32_literal(LOG2E)}")
+        b.op(f"ex2.approx.ftz.f32 {t}, {t}")
+        return t
 
     # ---------------------------------------------------------------- stores
 
@@ -1232,11 +1236,7 @@ class RowKernel:
                 o = b.reg("f32")
                 b.op(f"ld.shared.f32 {o}, [{self.red_group}+{base + 4 * w}]")
                 b.op(f"max.f32 {rowmax}, {rowmax}, {o}")
-            nms = self._neg_scaled_safe_max(rowmax)
-            sc = b.reg("f32")
-            b.op(f"fma.rn.f32 {sc}, {m}, {f32_literal(LOG2E)}, {nms}")
-            b.op(f"ex2.approx.ftz.f32 {sc}, {sc}")
-            b.op(f"mul.f32 {s_}, {s_}, {sc}")
+            b.op(f"mul.f32 {s_}, {s_}, {self._exp_below(m, self._safe_max(rowmax))}")
             b.op(f"mov.f32 {m}, {rowmax}")
         # Second round: every thread read the maxima above before anyone overwrites them.
         b.op(self.bar)
@@ -1299,13 +1299,9 @@ class RowKernel:
         b = self.b
         mn = b.reg("f32")
         b.op(f"max.f32 {mn}, {m}, {mo}")
-        nms = self._neg_scaled_safe_max(mn)
-        a = b.reg("f32")
-        b.op(f"fma.rn.f32 {a}, {m}, {f32_literal(LOG2E)}, {nms}")
-        b.op(f"ex2.approx.ftz.f32 {a}, {a}")
-        c = b.reg("f32")
-        b.op(f"fma.rn.f32 {c}, {mo}, {f32_literal(LOG2E)}, {nms}")
-        b.op(f"ex2.approx.ftz.f32 {c}, {c}")
+        ms = self._safe_max(mn)
+        a = self._exp_below(m, ms)
+        c = self._exp_below(mo, ms)
         t = b.reg("f32")
         b.op(f"mul.f32 {t}, {so}, {c}")
         b.op(f"fma.rn.f32 {s_}, {s_}, {a}, {t}")

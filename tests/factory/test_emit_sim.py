@@ -491,11 +491,18 @@ def run_kernel(em, dims: dict, arrays: dict[str, np.ndarray], grid: int | None =
 # ---------------------------------------------------------------- the checks
 
 
-def check(name: str, schedule: Schedule, dims: dict, seed: int = 0, grid: int | None = None):
+def check(
+    name: str,
+    schedule: Schedule,
+    dims: dict,
+    seed: int = 0,
+    grid: int | None = None,
+    inputs: dict | None = None,
+):
     w = load_catalogue()[name]
     ir = lower(w)
     em = emit(ir, schedule)
-    inputs = random_inputs(w, dims, seed)
+    inputs = random_inputs(w, dims, seed) | (inputs or {})
     arrays = dict(inputs)
     for o in w.outputs:
         shape = tuple(int(dims[d]) if isinstance(d, str) else d for d in o.shape)
@@ -571,6 +578,9 @@ CASES = [
     ("gelu_tanh", {}, [256, 31]),
     ("log_softmax", {"mode": "stream", "online": True, "chunks": 1}, [300]),
     ("masked_softmax", {}, [64]),
+    # online max/sum where a thread's first group is all masked (-1e30): its own max is -1e30
+    ("masked_softmax", {"online": True}, [129, 513]),
+    ("masked_softmax", {"mode": "stream", "online": True, "chunks": 1}, [129, 300]),
     ("row_sum", {}, [100]),
     ("l2norm", {}, [48]),
 ]
@@ -711,3 +721,19 @@ def test_moments_keep_the_variance_of_rows_far_from_zero():
     want = np.asarray(reference(w, inputs, dims)["y"], dtype=np.float64)
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert rel < w.tolerance["bf16"].rel_norm, rel
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"online": True}, {"mode": "stream", "online": True, "chunks": 1}],
+    ids=["two-pass", "online", "streamed-online"],
+)
+def test_masked_softmax_with_a_causal_mask_and_a_fully_masked_row(kw):
+    # Row i keeps columns 0..i (a causal mask), so most threads see only masked elements, and
+    # the last row keeps nothing: softmax of an all -1e30 row is uniform, as the reference says.
+    # The online path once took exp(v - m) as one fma against a rounded -m*log2(e), whose
+    # rounding at m = -1e30 is ~1e23: exp2 of it is inf, and the row came out NaN.
+    m, n = 4, 300
+    keep = (np.arange(n)[None, :] <= np.arange(m)[:, None]).astype(np.int32)
+    keep[-1] = 0
+    check("masked_softmax", _small("masked_softmax", **kw), {"M": m, "N": n}, inputs={"keep": keep})
