@@ -88,11 +88,17 @@ class Bench:
             self.flush.fill_(r & 0xFF)
 
     def copy_ceiling_tbps(self, nbytes: int = 2 << 30) -> float:
+        """A device-to-device copy's bytes read + written per second; with `drain`, the second
+        flush's own time (timed alone in the same rounds) taken off the copy's."""
         torch = self.torch
         src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(0x3C)
         dst = torch.empty_like(src)
-        s = self.time_rounds({"copy": lambda: dst.copy_(src)}, 10)["copy"]
-        return 2 * nbytes / (float(np.median(s)) * 1e-6) / 1e12
+        entrants = {"copy": lambda: dst.copy_(src)}
+        if self.drain:
+            entrants["flush"] = lambda: None
+        s = self.time_rounds(entrants, 10)
+        us = float(np.median(s["copy"])) - (float(np.median(s["flush"])) if self.drain else 0.0)
+        return 2 * nbytes / (us * 1e-6) / 1e12
 
 
 def _torch_dtype(torch, dtype):

@@ -22,8 +22,6 @@ import json
 import os
 import time
 
-import numpy as np
-
 
 def drained_rows(op: str, plain: dict, drained: dict) -> list[dict]:
     """One row per entrant timed in both cases (run_case results at one shape): its plain time,
@@ -56,17 +54,12 @@ def drained_rows(op: str, plain: dict, drained: dict) -> list[dict]:
     return rows
 
 
-def ceiling(bench, nbytes: int = 2 << 30, rounds: int = 10) -> dict:
+def ceiling(bench) -> dict:
     """The copy ceiling plain and drained, in TB/s (bytes read + written)."""
-    torch = bench.torch
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").fill_(0x3C)
-    dst = torch.empty_like(src)
     out = {}
     for drain in (False, True):
         bench.drain = drain
-        s = bench.time_rounds({"copy": lambda: dst.copy_(src), "flush": lambda: None}, rounds)
-        us = float(np.median(s["copy"])) - (float(np.median(s["flush"])) if drain else 0.0)
-        out["drained" if drain else "plain"] = 2 * nbytes / (us * 1e-6) / 1e12
+        out["drained" if drain else "plain"] = bench.copy_ceiling_tbps()
     bench.drain = False
     return out
 

@@ -452,15 +452,18 @@ def summary_lines(rows: list[dict]) -> list[str]:
     ]
     from gpuworker.plausibility import COPY_CEILING_MARGIN
 
-    def mark(frac):
-        return "*" if (frac or 0) > COPY_CEILING_MARGIN else ""
+    def over(frac) -> bool:
+        return (frac or 0) > COPY_CEILING_MARGIN
+
+    def mark(frac) -> str:
+        return "*" if over(frac) else ""
 
     low, slower, speedups, bounds = [], [], [], []
     above = [
         f"{'ours' if r['ours'] else r['implementation']} at {r['op']} {r['shape']} "
         f"{r['fraction_of_ceiling']:.1%}"
         for r in rows
-        if (r.get("fraction_of_ceiling") or 0) > COPY_CEILING_MARGIN
+        if over(r.get("fraction_of_ceiling"))
     ]
     for r in rows:
         if not r["ours"]:
