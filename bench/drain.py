@@ -9,7 +9,9 @@ as the entrant "flush" and subtracted. What is left is the run with all of its w
 
 A rate above the copy ceiling that falls to or below it when drained was credited with writes
 that had not finished; one that stays above it is the byte mix (reads outrun writes on HBM). The
-copy of the same bytes and the 2 GiB copy of the ceiling are drained the same way.
+copy of the same bytes and the 2 GiB copy of the ceiling are drained the same way, and where a
+case reads twice what it writes (SiLU-mul), torch's a + b of the same bytes ("add_mix") is timed
+beside it: the rate that mix of reads and writes reaches without any arithmetic of ours.
 
     python3 -m bench.drain --out DIR --plan bench/plans/suite-2026-12-03s.json \\
         --ops silu_mul,relu2,rmsnorm,cross_entropy --shapes 3 --baselines torch_compile
@@ -106,7 +108,7 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     ceil = ceiling(bench)
     print(f"copy ceiling {ceil}; {env}", flush=True)
-    names = [b for b in a.baselines.split(",") if b] + ["copy", "flush"]
+    names = [b for b in a.baselines.split(",") if b] + ["copy", "add_mix", "flush"]
     rows, cases = [], []
     for op in a.ops.split(","):
         w, _, ir = cat[op]

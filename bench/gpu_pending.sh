@@ -169,11 +169,13 @@ hold)
     tail -20 "$OUT/suite.txt"
     ;;
 gputests)
-    # ~8 min: every GPU test of the generator (the example operators with every schedule kind,
+    # ~4 min: every GPU test of the generator (the example operators with every schedule kind,
     # the whole catalogue with its default schedules at suite and held-out shapes), the customer
-    # kernels and the GPU worker
+    # kernels and the GPU worker (the library baselines' tests are the `baselines` and
+    # `compiled` stages: ~10 min together)
     timeout 520 python3 -m pytest tests/factory/test_generator_gpu.py \
-        tests/factory/test_customer_kernels_gpu.py tests/gpuworker -m gpu -o addopts="" \
+        tests/factory/test_customer_kernels_gpu.py tests/gpuworker \
+        --ignore=tests/gpuworker/test_worker_library_baselines_gpu.py -m gpu -o addopts="" \
         -p no:cacheprovider -q -rs --durations=8 >"$OUT/pytest.txt" 2>&1
     tail -30 "$OUT/pytest.txt"
     ;;
