@@ -515,8 +515,10 @@ def summary_lines(rows: list[dict]) -> list[str]:
         f"at most {geo_bound:.3f}x against this run's torch.compile times, with every case "
         f"at the copy ceiling (or at our time, where that is faster)",
         f"- above the copy ceiling by more than {COPY_CEILING_MARGIN - 1:.0%} (flagged*: a "
-        "measurement bug until explained, as a read-heavy mix outrunning a copy is in "
-        "bench/results/2026-12-03-h200-readonly/): " + ("; ".join(above) if above else "none"),
+        "measurement bug until explained: reads outrun a copy in "
+        "bench/results/2026-12-03-h200-readonly/, and torch's a + b, two reads per write, "
+        "runs 103-104% in bench/results/2026-12-03-h200-suite12/drain/): "
+        + ("; ".join(above) if above else "none"),
     ]
     return out
 
