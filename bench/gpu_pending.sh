@@ -48,12 +48,10 @@
 #       --ops add_rmsnorm --shapes 1 --baselines torch_compile --max-autotune --deadline-s 100
 # (direct mode adds max-autotune to its baselines only since the commit after that run, so it
 # timed torch.compile's default mode there)
-# Next: first `suite` with OPS=softmax,cross_entropy: 5fa0560 changed the online max/sum
-# (exp(v - m) as a sub and a mul, not one fma: a masked softmax came out NaN where a thread saw
-# only -1e30s), one more FP32 instruction per element in the online layouts that softmax and
-# cross-entropy run at the suite shapes, not yet timed. Then `drain` (bench.drain, not yet
-# run): whether SiLU-mul's 103-104% of the copy ceiling comes from writes still in the L2 when
-# the end event fires, or from its byte mix.
+# At d1e493a, 17:02-17:22 (bench/results/2026-12-03-h200-suite12/): suite run 15 in two calls
+# (OPS=softmax,cross_entropy,rmsnorm,silu_mul, 237 s; then layernorm,add_rmsnorm,gelu_tanh, 169 s),
+# the first `drain` (21 s: SiLU-mul's 103-105% is the byte mix, as torch's a + b of the same bytes
+# shows), `gputests` (220 s, 20 passed) and `ties` (358 s).
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
