@@ -36,6 +36,8 @@ MAX_SETS = 8
 HOLD_START_US = 100.0  # judge_hold before each timed run, raised per entrant as needed
 HOLD_MAX_US = 20000.0
 HOLD_MARGIN = 0.7  # an enqueue longer than this share of its hold may leave the GPU idle
+MIX_INPUTS = 4  # the input buffers judge_mix takes
+MIX_OUTPUTS = 2  # and its output buffers
 
 
 class EntrantError(Exception):
@@ -281,6 +283,7 @@ class Session:
         self.k_not = judge.get_kernel("judge_bytes_not")
         self.k_read_flush = judge.get_kernel("judge_read_flush")
         self.k_hold = judge.get_kernel("judge_hold")
+        self.k_mix = judge.get_kernel("judge_mix")
         self.stats = gpu.DeviceMemory(MAX_STAT_SLOTS * STAT_WORDS * 8)
         self.flush = gpu.DeviceMemory(FLUSH_BYTES)
         # The read flush's sink: its own 8 bytes, not a stats slot, so the (practically never
@@ -453,6 +456,68 @@ class Session:
             "tbps": 2 * nbytes / (median * 1e-6) / 1e12,
             "l2_flush": mode,
         }
+
+    def op_byte_mover(self, msg):
+        """The ceiling for each benchmarked shape's own mix of reads and writes: judge_mix reads
+        the shape's inputs (its first input set, each byte once) and writes as many bytes as its
+        outputs to scratch buffers, timed as the copy ceiling is. A kernel may outrun the copy
+        ceiling by reading more than it writes (reads move faster than writes on HBM); it should
+        not outrun a mover of its own bytes that computes nothing."""
+        mode = self.flush_mode(msg)
+        shapes = []
+        for idx in msg["shapes"]:
+            sh = self.shapes[idx]
+            ins = [(t["slots"][0].ptr, t["nbytes"] // 16) for t in sh.inputs.values()]
+            outs = [o["nbytes"] // 16 for o in sh.outputs.values()]
+            if len(ins) > MIX_INPUTS or len(outs) > MIX_OUTPUTS:
+                shapes.append(
+                    {
+                        "index": idx,
+                        "dims": sh.dims,
+                        "error": f"{len(ins)} inputs and {len(outs)} outputs: the mover takes at "
+                        f"most {MIX_INPUTS} and {MIX_OUTPUTS}",
+                    }
+                )
+                continue
+            self.arm(60)
+            scratch = [gpu.DeviceMemory(16 * max(n, 1)) for n in outs]
+            try:
+                args = []
+                for k in range(MIX_INPUTS):
+                    ptr, n16 = ins[k] if k < len(ins) else (0, 0)
+                    args += [ptr, np.int64(n16)]
+                for k in range(MIX_OUTPUTS):
+                    args += (
+                        [scratch[k].ptr, np.int64(outs[k])] if k < len(outs) else [0, np.int64(0)]
+                    )
+                n = max([n16 for _, n16 in ins] + outs + [0])
+                samples = []
+                for i in range(13):
+                    self.hold(HOLD_START_US)
+                    self.flush_l2(mode, i)
+                    self.events.record_start(0, self.stream)
+                    self._launch_judge(self.k_mix, n, *args, np.int64(n))
+                    self.events.record_end(0, self.stream)
+                    gpu.sync(self.stream)
+                    if i >= 3:
+                        samples.append(self.events.elapsed_us(0))
+            finally:
+                for m in scratch:
+                    m.free()
+            read, written = 16 * sum(n16 for _, n16 in ins), 16 * sum(outs)
+            median = float(np.median(samples))
+            shapes.append(
+                {
+                    "index": idx,
+                    "dims": sh.dims,
+                    "bytes_read": read,
+                    "bytes_written": written,
+                    "median_us": median,
+                    "samples_us": samples,
+                    "tbps": (read + written) / (median * 1e-6) / 1e12,
+                }
+            )
+        return {"shapes": shapes, "l2_flush": mode}
 
     def op_verify(self, msg):
         e = self.entrant(msg["entrant"])

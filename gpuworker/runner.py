@@ -330,6 +330,14 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
     ceiling = _request(child, {"op": "copy_ceiling", "l2_flush": opts.l2_flush})
     copy_ceiling_tbps = ceiling.get("tbps") if ceiling.get("ok") else None
     _log(log, f"copy ceiling {copy_ceiling_tbps} TB/s")
+    # The same protocol with each benchmarked shape's own bytes (judge_mix): what its mix of
+    # reads and writes reaches with nothing computed. A child that cannot answer costs the
+    # batch nothing but this comparison.
+    mover = _request(child, {"op": "byte_mover", "shapes": bench_idx, "l2_flush": opts.l2_flush})
+    mover_by_shape = plausibility.movers_by_shape(
+        mover.get("shapes", []) if mover.get("ok") else []
+    )
+    _log(log, "byte mover " + ", ".join(f"{v:.2f}" for v in mover_by_shape.values()) + " TB/s")
 
     # -- entrants ---------------------------------------------------------------------------
     entrants = []  # (record, desc or None)
@@ -515,9 +523,11 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
                 rec.update(status="failed", reason="not timed at every benchmarked shape")
     best = plausibility.best_baseline_by_shape([r for r, _ in baselines])
     for rec, _ in entrants:
-        rec["flags"] = plausibility.flags_for(rec["timing"], copy_ceiling_tbps, best)
+        rec["flags"] = plausibility.flags_for(
+            rec["timing"], copy_ceiling_tbps, best, mover_by_shape
+        )
     for rec, _ in baselines:
-        rec["flags"] = plausibility.flags_for(rec["timing"], copy_ceiling_tbps, {})
+        rec["flags"] = plausibility.flags_for(rec["timing"], copy_ceiling_tbps, {}, mover_by_shape)
 
     env = {
         k: hello.get(k)
@@ -564,6 +574,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
         "seed": seed,
         "copy_ceiling_tbps": copy_ceiling_tbps,
         "copy_ceiling": ceiling if ceiling.get("ok") else {"error": ceiling.get("error")},
+        "byte_mover": mover["shapes"] if mover.get("ok") else {"error": mover.get("error")},
         "timing_protocol": {"l2_flush": opts.l2_flush},
         "candidates": [rec for rec, _ in entrants],
         "baselines": [rec for rec, _ in baselines],

@@ -1,5 +1,6 @@
 """A stand-in for gpuworker.child.child_main on hosts without a GPU: it speaks the child's pipe
-protocol (hello, setup, copy_ceiling, verify, time, stop) and its deadline contract, with no CUDA.
+protocol (hello, setup, copy_ceiling, byte_mover, verify, time, stop) and its deadline contract,
+with no CUDA.
 
 A candidate whose entry is `infinite_loop` hangs: the stand-in promises progress within the
 request's time limit and then sleeps past it, as a kernel that never finishes would. Setup takes
@@ -60,6 +61,23 @@ def healthy_reply(msg: dict, shapes: dict) -> dict:
     if op == "copy_ceiling":
         return {"ok": True, "bytes": 1, "median_us": 1.0, "samples_us": [1.0], "tbps": 4.0,
                 "l2_flush": msg.get("l2_flush", "read")}  # fmt: skip
+    if op == "byte_mover":  # a healthy mover of each shape's bytes, a little above the copy
+        return {
+            "ok": True,
+            "l2_flush": msg.get("l2_flush", "read"),
+            "shapes": [
+                {
+                    "index": i,
+                    "dims": shapes[i]["dims"],
+                    "bytes_read": 2,
+                    "bytes_written": 1,
+                    "median_us": 1.0,
+                    "samples_us": [1.0],
+                    "tbps": 4.2,
+                }  # fmt: skip
+                for i in msg["shapes"]
+            ],
+        }
     if op == "verify":
         return {
             "ok": True,
@@ -120,7 +138,7 @@ def child_main(conn, deadline, current):
             time.sleep(prep_s)
             shapes = {s["index"]: s for s in msg["shapes"]}
             conn.send({"ok": True, "shapes": len(shapes), "pid": os.getpid()})
-        elif op == "copy_ceiling":
+        elif op in ("copy_ceiling", "byte_mover"):
             conn.send(healthy_reply(msg, shapes))
         elif op == "verify":
             if msg["entrant"].get("entry") == "infinite_loop":

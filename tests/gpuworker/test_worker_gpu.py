@@ -79,6 +79,10 @@ def test_the_results_file_has_the_contract_shape(results):
     # the default flush reads, and the ceiling is measured under the entrants' flush
     assert results["timing_protocol"] == {"l2_flush": "read"}
     assert results["copy_ceiling"]["l2_flush"] == "read"
+    # judge_mix moved the one benchmarked shape's bytes: softmax reads x and writes y, alike
+    [m] = results["byte_mover"]
+    assert m["bytes_read"] == m["bytes_written"] > 0 and len(m["samples_us"]) == 10
+    assert 0 < m["tbps"] < 10
     json.dumps(results)  # plain JSON all the way down
 
 

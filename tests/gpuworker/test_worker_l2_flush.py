@@ -227,6 +227,12 @@ def test_the_runner_times_and_measures_the_ceiling_under_the_batch_flush(options
         shared.close()
     sent = {m["op"]: m for m in fake.requests}
     assert sent["copy_ceiling"]["l2_flush"] == want
+    assert sent["byte_mover"]["l2_flush"] == want
+    # the mover at every benchmarked shape (not the held-out ones), kept in the results
+    benchmarked = sorted(i for i, s in fake.shapes.items() if not s["heldout"])
+    assert benchmarked
+    assert sent["byte_mover"]["shapes"] == benchmarked
+    assert [m["dims"] for m in res["byte_mover"]] == [fake.shapes[i]["dims"] for i in benchmarked]
     assert sent["time"]["l2_flush"] == want
     assert res["timing_protocol"] == {"l2_flush": want}
     assert res["copy_ceiling"]["l2_flush"] == want

@@ -1,4 +1,4 @@
-from gpuworker.plausibility import best_baseline_by_shape, flags_for
+from gpuworker.plausibility import best_baseline_by_shape, flags_for, movers_by_shape
 
 DIMS = {"M": 16384, "N": 4096}
 
@@ -39,3 +39,29 @@ def test_a_plausible_result_has_no_flags():
 def test_a_sagging_clock_is_flagged():
     flags = flags_for([timing(95.0, 4.0, clock_sagged=True, sm_clock_min_mhz=1200)], 4.28, {})
     assert flags == ["sm_clock_sagged: 1200 MHz min at M=16384xN=4096"]
+
+
+def _movers(tbps):
+    return movers_by_shape(
+        [
+            {"dims": DIMS, "tbps": tbps, "bytes_read": 2, "bytes_written": 1},
+            {"dims": {"M": 1, "N": 7}, "error": "5 inputs and 1 outputs: ..."},
+        ]
+    )
+
+
+def test_above_the_copy_ceiling_but_within_the_byte_mover_of_the_same_bytes_is_the_mix():
+    # SiLU-mul in suite run 15: 4.44 TB/s against a copy's 4.26; a + b of its bytes ran 4.42
+    assert flags_for([timing(90.7, 4.44)], 4.26, {}, _movers(4.42)) == []
+    assert _movers(4.42) == {tuple(sorted(DIMS.items())): 4.42}  # the errored shape left out
+
+
+def test_above_both_the_copy_ceiling_and_the_byte_mover_is_flagged_naming_both():
+    (flag,) = flags_for([timing(80.0, 5.0)], 4.26, {}, _movers(4.42))
+    assert flag.startswith("above_copy_ceiling: 5.00 TB/s > copy 4.26 TB/s")
+    assert "byte mover's 4.42 TB/s" in flag
+
+
+def test_a_mover_measured_at_another_shape_explains_nothing():
+    other = movers_by_shape([{"dims": {"M": 1, "N": 8}, "tbps": 9.0}])
+    assert len(flags_for([timing(90.0, 4.9)], 4.28, {}, other)) == 1
