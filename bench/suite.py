@@ -470,9 +470,8 @@ def summary_lines(rows: list[dict]) -> list[str]:
         mover = r.get("byte_mover_tbps")
         if not mover:
             return ""
-        if r["tbps"] <= mover * COPY_CEILING_MARGIN:
-            return f" (the byte mover of its bytes: {mover / r['copy_ceiling_tbps']:.1%}, the mix)"
-        return f" (above the byte mover's {mover / r['copy_ceiling_tbps']:.1%} too: unexplained)"
+        said = f" (the byte mover of its bytes: {mover / r['copy_ceiling_tbps']:.1%}"
+        return said + (": the mix)" if r["tbps"] <= mover * COPY_CEILING_MARGIN else ": not it)")
 
     low, slower, speedups, bounds = [], [], [], []
     above = [

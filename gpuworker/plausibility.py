@@ -72,7 +72,11 @@ def flags_for(
         ):
             flags.append(
                 f"above_copy_ceiling: {t['tbps']:.2f} TB/s > copy {copy_ceiling_tbps:.2f} TB/s "
-                + (f"and the byte mover's {mover:.2f} TB/s " if mover else "")
+                + (
+                    f"and the byte mover's {mover:.2f} TB/s "
+                    if mover and mover > copy_ceiling_tbps
+                    else ""
+                )
                 + f"at {shape}"
             )
         ref = best.get(_key(t["dims"]))

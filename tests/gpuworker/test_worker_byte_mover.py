@@ -30,6 +30,9 @@ def test_judge_mix_takes_four_inputs_two_outputs_and_keeps_every_load():
     assert rep.ok, rep.log
     mix = rep.log.split("Function properties for 'judge_mix'")[1].splitlines()[1]
     assert "0 stack" in mix and "0 bytes lmem" in mix  # no spills
+    # four resident blocks of 256 threads per SM, as the child launches it
+    regs = int(re.search(r"used (\d+) registers", mix).group(1))
+    assert regs * 256 * child.MIX_BLOCKS_PER_SM <= 65536
 
 
 class _Mem:
@@ -75,7 +78,7 @@ def session(monkeypatch):
     s.calls, s.scratch = [], []
     s.hold = lambda us: s.calls.append(("hold", us))
     s.flush_l2 = lambda mode, r: s.calls.append(("flush", mode))
-    s._launch_judge = lambda kernel, n, *args: s.calls.append(("launch", kernel, n, args))
+    s._launch_mix = lambda n, *args: s.calls.append(("launch", s.k_mix, n, args))
 
     def alloc(nbytes):
         m = _Mem(0xA000_0000 + 0x1000_0000 * len(s.scratch), nbytes)
@@ -127,3 +130,9 @@ def test_a_shape_with_more_buffers_than_the_mover_takes_is_reported_not_timed(se
     assert (small["bytes_read"], small["bytes_written"]) == (4096, 0)  # whole vectors only
     [launch] = [c for c in session.calls if c[0] == "launch"][:1]
     assert launch[3][9] == 0 and launch[3][-1] == 256  # output count 0; n from the input
+
+
+def test_the_mover_runs_as_one_wave_of_resident_blocks_or_fewer():
+    assert child.mix_blocks(16384 * 4096 // 8, 132) == 132 * child.MIX_BLOCKS_PER_SM
+    assert child.mix_blocks(1024 * child.MIX_UNROLL + 1, 132) == 5  # 256 threads x 4 vectors
+    assert child.mix_blocks(0, 132) == 1

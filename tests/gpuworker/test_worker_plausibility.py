@@ -62,6 +62,12 @@ def test_above_both_the_copy_ceiling_and_the_byte_mover_is_flagged_naming_both()
     assert "byte mover's 4.42 TB/s" in flag
 
 
+def test_a_mover_slower_than_the_copy_is_not_named_as_a_limit():
+    # suite run 16's first mover: 4.20 TB/s at SiLU-mul's bytes, below the copy's 4.29
+    (flag,) = flags_for([timing(90.0, 4.41)], 4.29, {}, _movers(4.20))
+    assert flag == "above_copy_ceiling: 4.41 TB/s > copy 4.29 TB/s at M=16384xN=4096"
+
+
 def test_a_mover_measured_at_another_shape_explains_nothing():
     other = movers_by_shape([{"dims": {"M": 1, "N": 8}, "tbps": 9.0}])
     assert len(flags_for([timing(90.0, 4.9)], 4.28, {}, other)) == 1
