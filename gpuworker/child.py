@@ -476,7 +476,7 @@ class Session:
         }
 
     def op_byte_mover(self, msg):
-        """The ceiling for each benchmarked shape's own mix of reads and writes: judge_mix reads
+        """A ceiling for each benchmarked shape's own mix of reads and writes: judge_mix reads
         the shape's inputs (its first input set, each byte once) and writes as many bytes as its
         outputs to scratch buffers, timed as the copy ceiling is. A kernel may outrun the copy
         ceiling by reading more than it writes (reads move faster than writes on HBM); it should
