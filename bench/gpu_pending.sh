@@ -51,7 +51,10 @@
 # At d1e493a, 17:02-17:22 (bench/results/2026-12-03-h200-suite12/): suite run 15 in two calls
 # (OPS=softmax,cross_entropy,rmsnorm,silu_mul, 237 s; then layernorm,add_rmsnorm,gelu_tanh, 169 s),
 # the first `drain` (21 s: SiLU-mul's 103-105% is the byte mix, as torch's a + b of the same bytes
-# shows), `gputests` (220 s, 20 passed) and `ties` (358 s).
+# shows), `gputests` (220 s, 20 passed) and `ties` (358 s); then `mover` twice (b589c22's byte
+# mover, then 79b848b's unrolled one: bench/results/2026-12-03-h200-mover/). Next: the mover laid
+# out one tile per block, as the row kernels and torch's elementwise kernels are (the
+# grid-stride movers reach only 93-98% of the copy ceiling at one or two reads per write).
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
