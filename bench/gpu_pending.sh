@@ -54,7 +54,8 @@
 # shows), `gputests` (220 s, 20 passed) and `ties` (358 s); then `mover` twice (b589c22's byte
 # mover, then 79b848b's unrolled one: bench/results/2026-12-03-h200-mover/). Next: the mover laid
 # out one tile per block, as the row kernels and torch's elementwise kernels are (the
-# grid-stride movers reach only 93-98% of the copy ceiling at one or two reads per write).
+# grid-stride movers reach only 93-98% of the copy ceiling at one or two reads per write):
+# `movers` times those layouts (bench/mover.py, bench/kernels/mover.cu) beside judge_mix.
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
@@ -225,6 +226,17 @@ mover)
     grep -v "^\[\|warn\|Online softmax\|split the reduction\|important use case\|^$" \
         "$OUT/suite.txt" | tail -12
     ;;
+movers)
+    # ~1 min (not yet run): bench.drain with the byte movers of bench/mover.py beside the copy,
+    # torch's a + b and our kernels: judge_mix (the worker's, a grid-stride loop) and the tiled
+    # layouts (one tile per block), to find one that moves RMSNorm's and SiLU-mul's bytes as fast
+    # as the row kernels do, before it replaces judge_mix's layout in the worker
+    timeout 300 python3 -m bench.drain --out "$OUT/movers" --plan bench/plans/suite-2026-12-03s.json \
+        --ops silu_mul,rmsnorm,cross_entropy,relu2 --shapes 3 \
+        --baselines torch_compile,mover:judge_mix,mover:tiled_v1,mover:tiled_v2,mover:tiled_v4 \
+        >"$OUT/movers.txt" 2>&1
+    grep -v "^\[" "$OUT/movers.txt" | tail -60
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -241,7 +253,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|ties" >&2
     exit 2
     ;;
 esac

@@ -42,6 +42,19 @@ MIX_UNROLL = 4  # vectors per thread per step (judge.cu)
 MIX_BLOCKS_PER_SM = 4  # of 256 threads: its 64 registers let four be resident on an SM
 
 
+def mix_args(ins: list[tuple[int, int]], outs: list[tuple[int, int]]) -> list:
+    """judge_mix's 13 arguments from (pointer, count of 16-byte vectors) per input and output:
+    four inputs, then two outputs (unused ones null with a count of 0), then the largest
+    count. Counts are long long, so they go as np.int64 (a plain int would go as a pointer)."""
+    if len(ins) > MIX_INPUTS or len(outs) > MIX_OUTPUTS:
+        raise ValueError(f"at most {MIX_INPUTS} inputs and {MIX_OUTPUTS} outputs")
+    args = []
+    for bufs, k in ((ins, MIX_INPUTS), (outs, MIX_OUTPUTS)):
+        for ptr, n16 in list(bufs) + [(0, 0)] * (k - len(bufs)):
+            args += [ptr, np.int64(n16)]
+    return args + [np.int64(max([n16 for _, n16 in list(ins) + list(outs)] + [0]))]
+
+
 def mix_blocks(n: int, sm_count: int) -> int:
     """judge_mix's grid for n vectors: one wave of resident blocks, fewer when n is small."""
     return max(1, min(sm_count * MIX_BLOCKS_PER_SM, -(-n // (256 * MIX_UNROLL))))
@@ -500,21 +513,14 @@ class Session:
             self.arm(60)
             scratch = [gpu.DeviceMemory(16 * max(n, 1)) for n in outs]
             try:
-                args = []
-                for k in range(MIX_INPUTS):
-                    ptr, n16 = ins[k] if k < len(ins) else (0, 0)
-                    args += [ptr, np.int64(n16)]
-                for k in range(MIX_OUTPUTS):
-                    args += (
-                        [scratch[k].ptr, np.int64(outs[k])] if k < len(outs) else [0, np.int64(0)]
-                    )
-                n = max([n16 for _, n16 in ins] + outs + [0])
+                args = mix_args(ins, [(m.ptr, n16) for m, n16 in zip(scratch, outs, strict=True)])
+                n = int(args[-1])
                 samples = []
                 for i in range(13):
                     self.hold(HOLD_START_US)
                     self.flush_l2(mode, i)
                     self.events.record_start(0, self.stream)
-                    self._launch_mix(n, *args, np.int64(n))
+                    self._launch_mix(n, *args)
                     self.events.record_end(0, self.stream)
                     gpu.sync(self.stream)
                     if i >= 3:
