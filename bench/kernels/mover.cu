@@ -8,44 +8,15 @@
 // Launched with ceil(n / (256 * V)) blocks of 256 threads, as many as there are tiles.
 // Compiled with `nvcc -ptx -arch=sm_90 mover.cu -o mover.ptx`.
 
-__device__ __forceinline__ uint4 load_below(const uint4* p, long long np, long long i) {
-    return i < np ? p[i] : make_uint4(0u, 0u, 0u, 0u);
-}
-
-__device__ __forceinline__ uint4 xor4(uint4 p, uint4 q) {
-    return make_uint4(p.x ^ q.x, p.y ^ q.y, p.z ^ q.z, p.w ^ q.w);
-}
-
-template <int V>
-__device__ __forceinline__ void tiled(const uint4* a, long long na, const uint4* b, long long nb,
-                                      const uint4* c, long long nc, const uint4* d, long long nd,
-                                      uint4* y, long long ny, uint4* z, long long nz) {
-    long long base = (long long)blockIdx.x * blockDim.x * V + threadIdx.x;
-    uint4 ta[V], tb[V], tc[V], td[V];
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-        long long j = base + (long long)u * blockDim.x;
-        ta[u] = load_below(a, na, j);
-        tb[u] = load_below(b, nb, j);
-        tc[u] = load_below(c, nc, j);
-        td[u] = load_below(d, nd, j);
-    }
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-        long long j = base + (long long)u * blockDim.x;
-        uint4 v = xor4(xor4(ta[u], tb[u]), xor4(tc[u], td[u]));
-        v.x ^= (unsigned int)j;
-        if (j < ny) y[j] = v;
-        if (j < nz) z[j] = v;
-    }
-}
+#include "../../gpuworker/kernels/mix.cuh"
 
 #define MOVER(V)                                                                                \
     extern "C" __global__ void mover_tiled_v##V(                                                \
         const uint4* a, long long na, const uint4* b, long long nb, const uint4* c,             \
         long long nc, const uint4* d, long long nd, uint4* y, long long ny, uint4* z,           \
         long long nz, long long n) {                                                            \
-        tiled<V>(a, na, b, nb, c, nc, d, nd, y, ny, z, nz);                                     \
+        mix_step<V>(a, na, b, nb, c, nc, d, nd, y, ny, z, nz,                                   \
+                    (long long)blockIdx.x * blockDim.x * V + threadIdx.x, blockDim.x);          \
     }
 
 MOVER(1)

@@ -123,47 +123,19 @@ extern "C" __global__ void judge_hold(unsigned long long ns) {
     } while (t - t0 < ns);
 }
 
-// A byte mover with an operator's traffic, the ceiling for its mix of reads and writes: up to
-// four inputs of na..nd 16-byte vectors are each read once and up to two outputs of ny, nz
-// vectors each written once (an unused buffer has a count of 0), n the largest count. A copy
-// reads one byte per byte written; SiLU-mul reads two, cross-entropy reads nearly only, and HBM
-// moves reads faster than writes, so such operators can outrun a copy of the same bytes. Each
-// thread takes MIX_UNROLL vectors a grid apart per step and issues all of their loads before it
-// uses any (the memory-level parallelism a row kernel has with its chunks in flight); the stored
-// vector depends on every load, so the compiler keeps them all. Launched as one wave of
-// resident blocks (see Session.op_byte_mover).
+// A byte mover with an operator's traffic, the ceiling for its mix of reads and writes (the
+// buffers and counts as in mix.cuh; n the largest count). A copy reads one byte per byte
+// written; SiLU-mul reads two, cross-entropy reads nearly only, and HBM moves reads faster than
+// writes, so such operators can outrun a copy of the same bytes. Each thread takes MIX_UNROLL
+// vectors a grid apart per step. Launched as one wave of resident blocks (Session._launch_mix).
+#include "mix.cuh"
 #define MIX_UNROLL 4
-
-__device__ __forceinline__ uint4 load_below(const uint4* p, long long np, long long i) {
-    return i < np ? p[i] : make_uint4(0u, 0u, 0u, 0u);
-}
-
-__device__ __forceinline__ uint4 xor4(uint4 p, uint4 q) {
-    return make_uint4(p.x ^ q.x, p.y ^ q.y, p.z ^ q.z, p.w ^ q.w);
-}
 
 extern "C" __global__ void judge_mix(const uint4* a, long long na, const uint4* b, long long nb,
                                      const uint4* c, long long nc, const uint4* d, long long nd,
                                      uint4* y, long long ny, uint4* z, long long nz, long long n) {
     long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += MIX_UNROLL * stride) {
-        uint4 ta[MIX_UNROLL], tb[MIX_UNROLL], tc[MIX_UNROLL], td[MIX_UNROLL];
-#pragma unroll
-        for (int u = 0; u < MIX_UNROLL; ++u) {
-            long long j = i + u * stride;
-            ta[u] = load_below(a, na, j);
-            tb[u] = load_below(b, nb, j);
-            tc[u] = load_below(c, nc, j);
-            td[u] = load_below(d, nd, j);
-        }
-#pragma unroll
-        for (int u = 0; u < MIX_UNROLL; ++u) {
-            long long j = i + u * stride;
-            uint4 v = xor4(xor4(ta[u], tb[u]), xor4(tc[u], td[u]));
-            v.x ^= (unsigned int)j;
-            if (j < ny) y[j] = v;
-            if (j < nz) z[j] = v;
-        }
-    }
+         i += MIX_UNROLL * stride)
+        mix_step<MIX_UNROLL>(a, na, b, nb, c, nc, d, nd, y, ny, z, nz, i, stride);
 }
