@@ -56,6 +56,10 @@
 # out one tile per block, as the row kernels and torch's elementwise kernels are (the
 # grid-stride movers reach only 93-98% of the copy ceiling at one or two reads per write):
 # `movers` times those layouts (bench/mover.py, bench/kernels/mover.cu) beside judge_mix.
+# 18:41-18:50: `movers` (one vector per thread, one tile per block, was fastest everywhere:
+# judge_mix now has that layout), then `clusters` (RMSNorm's row over a cluster of blocks:
+# 35-55% slower, bench/results/2026-12-03-h200-explore9/) and `mover` with the new judge_mix
+# (SiLU-mul's rows within 2% of it, so not flagged): bench/results/2026-12-03-h200-mover/.
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
@@ -227,15 +231,26 @@ mover)
         "$OUT/suite.txt" | tail -12
     ;;
 movers)
-    # ~1 min (not yet run): bench.drain with the byte movers of bench/mover.py beside the copy,
-    # torch's a + b and our kernels: judge_mix (the worker's, a grid-stride loop) and the tiled
-    # layouts (one tile per block), to find one that moves RMSNorm's and SiLU-mul's bytes as fast
-    # as the row kernels do, before it replaces judge_mix's layout in the worker
+    # ~35 s: bench.drain with the byte movers of bench/mover.py beside the copy, torch's a + b
+    # and our kernels: the worker's judge_mix (one vector per thread, one tile per block; the
+    # fastest in the first run of this stage, as tiled_v1, 18:41 UTC 2026-12-03) and the
+    # layouts it was chosen over
     timeout 300 python3 -m bench.drain --out "$OUT/movers" --plan bench/plans/suite-2026-12-03s.json \
         --ops silu_mul,rmsnorm,cross_entropy,relu2 --shapes 3 \
-        --baselines torch_compile,mover:judge_mix,mover:tiled_v1,mover:tiled_v2,mover:tiled_v4 \
+        --baselines torch_compile,mover:judge_mix,mover:tiled_v2,mover:tiled_v4,mover:gridstride_u4 \
         >"$OUT/movers.txt" 2>&1
     grep -v "^\[" "$OUT/movers.txt" | tail -60
+    ;;
+clusters)
+    # ~2.5 min: RMSNorm and add+RMSNorm with the row shared by a cluster of 256-thread blocks
+    # (2 at 4096 columns, 4 at 8192: one or two 16-byte vectors per thread, as judge_mix moves
+    # bytes fastest), beside the two best of plan s and torch.compile with max-autotune, in
+    # direct mode (plan u; every layout verified at the suite and held-out shapes first)
+    timeout 280 python3 -m bench.suite --direct --out "$OUT/clusters" \
+        --plan bench/plans/suite-2026-12-03u.json --ops rmsnorm,add_rmsnorm --shapes 3 \
+        --baselines torch_compile --max-autotune --budget-s 0.3 --deadline-s 250 \
+        >"$OUT/clusters.txt" 2>&1
+    grep -v "^\[\|warn\|^$" "$OUT/clusters.txt" | tail -50
     ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),

@@ -1,19 +1,18 @@
 """Byte movers as entrants of bench.direct: kernels that compute nothing and move a case's own
 bytes (each input read once, as many bytes written as its outputs), in several layouts.
 
-The worker's judge_mix (a grid-stride loop in one wave of resident blocks) is its in-run ceiling
-for an operator's mix of reads and writes, but on the H200 it moved RMSNorm's bytes at 93-94% of
-the copy ceiling and SiLU-mul's at 98%, below the row kernels themselves
-(bench/results/2026-12-03-h200-mover/). The tiled movers of bench/kernels/mover.cu take one tile
-per block and as many blocks as tiles, as the row kernels and torch's elementwise kernels are
-launched. Name them as baselines of bench.direct (`mover:judge_mix`, `mover:tiled_v1`,
-`mover:tiled_v2`, `mover:tiled_v4`), for instance in bench.drain:
+The worker's judge_mix (gpuworker/kernels/judge.cu) is its in-run ceiling for an operator's mix
+of reads and writes: one 16-byte vector per thread, one tile of 256 vectors per block, as many
+blocks as tiles. bench/kernels/mover.cu holds the layouts it was chosen over: two or four vectors
+per thread per tile (`tiled_v2`, `tiled_v4`), and its first layout, a grid-stride loop of four
+vectors per step in one wave of four resident blocks per SM (`gridstride_u4`), which moved
+RMSNorm's bytes at only 93-94% of the copy ceiling (bench/results/2026-12-03-h200-mover/). Name
+them as baselines of bench.direct (`mover:judge_mix`, `mover:tiled_v2`, ...), for instance in
+bench.drain:
 
     python3 -m bench.drain --out DIR --plan bench/plans/suite-2026-12-03s.json \\
         --ops silu_mul,rmsnorm,cross_entropy,relu2 --shapes 3 \\
-        --baselines torch_compile,mover:judge_mix,mover:tiled_v1,mover:tiled_v2,mover:tiled_v4
-
-The fastest layout that matches or beats the row kernels is the one for judge_mix.
+        --baselines torch_compile,mover:judge_mix,mover:tiled_v2,mover:tiled_v4,mover:gridstride_u4
 """
 
 from __future__ import annotations
@@ -23,21 +22,22 @@ from pathlib import Path
 from gpuworker import child
 
 KERNELS = Path(__file__).with_name("kernels")
-# variant -> (PTX file, entry, vectors per thread per block tile; 0: judge_mix's one-wave grid)
+# variant -> (PTX file, entry, vectors per thread per block tile; 0: one wave of resident blocks)
 VARIANTS = {
-    "judge_mix": (child.JUDGE_PTX, "judge_mix", 0),
-    "tiled_v1": (KERNELS / "mover.ptx", "mover_tiled_v1", 1),
+    "judge_mix": (child.JUDGE_PTX, "judge_mix", 1),
     "tiled_v2": (KERNELS / "mover.ptx", "mover_tiled_v2", 2),
     "tiled_v4": (KERNELS / "mover.ptx", "mover_tiled_v4", 4),
+    "gridstride_u4": (KERNELS / "mover.ptx", "mover_gridstride_u4", 0),
 }
+WAVE_BLOCKS_PER_SM = 4  # gridstride_u4: its 64 registers let four 256-thread blocks be resident
 _LOADED: dict = {}
 
 
 def grid_for(variant: str, n: int, sm_count: int) -> int:
-    """Blocks of 256 threads for n vectors: one per tile, or judge_mix's one wave."""
+    """Blocks of 256 threads for n vectors: one per tile, or one wave for the grid-stride loop."""
     per_thread = VARIANTS[variant][2]
     if per_thread == 0:
-        return child.mix_blocks(n, sm_count)
+        return max(1, min(sm_count * WAVE_BLOCKS_PER_SM, -(-n // (256 * 4))))
     return max(1, -(-n // (256 * per_thread)))
 
 

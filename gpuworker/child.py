@@ -38,8 +38,7 @@ HOLD_MAX_US = 20000.0
 HOLD_MARGIN = 0.7  # an enqueue longer than this share of its hold may leave the GPU idle
 MIX_INPUTS = 4  # the input buffers judge_mix takes
 MIX_OUTPUTS = 2  # and its output buffers
-MIX_UNROLL = 4  # vectors per thread per step (judge.cu)
-MIX_BLOCKS_PER_SM = 4  # of 256 threads: its 64 registers let four be resident on an SM
+MIX_TILE = 256  # judge_mix: one 16-byte vector per thread, one block of 256 threads per tile
 
 
 def mix_args(ins: list[tuple[int, int]], outs: list[tuple[int, int]]) -> list:
@@ -55,9 +54,9 @@ def mix_args(ins: list[tuple[int, int]], outs: list[tuple[int, int]]) -> list:
     return args + [np.int64(max([n16 for _, n16 in list(ins) + list(outs)] + [0]))]
 
 
-def mix_blocks(n: int, sm_count: int) -> int:
-    """judge_mix's grid for n vectors: one wave of resident blocks, fewer when n is small."""
-    return max(1, min(sm_count * MIX_BLOCKS_PER_SM, -(-n // (256 * MIX_UNROLL))))
+def mix_blocks(n: int) -> int:
+    """judge_mix's grid for n vectors: one block per tile of MIX_TILE vectors."""
+    return max(1, -(-n // MIX_TILE))
 
 
 class EntrantError(Exception):
@@ -337,12 +336,12 @@ class Session:
         launch(self.stream, LaunchConfig(grid=self._grid(n), block=256), kernel, *args)
 
     def _launch_mix(self, n: int, *args):
-        """judge_mix as one wave of resident blocks, each thread looping over the vectors."""
+        """judge_mix, one block of MIX_TILE threads per tile of as many vectors."""
         from cuda.core import LaunchConfig, launch
 
         launch(
             self.stream,
-            LaunchConfig(grid=mix_blocks(n, self.sm_count), block=256),
+            LaunchConfig(grid=mix_blocks(n), block=MIX_TILE),
             self.k_mix,
             *args,
         )

@@ -126,16 +126,18 @@ extern "C" __global__ void judge_hold(unsigned long long ns) {
 // A byte mover with an operator's traffic, the ceiling for its mix of reads and writes (the
 // buffers and counts as in mix.cuh; n the largest count). A copy reads one byte per byte
 // written; SiLU-mul reads two, cross-entropy reads nearly only, and HBM moves reads faster than
-// writes, so such operators can outrun a copy of the same bytes. Each thread takes MIX_UNROLL
-// vectors a grid apart per step. Launched as one wave of resident blocks (Session._launch_mix).
+// writes, so such operators can outrun a copy of the same bytes. One 16-byte vector per thread,
+// one tile of 256 vectors per block, as many blocks as tiles (Session._launch_mix): on the H200
+// this layout moved every suite operator's bytes fastest of those bench/mover.py times (a
+// grid-stride loop in one wave of resident blocks, with one or four vectors per step, reached
+// only 93-98% of the copy ceiling at one or two reads per write; two or four vectors per thread
+// per tile 97-99%; bench/results/2026-12-03-h200-mover/).
 #include "mix.cuh"
-#define MIX_UNROLL 4
 
 extern "C" __global__ void judge_mix(const uint4* a, long long na, const uint4* b, long long nb,
                                      const uint4* c, long long nc, const uint4* d, long long nd,
                                      uint4* y, long long ny, uint4* z, long long nz, long long n) {
-    long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += MIX_UNROLL * stride)
-        mix_step<MIX_UNROLL>(a, na, b, nb, c, nc, d, nd, y, ny, z, nz, i, stride);
+    // mix_step guards every load and store by its buffer's count, so no guard by n here
+    mix_step<1>(a, na, b, nb, c, nc, d, nd, y, ny, z, nz,
+                (long long)blockIdx.x * blockDim.x + threadIdx.x, blockDim.x);
 }

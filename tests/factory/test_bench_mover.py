@@ -22,17 +22,18 @@ def test_every_variant_names_an_entry_of_its_ptx_that_links_without_spills():
         assert params == ["u64"] * 13, variant  # judge_mix's arguments, so mix_args serves all
     rep = compile_ptx((mover.KERNELS / "mover.ptx").read_text(), "sm_90")
     assert rep.ok, rep.log
-    for v in (1, 2, 4):
-        line = rep.log.split(f"Function properties for 'mover_tiled_v{v}'")[1].splitlines()[1]
+    for entry in ("mover_tiled_v2", "mover_tiled_v4", "mover_gridstride_u4"):
+        line = rep.log.split(f"Function properties for '{entry}'")[1].splitlines()[1]
         assert "0 stack" in line and "0 bytes lmem" in line
 
 
-def test_tiled_movers_launch_one_block_per_tile_and_judge_mix_one_wave():
+def test_tiled_movers_launch_one_block_per_tile_and_the_grid_stride_one_wave():
     n = 16384 * 4096 * 2 // 16  # SiLU-mul 16384x4096: one bf16 tensor in 16-byte vectors
-    assert mover.grid_for("tiled_v1", n, 132) == n // 256
+    assert mover.grid_for("judge_mix", n, 132) == child.mix_blocks(n) == n // 256
     assert mover.grid_for("tiled_v4", n, 132) == n // 1024
     assert mover.grid_for("tiled_v4", n + 1, 132) == n // 1024 + 1  # a partial last tile
-    assert mover.grid_for("judge_mix", n, 132) == child.mix_blocks(n, 132) == 132 * 4
+    assert mover.grid_for("gridstride_u4", n, 132) == 132 * 4
+    assert mover.grid_for("gridstride_u4", 1024 * 3 + 1, 132) == 4  # fewer when n is small
 
 
 def test_mix_args_are_four_inputs_two_outputs_then_the_largest_count():
