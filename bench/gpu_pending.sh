@@ -60,6 +60,7 @@
 # judge_mix now has that layout), then `clusters` (RMSNorm's row over a cluster of blocks:
 # 35-55% slower, bench/results/2026-12-03-h200-explore9/) and `mover` with the new judge_mix
 # (SiLU-mul's rows within 2% of it, so not flagged): bench/results/2026-12-03-h200-mover/.
+# 19:15-19:29: suite run 16 (bench/results/2026-12-03-h200-suite13/) and `onevec` (-explore10/).
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
@@ -253,7 +254,7 @@ clusters)
     grep -v "^\[\|warn\|^$" "$OUT/clusters.txt" | tail -50
     ;;
 onevec)
-    # ~2 min: one or two 16-byte vectors per thread in 256- and 512-thread row blocks (as
+    # ~1 min (ran 19:28 UTC 2026-12-03, bench/results/2026-12-03-h200-explore10/): one or two 16-byte vectors per thread in 256- and 512-thread row blocks (as
     # judge_mix moves bytes fastest) for the near ties: RMSNorm and add+RMSNorm at 4096 columns,
     # softmax at 16384x8192, beside the two best of plan s, torch.compile with max-autotune and
     # Triton, in direct mode (plan v; every layout verified first)
