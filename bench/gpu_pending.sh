@@ -264,6 +264,12 @@ onevec)
         >"$OUT/onevec.txt" 2>&1
     grep -E "passed|failed|rejected" "$OUT/onevec.txt" | cut -c1-120 | tail -60
     ;;
+gap)
+    # ~30 s: why torch-launched baselines time 1.5-3.5 us slower through the worker than in
+    # direct mode (bench/probe_gap.py: the plain Triton softmax under each protocol, one
+    # difference changed at a time, the variants interleaved)
+    timeout 200 python3 -m bench.probe_gap --out "$OUT/gap" 2>&1 | grep -v "^\[" | tail -40
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
