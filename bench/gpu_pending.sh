@@ -60,7 +60,8 @@
 # judge_mix now has that layout), then `clusters` (RMSNorm's row over a cluster of blocks:
 # 35-55% slower, bench/results/2026-12-03-h200-explore9/) and `mover` with the new judge_mix
 # (SiLU-mul's rows within 2% of it, so not flagged): bench/results/2026-12-03-h200-mover/.
-# 19:15-19:29: suite run 16 (bench/results/2026-12-03-h200-suite13/) and `onevec` (-explore10/).
+# 19:15-19:29: suite run 16 (bench/results/2026-12-03-h200-suite13/) and `onevec` (-explore10/);
+# 19:34-19:37: `gap` three ways and twice beside a direct run (-gap/).
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
@@ -265,10 +266,10 @@ onevec)
     grep -E "passed|failed|rejected" "$OUT/onevec.txt" | cut -c1-120 | tail -60
     ;;
 gap)
-    # ~30 s: why torch-launched baselines time 1.5-3.5 us slower through the worker than in
+    # ~10 s (ran 19:34-19:37 UTC 2026-12-03, bench/results/2026-12-03-h200-gap/): why torch-launched baselines time 1.5-3.5 us slower through the worker than in
     # direct mode (bench/probe_gap.py: the plain Triton softmax under each protocol, one
     # difference changed at a time, the variants interleaved)
-    timeout 200 python3 -m bench.probe_gap --out "$OUT/gap" 2>&1 | grep -v "^\[" | tail -40
+    timeout 200 python3 -m bench.probe_gap --out "$OUT/gap" ${HOLDS:+--holds} ${ROUNDS:+--rounds} 2>&1 | grep -v "^\[" | tail -40
     ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),

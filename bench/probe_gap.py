@@ -37,7 +37,27 @@ VARIANTS = {
     # as the worker runs a torch baseline: the output buffer poisoned before the hold, the
     # fresh output copied into it after the end event
     "worker_poison_copy": ("worker_poison_copy", "cumemalloc", "fresh"),
+    # as bench.direct calls a torch baseline: the previous run's output is still referenced
+    # when the next is allocated, so two output blocks alternate
+    "direct_alternate": ("direct", "torch", "alternate"),
+    "worker_alternate": ("worker", "cumemalloc", "alternate"),
+    # inputs drawn as bench.direct draws them: uniform over the manifest's range
+    "direct_uniform": ("direct", "uniform", "fresh"),
+    "direct_uniform_alternate": ("direct", "uniform", "alternate"),
 }
+# --holds: the worker's protocol with the hold's length changed (0: none, the flush and the run
+# queued back to back), and with a busy hold (the 256 MB read flush repeated for that long
+# instead of a GPU-side sleep, so the memory system never idles before the timed run)
+HOLD_VARIANTS = {
+    "hold_0": ("worker_hold", 0.0),
+    "hold_100": ("worker_hold", 100.0),
+    "hold_300": ("worker_hold", 300.0),
+    "hold_600": ("worker_hold", 600.0),
+    "hold_2000": ("worker_hold", 2000.0),
+    "busy_600": ("worker_busy", 600.0),
+    "busy_2000": ("worker_busy", 2000.0),
+}
+FLUSH_US = 60.0  # one 256 MB read flush on the H200
 
 
 class _Value:
@@ -62,6 +82,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--hold-us", type=float, default=600.0)
+    ap.add_argument("--holds", action="store_true", help="the hold variants instead")
+    ap.add_argument(
+        "--rounds",
+        action="store_true",
+        help="as bench.direct queues a round: one sleep, then 6 runs back to back (flush, start, "
+        "run, end each); the first run of the round and the other five, kept apart",
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -82,19 +109,31 @@ def main(argv=None) -> int:
         x_cu = _view(torch, mem.ptr, (M, N))
         x_cu.copy_(torch.randn(M, N, device="cuda").to(torch.bfloat16))
         x_t = x_cu.clone()
+        x_u = (torch.rand(M, N, device="cuda") * 8.0 - 4.0).to(torch.bfloat16)
+        keep = {}
         y_pre = torch.empty((M, N), dtype=torch.bfloat16, device="cuda")
         out_mem = gpu.DeviceMemory(nbytes)
         out_view = _view(torch, out_mem.ptr, (M, N))
         block = triton.next_power_of_2(N)
-        samples = {name: [] for name in VARIANTS}
+        if args.rounds:
+            results += _rounds(torch, tk, flush_t, x_t, M, N, block, args.runs)
+            mem.free()
+            out_mem.free()
+            continue
+        variants = (
+            {k: (p, "cumemalloc", "fresh") for k, (p, _) in HOLD_VARIANTS.items()}
+            if args.holds
+            else VARIANTS
+        )
+        samples = {name: [] for name in variants}
         failed = {}
         # rounds interleave the variants, so that a drift of the card's speed over the run
         # moves them all alike
         for r in range(args.runs + 3):
-            for name, (proto, src, out) in VARIANTS.items():
+            for name, (proto, src, out) in variants.items():
                 if name in failed:
                     continue
-                x = x_cu if src == "cumemalloc" else x_t
+                x = {"cumemalloc": x_cu, "torch": x_t, "uniform": x_u}[src]
                 try:
                     us = _one_run(
                         torch,
@@ -102,7 +141,7 @@ def main(argv=None) -> int:
                         gpu,
                         tk,
                         flush_t,
-                        args.hold_us,
+                        HOLD_VARIANTS[name][1] if args.holds else args.hold_us,
                         proto,
                         out,
                         x,
@@ -113,6 +152,7 @@ def main(argv=None) -> int:
                         N,
                         block,
                         r,
+                        keep,
                     )
                 except Exception as e:  # noqa: BLE001 - one variant failing must not stop the rest
                     failed[name] = f"{type(e).__name__}: {e}"
@@ -145,12 +185,73 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     env = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     env.update(torch=torch.__version__, triton=triton.__version__)
-    (out / "probe_gap.json").write_text(json.dumps({"env": env, "rows": results}, indent=1))
+    name = "probe_holds.json" if args.holds else "probe_gap.json"
+    name = "probe_rounds.json" if args.rounds else name
+    (out / name).write_text(json.dumps({"env": env, "rows": results}, indent=1))
     return 0
 
 
+def _rounds(torch, tk, flush_t, x, M, N, block, runs) -> list[dict]:
+    """bench.direct's queueing: per round one GPU sleep, then six runs back to back."""
+    warps = tk.num_warps(block)
+    per_round = 6
+    ev = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(per_round)
+    ]
+    first, rest = [], []
+    for r in range(runs // 3 + 2):
+        torch.cuda._sleep(2_000_000)
+        for i in range(per_round):
+            flush_t.sum(dtype=torch.int32)
+            ev[i][0].record()
+            y = torch.empty_like(x)
+            tk.softmax_row[(M,)](x, y, N, BLOCK=block, num_warps=warps)
+            ev[i][1].record()
+        torch.cuda.synchronize()
+        if r < 2:
+            continue
+        us = [a.elapsed_time(b) * 1e3 for a, b in ev]
+        first.append(us[0])
+        rest += us[1:]
+    out = []
+    for name, got in (("round_first", first), ("round_rest", rest)):
+        a = np.array(got)
+        row = {
+            "shape": f"{M}x{N}",
+            "variant": name,
+            "median_us": float(np.median(a)),
+            "p20_us": float(np.percentile(a, 20)),
+            "p80_us": float(np.percentile(a, 80)),
+            "samples_us": got,
+        }
+        print(
+            f"{row['shape']:>11} {name:<26} {row['median_us']:7.1f} "
+            f"({row['p20_us']:.1f}-{row['p80_us']:.1f}) n={len(got)}",
+            flush=True,
+        )
+        out.append(row)
+    return out
+
+
 def _one_run(
-    torch, s, gpu, tk, flush_t, hold_us, proto, out, x, y_pre, out_mem, out_view, M, N, block, r
+    torch,
+    s,
+    gpu,
+    tk,
+    flush_t,
+    hold_us,
+    proto,
+    out,
+    x,
+    y_pre,
+    out_mem,
+    out_view,
+    M,
+    N,
+    block,
+    r,
+    keep=None,
 ) -> float:
     """One timed run of the Triton softmax under `proto`; its time in microseconds."""
     warps = tk.num_warps(block)
@@ -158,12 +259,18 @@ def _one_run(
     def fn():
         y = y_pre if out == "prealloc" else torch.empty_like(x)
         tk.softmax_row[(M,)](x, y, N, BLOCK=block, num_warps=warps)
+        if out == "alternate":
+            keep[proto] = y  # held until the next run's output is allocated
         return y
 
     if proto.startswith("worker"):
         if proto == "worker_poison_copy":
             gpu.memset8(out_mem.ptr, 0xFF, M * N * 2, s.stream)
-        s.hold(hold_us)
+        if proto == "worker_busy":
+            for _ in range(max(1, round(hold_us / FLUSH_US))):
+                s.flush_l2("read", r)
+        elif hold_us > 0:
+            s.hold(hold_us)
         if proto == "worker_torch_flush":
             flush_t.sum(dtype=torch.int32)
         else:
