@@ -58,7 +58,7 @@
 # `movers` times those layouts (bench/mover.py, bench/kernels/mover.cu) beside judge_mix.
 # 18:41-18:50: `movers` (one vector per thread, one tile per block, was fastest everywhere:
 # judge_mix now has that layout), then `clusters` (RMSNorm's row over a cluster of blocks:
-# 35-55% slower, bench/results/2026-12-03-h200-explore9/) and `mover` with the new judge_mix
+# 1.4-2.2x the time, bench/results/2026-12-03-h200-explore9/) and `mover` with the new judge_mix
 # (SiLU-mul's rows within 2% of it, so not flagged): bench/results/2026-12-03-h200-mover/.
 # 19:15-19:29: suite run 16 (bench/results/2026-12-03-h200-suite13/) and `onevec` (-explore10/);
 # 19:34-19:37: `gap` three ways and twice beside a direct run (-gap/).
