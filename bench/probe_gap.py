@@ -21,6 +21,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -64,7 +65,9 @@ class _Value:
     value = 0.0
 
 
-def _view(torch, ptr: int, shape, nbytes_per: int = 2):
+def _view(torch, ptr: int, shape):
+    """A bf16 torch tensor over memory we allocated, as the worker views its buffers."""
+
     class _Cai:
         __cuda_array_interface__ = {
             "shape": tuple(shape),
@@ -75,6 +78,25 @@ def _view(torch, ptr: int, shape, nbytes_per: int = 2):
         }
 
     return torch.as_tensor(_Cai(), device="cuda").view(torch.bfloat16)
+
+
+def summary_row(shape: str, variant: str, samples_us: list[float]) -> dict:
+    """Median and p20/p80 of one variant's timed runs, printed as one line."""
+    a = np.array(samples_us)
+    row = {
+        "shape": shape,
+        "variant": variant,
+        "median_us": float(np.median(a)),
+        "p20_us": float(np.percentile(a, 20)),
+        "p80_us": float(np.percentile(a, 80)),
+        "samples_us": list(samples_us),
+    }
+    print(
+        f"{shape:>11} {variant:<26} {row['median_us']:7.1f} "
+        f"({row['p20_us']:.1f}-{row['p80_us']:.1f}) n={len(samples_us)}",
+        flush=True,
+    )
+    return row
 
 
 def main(argv=None) -> int:
@@ -99,188 +121,134 @@ def main(argv=None) -> int:
     from gpuworker.child import Session
 
     s = Session(_Value(), _Value())
-    ext = torch.cuda.ExternalStream(gpu.stream_handle(s.stream))
-    torch.cuda.set_stream(ext)
+    torch.cuda.set_stream(torch.cuda.ExternalStream(gpu.stream_handle(s.stream)))
     flush_t = torch.ones((256 << 20) // 4, dtype=torch.int32, device="cuda")
+    if args.holds:
+        variants = {k: (p, "cumemalloc", "fresh", us) for k, (p, us) in HOLD_VARIANTS.items()}
+    else:
+        variants = {k: v + (args.hold_us,) for k, v in VARIANTS.items()}
     results = []
     for M, N in ((16384, 4096), (16384, 8192), (32768, 4096)):
-        nbytes = M * N * 2
-        mem = gpu.DeviceMemory(nbytes)
+        shape = f"{M}x{N}"
+        mem, out_mem = gpu.DeviceMemory(M * N * 2), gpu.DeviceMemory(M * N * 2)
         x_cu = _view(torch, mem.ptr, (M, N))
         x_cu.copy_(torch.randn(M, N, device="cuda").to(torch.bfloat16))
-        x_t = x_cu.clone()
-        x_u = (torch.rand(M, N, device="cuda") * 8.0 - 4.0).to(torch.bfloat16)
-        keep = {}
-        y_pre = torch.empty((M, N), dtype=torch.bfloat16, device="cuda")
-        out_mem = gpu.DeviceMemory(nbytes)
-        out_view = _view(torch, out_mem.ptr, (M, N))
-        block = triton.next_power_of_2(N)
-        if args.rounds:
-            results += _rounds(torch, tk, flush_t, x_t, M, N, block, args.runs)
-            mem.free()
-            out_mem.free()
-            continue
-        variants = (
-            {k: (p, "cumemalloc", "fresh") for k, (p, _) in HOLD_VARIANTS.items()}
-            if args.holds
-            else VARIANTS
+        ctx = SimpleNamespace(
+            torch=torch,
+            s=s,
+            gpu=gpu,
+            tk=tk,
+            flush_t=flush_t,
+            M=M,
+            N=N,
+            block=triton.next_power_of_2(N),
+            inputs={
+                "cumemalloc": x_cu,
+                "torch": x_cu.clone(),
+                "uniform": (torch.rand(M, N, device="cuda") * 8.0 - 4.0).to(torch.bfloat16),
+            },
+            y_pre=torch.empty((M, N), dtype=torch.bfloat16, device="cuda"),
+            out_mem=out_mem,
+            out_view=_view(torch, out_mem.ptr, (M, N)),
+            keep={},
         )
-        samples = {name: [] for name in variants}
-        failed = {}
-        # rounds interleave the variants, so that a drift of the card's speed over the run
-        # moves them all alike
-        for r in range(args.runs + 3):
-            for name, (proto, src, out) in variants.items():
-                if name in failed:
-                    continue
-                x = {"cumemalloc": x_cu, "torch": x_t, "uniform": x_u}[src]
-                try:
-                    us = _one_run(
-                        torch,
-                        s,
-                        gpu,
-                        tk,
-                        flush_t,
-                        HOLD_VARIANTS[name][1] if args.holds else args.hold_us,
-                        proto,
-                        out,
-                        x,
-                        y_pre,
-                        out_mem,
-                        out_view,
-                        M,
-                        N,
-                        block,
-                        r,
-                        keep,
-                    )
-                except Exception as e:  # noqa: BLE001 - one variant failing must not stop the rest
-                    failed[name] = f"{type(e).__name__}: {e}"
-                    print(f"{M}x{N} {name}: {failed[name]}", flush=True)
-                    continue
-                if r >= 3:
-                    samples[name].append(us)
-        for name, got in samples.items():
-            if name in failed or not got:
-                results.append({"shape": f"{M}x{N}", "variant": name, "error": failed.get(name)})
-                continue
-            a_ = np.array(got)
-            row = {
-                "shape": f"{M}x{N}",
-                "variant": name,
-                "median_us": float(np.median(a_)),
-                "p20_us": float(np.percentile(a_, 20)),
-                "p80_us": float(np.percentile(a_, 80)),
-                "samples_us": got,
-            }
-            results.append(row)
-            print(
-                f"{row['shape']:>11} {name:<26} {row['median_us']:7.1f} "
-                f"({row['p20_us']:.1f}-{row['p80_us']:.1f})",
-                flush=True,
-            )
+        if args.rounds:
+            first, rest = _rounds(ctx, args.runs)
+            results += [summary_row(shape, "round_first", first)]
+            results += [summary_row(shape, "round_rest", rest)]
+        else:
+            results += _interleaved(ctx, shape, variants, args.runs)
         out_mem.free()
         mem.free()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     env.update(torch=torch.__version__, triton=triton.__version__)
-    name = "probe_holds.json" if args.holds else "probe_gap.json"
-    name = "probe_rounds.json" if args.rounds else name
-    (out / name).write_text(json.dumps({"env": env, "rows": results}, indent=1))
+    name = "probe_rounds" if args.rounds else "probe_holds" if args.holds else "probe_gap"
+    (out / f"{name}.json").write_text(json.dumps({"env": env, "rows": results}, indent=1))
     return 0
 
 
-def _rounds(torch, tk, flush_t, x, M, N, block, runs) -> list[dict]:
+def _interleaved(ctx, shape: str, variants: dict, runs: int) -> list[dict]:
+    """Every variant once per round, so that a drift of the card's speed over the run moves
+    them all alike; three warm-up rounds."""
+    samples = {name: [] for name in variants}
+    failed = {}
+    for r in range(runs + 3):
+        for name, (proto, src, out, hold_us) in variants.items():
+            if name in failed:
+                continue
+            try:
+                us = _one_run(ctx, proto, src, out, hold_us, r)
+            except Exception as e:  # noqa: BLE001 - one variant failing must not stop the rest
+                failed[name] = f"{type(e).__name__}: {e}"
+                print(f"{shape} {name}: {failed[name]}", flush=True)
+                continue
+            if r >= 3:
+                samples[name].append(us)
+    return [
+        summary_row(shape, name, got)
+        if got and name not in failed
+        else {"shape": shape, "variant": name, "error": failed.get(name)}
+        for name, got in samples.items()
+    ]
+
+
+def _softmax(ctx, x, out: str, key: str):
+    """The suite's plain Triton softmax of x into a fresh, preallocated or alternating output."""
+    y = ctx.y_pre if out == "prealloc" else ctx.torch.empty_like(x)
+    ctx.tk.softmax_row[(ctx.M,)](
+        x, y, ctx.N, BLOCK=ctx.block, num_warps=ctx.tk.num_warps(ctx.block)
+    )
+    if out == "alternate":
+        ctx.keep[key] = y  # held until the next run's output is allocated
+    return y
+
+
+def _rounds(ctx, runs: int) -> tuple[list[float], list[float]]:
     """bench.direct's queueing: per round one GPU sleep, then six runs back to back."""
-    warps = tk.num_warps(block)
-    per_round = 6
+    torch, x = ctx.torch, ctx.inputs["torch"]
     ev = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-        for _ in range(per_round)
+        for _ in range(6)
     ]
     first, rest = [], []
     for r in range(runs // 3 + 2):
         torch.cuda._sleep(2_000_000)
-        for i in range(per_round):
-            flush_t.sum(dtype=torch.int32)
-            ev[i][0].record()
-            y = torch.empty_like(x)
-            tk.softmax_row[(M,)](x, y, N, BLOCK=block, num_warps=warps)
-            ev[i][1].record()
+        for start, end in ev:
+            ctx.flush_t.sum(dtype=torch.int32)
+            start.record()
+            _softmax(ctx, x, "fresh", "rounds")
+            end.record()
         torch.cuda.synchronize()
-        if r < 2:
-            continue
-        us = [a.elapsed_time(b) * 1e3 for a, b in ev]
-        first.append(us[0])
-        rest += us[1:]
-    out = []
-    for name, got in (("round_first", first), ("round_rest", rest)):
-        a = np.array(got)
-        row = {
-            "shape": f"{M}x{N}",
-            "variant": name,
-            "median_us": float(np.median(a)),
-            "p20_us": float(np.percentile(a, 20)),
-            "p80_us": float(np.percentile(a, 80)),
-            "samples_us": got,
-        }
-        print(
-            f"{row['shape']:>11} {name:<26} {row['median_us']:7.1f} "
-            f"({row['p20_us']:.1f}-{row['p80_us']:.1f}) n={len(got)}",
-            flush=True,
-        )
-        out.append(row)
-    return out
+        if r >= 2:  # two warm-up rounds
+            us = [a.elapsed_time(b) * 1e3 for a, b in ev]
+            first.append(us[0])
+            rest += us[1:]
+    return first, rest
 
 
-def _one_run(
-    torch,
-    s,
-    gpu,
-    tk,
-    flush_t,
-    hold_us,
-    proto,
-    out,
-    x,
-    y_pre,
-    out_mem,
-    out_view,
-    M,
-    N,
-    block,
-    r,
-    keep=None,
-) -> float:
+def _one_run(ctx, proto: str, src: str, out: str, hold_us: float, r: int) -> float:
     """One timed run of the Triton softmax under `proto`; its time in microseconds."""
-    warps = tk.num_warps(block)
-
-    def fn():
-        y = y_pre if out == "prealloc" else torch.empty_like(x)
-        tk.softmax_row[(M,)](x, y, N, BLOCK=block, num_warps=warps)
-        if out == "alternate":
-            keep[proto] = y  # held until the next run's output is allocated
-        return y
-
+    torch, s, x = ctx.torch, ctx.s, ctx.inputs[src]
     if proto.startswith("worker"):
         if proto == "worker_poison_copy":
-            gpu.memset8(out_mem.ptr, 0xFF, M * N * 2, s.stream)
+            ctx.gpu.memset8(ctx.out_mem.ptr, 0xFF, ctx.M * ctx.N * 2, s.stream)
         if proto == "worker_busy":
             for _ in range(max(1, round(hold_us / FLUSH_US))):
                 s.flush_l2("read", r)
         elif hold_us > 0:
             s.hold(hold_us)
         if proto == "worker_torch_flush":
-            flush_t.sum(dtype=torch.int32)
+            ctx.flush_t.sum(dtype=torch.int32)
         else:
             s.flush_l2("read", r)
         s.events.record_start(0, s.stream)
-        y = fn()
+        y = _softmax(ctx, x, out, proto)
         s.events.record_end(0, s.stream)
         if proto == "worker_poison_copy":
-            out_view.copy_(y)
-        gpu.sync(s.stream, "probe")
+            ctx.out_view.copy_(y)
+        ctx.gpu.sync(s.stream, "probe")
         return s.events.elapsed_us(0)
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
@@ -288,9 +256,9 @@ def _one_run(
     if proto == "direct_judge_flush":
         s.flush_l2("read", r)
     else:
-        flush_t.sum(dtype=torch.int32)
+        ctx.flush_t.sum(dtype=torch.int32)
     start.record()
-    fn()
+    _softmax(ctx, x, out, proto)
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) * 1e3
