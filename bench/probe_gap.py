@@ -121,7 +121,8 @@ def main(argv=None) -> int:
     from gpuworker.child import Session
 
     s = Session(_Value(), _Value())
-    torch.cuda.set_stream(torch.cuda.ExternalStream(gpu.stream_handle(s.stream)))
+    ext = torch.cuda.ExternalStream(gpu.stream_handle(s.stream))  # kept for the whole run
+    torch.cuda.set_stream(ext)
     flush_t = torch.ones((256 << 20) // 4, dtype=torch.int32, device="cuda")
     if args.holds:
         variants = {k: (p, "cumemalloc", "fresh", us) for k, (p, us) in HOLD_VARIANTS.items()}
