@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 
 from bench.plotly_js import plotly_src
 from factory.schedules import TAG_LEGEND, Schedule, default_schedule, is_valid
+from gpuworker import plausibility
 
 OPS = ("softmax", "cross_entropy", "rmsnorm", "layernorm", "add_rmsnorm", "silu_mul", "gelu_tanh")
 # The suite shapes are the catalogue manifests' own `shapes` (bf16 16384x4096, 16384x8192,
@@ -384,12 +385,8 @@ def rows_from(raw: dict) -> list[dict]:
     baseline, with bandwidth, the fraction of the copy ceiling and speedups."""
     name = raw["suite"]["op"]
     ceiling = raw.get("copy_ceiling_tbps")
-    mover = raw.get("byte_mover")  # the worker's judge_mix at each shape (runs 16 on)
-    movers = (
-        {_dims_key(m["dims"]): m["tbps"] for m in mover if m.get("tbps")}
-        if isinstance(mover, list)
-        else {}
-    )
+    mover = raw.get("byte_mover")  # the worker's judge_mix at each shape (from mover run 1 on)
+    movers = plausibility.movers_by_shape(mover if isinstance(mover, list) else [])
     shapes = []
     for rec in raw.get("candidates", []) + raw.get("baselines", []):
         for t in rec.get("timing", []):
@@ -431,7 +428,7 @@ def rows_from(raw: dict) -> list[dict]:
                     "tbps": tbps,
                     "copy_ceiling_tbps": ceiling,
                     "fraction_of_ceiling": (tbps / ceiling) if (tbps and ceiling) else None,
-                    "byte_mover_tbps": movers.get(_dims_key(dims)),
+                    "byte_mover_tbps": plausibility.mover_at(movers, dims),
                     "speedup_vs_best_baseline": (best_base / t["median_us"]) if best_base else None,
                     "speedup_vs_torch_compile": (compiled[0] / t["median_us"])
                     if compiled
@@ -458,15 +455,14 @@ def summary_lines(rows: list[dict]) -> list[str]:
         "| speedup | vs torch.compile |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    from gpuworker.plausibility import COPY_CEILING_MARGIN
+    margin = plausibility.COPY_CEILING_MARGIN  # the worker's, so both say the same
 
     def over(frac) -> bool:
-        return (frac or 0) > COPY_CEILING_MARGIN
+        return (frac or 0) > margin
 
     def at_mover(r) -> bool:
-        """Within the margin of the byte mover of the same bytes (the worker flags it not)."""
-        mover = r.get("byte_mover_tbps")
-        return bool(mover) and r["tbps"] <= mover * COPY_CEILING_MARGIN
+        """Explained by the byte mover of the same bytes, as the worker judges it (no flag)."""
+        return plausibility.within_mover(r["tbps"], r.get("byte_mover_tbps"))
 
     def mark(r) -> str:
         if not over(r.get("fraction_of_ceiling")):
@@ -536,12 +532,12 @@ def summary_lines(rows: list[dict]) -> list[str]:
         f"({'met' if geo >= GEOMEAN_TARGET else 'not met'}, target {GEOMEAN_TARGET}x); "
         f"at most {geo_bound:.3f}x against this run's torch.compile times, with every case "
         f"at the copy ceiling (or at our time, where that is faster)",
-        f"- above the copy ceiling by more than {COPY_CEILING_MARGIN - 1:.0%}, within "
-        f"{COPY_CEILING_MARGIN - 1:.0%} of the worker's byte mover of the same bytes (+: that "
+        f"- above the copy ceiling by more than {margin - 1:.0%}, within "
+        f"{margin - 1:.0%} of the worker's byte mover of the same bytes (+: that "
         "mix of reads and writes, with nothing computed, moves as fast, so the worker does "
         "not flag it; reads outrun writes on HBM, bench/results/2026-12-03-h200-readonly/): "
         + ("; ".join(mixed) if mixed else "none"),
-        f"- above the copy ceiling by more than {COPY_CEILING_MARGIN - 1:.0%} (flagged*: a "
+        f"- above the copy ceiling by more than {margin - 1:.0%} (flagged*: a "
         "measurement bug until explained; the byte mover's rate where the run measured it): "
         + ("; ".join(above) if above else "none"),
     ]

@@ -458,6 +458,22 @@ class Session:
             self.shapes[spec["index"]] = ShapeData(spec, self.stream)
         return {"shapes": len(self.shapes)}
 
+    def _time_ceiling(self, mode: str, run) -> list[float]:
+        """The ceilings' protocol (the copy's and the byte mover's): 13 runs, each queued behind
+        a hold and an L2 flush in the entrants' mode, so that a ceiling is timed as the
+        entrants are; the first three are warm-up. Microseconds of the other ten."""
+        samples = []
+        for i in range(13):
+            self.hold(HOLD_START_US)
+            self.flush_l2(mode, i)
+            self.events.record_start(0, self.stream)
+            run()
+            self.events.record_end(0, self.stream)
+            gpu.sync(self.stream)
+            if i >= 3:
+                samples.append(self.events.elapsed_us(0))
+        return samples
+
     def op_copy_ceiling(self, msg):
         nbytes = int(msg.get("nbytes", 2 << 30))
         mode = self.flush_mode(msg)
@@ -465,16 +481,9 @@ class Session:
         src, dst = gpu.DeviceMemory(nbytes), gpu.DeviceMemory(nbytes)
         try:
             gpu.memset8(src.ptr, 0x3C, nbytes, self.stream)
-            samples = []
-            for i in range(13):
-                self.hold(HOLD_START_US)
-                self.flush_l2(mode, i)  # the entrants' protocol: the ceiling must match it
-                self.events.record_start(0, self.stream)
-                gpu.copy_d2d(dst.ptr, src.ptr, nbytes, self.stream)
-                self.events.record_end(0, self.stream)
-                gpu.sync(self.stream)
-                if i >= 3:
-                    samples.append(self.events.elapsed_us(0))
+            samples = self._time_ceiling(
+                mode, lambda: gpu.copy_d2d(dst.ptr, src.ptr, nbytes, self.stream)
+            )
         finally:
             src.free()
             dst.free()
@@ -514,16 +523,7 @@ class Session:
             try:
                 args = mix_args(ins, [(m.ptr, n16) for m, n16 in zip(scratch, outs, strict=True)])
                 n = int(args[-1])
-                samples = []
-                for i in range(13):
-                    self.hold(HOLD_START_US)
-                    self.flush_l2(mode, i)
-                    self.events.record_start(0, self.stream)
-                    self._launch_mix(n, *args)
-                    self.events.record_end(0, self.stream)
-                    gpu.sync(self.stream)
-                    if i >= 3:
-                        samples.append(self.events.elapsed_us(0))
+                samples = self._time_ceiling(mode, lambda n=n, a=args: self._launch_mix(n, *a))
             finally:
                 for m in scratch:
                     m.free()

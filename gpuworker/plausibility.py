@@ -11,7 +11,7 @@ cross-entropy nearly only reads) can outrun a copy. The worker also times a byte
 each benchmarked shape's own inputs and outputs (judge_mix: every input byte read once, as many
 bytes written as the outputs, nothing computed). A rate above the copy ceiling but within the
 mover's at that shape is that mix, not a timing error; a rate above both is flagged. (A mover
-slower than the copy, as judge_mix still is at one or two reads per write, explains nothing.)
+slower than the copy explains nothing, and the flag does not name it.)
 """
 
 from __future__ import annotations
@@ -54,6 +54,16 @@ def movers_by_shape(shapes: list[dict]) -> dict[tuple, float]:
     return {_key(m["dims"]): m["tbps"] for m in shapes if m.get("tbps")}
 
 
+def mover_at(movers: dict | None, dims: dict) -> float | None:
+    """The byte mover's TB/s at these dims (movers: movers_by_shape), or None."""
+    return (movers or {}).get(_key(dims))
+
+
+def within_mover(tbps: float, mover: float | None) -> bool:
+    """Whether a rate is explained by the byte mover of the same bytes: within the margin."""
+    return bool(mover) and tbps <= mover * COPY_CEILING_MARGIN
+
+
 def flags_for(
     timing: list[dict],
     copy_ceiling_tbps: float | None,
@@ -64,12 +74,12 @@ def flags_for(
     flags = []
     for t in timing:
         shape = "x".join(f"{k}={v}" for k, v in t["dims"].items())
-        mover = (movers or {}).get(_key(t["dims"]))
+        mover = mover_at(movers, t["dims"])
         if (
             copy_ceiling_tbps
             and t.get("tbps")
             and t["tbps"] > copy_ceiling_tbps * COPY_CEILING_MARGIN
-            and not (mover and t["tbps"] <= mover * COPY_CEILING_MARGIN)
+            and not within_mover(t["tbps"], mover)
         ):
             flags.append(
                 f"above_copy_ceiling: {t['tbps']:.2f} TB/s > copy {copy_ceiling_tbps:.2f} TB/s "

@@ -136,3 +136,19 @@ def test_the_mover_launches_one_block_per_tile_of_256_vectors():
     assert child.mix_blocks(16384 * 4096 // 8) == 16384 * 4096 // 8 // 256
     assert child.mix_blocks(256 * 5 + 1) == 6  # a partial last tile gets its block
     assert child.mix_blocks(0) == 1
+
+
+def test_the_copy_ceiling_is_timed_under_the_same_protocol_as_the_mover(session, monkeypatch):
+    # Both ceilings share Session._time_ceiling: hold, flush in the entrants' mode, events, 13
+    # runs of which the last ten count.
+    monkeypatch.setattr(gpu, "memset8", lambda *a: session.calls.append(("memset",)))
+    monkeypatch.setattr(gpu, "copy_d2d", lambda d, s, n, st: session.calls.append(("copy", n)))
+    session.events = _Events([500.0, 400.0, 300.0] + [100.0 + k for k in range(10)])
+    reply = session.op_copy_ceiling({"nbytes": 1 << 20, "l2_flush": "write"})
+    copies = [c for c in session.calls if c[0] == "copy"]
+    assert len(copies) == 13 and all(c[1] == 1 << 20 for c in copies)
+    assert [c[0] for c in session.calls[:4]] == ["memset", "hold", "flush", "copy"]
+    assert all(c[1] == "write" for c in session.calls if c[0] == "flush")
+    assert reply["median_us"] == 104.5 and len(reply["samples_us"]) == 10
+    assert reply["tbps"] == pytest.approx(2 * (1 << 20) / 104.5e-6 / 1e12)
+    assert all(m.freed for m in session.scratch)  # src and dst are freed
