@@ -247,6 +247,17 @@ def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 
             records.append(rec | {"config": cfg})
             entrants[name] = (run, records[-1], None)
             continue
+        if name.startswith("bulk:"):  # an experiment: rows loaded by the bulk-copy engine
+            from bench.bulkrows import NotThisShape, bulk_entrant
+
+            try:
+                run, cfg, box = bulk_entrant(bench, name, w.name, inputs)
+            except NotThisShape as e:
+                records.append(rec | {"status": "unavailable", "reason": str(e)})
+                continue
+            records.append(rec | {"config": cfg})
+            entrants[name] = (run, records[-1], box)
+            continue
         if name == "flush":  # nothing: with Bench.drain, the second flush's own time
             records.append(rec | {"config": {"runs": "nothing"}})
             entrants[name] = (lambda: None, records[-1], None)

@@ -271,6 +271,28 @@ gap)
     # difference changed at a time, the variants interleaved)
     timeout 200 python3 -m bench.probe_gap --out "$OUT/gap" ${HOLDS:+--holds} ${ROUNDS:+--rounds} 2>&1 | grep -v "^\[" | tail -40
     ;;
+bulk)
+    # ~3 min: the GPU worker's tests (the copy ceiling and byte mover sharing one timing loop,
+    # 3d98ae2, first run here), then RMSNorm and softmax rows loaded by the bulk-copy engine
+    # (bench/bulkrows.py, bench/kernels/bulkrows.cu: a persistent block keeps 2-4 rows in flight
+    # in shared memory) beside plan s's best, torch.compile, max-autotune and Triton, in direct
+    # mode; every entrant verified against the float64 reference before and after timing
+    timeout 200 python3 -m pytest tests/gpuworker/test_worker_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -rs --durations=5 >"$OUT/pytest_worker.txt" 2>&1
+    tail -3 "$OUT/pytest_worker.txt"
+    B=bulk:rms_t256k4s2r@4,bulk:rms_t256k4s2b@4,bulk:rms_t256k4s3r@4,bulk:rms_t256k4s3b@4
+    B=$B,bulk:rms_t256k4s4r@3,bulk:rms_t256k4s4b@3,bulk:rms_t256k4s3r@2,bulk:rms_t256k4s4r@2
+    B=$B,bulk:rms_t128k4s2r@8,bulk:rms_t128k4s2b@8,bulk:rms_t128k4s4r@6,bulk:rms_t128k4s4b@6
+    B=$B,bulk:rms_t256k2s2r@6,bulk:rms_t256k2s2b@6,bulk:rms_t256k2s4r@6,bulk:rms_t256k2s4b@6
+    B=$B,bulk:softmax_t256k4s2r@5,bulk:softmax_t256k4s2b@5,bulk:softmax_t256k4s3r@4
+    B=$B,bulk:softmax_t256k4s3b@4,bulk:softmax_t128k4s2r@8,bulk:softmax_t128k4s2b@8
+    B=$B,bulk:softmax_t128k4s4r@6,bulk:softmax_t128k4s4b@6
+    timeout 300 python3 -m bench.suite --direct --out "$OUT/bulk" \
+        --plan bench/plans/suite-2026-12-03s.json --ops "${OPS:-rmsnorm,softmax}" --shapes 3 \
+        --baselines "torch_compile,triton,$B" --max-autotune --budget-s 0.3 --deadline-s 280 \
+        >"$OUT/bulk.txt" 2>&1
+    grep -E "passed|failed|rejected|crashed|unavailable|Error" "$OUT/bulk.txt" | cut -c1-140 | tail -70
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -287,7 +309,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|ties" >&2
     exit 2
     ;;
 esac

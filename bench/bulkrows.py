@@ -1,0 +1,89 @@
+"""Row kernels fed by the bulk-copy engine (bench/kernels/bulkrows.cu) as entrants of bench.direct.
+
+An experiment beside the generator: a persistent block keeps S rows in flight in shared memory,
+loaded by cp.async.bulk, instead of every thread loading its part of the row with ld.global.
+Name them as baselines, `bulk:<kernel>@<blocks per SM>`, for instance
+
+    python3 -m bench.suite --direct --out DIR --plan bench/plans/suite-2026-12-03s.json \\
+        --ops rmsnorm --shapes 3 --baselines torch_compile,bulk:rms_t256k4s3r@4
+
+Each is verified against the float64 reference like any baseline (outputs of its own, poisoned
+first); a kernel whose row length (threads x vectors x 8) is not the case's N is unavailable.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+PTX = Path(__file__).with_name("kernels") / "bulkrows.ptx"
+_NAME = re.compile(r"^bulk:(rms|softmax)_t(\d+)k(\d+)s(\d+)([rb])@(\d+)$")
+_LOADED: dict = {}
+OPS = {"rmsnorm": "rms", "softmax": "softmax"}  # workload name -> kernel family
+
+
+class NotThisShape(ValueError):
+    """The kernel's row length is fixed at compile time and differs from the case's."""
+
+
+def parse(name: str) -> dict:
+    """`bulk:rms_t256k4s3r@4` -> op, threads, vectors per thread, stages, store, blocks per SM."""
+    m = _NAME.match(name)
+    if not m:
+        raise ValueError(
+            f"not a bulk-row kernel name: {name!r} (bulk:<rms|softmax>_t<T>k<K>s<S><r|b>@<blocks>)"
+        )
+    op, t, k, s, store, per_sm = m.groups()
+    return {
+        "op": op,
+        "entry": f"bulk_{op}_t{t}k{k}s{s}{store}",
+        "threads": int(t),
+        "vectors": int(k),
+        "stages": int(s),
+        "bulk_store": store == "b",
+        "blocks_per_sm": int(per_sm),
+    }
+
+
+def launch_shape(spec: dict, m: int, n: int, sm_count: int) -> tuple[int, int]:
+    """(grid, dynamic shared memory bytes) for M rows of N bf16: one persistent wave."""
+    if n != spec["threads"] * spec["vectors"] * 8:
+        raise NotThisShape(
+            f"{spec['entry']} holds rows of {spec['threads'] * spec['vectors'] * 8}, not {n}"
+        )
+    return min(m, sm_count * spec["blocks_per_sm"]), spec["stages"] * n * 2
+
+
+def bulk_entrant(bench, name: str, workload: str, inputs: dict):
+    """(run, config, box): box["out"] holds the outputs of the last run, by output name."""
+    from cuda.core import Device, LaunchConfig, ObjectCode, launch
+
+    from gpuworker import gpu
+
+    spec = parse(name)
+    op = OPS.get(workload)
+    if spec["op"] != op:
+        raise NotThisShape(f"{name} computes {spec['op']}, not {workload}")
+    x = inputs["x"]
+    m, n = x.shape
+    dev = Device()
+    grid, smem = launch_shape(spec, m, n, dev.properties.multiprocessor_count)
+    if spec["entry"] not in _LOADED:
+        kernel = ObjectCode.from_ptx(PTX.read_bytes()).get_kernel(spec["entry"])
+        _LOADED[spec["entry"]] = kernel
+    kernel = _LOADED[spec["entry"]]
+    gpu.set_max_dynamic_smem(kernel, smem, dev.device_id)
+    y = bench.torch.full_like(x, float("nan"))  # poisoned: the first check sees its writes
+    cfg = LaunchConfig(grid=grid, block=spec["threads"], shmem_size=smem)
+    ptrs = [x.data_ptr()] + ([inputs["w"].data_ptr()] if op == "rms" else []) + [y.data_ptr()]
+    args = [*ptrs, np.int32(m), np.int32(n)]
+    box = {"out": {"y": y}}
+
+    def run():
+        launch(bench.stream, cfg, kernel, *args)
+
+    config = {"kernel": spec["entry"], "grid": grid, "block": spec["threads"], "smem": smem}
+    return run, config, box
+

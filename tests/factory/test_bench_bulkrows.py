@@ -1,0 +1,61 @@
+"""bench.bulkrows: row kernels fed by the bulk-copy engine, timed by bench.direct beside ours.
+The kernels compile here; their correctness and timing are for the GPU (gpu_pending.sh bulk)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bench import bulkrows
+from factory.compile import compile_ptx
+
+
+def _entries() -> list[str]:
+    return re.findall(r"\.visible \.entry (\w+)\(", bulkrows.PTX.read_text())
+
+
+def test_every_entry_links_for_sm_90_without_spills_and_parses_back():
+    entries = _entries()
+    assert len(entries) == 22
+    rep = compile_ptx(bulkrows.PTX.read_text(), "sm_90")
+    assert rep.ok, rep.log
+    for entry in entries:
+        line = rep.log.split(f"Function properties for '{entry}'")[1].splitlines()[1]
+        assert "0 stack" in line and "0 bytes lmem" in line, entry
+        spec = bulkrows.parse("bulk:" + entry.removeprefix("bulk_") + "@2")
+        assert spec["entry"] == entry
+
+
+def test_rows_are_loaded_by_the_bulk_copy_engine_and_the_stores_follow_the_name():
+    ptx = bulkrows.PTX.read_text()
+    parts = re.split(r"\.visible \.entry (\w+)\(", ptx)[1:]
+    bodies = dict(zip(parts[0::2], parts[1::2]))
+    assert len(bodies) == 22
+    for entry, body in bodies.items():
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in body
+        assert "mbarrier.try_wait.parity" in body
+        bulk_store = "cp.async.bulk.global.shared::cta.bulk_group" in body
+        assert bulk_store == entry.endswith("b"), entry
+        assert ("st.global.v4" in body) == entry.endswith("r"), entry
+
+
+def test_parse_and_launch_shape():
+    spec = bulkrows.parse("bulk:rms_t256k4s3r@4")
+    assert spec == {
+        "op": "rms",
+        "entry": "bulk_rms_t256k4s3r",
+        "threads": 256,
+        "vectors": 4,
+        "stages": 3,
+        "bulk_store": False,
+        "blocks_per_sm": 4,
+    }
+    # One persistent wave of 4 blocks per SM, three 16 KB stages of shared memory each.
+    assert bulkrows.launch_shape(spec, 16384, 8192, 132) == (528, 3 * 16384)
+    assert bulkrows.launch_shape(spec, 7, 8192, 132) == (7, 3 * 16384)  # never more than M
+    with pytest.raises(bulkrows.NotThisShape, match="rows of 8192, not 4096"):
+        bulkrows.launch_shape(spec, 16384, 4096, 132)
+    for bad in ("bulk:rms_t256k4s3@4", "bulk:gelu_t256k4s3r@4", "rms_t256k4s3r@4"):
+        with pytest.raises(ValueError, match="not a bulk-row kernel name"):
+            bulkrows.parse(bad)
