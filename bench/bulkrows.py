@@ -86,4 +86,3 @@ def bulk_entrant(bench, name: str, workload: str, inputs: dict):
 
     config = {"kernel": spec["entry"], "grid": grid, "block": spec["threads"], "smem": smem}
     return run, config, box
-
