@@ -293,6 +293,13 @@ bulk)
         >"$OUT/bulk.txt" 2>&1
     grep -E "passed|failed|rejected|crashed|unavailable|Error" "$OUT/bulk.txt" | cut -c1-140 | tail -70
     ;;
+place)
+    # ~1 min: does the output's placement change a softmax's time? (bench/probe_place.py: Triton's
+    # and ours writing the same buffers at several offsets, bench.direct's protocol), then the
+    # tidied bench/probe_gap.py's first run on a GPU
+    timeout 240 python3 -m bench.probe_place --out "$OUT/place" 2>&1 | grep -v "^\[" | tail -60
+    timeout 150 python3 -m bench.probe_gap --out "$OUT/gap" 2>&1 | grep -v "^\[" | tail -40
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -309,7 +316,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|ties" >&2
     exit 2
     ;;
 esac
