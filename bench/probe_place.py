@@ -87,7 +87,8 @@ def make_entrants(bench, x, outs: dict) -> tuple[dict, str]:
 
     def run_ours(y):
         ptrs = {"x": x.data_ptr(), "y": y.data_ptr()}
-        args = [ptrs[q.name] if q.kind == "tensor" else np.uint32(n) for q in em.params]
+        dims = {"M": m, "N": n}
+        args = [ptrs[q.name] if q.kind == "tensor" else np.uint32(dims[q.name]) for q in em.params]
         launch(bench.stream, cfg, kernel, *args)
 
     entrants = {}
