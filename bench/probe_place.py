@@ -98,6 +98,26 @@ def make_entrants(bench, x, outs: dict) -> tuple[dict, str]:
     return entrants, tag
 
 
+def time_per_run(bench, entrants: dict, reps: int) -> dict[str, list[float]]:
+    """Every entrant once per round, each run alone: sleep, flush, start, run, end, synchronise."""
+    torch = bench.torch
+    samples = {k: [] for k in entrants}
+    for fn in entrants.values():  # warm-up, as time_rounds
+        fn()
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for r in range(reps):
+        for k, fn in entrants.items():
+            torch.cuda._sleep(1_000_000)
+            bench.flush_l2(r)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            samples[k].append(start.elapsed_time(end) * 1e3)
+    return samples
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.probe_place", description=__doc__)
     p.add_argument("--out", required=True)
@@ -107,6 +127,13 @@ def main(argv=None) -> int:
         action="store_true",
         help="create the GPU worker's Session (cuda.core's device and stream, the judge "
         "kernels, its buffers) before torch touches CUDA, as bench/probe_gap.py does",
+    )
+    p.add_argument(
+        "--per-run",
+        action="store_true",
+        help="time each run on its own, as the worker and bench/probe_gap.py do (a GPU sleep, "
+        "the flush, the events around the run, then a synchronise), instead of bench.direct's "
+        "rounds (one sleep, then every entrant's flush and run queued back to back)",
     )
     args = p.parse_args(argv)
     from bench.direct import Bench
@@ -137,7 +164,9 @@ def main(argv=None) -> int:
             checked[key] = err
             if not err <= 2e-3:
                 raise SystemExit(f"{m}x{n} {key}: wrong output (max abs err {err:.2e})")
-        stats = summarise(bench.time_rounds({k: v[0] for k, v in entrants.items()}, args.reps))
+        runs = {k: v[0] for k, v in entrants.items()}
+        timer = time_per_run if args.per_run else Bench.time_rounds
+        stats = summarise(timer(bench, runs, args.reps))
         for key, st in stats.items():
             impl, label = key.split(" ", 1)
             y = outs[label]
@@ -158,7 +187,8 @@ def main(argv=None) -> int:
         del pool, outs, want
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = "probe_place_session_first" if args.session_first else "probe_place"
+    name = "probe_place" + ("_session_first" if args.session_first else "")
+    name += "_per_run" if args.per_run else ""
     (out / f"{name}.json").write_text(json.dumps(results, indent=1))
     return 0
 
