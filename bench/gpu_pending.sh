@@ -300,6 +300,16 @@ place)
     timeout 240 python3 -m bench.probe_place --out "$OUT/place" 2>&1 | grep -v "^\[" | tail -60
     timeout 150 python3 -m bench.probe_gap --out "$OUT/gap" 2>&1 | grep -v "^\[" | tail -40
     ;;
+softmaxw)
+    # ~1 min: softmax in Triton's own layouts (256 threads of two 16-byte vectors per row at 4096
+    # columns, 512 of two at 8192; two-pass and online; three load hints) beside plan s's,
+    # Triton and torch.compile, in direct mode (plan w; every layout verified first)
+    timeout 280 python3 -m bench.suite --direct --out "$OUT/softmaxw" \
+        --plan bench/plans/suite-2026-12-03w.json --ops softmax --shapes 3 \
+        --baselines torch_compile,triton --budget-s 0.3 --deadline-s 250 \
+        >"$OUT/softmaxw.txt" 2>&1
+    grep -E "passed|failed|rejected|crashed|held-out" "$OUT/softmaxw.txt" | cut -c1-110 | tail -40
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -316,7 +326,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|ties" >&2
     exit 2
     ;;
 esac
