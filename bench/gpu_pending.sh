@@ -310,6 +310,20 @@ softmaxw)
         >"$OUT/softmaxw.txt" 2>&1
     grep -E "passed|failed|rejected|crashed|held-out" "$OUT/softmaxw.txt" | cut -c1-110 | tail -40
     ;;
+run17)
+    # ~5.5 min: plan x (plan s, with softmax's two-pass row in registers, ct128r1v8c4_elno and
+    # ct256r1v8c4_elno, added: 124.1 us against Triton's 124.8 at 16384x8192 in softmaxw) in
+    # direct mode for softmax once more, then the suite through the worker (OPS, DEADLINE)
+    timeout 100 python3 -m bench.suite --direct --out "$OUT/direct" \
+        --plan bench/plans/suite-2026-12-03x.json --ops softmax --shapes 3 \
+        --baselines torch_compile,triton --budget-s 0.3 --deadline-s 90 >"$OUT/direct.txt" 2>&1
+    grep -E "passed|held-out" "$OUT/direct.txt" | cut -c1-100 | tail -22
+    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-03x.json \
+        ${OPS:+--ops "$OPS"} --shapes 3 --baselines torch_eager,torch_compile,triton,liger \
+        --max-autotune --budget-s 0.3 --deadline-s "${DEADLINE:-400}" >"$OUT/suite.txt" 2>&1
+    grep -v "^\[\|warn\|Online softmax\|split the reduction\|important use case\|^$" \
+        "$OUT/suite.txt" | tail -40
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -326,7 +340,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|ties" >&2
     exit 2
     ;;
 esac
