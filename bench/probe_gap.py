@@ -67,17 +67,9 @@ class _Value:
 
 def _view(torch, ptr: int, shape):
     """A bf16 torch tensor over memory we allocated, as the worker views its buffers."""
+    from gpuworker.child import torch_view
 
-    class _Cai:
-        __cuda_array_interface__ = {
-            "shape": tuple(shape),
-            "typestr": "<i2",
-            "data": (int(ptr), False),
-            "version": 3,
-            "strides": None,
-        }
-
-    return torch.as_tensor(_Cai(), device="cuda").view(torch.bfloat16)
+    return torch_view(torch, ptr, "bf16", shape)
 
 
 def summary_row(shape: str, variant: str, samples_us: list[float]) -> dict:

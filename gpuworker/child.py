@@ -210,6 +210,26 @@ class PtxEntrant:
         pass
 
 
+_TYPESTR = {"fp32": "<f4", "bf16": "<i2", "fp16": "<f2", "int32": "<i4", "int64": "<i8"}
+
+
+def torch_view(torch, ptr: int, dtype: str, shape):
+    """A torch tensor over device memory we allocated (no copy), through the CUDA array
+    interface; bf16, which that interface cannot name, as int16 viewed as bfloat16."""
+
+    class _Cai:
+        __cuda_array_interface__ = {
+            "shape": tuple(int(x) for x in shape),
+            "typestr": _TYPESTR[dtype],
+            "data": (int(ptr), False),
+            "version": 3,
+            "strides": None,
+        }
+
+    t = torch.as_tensor(_Cai(), device="cuda")
+    return t.view(torch.bfloat16) if dtype == "bf16" else t
+
+
 class TorchEntrant:
     """A baseline written with torch (eager, torch.compile, or a Triton kernel called on torch
     tensors), run on our stream over our buffers so it sees exactly the candidates' inputs."""
@@ -230,31 +250,16 @@ class TorchEntrant:
         self._views = {}
         self._result = None
 
-    def _view(self, ptr: int, dtype: str, shape):
-        torch = self.torch
-        typestr = {"fp32": "<f4", "bf16": "<i2", "fp16": "<f2", "int32": "<i4", "int64": "<i8"}
-
-        class _Cai:
-            __cuda_array_interface__ = {
-                "shape": tuple(int(x) for x in shape),
-                "typestr": typestr[dtype],
-                "data": (int(ptr), False),
-                "version": 3,
-                "strides": None,
-            }
-
-        t = torch.as_tensor(_Cai(), device="cuda")
-        return t.view(torch.bfloat16) if dtype == "bf16" else t
-
     def _views_for(self, sh: ShapeData, slot: int):
         key = (sh.index, slot)
         if key not in self._views:
             ins = {
-                n: self._view(t["slots"][slot].ptr, t["dtype"], t["shape"])
+                n: torch_view(self.torch, t["slots"][slot].ptr, t["dtype"], t["shape"])
                 for n, t in sh.inputs.items()
             }
             outs = {
-                n: self._view(o["out"].ptr, o["dtype"], o["shape"]) for n, o in sh.outputs.items()
+                n: torch_view(self.torch, o["out"].ptr, o["dtype"], o["shape"])
+                for n, o in sh.outputs.items()
             }
             self._views[key] = (ins, outs)
         return self._views[key]
