@@ -7,6 +7,10 @@ Name them as baselines, `bulk:<kernel>@<blocks per SM>`, for instance
     python3 -m bench.suite --direct --out DIR --plan bench/plans/suite-2026-12-03s.json \\
         --ops rmsnorm --shapes 3 --baselines torch_compile,bulk:rms_t256k4s3r@4
 
+`bulk:regrms_t<T>k<K>s<1|2><e|n>@<blocks>` is the control: the same persistent block with RMSNorm's
+weight resident in registers, but each row loaded straight into registers by ld.global (one row
+at a time, or the next row into a second buffer), with or without the L2 evict-last policy.
+
 Each is verified against the float64 reference like any baseline (outputs of its own, poisoned
 first); a kernel whose row length (threads x vectors x 8) is not the case's N is unavailable.
 """
@@ -19,9 +23,14 @@ from pathlib import Path
 import numpy as np
 
 PTX = Path(__file__).with_name("kernels") / "bulkrows.ptx"
-_NAME = re.compile(r"^bulk:(rms|softmax)_t(\d+)k(\d+)s(\d+)([rb])@(\d+)$")
+_NAME = re.compile(
+    r"^bulk:(rms|softmax)_t(\d+)k(\d+)s(\d+)([rb])@(\d+)$"
+    r"|^bulk:(regrms)_t(\d+)k(\d+)s([12])([en])@(\d+)$"
+)
 _LOADED: dict = {}
-OPS = {"rmsnorm": "rms", "softmax": "softmax"}  # workload name -> kernel family
+# workload name -> the kernel families that compute it (regrms: rows loaded into registers by
+# ld.global, the weight resident in registers; no bulk copies, no stages in shared memory)
+OPS = {"rmsnorm": ("rms", "regrms"), "softmax": ("softmax",)}
 
 
 class NotThisShape(ValueError):
@@ -29,20 +38,22 @@ class NotThisShape(ValueError):
 
 
 def parse(name: str) -> dict:
-    """`bulk:rms_t256k4s3r@4` -> op, threads, vectors per thread, stages, store, blocks per SM."""
+    """`bulk:rms_t256k4s3r@4` -> op, threads, vectors per thread, stages, store, blocks per SM;
+    `bulk:regrms_t256k4s1e@3`: stages are the rows in registers, the letter the L2 hint."""
     m = _NAME.match(name)
     if not m:
         raise ValueError(
-            f"not a bulk-row kernel name: {name!r} (bulk:<rms|softmax>_t<T>k<K>s<S><r|b>@<blocks>)"
+            f"not a bulk-row kernel name: {name!r} (bulk:<rms|softmax>_t<T>k<K>s<S><r|b>@<blocks>"
+            " or bulk:regrms_t<T>k<K>s<1|2><e|n>@<blocks>)"
         )
-    op, t, k, s, store, per_sm = m.groups()
+    op, t, k, s, letter, per_sm = [g for g in m.groups() if g is not None]
     return {
         "op": op,
-        "entry": f"bulk_{op}_t{t}k{k}s{s}{store}",
+        "entry": f"bulk_{op}_t{t}k{k}s{s}{letter}",
         "threads": int(t),
         "vectors": int(k),
         "stages": int(s),
-        "bulk_store": store == "b",
+        "bulk_store": letter == "b",
         "blocks_per_sm": int(per_sm),
     }
 
@@ -53,7 +64,8 @@ def launch_shape(spec: dict, m: int, n: int, sm_count: int) -> tuple[int, int]:
         raise NotThisShape(
             f"{spec['entry']} holds rows of {spec['threads'] * spec['vectors'] * 8}, not {n}"
         )
-    return min(m, sm_count * spec["blocks_per_sm"]), spec["stages"] * n * 2
+    smem = 0 if spec["op"] == "regrms" else spec["stages"] * n * 2
+    return min(m, sm_count * spec["blocks_per_sm"]), smem
 
 
 def bulk_entrant(bench, name: str, workload: str, inputs: dict):
@@ -63,9 +75,9 @@ def bulk_entrant(bench, name: str, workload: str, inputs: dict):
     from gpuworker import gpu
 
     spec = parse(name)
-    op = OPS.get(workload)
-    if spec["op"] != op:
-        raise NotThisShape(f"{name} computes {spec['op']}, not {workload}")
+    op = spec["op"]
+    if op not in OPS.get(workload, ()):
+        raise NotThisShape(f"{name} computes {op}, not {workload}")
     x = inputs["x"]
     m, n = x.shape
     dev = Device()
@@ -74,10 +86,11 @@ def bulk_entrant(bench, name: str, workload: str, inputs: dict):
         kernel = ObjectCode.from_ptx(PTX.read_bytes()).get_kernel(spec["entry"])
         _LOADED[spec["entry"]] = kernel
     kernel = _LOADED[spec["entry"]]
-    gpu.set_max_dynamic_smem(kernel, smem, dev.device_id)
+    if smem:
+        gpu.set_max_dynamic_smem(kernel, smem, dev.device_id)
     y = bench.torch.full_like(x, float("nan"))  # poisoned: the first check sees its writes
     cfg = LaunchConfig(grid=grid, block=spec["threads"], shmem_size=smem)
-    ptrs = [x.data_ptr()] + ([inputs["w"].data_ptr()] if op == "rms" else []) + [y.data_ptr()]
+    ptrs = [x.data_ptr()] + ([inputs["w"].data_ptr()] if op != "softmax" else []) + [y.data_ptr()]
     args = [*ptrs, np.int32(m), np.int32(n)]
     box = {"out": {"y": y}}
 

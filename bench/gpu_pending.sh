@@ -324,6 +324,20 @@ run17)
     grep -v "^\[\|warn\|Online softmax\|split the reduction\|important use case\|^$" \
         "$OUT/suite.txt" | tail -40
     ;;
+regrms)
+    # ~1 min: RMSNorm by a persistent block whose weight stays in registers for its life (no
+    # re-read from L2 per row), rows loaded straight into registers (bench/kernels/bulkrows.cu,
+    # regrms), one row at a time or the next row in a second buffer, beside plan s's best,
+    # torch.compile, max-autotune and Triton, in direct mode; every entrant verified first
+    B=bulk:regrms_t256k4s1e@3,bulk:regrms_t256k4s1n@3,bulk:regrms_t256k4s2e@2
+    B=$B,bulk:regrms_t256k4s2n@2,bulk:regrms_t128k4s1e@6,bulk:regrms_t128k4s1n@6
+    B=$B,bulk:regrms_t128k4s2e@4,bulk:regrms_t128k4s2n@4
+    timeout 280 python3 -m bench.suite --direct --out "$OUT/regrms" \
+        --plan bench/plans/suite-2026-12-03s.json --ops rmsnorm --shapes 3 \
+        --baselines "torch_compile,triton,$B" --max-autotune --budget-s 0.3 --deadline-s 250 \
+        >"$OUT/regrms.txt" 2>&1
+    grep -E "passed|failed|crashed|held-out" "$OUT/regrms.txt" | cut -c1-110 | tail -40
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -340,7 +354,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|ties" >&2
     exit 2
     ;;
 esac

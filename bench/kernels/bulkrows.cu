@@ -220,3 +220,87 @@ BOTH_STORES(SOFTMAX_ENTRY, 256, 4, 2)
 BOTH_STORES(SOFTMAX_ENTRY, 256, 4, 3)
 BOTH_STORES(SOFTMAX_ENTRY, 128, 4, 2)
 BOTH_STORES(SOFTMAX_ENTRY, 128, 4, 4)
+
+// The same persistent block without the bulk-copy engine: each thread loads its part of the row
+// straight into registers (16-byte ld.global.nc), RMSNorm's weight held in registers, packed,
+// for the block's life instead of re-read from L2 for every row. S = 1: one row at a time;
+// S = 2: the block's next row is loaded into a second register buffer before this row is
+// reduced and stored. Hint e: the rows' loads carry the L2 evict-last policy (as the
+// generator's `el` loads), n: none. Entry points regrms_t<T>k<K>s<S><e|n>, registers capped for
+// 1024 resident threads per SM (768 with the second buffer); no shared memory beyond the
+// reduction's slots.
+template <bool EL>
+__device__ __forceinline__ uint4 row_ld(const uint4* p, uint64_t policy) {
+    uint4 v;
+    if (EL)
+        asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(p), "l"(policy));
+    else
+        v = __ldg(p);
+    return v;
+}
+
+template <int T, int K, int S, bool EL>
+__device__ __forceinline__ void reg_rms(const uint4* __restrict__ x, const uint4* __restrict__ w,
+                                        uint4* __restrict__ y, int m, int n) {
+    __shared__ float red[2][T / 32];
+    const int t = threadIdx.x;
+    const int v = n / 8;
+    uint64_t policy = 0;
+    if (EL) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    uint4 wr[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) wr[k] = __ldg(w + k * T + t);
+    uint4 cur[K], nxt[K];
+    long long row = blockIdx.x;
+    if (S == 2 && row < m) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) cur[k] = row_ld<EL>(x + row * v + k * T + t, policy);
+    }
+    for (int it = 0; row < m; row += gridDim.x, ++it) {
+        const long long next = row + gridDim.x;
+        if (S == 1) {  // this row's loads at the top: nothing stays live across the back edge
+#pragma unroll
+            for (int k = 0; k < K; ++k) cur[k] = row_ld<EL>(x + row * v + k * T + t, policy);
+        } else if (next < m) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) nxt[k] = row_ld<EL>(x + next * v + k * T + t, policy);
+        }
+        float ss = 0.f;
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            float f[8];
+            unpack(cur[k], f);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) ss = fmaf(f[i], f[i], ss);
+        }
+        const float scale = rsqrtf(block_sum<T>(ss, red[it & 1]) / (float)n + 1e-6f);
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            float f[8], wf[8], o[8];
+            unpack(cur[k], f);  // unpacked again: the row stays packed across the reduction
+            unpack(wr[k], wf);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) o[i] = f[i] * scale * wf[i];
+            y[row * v + k * T + t] = pack(o);
+        }
+        if (S == 2 && next < m) {
+#pragma unroll
+            for (int k = 0; k < K; ++k) cur[k] = nxt[k];
+        }
+    }
+}
+
+#define REGRMS_ENTRY(T, K, S, TAG, EL)                                                      \
+    extern "C" __global__ void __launch_bounds__(T, (S == 1 ? 768 : 512) / T)              \
+        bulk_regrms_t##T##k##K##s##S##TAG(const uint4* x, const uint4* w, uint4* y, int m,  \
+                                           int n) {                                        \
+        reg_rms<T, K, S, EL>(x, w, y, m, n);                                                \
+    }
+#define BOTH_HINTS(T, K, S) REGRMS_ENTRY(T, K, S, e, true) REGRMS_ENTRY(T, K, S, n, false)
+
+BOTH_HINTS(256, 4, 1)
+BOTH_HINTS(256, 4, 2)
+BOTH_HINTS(128, 4, 1)
+BOTH_HINTS(128, 4, 2)

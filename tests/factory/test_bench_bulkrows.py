@@ -17,7 +17,7 @@ def _entries() -> list[str]:
 
 def test_every_entry_links_for_sm_90_without_spills_and_parses_back():
     entries = _entries()
-    assert len(entries) == 22
+    assert len(entries) == 30
     rep = compile_ptx(bulkrows.PTX.read_text(), "sm_90")
     assert rep.ok, rep.log
     for entry in entries:
@@ -31,8 +31,13 @@ def test_rows_are_loaded_by_the_bulk_copy_engine_and_the_stores_follow_the_name(
     ptx = bulkrows.PTX.read_text()
     parts = re.split(r"\.visible \.entry (\w+)\(", ptx)[1:]
     bodies = dict(zip(parts[0::2], parts[1::2]))
-    assert len(bodies) == 22
+    assert len(bodies) == 30
     for entry, body in bodies.items():
+        if entry.startswith("bulk_regrms_"):  # the control: rows straight into registers
+            assert "cp.async.bulk" not in body and "mbarrier" not in body, entry
+            assert "st.global.v4" in body, entry
+            assert ("createpolicy.fractional.L2::evict_last" in body) == entry.endswith("e")
+            continue
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in body
         assert "mbarrier.try_wait.parity" in body
         bulk_store = "cp.async.bulk.global.shared::cta.bulk_group" in body
@@ -56,6 +61,11 @@ def test_parse_and_launch_shape():
     assert bulkrows.launch_shape(spec, 7, 8192, 132) == (7, 3 * 16384)  # never more than M
     with pytest.raises(bulkrows.NotThisShape, match="rows of 8192, not 4096"):
         bulkrows.launch_shape(spec, 16384, 4096, 132)
-    for bad in ("bulk:rms_t256k4s3@4", "bulk:gelu_t256k4s3r@4", "rms_t256k4s3r@4"):
+    # The register-row control: no shared-memory stages, its row count and L2 hint in the name.
+    reg = bulkrows.parse("bulk:regrms_t256k4s1e@3")
+    assert (reg["entry"], reg["stages"], reg["bulk_store"]) == ("bulk_regrms_t256k4s1e", 1, False)
+    assert bulkrows.launch_shape(reg, 16384, 8192, 132) == (396, 0)
+    bad_names = ("bulk:rms_t256k4s3@4", "bulk:gelu_t256k4s3r@4", "rms_t256k4s3r@4")
+    for bad in bad_names + ("bulk:regrms_t256k4s3e@3", "bulk:regrms_t256k4s1r@3"):
         with pytest.raises(ValueError, match="not a bulk-row kernel name"):
             bulkrows.parse(bad)
