@@ -338,6 +338,24 @@ regrms)
         >"$OUT/regrms.txt" 2>&1
     grep -E "passed|failed|crashed|held-out" "$OUT/regrms.txt" | cut -c1-110 | tail -40
     ;;
+foreign)
+    # ~3 min: torch.compile's own kernels launched as ours are (bench/probe_foreign.py): at
+    # RMSNorm 16384x8192, where torch.compile leads by 0.4% in every run, its Triton cubin on
+    # our stream, its PTX through our nvJitLink (as is, on the read-only path, without load
+    # hints), plan x's schedules (three also by Triton's ptxas); then RMSNorm 32768x4096 and
+    # add+RMSNorm 16384x4096 against max-autotune; then bench.direct and probe_place once each,
+    # after run_case's launch and judging were lifted into our_launcher and judge
+    timeout 150 python3 -m bench.probe_foreign --out "$OUT/foreign/rmsnorm-s1" 2>&1 | tail -40
+    timeout 150 python3 -m bench.probe_foreign --out "$OUT/foreign/rmsnorm-s2" --shape 2 \
+        --impl torch_compile_max_autotune 2>&1 | tail -40
+    timeout 150 python3 -m bench.probe_foreign --out "$OUT/foreign/add_rmsnorm-s0" \
+        --op add_rmsnorm --shape 0 --impl torch_compile_max_autotune 2>&1 | tail -40
+    timeout 120 python3 -m bench.suite --direct --out "$OUT/direct" \
+        --plan bench/plans/suite-2026-12-03x.json --ops rmsnorm --shapes 1 \
+        --baselines torch_compile,triton --budget-s 0.3 --deadline-s 90 >"$OUT/direct.txt" 2>&1
+    grep -E "passed|failed|crashed|held-out" "$OUT/direct.txt" | cut -c1-110 | tail -20
+    timeout 150 python3 -m bench.probe_place --out "$OUT/place" 2>&1 | grep -v "^\[" | tail -20
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -354,7 +372,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|ties" >&2
     exit 2
     ;;
 esac

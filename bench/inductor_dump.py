@@ -2,12 +2,14 @@
 the configs its autotuner timed, for comparing with our kernels (a GPU host, no Django).
 
     PYTHONPATH=. python3 -m bench.inductor_dump --out DIR [--ops rmsnorm,add_rmsnorm] [--shape 0]
+        [--impl torch_compile]
 
-Compiles the GPU worker's own max-autotune baseline of each operator (gpuworker.baselines) at a
-suite shape, runs it a few times, and leaves under DIR: `inductor_<op>.log` (inductor's output
-code and the autotuner's per-config timings, from torch's logging), the generated source
-files (`code_<op>_<n>.py`) copied out of inductor's cache, and the PTX Triton built for every
-config it tried (`ptx_<op>_<kernel>_w<warps>_<n>.ptx`, with its launch metadata as `.json`).
+Compiles the GPU worker's own max-autotune baseline (or, with --impl, plain torch.compile) of
+each operator (gpuworker.baselines) at a suite shape, runs it a few times, and leaves under
+DIR: `inductor_<op>.log` (inductor's output code and the autotuner's per-config timings, from
+torch's logging), the generated source files (`code_<op>_<n>.py`) copied out of inductor's
+cache, and the PTX Triton built for every config it tried
+(`ptx_<op>_<kernel>_w<warps>_<n>.ptx`, with its launch metadata as `.json`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--ops", default="rmsnorm,add_rmsnorm,layernorm")
     p.add_argument("--shape", type=int, default=0, help="index into the operator's suite shapes")
+    p.add_argument(
+        "--impl",
+        default="torch_compile_max_autotune",
+        choices=("torch_compile", "torch_compile_max_autotune"),
+        help="which of the worker's torch.compile baselines to compile",
+    )
     a = p.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
     cache = tempfile.mkdtemp(prefix="inductor-")
@@ -51,7 +59,7 @@ def main(argv=None) -> int:
         logging.getLogger("torch").addHandler(handler)
         try:
             torch._dynamo.reset()
-            fn, version, config = make_torch_baseline("torch_compile_max_autotune", w)
+            fn, version, config = make_torch_baseline(a.impl, w)
             host = random_inputs(w, dims, 0)
             dev = {}
             for t in w.inputs:

@@ -68,33 +68,23 @@ def our_schedule(m: int, n: int):
 def make_entrants(bench, x, outs: dict) -> tuple[dict, str]:
     """{"triton <label>" / "ours <label>": (run, output)} for every output placement."""
     import triton
-    from cuda.core import ObjectCode, launch
 
-    from factory.spec import eval_dim_expr
+    from bench.direct import our_launcher
     from gpuworker import triton_kernels as tk
-    from gpuworker.gpu import launch_config
 
     m, n = x.shape
     em, rep, tag = our_schedule(m, n)
-    kernel = ObjectCode.from_cubin(rep.cubin).get_kernel(em.entry)
-    grid = tuple(eval_dim_expr(g, {"M": m, "N": n}) for g in em.launch.grid)
-    cfg = launch_config(grid, em.launch.block, 0, em.launch.cluster)
     block = triton.next_power_of_2(n)
     warps = tk.num_warps(block)
 
     def run_triton(y):
         tk.softmax_row[(m,)](x, y, n, BLOCK=block, num_warps=warps)
 
-    def run_ours(y):
-        ptrs = {"x": x.data_ptr(), "y": y.data_ptr()}
-        dims = {"M": m, "N": n}
-        args = [ptrs[q.name] if q.kind == "tensor" else np.uint32(dims[q.name]) for q in em.params]
-        launch(bench.stream, cfg, kernel, *args)
-
     entrants = {}
     for label, y in outs.items():
         entrants[f"triton {label}"] = (functools.partial(run_triton, y), y)
-        entrants[f"ours {label}"] = (functools.partial(run_ours, y), y)
+        run_ours = our_launcher(bench, em, rep.cubin, {"x": x, "y": y}, {"M": m, "N": n})
+        entrants[f"ours {label}"] = (run_ours, y)
     return entrants, tag
 
 

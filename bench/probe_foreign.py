@@ -1,0 +1,329 @@
+"""torch.compile's own kernels launched the way ours are: does its lead at a near tie come from
+the kernel, from the compiler that built it, or from how it is run? (a GPU host, no Django)
+
+    PYTHONPATH=. python3 -m bench.probe_foreign --out DIR [--op rmsnorm] [--shape 1] \\
+        [--impl torch_compile] [--plan bench/plans/suite-2026-12-03x.json] [--reps 60]
+
+At one suite shape of one catalogue operator, in one process (bench.direct's Bench: one
+stream, the L2 flushed before every run, interleaved rounds):
+
+- compiles the GPU worker's torch.compile baseline (`--impl`, comma-separated for several) in a
+  fresh inductor cache and finds the Triton kernels it built there (PTX, cubin, metadata);
+- times, each verified first on the same inputs (every output element finite, sampled rows
+  against the float64 reference, again after timing):
+  - the baseline through its own launcher (`torch_compile`);
+  - each Triton cubin, launched by cuda.core on Bench's stream (`cubin <kernel>`: their compiler's
+    output, our launch);
+  - each Triton PTX compiled by our nvJitLink (`ptx <kernel>`: their code, our compiler), as is,
+    with every global load moved to the read-only path (`+nc`), and with the loads' L1/L2
+    eviction hints taken out (`-hints`);
+  - our plan's schedules at that shape (`ours:<tag>`), and the first three of them compiled by
+    the ptxas that Triton ships (`ours:<tag> +tptxas`: our code, their compiler).
+
+The grid of a Triton kernel is its rows over XBLOCK, a constant of the generated code that its
+metadata does not carry: it is found by launching with XBLOCK = 64, 32, ..., 1 into poisoned
+outputs and keeping the first that verifies (a larger XBLOCK leaves rows unwritten, and a grid
+never exceeds the true one, so nothing is written out of bounds). Pointers go in the order of
+the workload's inputs then outputs, 32-bit sizes as (rows, columns); Triton's trailing scratch
+pointers get 0 (none of these kernels asks for scratch). A mapping that were wrong would fail
+verification, not pass it.
+
+Writes DIR/foreign.json (every record, the samples, the environment) and prints a table,
+fastest first. Nothing of Triton's is kept in the repository: its files live in a temporary
+cache for the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+PLAN = "bench/plans/suite-2026-12-03x.json"
+XBLOCKS = (64, 32, 16, 8, 4, 2, 1)
+_PARAM = re.compile(r"^\s*\.param\s+\.(u64|u32|b64|b32|s32)\b")
+
+
+def entry_params(ptx: str) -> list[str]:
+    """The kinds of the first entry's parameters, in order: "ptr" (64-bit) or "u32"."""
+    head = ptx[ptx.index(".entry") :]
+    head = head[: head.index(")")]
+    kinds = []
+    for line in head.splitlines():
+        m = _PARAM.match(line)
+        if m:
+            kinds.append("ptr" if m.group(1) in ("u64", "b64") else "u32")
+    return kinds
+
+
+def to_read_only(ptx: str) -> str:
+    """Every coherent global load moved to the read-only path (ld.global.nc)."""
+    return re.sub(r"\bld\.global\.(?!nc\b)", "ld.global.nc.", ptx)
+
+
+def without_load_hints(ptx: str) -> str:
+    """Global loads without L1 eviction qualifiers and without the L2 cache-policy operand."""
+    out = []
+    for line in ptx.splitlines():
+        if "ld.global" in line:
+            line = re.sub(r"\.L1::evict_(?:last|first|normal|unchanged)", "", line)
+            if ".L2::cache_hint" in line:
+                line = line.replace(".L2::cache_hint", "")
+                line = re.sub(r"\],\s*%rd\d+\s*;", "];", line)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def foreign_args(kinds: list[str], ptrs: list[int], sizes: list[int]) -> list:
+    """Arguments for a Triton entry: pointers in order, then 0 for its scratch pointers; its
+    32-bit parameters from `sizes` in order."""
+    args, p, u = [], 0, 0
+    for k in kinds:
+        if k == "ptr":
+            args.append(ptrs[p] if p < len(ptrs) else 0)
+            p += 1
+        else:
+            if u >= len(sizes):
+                raise ValueError(f"the kernel takes more 32-bit parameters than {sizes}")
+            args.append(np.uint32(sizes[u]))
+            u += 1
+    if p < len(ptrs):
+        raise ValueError(f"the kernel takes {p} pointers, the workload has {len(ptrs)}")
+    return args
+
+
+def triton_kernels(cache: str) -> list[dict]:
+    """Every kernel Triton built under `cache`: name, PTX, cubin, warps, shared bytes."""
+    found = []
+    for meta_path in sorted(glob.glob(f"{cache}/**/*.json", recursive=True)):
+        stem = meta_path[: -len(".json")]
+        if not (os.path.exists(stem + ".ptx") and os.path.exists(stem + ".cubin")):
+            continue
+        with open(meta_path) as f:
+            meta = json.load(f)
+        if "num_warps" not in meta or "name" not in meta:
+            continue
+        with open(stem + ".ptx") as f:
+            ptx = f.read()
+        with open(stem + ".cubin", "rb") as f:
+            cubin = f.read()
+        found.append(
+            {
+                "name": meta["name"],
+                "hash": os.path.basename(os.path.dirname(meta_path))[:8],
+                "warps": int(meta["num_warps"]),
+                "shared": int(meta.get("shared", 0)),
+                "ptx": ptx,
+                "cubin": cubin,
+            }
+        )
+    return found
+
+
+def triton_ptxas() -> str | None:
+    try:
+        import triton
+
+        path = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+    except ImportError:
+        return None
+    return path if os.path.exists(path) else None
+
+
+def ptxas_cubin(ptxas: str, ptx: str, arch: str) -> tuple[bytes | None, str]:
+    """(cubin, note) from another ptxas. One older than our PTX's ISA version is tried again
+    with the version lowered to 8.7, then 8.0 (the note says so); (None, its log) if none
+    compiles."""
+    log = ""
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        for version in (None, "8.7", "8.0"):
+            text = (
+                ptx
+                if version is None
+                else re.sub(r"\.version \d+\.\d+", f".version {version}", ptx)
+            )
+            with open(src, "w") as f:
+                f.write(text)
+            r = subprocess.run(
+                [ptxas, f"-arch={arch}", "-O3", src, "-o", dst], capture_output=True, text=True
+            )
+            if r.returncode == 0:
+                with open(dst, "rb") as f:
+                    return f.read(), "" if version is None else f"PTX ISA lowered to {version}"
+            log = (r.stderr or r.stdout)[-300:]
+    return None, log
+
+
+def ptx_arch(ptx: str) -> str:
+    m = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
+    return m.group(1) if m else "sm_90"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--op", default="rmsnorm")
+    p.add_argument("--shape", type=int, default=1, help="index into the operator's suite shapes")
+    p.add_argument("--impl", default="torch_compile")
+    p.add_argument("--plan", default=PLAN)
+    p.add_argument("--reps", type=int, default=60)
+    a = p.parse_args(argv)
+    os.makedirs(a.out, exist_ok=True)
+    cache = tempfile.mkdtemp(prefix="inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+
+    from cuda.core import ObjectCode, launch
+
+    from bench.direct import Bench, check_rows, environment, judge, make_inputs, our_launcher
+    from bench.direct import _torch_dtype as torch_dtype
+    from bench.suite import _catalogue, compile_cached
+    from factory.compile import compile_ptx, rejection_reason
+    from factory.emit import emit
+    from factory.schedules import Schedule
+    from gpuworker.baselines import make_torch_baseline
+    from gpuworker.gpu import launch_config
+
+    bench = Bench()
+    torch = bench.torch
+    w, _, ir = _catalogue()[a.op]
+    dims = dict(w.shapes[a.shape])
+    m, n = int(dims[ir.batch_dims[0]]), int(dims[ir.row_dim])
+    inputs = make_inputs(bench, w, dims, seed=1234)
+    outputs = {}
+    for o in w.outputs:
+        shape = tuple(int(dims[d]) if isinstance(d, str) else int(d) for d in o.shape)
+        outputs[o.name] = torch.empty(shape, dtype=torch_dtype(torch, o.dtype), device="cuda")
+    nbytes = sum(t.numel() * t.element_size() for t in (inputs | outputs).values())
+    entrants, records = {}, []
+
+    def add(key, run, rec, sink=None):
+        records.append(rec)
+        entrants[key] = (run, rec, sink)
+
+    for impl in a.impl.split(","):
+        fn, version, config = make_torch_baseline(impl, w)
+        box = {}
+
+        def run_baseline(fn=fn, box=box):
+            box["out"] = fn(inputs)
+
+        run_baseline()
+        run_baseline()
+        torch.cuda.synchronize()
+        add(impl, run_baseline, {"impl": impl, "tag": impl, "version": version}, box)
+
+    ptrs = [t.data_ptr() for t in (inputs | outputs).values()]
+    xnumel = [m, n]
+
+    def foreign(label, kernel_obj, k, extra):
+        """Find the kernel's XBLOCK by verification; add it as an entrant if one verifies."""
+        kinds = entry_params(k["ptx"])
+        args = foreign_args(kinds, ptrs, xnumel)
+        block = (32 * k["warps"], 1, 1)
+        rec = {"impl": "foreign", "tag": label, "kernel": k["name"], "hash": k["hash"]} | extra
+        rec |= {"warps": k["warps"], "shared": k["shared"]}
+        for xb in XBLOCKS:
+            cfg = launch_config(((m + xb - 1) // xb, 1, 1), block, k["shared"])
+            for t in outputs.values():
+                t.fill_(float("nan"))
+            launch(bench.stream, cfg, kernel_obj, *args)
+            torch.cuda.synchronize()
+            if check_rows(bench, w, ir, inputs, outputs, dims)["passed"]:
+
+                def run(cfg=cfg):
+                    launch(bench.stream, cfg, kernel_obj, *args)
+
+                add(label, run, rec | {"xblock": xb})
+                return
+        records.append(rec | {"status": "failed", "reason": "no XBLOCK verified"})
+
+    kernels = triton_kernels(os.environ["TRITON_CACHE_DIR"])
+    print(f"{len(kernels)} Triton kernels built", flush=True)
+    for i, k in enumerate(kernels):
+        name = f"{i}.w{k['warps']}"
+        foreign(f"cubin {name}", ObjectCode.from_cubin(k["cubin"]).get_kernel(k["name"]), k, {})
+        arch = ptx_arch(k["ptx"])
+        for suffix, text in (
+            ("", k["ptx"]),
+            (" +nc", to_read_only(k["ptx"])),
+            (" -hints", without_load_hints(k["ptx"])),
+        ):
+            rep = compile_ptx(text, arch=arch)
+            if not rep.ok:
+                records.append({"impl": "foreign", "tag": f"ptx {name}{suffix}", "log": rep.log})
+                continue
+            kobj = ObjectCode.from_cubin(rep.cubin).get_kernel(k["name"])
+            foreign(f"ptx {name}{suffix}", kobj, k, {"registers": rep.registers})
+
+    with open(a.plan) as f:
+        planned = json.load(f)[a.op].get(f"{m}x{n}", [])
+    ptxas = triton_ptxas()
+    for j, s in enumerate(map(Schedule.from_dict, planned)):
+        em = emit(ir, s)
+        rep = compile_cached(em.ptx)
+        rec = {"impl": "ours", "tag": f"ours:{s.tag()}", "registers": rep.registers}
+        why = rejection_reason(rep, s.threads_per_block)
+        if why:
+            records.append(rec | {"status": "rejected", "reason": why})
+            continue
+        add(rec["tag"], our_launcher(bench, em, rep.cubin, inputs | outputs, dims), rec)
+        if ptxas and j < 3:
+            cubin, note = ptxas_cubin(ptxas, em.ptx, "sm_90")
+            tag = f"ours:{s.tag()} +tptxas"
+            if cubin is None:
+                records.append(rec | {"tag": tag, "status": "rejected", "reason": note})
+                continue
+            run = our_launcher(bench, em, cubin, inputs | outputs, dims)
+            add(tag, run, rec | {"tag": tag, "note": note})
+
+    judge(bench, w, ir, dims, inputs, outputs, entrants, nbytes, a.reps)
+    env = environment()
+    if ptxas:
+        env["triton_ptxas"] = (
+            subprocess.run([ptxas, "--version"], capture_output=True, text=True)
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+    ceiling = bench.copy_ceiling_tbps()
+    with open(os.path.join(a.out, "foreign.json"), "w") as f:
+        json.dump(
+            {
+                "op": a.op,
+                "dims": dims,
+                "bytes": nbytes,
+                "copy_tbps": ceiling,
+                "env": env,
+                "records": records,
+            },
+            f,
+            indent=1,
+        )
+    shutil.rmtree(cache, ignore_errors=True)
+    timed = sorted((r for r in records if "median_us" in r), key=lambda r: r["median_us"])
+    print(f"{a.op} {m}x{n} bf16, copy ceiling {ceiling:.3f} TB/s, {a.reps} rounds")
+    print("| entrant | median us | p20-p80 | TB/s | registers |")
+    print("|---|---|---|---|---|")
+    for r in timed:
+        print(
+            f"| {r['tag']} | {r['median_us']:.2f} | {r['p20_us']:.2f}-{r['p80_us']:.2f} | "
+            f"{r['tbps']:.3f} | {r.get('registers', '')} |"
+        )
+    for r in records:
+        if "median_us" not in r:
+            print(f"not timed: {r['tag']}: {r.get('status')} {r.get('reason', '')[:200]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
