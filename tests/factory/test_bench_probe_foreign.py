@@ -122,3 +122,27 @@ def test_triton_kernels_are_found_by_their_metadata(tmp_path):
         "abcdef01",
     )
     assert found["ptx"] == KERNEL and found["cubin"] == b"\x7fELF"
+
+
+class _Buf:
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def test_a_placed_launcher_writes_where_the_baseline_last_wrote_one_launcher_per_placement():
+    box, made, ran = {}, [], []
+
+    def make(outs, dims):
+        made.append((outs["y"].ptr, dims["M"]))
+        return lambda: ran.append(outs["y"].ptr)
+
+    run = pf.at_outputs_of(box, make, {"M": 4})
+    for ptr in (100, 200, 100, 200, 300):  # the baseline's allocator cycling through buffers
+        box["out"] = {"y": _Buf(ptr)}
+        run()
+    assert ran == [100, 200, 100, 200, 300]
+    assert made == [(100, 4), (200, 4), (300, 4)]  # made once per placement
+    assert len(run.made) == 3
