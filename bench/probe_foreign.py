@@ -25,8 +25,11 @@ metadata does not carry: it is found by launching with XBLOCK = 64, 32, ..., 1 i
 outputs and keeping the first that verifies (a larger XBLOCK leaves rows unwritten, and a grid
 never exceeds the true one, so nothing is written out of bounds). Pointers go in the order of
 the workload's inputs then outputs, 32-bit sizes as (rows, columns); Triton's trailing scratch
-pointers get 0 (none of these kernels asks for scratch). A mapping that were wrong would fail
-verification, not pass it.
+pointers get 0 (none of these kernels asks for scratch). A wrong mapping fails verification.
+
+Then phase 2 (same_places): each baseline again beside the fastest of those cubins and our two
+fastest schedules, each also writing into the very buffers the baseline wrote in the same round,
+so that kernels are compared at the same output placements.
 
 Writes DIR/foreign.json (every record, the samples, the environment) and prints a table,
 fastest first. Nothing of Triton's is kept in the repository: its files live in a temporary
@@ -354,7 +357,8 @@ def main(argv=None) -> int:
         ):
             rep = compile_ptx(text, arch=arch)
             if not rep.ok:
-                records.append({"impl": "foreign", "tag": f"ptx {name}{suffix}", "log": rep.log})
+                rec = {"impl": "foreign", "tag": f"ptx {name}{suffix}", "status": "rejected"}
+                records.append(rec | {"reason": rep.log[-300:]})
                 continue
             kobj = ObjectCode.from_cubin(rep.cubin).get_kernel(k["name"])
             foreign(f"ptx {name}{suffix}", kobj, k, {"registers": rep.registers})
