@@ -104,7 +104,9 @@ def foreign_args(kinds: list[str], ptrs: list[int], sizes: list[int]) -> list:
 
 
 def triton_kernels(cache: str) -> list[dict]:
-    """Every kernel Triton built under `cache`: name, PTX, cubin, warps, shared bytes."""
+    """Every kernel inductor had Triton build under `cache` (named "triton_..."): name, PTX,
+    cubin, warps, shared bytes. Other Triton kernels there (the plain Triton baselines) take
+    other arguments than inductor's (pointers, then rows and columns) and are left out."""
     found = []
     for meta_path in sorted(glob.glob(f"{cache}/**/*.json", recursive=True)):
         stem = meta_path[: -len(".json")]
@@ -112,7 +114,7 @@ def triton_kernels(cache: str) -> list[dict]:
             continue
         with open(meta_path) as f:
             meta = json.load(f)
-        if "num_warps" not in meta or "name" not in meta:
+        if "num_warps" not in meta or not str(meta.get("name", "")).startswith("triton_"):
             continue
         with open(stem + ".ptx") as f:
             ptx = f.read()
@@ -190,9 +192,9 @@ def at_outputs_of(box: dict, make, dims: dict):
 
 
 def same_places(bench, w, ir, dims, inputs, outputs, entrants, makers, nbytes, reps) -> dict:
-    """Phase 2: each torch baseline beside the fastest Triton cubin and our two fastest
-    schedules of phase 1, each both at our output buffers and at the baseline's own (see
-    at_outputs_of), timed in one set of rounds. Where the kernels at the baseline's buffers
+    """Phase 2: each baseline (torch's or plain Triton's) beside the fastest Triton cubin and our
+    two fastest schedules of phase 1, each both at our output buffers and at the baseline's own
+    (see at_outputs_of), timed in one set of rounds. Where the kernels at the baseline's buffers
     match the baseline and differ from themselves at ours, the placement, not the kernel or the
     launch, made the difference. Every entrant at the baseline's buffers is verified into
     poisoned outputs before and after timing."""
@@ -200,7 +202,7 @@ def same_places(bench, w, ir, dims, inputs, outputs, entrants, makers, nbytes, r
 
     torch = bench.torch
     timed = {k: e for k, e in entrants.items() if "median_us" in e[1]}
-    baselines = [k for k, e in timed.items() if e[1]["impl"].startswith("torch")]
+    baselines = [k for k, e in timed.items() if e[1]["impl"] not in ("ours", "foreign")]
     fastest = sorted(timed, key=lambda k: timed[k][1]["median_us"])
     picks = [k for k in fastest if k.startswith("cubin")][:1]
     picks += [k for k in fastest if k.startswith("ours:") and "+tptxas" not in k][:2]

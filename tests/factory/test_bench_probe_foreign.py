@@ -110,13 +110,17 @@ def test_a_kernel_that_does_not_fit_the_workload_is_refused():
 def test_triton_kernels_are_found_by_their_metadata(tmp_path):
     d = tmp_path / "triton" / "abcdef0123"
     d.mkdir(parents=True)
-    (d / "k.ptx").write_text(KERNEL)
-    (d / "k.cubin").write_bytes(b"\x7fELF")
-    (d / "k.json").write_text('{"name": "k", "num_warps": 4, "shared": 64}')
+    (d / "triton_k.ptx").write_text(KERNEL)
+    (d / "triton_k.cubin").write_bytes(b"\x7fELF")
+    (d / "triton_k.json").write_text('{"name": "triton_k", "num_warps": 4, "shared": 64}')
     (d / "other.json").write_text('{"name": "other"}')  # no PTX or cubin beside it: not a kernel
+    # a plain Triton kernel (not inductor's): other arguments, so left out
+    (d / "softmax_row.ptx").write_text(KERNEL)
+    (d / "softmax_row.cubin").write_bytes(b"\x7fELF")
+    (d / "softmax_row.json").write_text('{"name": "softmax_row", "num_warps": 8, "shared": 0}')
     (found,) = pf.triton_kernels(str(tmp_path))
     assert (found["name"], found["warps"], found["shared"], found["hash"]) == (
-        "k",
+        "triton_k",
         4,
         64,
         "abcdef01",
