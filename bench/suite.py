@@ -327,6 +327,7 @@ def run_suite(args) -> int:
         batch, schedules = build_batch(
             name, manifest, ir, shapes, baselines, args.budget_s, w.heldout_shapes
         )
+        batch["options"]["timed_outputs"] = getattr(args, "timed_outputs", "shared")
         print(
             f"[{time.monotonic() - t0:6.1f} s] {name}: {len(batch['candidates'])} candidates, "
             f"{len(shapes)} shapes",
@@ -751,6 +752,12 @@ def main(argv=None) -> int:
         type=float,
         default=0,
         help="--direct: then add torch.compile at each op's first shape until this many s",
+    )
+    p.add_argument(
+        "--timed-outputs",
+        choices=("shared", "guarded"),
+        default="shared",
+        help="where our kernels' timed runs write beside torch baselines (gpuworker Options)",
     )
     p.add_argument("--direct", action="store_true")
     p.add_argument("--report", metavar="DIR", help="only redraw table.md/chart.html in DIR")

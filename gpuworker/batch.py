@@ -29,6 +29,7 @@ KNOWN_BASELINES = (
 # buffer and leaves only clean lines behind; "write" fills it (the old way, and triton's do_bench
 # way), which leaves dirty lines the timed kernel then pays to write back (~4 us on the H200).
 L2_FLUSH_MODES = ("read", "write")
+TIMED_OUTPUTS = ("shared", "guarded")  # Options.timed_outputs
 STATUSES = ("passed", "failed", "compile_error", "crashed", "timeout")
 PARAM_KINDS = {"tensor": ("u64",), "dim": ("u32", "u64", "s32", "s64"), "scalar": ("f32", "f64")}
 _ENTRY_NAME = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
@@ -52,6 +53,10 @@ class Options:
     # Keep a standby child prepared (its own CUDA context and copy of the inputs) so that a hung
     # or crashed kernel costs no restart; off halves the device memory the batch needs.
     warm_spare: bool = True
+    # Where candidates' timed runs write when torch baselines are timed beside them: "shared",
+    # the blocks of torch's allocator the baselines' outputs were just freed from (the same
+    # memory for every entrant); "guarded", the worker's own guarded buffers (as before).
+    timed_outputs: str = "shared"
 
 
 @dataclass(frozen=True)
@@ -188,6 +193,7 @@ def _options(value: Any, errors: list) -> Options:
         "check_timed_outputs",
         "l2_flush",
         "warm_spare",
+        "timed_outputs",
     }
     for k in value:
         if k not in known:
@@ -198,6 +204,7 @@ def _options(value: Any, errors: list) -> Options:
     check = value.get("check_timed_outputs", True)
     l2_flush = value.get("l2_flush", Options.l2_flush)
     warm_spare = value.get("warm_spare", Options.warm_spare)
+    timed_outputs = value.get("timed_outputs", Options.timed_outputs)
     for name, v, lo, hi in (
         ("time_budget_s_per_candidate", budget, 0.05, 600),
         ("timeout_s_per_candidate", timeout, 0.5, 3600),
@@ -214,9 +221,16 @@ def _options(value: Any, errors: list) -> Options:
         )
     if not isinstance(warm_spare, bool):
         errors.append(("options.warm_spare", "must be true or false"))
+    if not isinstance(timed_outputs, str) or timed_outputs not in TIMED_OUTPUTS:
+        errors.append(
+            (
+                "options.timed_outputs",
+                f"must be one of {list(TIMED_OUTPUTS)}, got {timed_outputs!r}",
+            )
+        )
     if errors:
         return Options()
-    return Options(float(budget), float(timeout), seed, check, l2_flush, warm_spare)
+    return Options(float(budget), float(timeout), seed, check, l2_flush, warm_spare, timed_outputs)
 
 
 def parse_batch(data: Any) -> Batch:

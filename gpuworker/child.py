@@ -154,8 +154,9 @@ class PtxEntrant:
             )
         self._bound = {}
         self._smem_set = 0
+        self._staged = None  # this timed run's outputs from torch's allocator (stage, finish)
 
-    def _bind(self, sh: ShapeData, slot: int):
+    def _bind(self, sh: ShapeData, slot: int, outs: dict | None = None):
         from factory.spec import eval_dim_expr
 
         args = []
@@ -164,7 +165,7 @@ class PtxEntrant:
                 if p["name"] in sh.inputs:
                     args.append(sh.inputs[p["name"]]["slots"][slot].ptr)
                 elif p["name"] in sh.outputs:
-                    args.append(sh.outputs[p["name"]]["out"].ptr)
+                    args.append(outs[p["name"]] if outs else sh.outputs[p["name"]]["out"].ptr)
                 else:
                     raise EntrantError(f"parameter names unknown tensor {p['name']!r}")
             elif p["kind"] == "dim":
@@ -194,17 +195,47 @@ class PtxEntrant:
             raise EntrantError(str(e)) from e
         return cfg, tuple(args)
 
+    def stage(self, sh: ShapeData, torch, ext_stream):
+        """Take the next timed run's outputs from torch's caching allocator on our stream, and
+        poison them. A torch baseline timed just before has freed its outputs of the same sizes
+        there, so the allocator hands back the same blocks: our kernel writes the very memory
+        the baselines write, and no side's time carries a placement the other's does not
+        (bench/results/2026-12-03-h200-foreign). finish() copies them into the guarded outputs
+        that the timed-run check reads, outside the timed interval."""
+        with torch.cuda.stream(ext_stream):
+            self._staged = {
+                n: torch.empty(o["nbytes"], dtype=torch.uint8, device="cuda")
+                for n, o in sh.outputs.items()
+            }
+        for n, o in sh.outputs.items():
+            gpu.poison(self._staged[n].data_ptr(), o["dtype"], o["nbytes"], self.s.stream)
+
     def run(self, sh: ShapeData, slot: int):
         from cuda.core import launch
 
-        key = (sh.index, slot)
+        outs = None
+        if self._staged is not None:
+            outs = tuple((n, t.data_ptr()) for n, t in self._staged.items())
+        key = (sh.index, slot, outs)
         if key not in self._bound:
-            self._bound[key] = self._bind(sh, slot)
+            self._bound[key] = self._bind(sh, slot, dict(outs) if outs else None)
         cfg, args = self._bound[key]
         launch(self.s.stream, cfg, self.kernel, *args)
 
+    def output_ptrs(self, sh: ShapeData) -> tuple:
+        """Where the last run wrote its outputs."""
+        if self._staged is not None:
+            return tuple(self._staged[n].data_ptr() for n in sh.outputs)
+        return tuple(o["out"].ptr for o in sh.outputs.values())
+
     def finish(self, sh: ShapeData, slot: int):
-        pass
+        if self._staged is None:
+            return
+        for n, o in sh.outputs.items():
+            gpu.copy_d2d(o["out"].ptr, self._staged[n].data_ptr(), o["nbytes"], self.s.stream)
+        # back to the allocator, stream-ordered: a later allocation on this stream runs after
+        # the copy
+        self._staged = None
 
     def prepare(self, sh: ShapeData):
         pass
@@ -268,6 +299,10 @@ class TorchEntrant:
         ins, _ = self._views_for(sh, slot)
         with self.torch.cuda.stream(self.ext_stream):
             self._result = self.fn(ins)
+
+    def output_ptrs(self, sh: ShapeData) -> tuple:
+        """Where the last run's outputs are (torch allocated them)."""
+        return tuple(self._result[n].data_ptr() for n in sh.outputs)
 
     def prepare(self, sh: ShapeData):
         """One untimed call per shape first: torch.compile and Triton compile here, on CPU time
@@ -613,6 +648,16 @@ class Session:
         for ei, e in enumerate(ents):  # after a restart torch.compile runs again: not timed
             self.current.value = ei
             e.prepare(sh)
+        # Timed outputs: where torch baselines are timed too, ours write into blocks of torch's
+        # allocator, the ones the baselines' outputs were just freed from (PtxEntrant.stage);
+        # otherwise, and with timed_outputs "guarded", into the worker's guarded buffers.
+        torch_ents = [e for e in ents if isinstance(e, TorchEntrant)]
+        torch_keys = [k for k, e in zip(keys, ents, strict=True) if isinstance(e, TorchEntrant)]
+        shared = msg.get("timed_outputs", "shared") == "shared" and bool(torch_ents)
+        placement = {
+            k: ("torch allocator" if shared or isinstance(e, TorchEntrant) else "guarded buffer")
+            for k, e in zip(keys, ents, strict=True)
+        }
         K = sh.sets
         outs = list(sh.outputs.values())
         n_out = len(outs)
@@ -640,6 +685,9 @@ class Session:
         # may hold an idle gap, so it is dropped (counted in host_gap_runs) unless the hold is
         # already at its cap.
         hold_us = dict.fromkeys(keys, HOLD_START_US)
+        # the output addresses each entrant's timed runs wrote (with shared outputs: ours must
+        # be among the baselines')
+        wrote = {k: set() for k in keys}
         host_gaps = dict.fromkeys(keys, 0)
 
         def one_round(r: int, record: bool):
@@ -656,6 +704,8 @@ class Session:
                 gapped = []
                 for k in range(K):
                     self.poison_outputs(sh)
+                    if shared and isinstance(e, PtxEntrant):
+                        e.stage(sh, torch_ents[0].torch, torch_ents[0].ext_stream)
                     held = hold_us[key]
                     t_host = time.perf_counter()
                     self.hold(held)
@@ -664,6 +714,7 @@ class Session:
                     e.run(sh, k)
                     self.events.record_end(k, self.stream)
                     host = (time.perf_counter() - t_host) * 1e6
+                    wrote[key].add(e.output_ptrs(sh))
                     if host > HOLD_MARGIN * held:
                         hold_us[key] = min(HOLD_MAX_US, max(2 * held, 2 * host))
                         if held < HOLD_MAX_US:
@@ -745,6 +796,13 @@ class Session:
                     "input_bytes_changed": mutated[k],
                     "hold_us": hold_us[k],
                     "host_gap_runs": host_gaps[k],
+                    "timed_outputs": placement[k],
+                    "timed_output_places": len(wrote[k]),
+                    "same_outputs_as_baselines": (
+                        wrote[k] <= set().union(*(wrote[b] for b in torch_keys))
+                        if shared and k not in torch_keys
+                        else None
+                    ),
                 }
                 for k in keys
             },

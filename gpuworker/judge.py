@@ -108,10 +108,14 @@ def timing_record(
     checks: dict,
     hold_us: float | None = None,
     host_gap_runs: int = 0,
+    timed_outputs: str | None = None,
+    same_outputs_as_baselines: bool | None = None,
 ) -> dict:
     """One shape's timing of one entrant. `hold_us`: the stream hold its runs were queued
-    behind; `host_gap_runs`: runs dropped because the host took most of it to enqueue them
-    (child.Session.op_time)."""
+    behind; `host_gap_runs`: runs dropped because the host took most of it to enqueue them;
+    `timed_outputs`: where its timed runs wrote ("torch allocator" or "guarded buffer");
+    `same_outputs_as_baselines`: with shared outputs, whether every address it wrote was one a
+    torch baseline wrote in the same timing (child.Session.op_time)."""
     s = summarize(samples_us)
     clock = int(sorted(clocks_mhz)[len(clocks_mhz) // 2]) if clocks_mhz else None
     return {
@@ -128,4 +132,6 @@ def timing_record(
         "timed_worst_rel_err": checks.get("worst_rel_err", 0.0),
         "hold_us": hold_us,
         "host_gap_runs": host_gap_runs,
+        "timed_outputs": timed_outputs,
+        "same_outputs_as_baselines": same_outputs_as_baselines,
     }

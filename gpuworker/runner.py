@@ -476,6 +476,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
                 "timeout_s": opts.timeout_s_per_candidate,
                 "check_outputs": opts.check_timed_outputs,
                 "l2_flush": opts.l2_flush,
+                "timed_outputs": opts.timed_outputs,
             }
             try:
                 reply = child.request(msg)
@@ -510,6 +511,8 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
                         r["timed_checks"],
                         r.get("hold_us"),
                         r.get("host_gap_runs", 0),
+                        r.get("timed_outputs"),
+                        r.get("same_outputs_as_baselines"),
                     )
                 )
             break
@@ -575,7 +578,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
         "copy_ceiling_tbps": copy_ceiling_tbps,
         "copy_ceiling": ceiling if ceiling.get("ok") else {"error": ceiling.get("error")},
         "byte_mover": mover["shapes"] if mover.get("ok") else {"error": mover.get("error")},
-        "timing_protocol": {"l2_flush": opts.l2_flush},
+        "timing_protocol": {"l2_flush": opts.l2_flush, "timed_outputs": opts.timed_outputs},
         "candidates": [rec for rec, _ in entrants],
         "baselines": [rec for rec, _ in baselines],
     }

@@ -103,6 +103,17 @@ def test_it_refuses_unknown_and_out_of_range_options():
     assert "options.seed" in errs
 
 
+def test_timed_outputs_default_to_shared_and_take_only_the_known_modes():
+    batch = copy.deepcopy(good_batch())
+    batch.pop("options", None)
+    assert parse_batch(batch).options.timed_outputs == "shared"
+    batch["options"] = {"timed_outputs": "guarded"}
+    assert parse_batch(batch).options.timed_outputs == "guarded"
+    for bad in ("elsewhere", 1, None):
+        batch["options"] = {"timed_outputs": bad}
+        assert "options.timed_outputs" in errors_of(batch)
+
+
 def test_it_refuses_a_batch_that_is_not_an_object_or_has_no_shapes():
     assert "batch" in errors_of([1, 2])
     batch = good_batch()

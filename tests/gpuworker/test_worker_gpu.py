@@ -77,7 +77,7 @@ def test_the_results_file_has_the_contract_shape(results):
     assert results["env"]["gpu"] and results["env"]["sm"].startswith("sm_")
     assert 1.0 < results["copy_ceiling_tbps"] < 10.0
     # the default flush reads, and the ceiling is measured under the entrants' flush
-    assert results["timing_protocol"] == {"l2_flush": "read"}
+    assert results["timing_protocol"] == {"l2_flush": "read", "timed_outputs": "shared"}
     assert results["copy_ceiling"]["l2_flush"] == "read"
     # judge_mix moved the one benchmarked shape's bytes: softmax reads x and writes y, alike
     [m] = results["byte_mover"]
@@ -116,3 +116,34 @@ def test_probe_names_the_gpu():
     )
     assert p.returncode == 0
     assert json.loads(p.stdout)["gpu"]
+
+
+@pytest.mark.parametrize("mode", ["shared", "guarded"])
+def test_beside_a_torch_baseline_our_timed_runs_write_where_torch_allocates(mode):
+    """With shared timed outputs (the default), our kernel's timed runs write into the blocks of
+    torch's allocator that the baseline's outputs were just freed from, every such run still
+    checked against the reference; with "guarded", into the worker's own buffers."""
+    pytest.importorskip("torch")
+    from bench.suite import _catalogue, build_batch
+    from gpuworker import run_batch
+
+    w, manifest, ir = _catalogue()["rmsnorm"]
+    shapes = [{"M": 2048, "N": 4096}]
+    batch, _ = build_batch("rmsnorm", manifest, ir, shapes, ["torch_eager"], 0.1, w.heldout_shapes)
+    batch["candidates"] = batch["candidates"][:2]
+    batch["options"]["timed_outputs"] = mode
+    res = run_batch(batch)
+    assert res["timing_protocol"]["timed_outputs"] == mode
+    (base,) = res["baselines"]
+    assert base["status"] == "passed", base["reason"]
+    assert base["timing"][0]["timed_outputs"] == "torch allocator"
+    for c in res["candidates"]:
+        assert c["status"] == "passed", c["reason"]
+        (t,) = c["timing"]
+        assert t["timed_runs_checked"] >= 3 and t["median_us"] > 0
+        if mode == "shared":
+            assert t["timed_outputs"] == "torch allocator"
+            assert t["same_outputs_as_baselines"] is True, t
+        else:
+            assert t["timed_outputs"] == "guarded buffer"
+            assert t["same_outputs_as_baselines"] is None

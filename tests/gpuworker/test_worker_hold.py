@@ -64,6 +64,9 @@ class _Entrant:
     def finish(self, sh, k):
         pass
 
+    def output_ptrs(self, sh):
+        return (7,)
+
 
 class _Shape:
     index = 0
@@ -148,3 +151,100 @@ def test_a_run_whose_dispatch_outlasts_its_hold_is_dropped_and_counted(session):
     assert got["host_gap_runs"] >= 1
     assert got["hold_us"] >= 4000
     assert len(got["samples_us"]) == e.runs - 4 - got["host_gap_runs"]
+
+
+class _Ptx(child.PtxEntrant):
+    """Our kernel's entrant as op_time sees it (a PtxEntrant), recording stage() calls."""
+
+    def __init__(self, clock, calls, place=1000):
+        self.clock, self.calls, self.place, self.staged = clock, calls, place, False
+
+    prepare = _Entrant.prepare
+
+    def stage(self, sh, torch, ext_stream):
+        self.calls.append(("stage", torch, ext_stream))
+        self.staged = True
+
+    def output_ptrs(self, sh):
+        return (self.place if self.staged else 7,)
+
+    def run(self, sh, k):
+        self.calls.append(("run", k))
+
+    def finish(self, sh, k):
+        self.calls.append(("finish", k))
+
+
+class _Torch(child.TorchEntrant):
+    """A torch baseline's entrant as op_time sees it, with stand-ins for torch and its stream."""
+
+    def __init__(self, calls):
+        self.calls, self.torch, self.ext_stream = calls, "torch-module", "ext-stream"
+
+    prepare = _Entrant.prepare
+
+    def run(self, sh, k):
+        self.calls.append(("torch-run", k))
+
+    def finish(self, sh, k):
+        self.calls.append(("torch-finish", k))
+
+    def output_ptrs(self, sh):
+        return (1000,)  # where torch's allocator put its outputs
+
+
+def test_beside_a_torch_baseline_our_runs_write_where_torch_allocates(session):
+    reply = _time(session, ours=_Ptx(session.clock, session.calls), base=_Torch(session.calls))
+    kinds = [c[0] for c in session.calls]
+    # ours: staged (outputs from torch's allocator, poisoned) before the hold of every run,
+    # then copied out after its end event; the baseline is never staged
+    first = kinds.index("run")
+    assert kinds[first - 4 : first + 3] == [
+        "stage",
+        "hold",
+        "flush",
+        "start",
+        "run",
+        "end",
+        "finish",
+    ]
+    assert kinds.count("stage") == kinds.count("run") == kinds.count("finish")
+    assert all(c[1:] == ("torch-module", "ext-stream") for c in session.calls if c[0] == "stage")
+    assert kinds.count("torch-run") > 0
+    got = reply["entrants"]
+    assert got["ours"]["timed_outputs"] == got["base"]["timed_outputs"] == "torch allocator"
+    assert got["ours"]["same_outputs_as_baselines"] is True
+    assert got["ours"]["timed_output_places"] == got["base"]["timed_output_places"] == 1
+    assert got["base"]["same_outputs_as_baselines"] is None  # said of ours only
+
+
+def test_a_run_that_wrote_elsewhere_than_the_baselines_is_said_so(session):
+    ours = _Ptx(session.clock, session.calls, place=2000)
+    reply = _time(session, ours=ours, base=_Torch(session.calls))
+    assert reply["entrants"]["ours"]["same_outputs_as_baselines"] is False
+
+
+def test_without_a_torch_baseline_or_with_guarded_outputs_nothing_is_staged(session):
+    reply = _time(session, ours=_Ptx(session.clock, session.calls))
+    assert "stage" not in [c[0] for c in session.calls]
+    assert reply["entrants"]["ours"]["timed_outputs"] == "guarded buffer"
+
+    session.calls.clear()
+    session.ents = {"ours": _Ptx(session.clock, session.calls), "base": _Torch(session.calls)}
+    msg = {
+        "shape": 0,
+        "entrants": [{"key": "ours"}, {"key": "base"}],
+        "budget_s": 0.0,
+        "timeout_s": 10,
+        "check_outputs": False,
+        "l2_flush": "read",
+        "warmup_s": 0.0,
+        "min_samples": 4,
+        "max_samples": 8,
+        "timed_outputs": "guarded",
+    }
+    reply = session.op_time(msg)
+    assert "stage" not in [c[0] for c in session.calls]
+    assert reply["entrants"]["ours"]["timed_outputs"] == "guarded buffer"
+    assert reply["entrants"]["ours"]["same_outputs_as_baselines"] is None
+    assert reply["entrants"]["base"]["timed_outputs"] == "torch allocator"

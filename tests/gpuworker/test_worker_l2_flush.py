@@ -234,7 +234,7 @@ def test_the_runner_times_and_measures_the_ceiling_under_the_batch_flush(options
     assert sent["byte_mover"]["shapes"] == benchmarked
     assert [m["dims"] for m in res["byte_mover"]] == [fake.shapes[i]["dims"] for i in benchmarked]
     assert sent["time"]["l2_flush"] == want
-    assert res["timing_protocol"] == {"l2_flush": want}
+    assert res["timing_protocol"] == {"l2_flush": want, "timed_outputs": "shared"}
     assert res["copy_ceiling"]["l2_flush"] == want
     assert res["copy_ceiling_tbps"] == 4.0  # the existing keys are unchanged
     assert res["candidates"][0]["status"] == "passed", res["candidates"][0]["reason"]
