@@ -356,6 +356,21 @@ foreign)
     grep -E "passed|failed|crashed|held-out" "$OUT/direct.txt" | cut -c1-110 | tail -20
     timeout 150 python3 -m bench.probe_place --out "$OUT/place" 2>&1 | grep -v "^\[" | tail -20
     ;;
+shared)
+    # ~7 min: the worker's GPU tests (timed outputs in torch's allocator beside a torch
+    # baseline, and in the guarded buffers), then RMSNorm and add+RMSNorm through the worker
+    # with plan x, torch.compile, max-autotune and Triton, shared timed outputs, then the same
+    # with guarded ones (as runs 11-17), one after the other on the same card
+    timeout 200 python3 -m pytest tests/gpuworker/test_worker_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q 2>&1 | tail -5 | tee "$OUT/pytest_worker.txt"
+    for mode in shared guarded; do
+        timeout 200 python3 -m bench.suite --out "$OUT/$mode" \
+            --plan bench/plans/suite-2026-12-03x.json --ops "${OPS:-rmsnorm,add_rmsnorm}" \
+            --shapes 3 --baselines torch_compile,triton --max-autotune --budget-s 0.3 \
+            --deadline-s 150 --timed-outputs "$mode" >"$OUT/$mode.txt" 2>&1
+        grep -E "^\|" "$OUT"/$mode/*/summary.md | head -20
+    done
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -372,7 +387,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|ties" >&2
     exit 2
     ;;
 esac
