@@ -102,7 +102,7 @@ def test_the_command_line_runs_a_batch_file(tmp_path):
     assert p.returncode == 0, p.stderr
     res = json.loads(out.read_text())
     assert res["candidates"][0]["status"] == "passed"
-    assert res["timing_protocol"] == {"l2_flush": "write"}
+    assert res["timing_protocol"] == {"l2_flush": "write", "timed_outputs": "shared"}
     assert res["copy_ceiling"]["l2_flush"] == "write"
 
 
