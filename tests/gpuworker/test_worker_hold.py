@@ -100,7 +100,7 @@ def session(monkeypatch):
     return s
 
 
-def _time(session, **ents):
+def _time(session, msg_extra=None, **ents):
     session.ents = ents
     msg = {
         "shape": 0,
@@ -113,7 +113,7 @@ def _time(session, **ents):
         "min_samples": 4,
         "max_samples": 8,
     }
-    return session.op_time(msg)
+    return session.op_time(msg | (msg_extra or {}))
 
 
 def test_every_timed_run_is_queued_behind_a_hold_then_the_flush(session):
@@ -230,20 +230,12 @@ def test_without_a_torch_baseline_or_with_guarded_outputs_nothing_is_staged(sess
     assert reply["entrants"]["ours"]["timed_outputs"] == "guarded buffer"
 
     session.calls.clear()
-    session.ents = {"ours": _Ptx(session.clock, session.calls), "base": _Torch(session.calls)}
-    msg = {
-        "shape": 0,
-        "entrants": [{"key": "ours"}, {"key": "base"}],
-        "budget_s": 0.0,
-        "timeout_s": 10,
-        "check_outputs": False,
-        "l2_flush": "read",
-        "warmup_s": 0.0,
-        "min_samples": 4,
-        "max_samples": 8,
-        "timed_outputs": "guarded",
-    }
-    reply = session.op_time(msg)
+    reply = _time(
+        session,
+        {"timed_outputs": "guarded"},
+        ours=_Ptx(session.clock, session.calls),
+        base=_Torch(session.calls),
+    )
     assert "stage" not in [c[0] for c in session.calls]
     assert reply["entrants"]["ours"]["timed_outputs"] == "guarded buffer"
     assert reply["entrants"]["ours"]["same_outputs_as_baselines"] is None
