@@ -371,6 +371,11 @@ shared)
         grep -E "^\|" "$OUT"/$mode/*/summary.md | head -20
     done
     ;;
+protocol)
+    # ~2 min: RMSNorm 16384x8192, torch.compile against our two fastest layouts in bench.direct,
+    # timed under the worker's habits added one at a time (bench/probe_protocol.py)
+    timeout 240 python3 -m bench.probe_protocol --out "$OUT/protocol" 2>&1 | tail -12
+    ;;
 ties)
     # ~8 min: the cases where ours and the best baseline are within 1% (RMSNorm, add+RMSNorm),
     # the suite three times over, each run with an empty inductor cache, so max-autotune tunes
@@ -387,7 +392,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|ties" >&2
     exit 2
     ;;
 esac
