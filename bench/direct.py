@@ -199,29 +199,42 @@ def our_launcher(bench: Bench, em, cubin: bytes, tensors: dict, dims: dict):
     return run
 
 
-def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 15) -> dict:
-    """Our schedules and the baselines at one shape: verified, then timed interleaved."""
-    from bench.suite import compile_cached
-
+def make_outputs(bench: Bench, w, dims: dict) -> dict:
+    """The workload's output tensors at `dims`, uninitialised, on the GPU."""
     torch = bench.torch
-    inputs = make_inputs(bench, w, dims, seed=int(time.time()) & 0xFFFF)
     outputs = {}
     for o in w.outputs:
         shape = tuple(int(dims[d]) if isinstance(d, str) else int(d) for d in o.shape)
         outputs[o.name] = torch.empty(shape, dtype=_torch_dtype(torch, o.dtype), device="cuda")
+    return outputs
+
+
+def compiled_schedule(ir, s):
+    """(emitted kernel, nvJitLink report, rejection reason or "") of schedule `s`; the PTX does
+    not depend on the dims, so each schedule is emitted once per process."""
+    from bench.suite import compile_cached
+
+    key = (id(ir), s)
+    if key not in _EMITTED:
+        _EMITTED[key] = emit(ir, s)
+    em = _EMITTED[key]
+    rep = compile_cached(em.ptx)
+    return em, rep, rejection_reason(rep, s.threads_per_block)
+
+
+def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 15) -> dict:
+    """Our schedules and the baselines at one shape: verified, then timed interleaved."""
+    torch = bench.torch
+    inputs = make_inputs(bench, w, dims, seed=int(time.time()) & 0xFFFF)
+    outputs = make_outputs(bench, w, dims)
     nbytes = sum(t.numel() * t.element_size() for t in inputs.values()) + sum(
         t.numel() * t.element_size() for t in outputs.values()
     )
     entrants, records = {}, []
     for s in dict.fromkeys(schedules):  # each schedule once, in order: entrants go by tag
         rec = {"impl": "ours", "tag": s.tag(), "schedule": s.to_dict()}
-        key = (id(ir), s)
-        if key not in _EMITTED:  # the PTX does not depend on the dims: emit once per schedule
-            _EMITTED[key] = emit(ir, s)
-        em = _EMITTED[key]
-        rep = compile_cached(em.ptx)
+        em, rep, why = compiled_schedule(ir, s)
         rec["registers"] = rep.registers
-        why = rejection_reason(rep, s.threads_per_block)
         if why:
             records.append(rec | {"status": "rejected", "reason": why})
             continue

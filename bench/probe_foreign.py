@@ -209,6 +209,16 @@ def same_places(bench, w, ir, dims, inputs, outputs, entrants, makers, nbytes, r
     out = {"baselines": {}, "records": []}
     for base in baselines:
         run_base, base_rec, box = entrants[base]
+
+        def poisoned_check(run_base, at, box=box):
+            """The baseline once, its outputs poisoned, then `at` writes them: checked."""
+            run_base()
+            for t in box["out"].values():
+                t.fill_(float("nan"))
+            at()
+            torch.cuda.synchronize()
+            return check_rows(bench, w, ir, inputs, box["out"], dims)
+
         phase = {base: (run_base, {"impl": base_rec["impl"], "tag": base}, box)}
         for k in picks:
             run, rec, sink = entrants[k]
@@ -219,14 +229,8 @@ def same_places(bench, w, ir, dims, inputs, outputs, entrants, makers, nbytes, r
                 at()
             torch.cuda.synchronize()
             key = f"{k} @{base}"
-            verdicts = []
-            for _ in range(2):  # both of the baseline's last two buffers, poisoned first
-                run_base()
-                for t in box["out"].values():
-                    t.fill_(float("nan"))
-                at()
-                torch.cuda.synchronize()
-                verdicts.append(check_rows(bench, w, ir, inputs, box["out"], dims))
+            # both of the baseline's last two buffers
+            verdicts = [poisoned_check(run_base, at) for _ in range(2)]
             rec = {"impl": "foreign" if k.startswith("cubin") else "ours", "tag": key}
             if not all(v["passed"] for v in verdicts):
                 out["records"].append(rec | {"status": "failed", "reason": verdicts[-1]["reason"]})
@@ -238,12 +242,7 @@ def same_places(bench, w, ir, dims, inputs, outputs, entrants, makers, nbytes, r
         for at, rec, _sink in phase.values():
             if rec["impl"] != "placed":
                 continue
-            run_base()
-            for t in box["out"].values():
-                t.fill_(float("nan"))
-            at()
-            torch.cuda.synchronize()
-            again = check_rows(bench, w, ir, inputs, box["out"], dims)
+            again = poisoned_check(run_base, at)
             if not again["passed"]:
                 rec |= {"status": "failed", "reason": "after timing: " + again["reason"]}
             rec["placements"] = len(at.made)
@@ -272,11 +271,18 @@ def main(argv=None) -> int:
 
     from cuda.core import ObjectCode, launch
 
-    from bench.direct import Bench, check_rows, environment, judge, make_inputs, our_launcher
-    from bench.direct import _torch_dtype as torch_dtype
-    from bench.suite import _catalogue, compile_cached
-    from factory.compile import compile_ptx, rejection_reason
-    from factory.emit import emit
+    from bench.direct import (
+        Bench,
+        check_rows,
+        compiled_schedule,
+        environment,
+        judge,
+        make_inputs,
+        make_outputs,
+        our_launcher,
+    )
+    from bench.suite import _catalogue
+    from factory.compile import compile_ptx
     from factory.schedules import Schedule
     from gpuworker.baselines import make_torch_baseline
     from gpuworker.gpu import launch_config
@@ -287,10 +293,7 @@ def main(argv=None) -> int:
     dims = dict(w.shapes[a.shape])
     m, n = int(dims[ir.batch_dims[0]]), int(dims[ir.row_dim])
     inputs = make_inputs(bench, w, dims, seed=1234)
-    outputs = {}
-    for o in w.outputs:
-        shape = tuple(int(dims[d]) if isinstance(d, str) else int(d) for d in o.shape)
-        outputs[o.name] = torch.empty(shape, dtype=torch_dtype(torch, o.dtype), device="cuda")
+    outputs = make_outputs(bench, w, dims)
     nbytes = sum(t.numel() * t.element_size() for t in (inputs | outputs).values())
     entrants, records = {}, []
     makers = {}  # tag -> make(outputs, dims): the same kernel writing into other outputs
@@ -369,10 +372,8 @@ def main(argv=None) -> int:
         planned = json.load(f)[a.op].get(f"{m}x{n}", [])
     ptxas = triton_ptxas()
     for j, s in enumerate(map(Schedule.from_dict, planned)):
-        em = emit(ir, s)
-        rep = compile_cached(em.ptx)
+        em, rep, why = compiled_schedule(ir, s)
         rec = {"impl": "ours", "tag": f"ours:{s.tag()}", "registers": rep.registers}
-        why = rejection_reason(rep, s.threads_per_block)
         if why:
             records.append(rec | {"status": "rejected", "reason": why})
             continue

@@ -57,10 +57,16 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
 
-    from bench.direct import Bench, check_rows, environment, make_inputs, our_launcher
-    from bench.direct import _torch_dtype as torch_dtype
-    from bench.suite import _catalogue, compile_cached
-    from factory.emit import emit
+    from bench.direct import (
+        Bench,
+        check_rows,
+        compiled_schedule,
+        environment,
+        make_inputs,
+        make_outputs,
+        our_launcher,
+    )
+    from bench.suite import _catalogue
     from factory.schedules import Schedule
     from gpuworker.baselines import make_torch_baseline
 
@@ -69,10 +75,7 @@ def main(argv=None) -> int:
     w, _, ir = _catalogue()[a.op]
     dims = dict(w.shapes[a.shape])
     sets = [make_inputs(bench, w, dims, seed=100 + k) for k in range(SETS)]
-    outputs = {}
-    for o in w.outputs:
-        shape = tuple(int(dims[d]) if isinstance(d, str) else int(d) for d in o.shape)
-        outputs[o.name] = torch.empty(shape, dtype=torch_dtype(torch, o.dtype), device="cuda")
+    outputs = make_outputs(bench, w, dims)
 
     fn, version, _ = make_torch_baseline(a.impl, w)
     box = {}
@@ -85,8 +88,8 @@ def main(argv=None) -> int:
         planned = json.load(f)[a.op][f"{dims[ir.batch_dims[0]]}x{dims[ir.row_dim]}"]
     by_tag = {s.tag(): s for s in map(Schedule.from_dict, planned)}
     for tag in a.tags.split(","):
-        em = emit(ir, by_tag[tag])
-        cubin = compile_cached(em.ptx).cubin
+        em, rep, _ = compiled_schedule(ir, by_tag[tag])
+        cubin = rep.cubin
         launchers = [our_launcher(bench, em, cubin, sets[k] | outputs, dims) for k in range(SETS)]
         runs[tag] = lambda k, launchers=launchers: launchers[k]()
 

@@ -327,7 +327,7 @@ def run_suite(args) -> int:
         batch, schedules = build_batch(
             name, manifest, ir, shapes, baselines, args.budget_s, w.heldout_shapes
         )
-        batch["options"]["timed_outputs"] = getattr(args, "timed_outputs", "shared")
+        batch["options"]["timed_outputs"] = args.timed_outputs
         print(
             f"[{time.monotonic() - t0:6.1f} s] {name}: {len(batch['candidates'])} candidates, "
             f"{len(shapes)} shapes",

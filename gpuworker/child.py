@@ -651,9 +651,9 @@ class Session:
         # Timed outputs: where torch baselines are timed too, ours write into blocks of torch's
         # allocator, the ones the baselines' outputs were just freed from (PtxEntrant.stage);
         # otherwise, and with timed_outputs "guarded", into the worker's guarded buffers.
-        torch_ents = [e for e in ents if isinstance(e, TorchEntrant)]
         torch_keys = [k for k, e in zip(keys, ents, strict=True) if isinstance(e, TorchEntrant)]
-        shared = msg.get("timed_outputs", "shared") == "shared" and bool(torch_ents)
+        torch_ent = ents[keys.index(torch_keys[0])] if torch_keys else None
+        shared = msg.get("timed_outputs", "shared") == "shared" and torch_ent is not None
         placement = {
             k: ("torch allocator" if shared or isinstance(e, TorchEntrant) else "guarded buffer")
             for k, e in zip(keys, ents, strict=True)
@@ -705,7 +705,7 @@ class Session:
                 for k in range(K):
                     self.poison_outputs(sh)
                     if shared and isinstance(e, PtxEntrant):
-                        e.stage(sh, torch_ents[0].torch, torch_ents[0].ext_stream)
+                        e.stage(sh, torch_ent.torch, torch_ent.ext_stream)
                     held = hold_us[key]
                     t_host = time.perf_counter()
                     self.hold(held)
