@@ -371,6 +371,20 @@ shared)
         grep -E "^\|" "$OUT"/$mode/*/summary.md | head -20
     done
     ;;
+accsplit)
+    # ~6 min: the generator's GPU tests (with partial accumulators by trees and the gathered
+    # logit loaded first among the schedules), then plan y (plan x, and each RMSNorm,
+    # add+RMSNorm and cross-entropy layout of it again with four partial accumulators per
+    # thread, and for cross-entropy with the gather first, at the same residency) through the
+    # worker beside torch.compile, max-autotune, Triton and Liger Kernel
+    timeout 150 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -k generated_kernels 2>&1 | tail -5 | tee "$OUT/pytest.txt"
+    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-04y.json \
+        --ops "${OPS:-cross_entropy,rmsnorm,add_rmsnorm}" --shapes 3 \
+        --baselines torch_compile,triton,liger --max-autotune --budget-s 0.3 \
+        --deadline-s "${DEADLINE:-330}" >"$OUT/suite.txt" 2>&1
+    grep -E "^\|" "$OUT"/suite/*/summary.md | head -14
+    ;;
 protocol)
     # ~2 min: RMSNorm 16384x8192, torch.compile against our two fastest layouts in bench.direct,
     # timed under the worker's habits added one at a time (bench/probe_protocol.py)
@@ -392,7 +406,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|ties" >&2
     exit 2
     ;;
 esac

@@ -47,7 +47,10 @@ LATE_DEFAULTS = {
     "moments": False,
     "col_groups": 1,
     "col_hint": "nc",
+    "acc_split": 1,
+    "early_gather": False,
 }
+ACC_SPLITS = (1, 2, 4, 8)
 COL_GROUPS = (1, 2, 4, 8)
 COL_HINTS = ("nc", "nc_l2last")
 # Two letters per load and store hint in tags (a tag names the entry point, so it must be unique).
@@ -140,6 +143,17 @@ class Schedule:
     col_hint: how per-column vectors are loaded: "nc" (the read-only path) or "nc_l2last"
         (L1 and L2 evict-last with the policy operand, as inductor's norms load their weight:
         every row reads the vector, the rows stream by once). Left out of `to_dict` at "nc".
+    acc_split: each thread folds its elements into this many partial accumulators per
+        reduction, element e into partial e mod acc_split, combined by a tree before the
+        reduction across threads; an online max/sum group takes its max and its sum of
+        exponentials by trees too. 1 folds every element into one register, a chain of
+        chunks * vec_elems dependent adds (4 cycles each) that sits between a row's last load
+        and its reduction across threads. The order of a float sum changes with it (a
+        pairwise order, no less accurate). Left out of `to_dict` at 1.
+    early_gather: load every gathered element (cross-entropy's logits[row, target[row]]) when
+        the row starts, beside its first row loads, instead of after the reductions that come
+        before its use, where its load latency sits on the row's critical path. Left out of
+        `to_dict` when False.
     """
 
     family: str = "row"
@@ -162,6 +176,8 @@ class Schedule:
     moments: bool = False
     col_groups: int = 1
     col_hint: str = "nc"
+    acc_split: int = 1
+    early_gather: bool = False
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if LATE_DEFAULTS.get(k, object()) != v}
@@ -208,6 +224,10 @@ class Schedule:
             s += f"g{self.col_groups}"
         if self.col_hint != "nc":
             s += "h"
+        if self.acc_split > 1:
+            s += f"a{self.acc_split}"
+        if self.early_gather:
+            s += "q"
         return s + f"_{_HINT_TAGS[self.load_hint]}{_STORE_TAGS[self.store_hint]}"
 
 
@@ -217,7 +237,8 @@ TAG_LEGEND = (
     "x precise math, m register cap for that many threads per SM, k intermediates recomputed, "
     "f next row prefetched, cl blocks per cluster, d early outputs stored last, e per-column "
     "vectors loaded with the row, w mean and variance in one pass, g per-column vectors loaded in "
-    "that many groups of chunks, h per-column vectors loaded with the evict-last policies; after "
+    "that many groups of chunks, h per-column vectors loaded with the evict-last policies, a "
+    "partial accumulators per thread, q gathered elements loaded when the row starts; after "
     "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
     "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "
     "evict-first policy, lf evict-last on reads a later pass repeats and evict-first on the "
@@ -343,6 +364,12 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
             "col_groups needs the cached mode, per-column inputs loaded by their pass (not "
             "early_cols) and chunks that split evenly into the groups",
         )
+    if s.acc_split not in ACC_SPLITS:
+        return False, f"acc_split must be one of {ACC_SPLITS}"
+    if s.acc_split > 1 and s.acc_split > s.chunks * s.vec_elems:
+        return False, "more partial accumulators than elements per thread per pass"
+    if s.early_gather and not ir.gathers:
+        return False, "early_gather needs a gathered input"
     if s.moments and (not ir.moments or s.cluster_blocks > 1):
         return False, "moments needs a mean/variance pair and a row in one block"
     if s.online and not ir.online:

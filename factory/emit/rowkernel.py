@@ -618,6 +618,12 @@ class RowKernel:
             held = self._alloc_chunk_regs(row_names, chunks)
             self._cached_loads(held, row_names, chunks, self.tptr)
 
+        if s.early_gather:
+            # Gathered elements depend only on the row's index inputs: their loads go out now,
+            # beside the row's, and are long back when the reductions before their use end.
+            b.comment("gathered elements, loaded as the row starts")
+            for n in self.ir.gathers:
+                self._scalar(n)
         for p in range(self.num_passes):
             self.cur_pass = p if mode == "stream" else None
             self._emit_pass(p, mode, held)
@@ -802,10 +808,15 @@ class RowKernel:
         )
         self._prepare_scalars(p)
         accs = []
+        self.partials = {}
         for r in reds:
-            a = b.reg("f32")
-            b.op(f"mov.f32 {a}, {f32_literal(IDENTITY[r.op])}")
-            accs.append(a)
+            parts = []
+            for _ in range(self.s.acc_split):
+                a = b.reg("f32")
+                b.op(f"mov.f32 {a}, {f32_literal(IDENTITY[r.op])}")
+                parts.append(a)
+            accs.append(parts[0])
+            self.partials[parts[0]] = parts
         pair_accs = []
         for _ in pairs:
             m, s_ = b.reg("f32"), b.reg("f32")
@@ -933,6 +944,7 @@ class RowKernel:
                         v2 = b.reg("f32")
                         b.op(f"selp.f32 {v2}, {v}, {f32_literal(IDENTITY[r.op])}, {preds[j]}")
                         v = v2
+                    a = self.partials[a][e % len(self.partials[a])]
                     b.op(f"{COMBINE[r.op]} {a}, {a}, {v}")
                 for q, vals in zip(pairs, pair_vals, strict=True):
                     v = self._as_f32(*self._eval(q.f_node, ctx))
@@ -956,19 +968,46 @@ class RowKernel:
     def _online_update(self, m: str, s_: str, vals: list[str]) -> None:
         """Fold a group of values into (running max m, running sum s of exp(v - m))."""
         b = self.b
-        b.comment("online max/sum over this group")
-        gm = vals[0]
-        for v in vals[1:]:
-            r = b.reg("f32")
-            b.op(f"max.f32 {r}, {gm}, {v}")
-            gm = r
+        tree = self.s.acc_split > 1
+        b.comment("online max/sum over this group" + (", by trees" if tree else ""))
+        if tree:
+            gm = self._tree("max.f32", vals)
+        else:
+            gm = vals[0]
+            for v in vals[1:]:
+                r = b.reg("f32")
+                b.op(f"max.f32 {r}, {gm}, {v}")
+                gm = r
         mn = b.reg("f32")
         b.op(f"max.f32 {mn}, {m}, {gm}")
         ms = self._safe_max(mn)
         b.op(f"mul.f32 {s_}, {s_}, {self._exp_below(m, ms)}")
-        for v in vals:
-            b.op(f"add.f32 {s_}, {s_}, {self._exp_below(v, ms)}")
+        if tree:
+            t = self._tree("add.f32", [self._exp_below(v, ms) for v in vals])
+            b.op(f"add.f32 {s_}, {s_}, {t}")
+        else:
+            for v in vals:
+                b.op(f"add.f32 {s_}, {s_}, {self._exp_below(v, ms)}")
         b.op(f"mov.f32 {m}, {mn}")
+
+    def _tree(self, op: str, vals: list[str], dst: str | None = None) -> str:
+        """vals folded pairwise by `op` ("add.f32", "max.f32", ...): depth log2(len) instead of
+        a chain of len - 1. The root goes to `dst` when given (it may be one of vals)."""
+        b = self.b
+        level = list(vals)
+        while len(level) > 1:
+            nxt = []
+            for i in range(0, len(level) - 1, 2):
+                last = len(level) == 2
+                r = dst if (last and dst is not None) else b.reg("f32")
+                b.op(f"{op} {r}, {level[i]}, {level[i + 1]}")
+                nxt.append(r)
+            if len(level) % 2:
+                nxt.append(level[-1])
+            level = nxt
+        if dst is not None and level[0] != dst:
+            b.op(f"mov.f32 {dst}, {level[0]}")
+        return dst if dst is not None else level[0]
 
     def _safe_max(self, mn: str) -> str:
         """The max, with an all -inf max taken as 0 so that exp(-inf - -inf) is 0, not NaN."""
@@ -1042,6 +1081,11 @@ class RowKernel:
         b = self.b
         if not (reds or pairs):
             return
+        for r, a in zip(reds, accs, strict=True):
+            parts = self.partials[a]
+            if len(parts) > 1:
+                b.comment(f"{r.op}: this thread's {len(parts)} partials, by a tree")
+                self._tree(COMBINE[r.op], parts, dst=a)
         b.comment("row reduction: warp butterfly" + (", then across warps" if self.W > 1 else ""))
         for off in (16, 8, 4, 2, 1):
             for r, a in zip(reds, accs, strict=True):

@@ -52,6 +52,8 @@ def random_case(rng: random.Random):
         col_groups=rng.choice([1, 2, 4]) if has_col_inputs(ir) else 1,
         col_hint=rng.choice(COL_HINTS) if has_col_inputs(ir) else "nc",
         min_threads_per_sm=rng.choice([0, 0, 1024]),
+        acc_split=rng.choice([1, 1, 2, 4]),
+        early_gather=rng.choice([False, True]) if ir.gathers else False,
     )
     if rng.random() < 0.2:
         kw |= dict(persistent_blocks_per_sm=1, prefetch_rows=rng.choice([False, True]))

@@ -303,3 +303,60 @@ def test_plain_loads_with_the_evict_last_policy_leave_the_read_only_path():
     assert row and all(x.endswith(";") and "L2::cache_hint" in x for x in row)
     assert "createpolicy.fractional.L2::evict_last.b64" in ptx
     assert compile_ptx(ptx).ok
+
+
+def test_partial_accumulators_fold_by_trees_and_gathers_can_load_first():
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+
+    rms = lower(load_catalogue()["rmsnorm"])
+    ce = lower(load_catalogue()["cross_entropy"])
+    dims = {"M": 16384, "N": 8192}
+    base = Schedule(threads_per_row=256, chunks=4)
+    split = replace(base, acc_split=4)
+    assert is_valid(rms, split, dims)[0]
+    assert "acc_split" not in base.to_dict() and split.to_dict()["acc_split"] == 4
+    assert split.tag() == base.tag().replace("_", "a4_")
+    assert Schedule.from_dict(split.to_dict()) == split
+    assert not is_valid(rms, replace(base, acc_split=3), dims)[0]
+    assert not is_valid(rms, replace(base, chunks=1, vec_elems=8, acc_split=16), dims)[0]
+    assert not is_valid(rms, replace(base, early_gather=True), dims)[0]  # nothing gathered
+
+    def folds(s):
+        """How many elements each accumulator register takes on the row's whole-row path."""
+        lines = emit(rms, s).ptx.splitlines()
+        start = next(i for i, ln in enumerate(lines) if "// pass 0" in ln)
+        end = next(i for i, ln in enumerate(lines) if ln.startswith("$L_p0_tail"))
+        acc = [ln.split()[1] for ln in lines[start:end] if ln.strip().startswith("add.f32")]
+        return sorted(acc.count(r) for r in set(acc) if acc.count(r) > 1)
+
+    # one accumulator: 32 dependent adds per thread into one register; four: eight each
+    assert folds(base) == [32]
+    assert folds(split) == [8, 8, 8, 8]
+    assert compile_ptx(emit(rms, split).ptx).ok
+
+    s = Schedule(
+        threads_per_row=32,
+        rows_per_block=2,
+        chunks=4,
+        mode="stream",
+        online=True,
+        fast_math=False,
+        load_hint="nc",
+    )
+    early = replace(s, early_gather=True)
+    assert is_valid(ce, early, {"M": 4096, "V": 32000})[0] and early.tag().endswith("q_nlno")
+
+    def first_loop_line(ptx, needle):
+        lines = ptx.splitlines()
+        loop = next(i for i, ln in enumerate(lines) if ln.startswith("$L_p0_loop"))
+        hits = [i for i, ln in enumerate(lines) if needle in ln]
+        return loop, hits
+
+    # the gathered logit (a 2-byte load at the target's column) comes before the row's loop
+    # with early_gather, after it without
+    loop, hits = first_loop_line(emit(ce, early).ptx, "ld.global.b16")
+    assert hits and all(h < loop for h in hits)
+    loop, hits = first_loop_line(emit(ce, s).ptx, "ld.global.b16")
+    assert hits and all(h > loop for h in hits)
+    assert compile_ptx(emit(ce, replace(early, acc_split=4)).ptx).ok

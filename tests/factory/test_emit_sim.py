@@ -583,6 +583,32 @@ CASES = [
     ("masked_softmax", {"mode": "stream", "online": True, "chunks": 1}, [129, 300]),
     ("row_sum", {}, [100]),
     ("l2norm", {}, [48]),
+    # partial accumulators per thread (pairwise trees), in both modes and in the tail path
+    ("rmsnorm", {"acc_split": 4}, [512, 77]),
+    ("rmsnorm", {"acc_split": 2, "mode": "stream", "chunks": 2}, [700, 33]),
+    ("layernorm", {"acc_split": 8, "col_groups": 2, "chunks": 4}, [1024, 129]),
+    ("softmax", {"acc_split": 4, "online": True}, [512, 33]),
+    ("masked_softmax", {"acc_split": 2, "mode": "stream", "online": True, "chunks": 1}, [129]),
+    ("row_max", {"acc_split": 4}, [100, 3]),
+    # the gathered logit loaded as the row starts, streamed and cached, with and without trees
+    (
+        "cross_entropy",
+        {"mode": "stream", "online": True, "chunks": 2, "early_gather": True},
+        [700, 33],
+    ),
+    ("cross_entropy", {"early_gather": True, "acc_split": 4}, [512, 100]),
+    (
+        "cross_entropy",
+        {
+            "mode": "stream",
+            "online": True,
+            "chunks": 4,
+            "threads_per_row": 128,
+            "early_gather": True,
+            "acc_split": 8,
+        },
+        [1100],
+    ),
 ]
 
 

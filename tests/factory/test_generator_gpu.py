@@ -75,6 +75,11 @@ def schedules_for(ir) -> list[Schedule]:
     if has_col_inputs(ir):  # per-column vectors loaded, and outputs stored, in fenced groups
         out.append(replace(base, threads_per_row=256, chunks=4, col_groups=4))
         out.append(replace(base, threads_per_row=128, chunks=4, col_hint="nc_l2last"))
+    # partial accumulators by trees, cached and streamed; gathered elements loaded first
+    out.append(replace(base, threads_per_row=128, chunks=4, acc_split=4))
+    out.append(replace(base, mode="stream", threads_per_row=64, chunks=4, acc_split=8))
+    if ir.gathers:
+        out.append(replace(base, early_gather=True, acc_split=2))
     # a streamed row kept in L2 between its passes
     out.append(replace(base, mode="stream", threads_per_row=512, chunks=2, load_hint="nc_l2reuse"))
     # a row shared by a cluster of two 1024-thread blocks (distributed shared memory)
