@@ -385,6 +385,19 @@ accsplit)
         --deadline-s "${DEADLINE:-330}" >"$OUT/suite.txt" 2>&1
     grep -E "^\|" "$OUT"/suite/*/summary.md | head -14
     ;;
+packed)
+    # ~4 min: the generator's GPU tests (the online max on packed 16-bit pairs among the
+    # schedules), then plan z: cross-entropy's plan-x layouts beside streamed warps of 4-8
+    # chunks in flight under a 64-register cap (packed_max keeps them from spilling), 1 or 2
+    # rows per block, read-only or plain loads, through the worker beside torch.compile and
+    # Liger Kernel
+    timeout 150 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -k generated_kernels 2>&1 | tail -3 | tee "$OUT/pytest.txt"
+    python3 -m bench.suite --out "$OUT/suite" --plan bench/plans/suite-2026-12-04z.json \
+        --ops cross_entropy --shapes 3 --baselines torch_compile,liger --budget-s 0.3 \
+        --deadline-s 200 >"$OUT/suite.txt" 2>&1
+    grep -E "^\|" "$OUT"/suite/*/summary.md | head -6
+    ;;
 protocol)
     # ~2 min: RMSNorm 16384x8192, torch.compile against our two fastest layouts in bench.direct,
     # timed under the worker's habits added one at a time (bench/probe_protocol.py)
@@ -406,7 +419,7 @@ ties)
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|ties" >&2
     exit 2
     ;;
 esac

@@ -18,7 +18,8 @@ import itertools
 import math
 from dataclasses import asdict, dataclass, fields
 
-from factory.ir import KernelIR
+from factory.ir import ROLE_ROW, KernelIR
+from factory.spec import expr as E
 
 NUM_SMS = 132  # H100 SXM / H200; the persistent grid is sized from it
 MAX_THREADS_PER_BLOCK = 1024
@@ -49,6 +50,7 @@ LATE_DEFAULTS = {
     "col_hint": "nc",
     "acc_split": 1,
     "early_gather": False,
+    "packed_max": False,
 }
 ACC_SPLITS = (1, 2, 4, 8)
 COL_GROUPS = (1, 2, 4, 8)
@@ -154,6 +156,14 @@ class Schedule:
         the row starts, beside its first row loads, instead of after the reductions that come
         before its use, where its load latency sits on the row's critical path. Left out of
         `to_dict` when False.
+    packed_max: an online max/sum whose F is a 16-bit row input (cross-entropy's and softmax's
+        logits) takes the group's max on the loaded words, two elements per instruction
+        (max.bf16x2 / max.f16x2; exact, as a max of values of one format is one of them), and
+        unpacks each element to f32 only for its exponential: half the max instructions, and
+        the group's elements need not all be live as f32 at once (fewer registers, so more
+        chunks of loads in flight fit under a register cap). The tail of the row (predicated
+        loads) folds its group one chunk at a time for the same reason. Left out of `to_dict`
+        when False.
     """
 
     family: str = "row"
@@ -178,6 +188,7 @@ class Schedule:
     col_hint: str = "nc"
     acc_split: int = 1
     early_gather: bool = False
+    packed_max: bool = False
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if LATE_DEFAULTS.get(k, object()) != v}
@@ -228,6 +239,8 @@ class Schedule:
             s += f"a{self.acc_split}"
         if self.early_gather:
             s += "q"
+        if self.packed_max:
+            s += "b"
         return s + f"_{_HINT_TAGS[self.load_hint]}{_STORE_TAGS[self.store_hint]}"
 
 
@@ -238,7 +251,8 @@ TAG_LEGEND = (
     "f next row prefetched, cl blocks per cluster, d early outputs stored last, e per-column "
     "vectors loaded with the row, w mean and variance in one pass, g per-column vectors loaded in "
     "that many groups of chunks, h per-column vectors loaded with the evict-last policies, a "
-    "partial accumulators per thread, q gathered elements loaded when the row starts; after "
+    "partial accumulators per thread, q gathered elements loaded when the row starts, b the "
+    "online max taken on packed 16-bit pairs; after "
     "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
     "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "
     "evict-first policy, lf evict-last on reads a later pass repeats and evict-first on the "
@@ -256,6 +270,17 @@ def has_early_outputs(ir: KernelIR) -> bool:
     """Whether a row output is ready before the last pass over the row (late_stores moves it)."""
     last = ir.num_stages - 1
     return any(o.role == "row" and ir.stage[o.node] < last for o in ir.outputs)
+
+
+def packed_pairs(ir: KernelIR) -> list:
+    """The online max/sum pairs whose F is a 16-bit (bf16, fp16) row input read as it is."""
+    out = []
+    for q in ir.online:
+        if isinstance(q.f_node, E.Input):
+            t = ir.input_by_name.get(q.f_node.name)
+            if t is not None and t.dtype in ("bf16", "fp16") and t.role == ROLE_ROW:
+                out.append(q)
+    return out
 
 
 def _pow2(n: int) -> bool:
@@ -370,6 +395,8 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         return False, "more partial accumulators than elements per thread per pass"
     if s.early_gather and not ir.gathers:
         return False, "early_gather needs a gathered input"
+    if s.packed_max and not (s.online and packed_pairs(ir)):
+        return False, "packed_max needs an online max/sum over a 16-bit row input"
     if s.moments and (not ir.moments or s.cluster_blocks > 1):
         return False, "moments needs a mean/variance pair and a row in one block"
     if s.online and not ir.online:

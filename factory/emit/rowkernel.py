@@ -35,7 +35,7 @@ from factory.ir import (
     TensorRef,
     reduction_aliases,
 )
-from factory.schedules import NUM_SMS, Schedule
+from factory.schedules import NUM_SMS, Schedule, packed_pairs
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
@@ -145,6 +145,7 @@ class RowKernel:
         self.fused = {n for q in self.moments for n in (q.mean_node, q.var_node)}
         self.stages = compute_stages(ir, s.online, bool(self.moments))
         self.pairs = list(ir.online) if s.online else []
+        self.packed_pairs = set(packed_pairs(ir)) if s.packed_max else set()
         self.pair_sums = {p.sum_node for p in self.pairs}
         self.num_passes = self._num_passes()
         self.scal: dict = {}
@@ -927,6 +928,8 @@ class RowKernel:
         b, V = self.b, self.V
         reds, accs, pairs, pair_accs, outs, mats = work
         pair_vals: list[list[str]] = [[] for _ in pairs]
+        # packed_max, on the whole-chunk path: such a pair takes its chunks' loaded words
+        packed = {q for q in pairs if fast and q in self.packed_pairs}
         for k in ks:
             preds = None
             if not fast:
@@ -947,6 +950,10 @@ class RowKernel:
                     a = self.partials[a][e % len(self.partials[a])]
                     b.op(f"{COMBINE[r.op]} {a}, {a}, {v}")
                 for q, vals in zip(pairs, pair_vals, strict=True):
+                    if q in packed:
+                        if j == 0:
+                            vals.extend(regs[q.f_node.name][k])
+                        continue
                     v = self._as_f32(*self._eval(q.f_node, ctx))
                     if preds:
                         v2 = b.reg("f32")
@@ -962,8 +969,17 @@ class RowKernel:
             if fast:
                 for o in outs:
                     self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name])
-        for (m, s_), vals in zip(pair_accs, pair_vals, strict=True):
-            self._online_update(m, s_, vals)
+            elif self.packed_pairs and k != ks[-1]:
+                # the tail's groups one chunk at a time, so that the tail does not hold every
+                # chunk's elements as f32 at once (it would set the kernel's register count)
+                for (m, s_), vals in zip(pair_accs, pair_vals, strict=True):
+                    self._online_update(m, s_, vals)
+                    vals.clear()
+        for q, (m, s_), vals in zip(pairs, pair_accs, pair_vals, strict=True):
+            if q in packed:
+                self._online_update_packed(m, s_, vals, self.tensors[q.f_node.name].dtype)
+            else:
+                self._online_update(m, s_, vals)
 
     def _online_update(self, m: str, s_: str, vals: list[str]) -> None:
         """Fold a group of values into (running max m, running sum s of exp(v - m))."""
@@ -990,7 +1006,31 @@ class RowKernel:
                 b.op(f"add.f32 {s_}, {s_}, {self._exp_below(v, ms)}")
         b.op(f"mov.f32 {m}, {mn}")
 
-    def _tree(self, op: str, vals: list[str], dst: str | None = None) -> str:
+    def _online_update_packed(self, m: str, s_: str, words: list[str], dtype: str) -> None:
+        """_online_update over the 16-bit elements packed two to a word in `words`: the max by
+        a tree of packed max instructions, then each element unpacked for its exponential."""
+        b = self.b
+        b.comment("online max/sum over this group, the max on packed pairs")
+        w = self._tree("max.bf16x2" if dtype == "bf16" else "max.f16x2", words, kind="b32")
+        gm = b.reg("f32")
+        b.op(f"max.f32 {gm}, {self._unpack_word(dtype, w, 0)}, {self._unpack_word(dtype, w, 1)}")
+        mn = b.reg("f32")
+        b.op(f"max.f32 {mn}, {m}, {gm}")
+        ms = self._safe_max(mn)
+        b.op(f"mul.f32 {s_}, {s_}, {self._exp_below(m, ms)}")
+        exps = [
+            self._exp_below(self._unpack_word(dtype, word, half), ms)
+            for word in words
+            for half in (0, 1)
+        ]
+        if self.s.acc_split > 1:
+            b.op(f"add.f32 {s_}, {s_}, {self._tree('add.f32', exps)}")
+        else:
+            for e in exps:
+                b.op(f"add.f32 {s_}, {s_}, {e}")
+        b.op(f"mov.f32 {m}, {mn}")
+
+    def _tree(self, op: str, vals: list[str], dst: str | None = None, kind: str = "f32") -> str:
         """vals folded pairwise by `op` ("add.f32", "max.f32", ...): depth log2(len) instead of
         a chain of len - 1. The root goes to `dst` when given (it may be one of vals)."""
         b = self.b
@@ -999,14 +1039,14 @@ class RowKernel:
             nxt = []
             for i in range(0, len(level) - 1, 2):
                 last = len(level) == 2
-                r = dst if (last and dst is not None) else b.reg("f32")
+                r = dst if (last and dst is not None) else b.reg(kind)
                 b.op(f"{op} {r}, {level[i]}, {level[i + 1]}")
                 nxt.append(r)
             if len(level) % 2:
                 nxt.append(level[-1])
             level = nxt
         if dst is not None and level[0] != dst:
-            b.op(f"mov.f32 {dst}, {level[0]}")
+            b.op(f"mov.{kind} {dst}, {level[0]}")
         return dst if dst is not None else level[0]
 
     def _safe_max(self, mn: str) -> str:

@@ -22,6 +22,7 @@ from factory.schedules import (
     has_col_inputs,
     has_early_outputs,
     is_valid,
+    packed_pairs,
 )
 from factory.spec import load_catalogue
 from tests.factory.test_emit_sim import check
@@ -54,6 +55,7 @@ def random_case(rng: random.Random):
         min_threads_per_sm=rng.choice([0, 0, 1024]),
         acc_split=rng.choice([1, 1, 2, 4]),
         early_gather=rng.choice([False, True]) if ir.gathers else False,
+        packed_max=rng.choice([False, True]) if online and packed_pairs(ir) else False,
     )
     if rng.random() < 0.2:
         kw |= dict(persistent_blocks_per_sm=1, prefetch_rows=rng.choice([False, True]))

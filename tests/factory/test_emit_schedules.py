@@ -360,3 +360,28 @@ def test_partial_accumulators_fold_by_trees_and_gathers_can_load_first():
     loop, hits = first_loop_line(emit(ce, s).ptx, "ld.global.b16")
     assert hits and all(h > loop for h in hits)
     assert compile_ptx(emit(ce, replace(early, acc_split=4)).ptx).ok
+
+
+def test_packed_max_is_for_online_pairs_over_16_bit_row_inputs():
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+
+    ce = lower(load_catalogue()["cross_entropy"])
+    masked = lower(load_catalogue()["masked_softmax"])
+    dims = {"M": 4096, "V": 32000}
+    s = Schedule(
+        threads_per_row=32, chunks=8, mode="stream", online=True, fast_math=False,
+        min_threads_per_sm=1024,
+    )  # fmt: skip
+    packed = replace(s, packed_max=True)
+    assert is_valid(ce, packed, dims)[0] and packed.tag().endswith("b_nlno")
+    assert packed.to_dict()["packed_max"] and "packed_max" not in s.to_dict()
+    assert not is_valid(ce, replace(packed, online=False), dims)[0]
+    # the masked softmax's F is x plus the mask, not a row input read as it is
+    assert not is_valid(masked, replace(packed), {"M": 64, "N": 4096})[0]
+    # eight chunks of loads in flight under a 64-register cap: without packed_max ptxas spills
+    # (every element of a group live as f32, the tail's included); with it, it does not
+    assert compile_ptx(emit(ce, s).ptx).spill_store_bytes > 0
+    rep = compile_ptx(emit(ce, packed).ptx)
+    assert rep.ok and rep.registers <= 64 and rep.spill_store_bytes == 0
+    assert emit(ce, packed).ptx.count("max.bf16x2") == 8 * 4 - 1

@@ -282,6 +282,23 @@ class Thread:
                     "tanh": lambda: np.tanh(x),
                 }[base]()
             r[a[0]] = _b(np.float32(v))
+        elif typ in ("bf16x2", "f16x2") and base in ("max", "min"):
+            # two 16-bit lanes; the larger (smaller) one is returned as it is, NaN only if both
+            x, y, v = self.val(a[1]), self.val(a[2]), 0
+            for sh in (0, 16):
+                hx, hy = (x >> sh) & 0xFFFF, (y >> sh) & 0xFFFF
+                if typ == "bf16x2":
+                    fx, fy = _f(hx << 16), _f(hy << 16)
+                else:
+                    fx, fy = (np.frombuffer(struct.pack("<H", h), np.float16)[0] for h in (hx, hy))
+                if np.isnan(fx):
+                    h = hy
+                elif np.isnan(fy):
+                    h = hx
+                else:
+                    h = hx if (fx >= fy if base == "max" else fx <= fy) else hy
+                v |= h << sh
+            r[a[0]] = v
         elif base == "selp":
             r[a[0]] = self.val(a[1]) if r[a[3]] else self.val(a[2])
         elif base == "setp":
@@ -498,8 +515,9 @@ def check(
     seed: int = 0,
     grid: int | None = None,
     inputs: dict | None = None,
+    workload=None,
 ):
-    w = load_catalogue()[name]
+    w = workload or load_catalogue()[name]
     ir = lower(w)
     em = emit(ir, schedule)
     inputs = random_inputs(w, dims, seed) | (inputs or {})
@@ -507,9 +525,10 @@ def check(
     for o in w.outputs:
         shape = tuple(int(dims[d]) if isinstance(d, str) else d for d in o.shape)
         dt = {"bf16": np.uint16, "fp16": np.float16, "fp32": np.float32}[o.dtype]
-        arrays[o.name] = np.full(shape, 0xFFFF if o.dtype != "fp32" else np.nan).astype(dt)
         if o.dtype == "fp32":
             arrays[o.name] = np.full(shape, np.nan, dtype=np.float32)
+        else:  # all ones: a NaN in either 16-bit format
+            arrays[o.name] = np.full(shape, 0xFFFF, dtype=np.uint16).view(dt)
     out = run_kernel(em, dims, arrays, grid)
     ref = reference(w, inputs, dims)
     for o in w.outputs:
@@ -597,6 +616,16 @@ CASES = [
         [700, 33],
     ),
     ("cross_entropy", {"early_gather": True, "acc_split": 4}, [512, 100]),
+    # the online max on packed pairs (rows of a multiple of 8 take the whole-chunk path, the
+    # others only the tail's): streamed (five chunks, a tail one chunk at a time), cached,
+    # with trees
+    (
+        "cross_entropy",
+        {"mode": "stream", "online": True, "chunks": 5, "packed_max": True},
+        [1360, 2560, 33, 700],
+    ),
+    ("softmax", {"online": True, "packed_max": True, "acc_split": 2}, [512, 77, 600]),
+    ("log_softmax", {"mode": "stream", "online": True, "chunks": 2, "packed_max": True}, [1200]),
     (
         "cross_entropy",
         {
@@ -683,6 +712,38 @@ def test_hand_built_dags_with_fp16_fp32_compares_and_precise_math_run_correctly(
             want = want.reshape(got.shape)
             rel = np.linalg.norm(got - want) / np.linalg.norm(want)
             assert np.isfinite(got).all() and rel < (1e-5 if o.dtype == "fp32" else 5e-3), (o, rel)
+
+
+def test_the_online_max_on_packed_bf16_pairs_keeps_wide_logits_finite():
+    """Logits 12 times the catalogue's range (|x| up to 96): any shift but the row's max lets
+    exp overflow, so a wrong packed max fails here (within the range, the shift cancels)."""
+    w = load_catalogue()["cross_entropy"]
+    ir = lower(w)
+    for kw in ({"mode": "stream", "chunks": 3}, {}):
+        s = _small("cross_entropy", online=True, packed_max=True, **kw)
+        assert "max.bf16x2" in emit(ir, s).ptx
+        dims = {"M": 3, "V": 1040}  # a multiple of 8: the whole-chunk path runs
+        x = random_inputs(w, dims, 5)["logits"]
+        wide = (np.asarray(x, np.uint16).astype(np.uint32) << 16).view(np.float32) * 12
+        logits = (wide.view(np.uint32) >> 16).astype(np.uint16)
+        check("cross_entropy", s, dims, seed=5, inputs={"logits": logits})
+
+
+def test_the_online_max_on_packed_fp16_pairs_computes_the_reference():
+    """packed_max with fp16 logits (max.f16x2), streamed with a tail and cached."""
+    from pathlib import Path
+
+    from factory.spec import load_manifest
+
+    text = (Path(__file__).parents[2] / "factory/catalogue/softmax.toml").read_text()
+    w = load_manifest(text.replace('dtype = "bf16"', 'dtype = "fp16"'))
+    assert w.inputs[0].dtype == "fp16"
+    ir = lower(w)
+    base = default_schedule(ir, {"M": 2, "N": 256})
+    for kw, n in (({"mode": "stream", "chunks": 3}, 1000), ({"chunks": 2}, 504)):
+        s = replace(base, threads_per_row=32, rows_per_block=1, online=True, packed_max=True, **kw)
+        assert "max.f16x2" in emit(ir, s).ptx
+        check("softmax", s, {"M": 3, "N": n}, seed=n, workload=w)
 
 
 # A row shared by a cluster of blocks (small blocks here, 1024 on the GPU): each block reduces its

@@ -29,6 +29,7 @@ from factory.schedules import (  # noqa: E402
     default_schedule,
     has_col_inputs,
     has_early_outputs,
+    packed_pairs,
 )
 from factory.spec import eval_dim_expr  # noqa: E402
 
@@ -80,6 +81,9 @@ def schedules_for(ir) -> list[Schedule]:
     out.append(replace(base, mode="stream", threads_per_row=64, chunks=4, acc_split=8))
     if ir.gathers:
         out.append(replace(base, early_gather=True, acc_split=2))
+    if ir.online and packed_pairs(ir):  # the online max on packed 16-bit pairs
+        out.append(replace(base, mode="stream", online=True, chunks=6, packed_max=True))
+        out.append(replace(base, online=True, threads_per_row=128, chunks=4, packed_max=True))
     # a streamed row kept in L2 between its passes
     out.append(replace(base, mode="stream", threads_per_row=512, chunks=2, load_hint="nc_l2reuse"))
     # a row shared by a cluster of two 1024-thread blocks (distributed shared memory)
