@@ -455,9 +455,13 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     moment_options = [False, True] if ir.moments else [False]
     early_options = [False, True] if has_col_inputs(ir) else [False]
     group_options = [1, 4] if has_col_inputs(ir) else [1]
+    packed_options = [False, True] if packed_pairs(ir) else [False]
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
-    for t, r, v, c, (mode, online), lh, sh, fm, keep, late, mom, early, grp in itertools.product(
+    for t, r, v, c, (
+        mode,
+        online,
+    ), lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
         (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
         (1, 2, 4, 8),
         vecs,
@@ -471,7 +475,10 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         moment_options,
         early_options,
         group_options,
+        packed_options,
     ):
+        if pk and not online:
+            continue
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
             s = Schedule(
@@ -493,6 +500,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
                 moments=mom,
                 early_cols=early,
                 col_groups=grp,
+                packed_max=pk,
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(s)
