@@ -983,28 +983,9 @@ class RowKernel:
 
     def _online_update(self, m: str, s_: str, vals: list[str]) -> None:
         """Fold a group of values into (running max m, running sum s of exp(v - m))."""
-        b = self.b
         tree = self.s.acc_split > 1
-        b.comment("online max/sum over this group" + (", by trees" if tree else ""))
-        if tree:
-            gm = self._tree("max.f32", vals)
-        else:
-            gm = vals[0]
-            for v in vals[1:]:
-                r = b.reg("f32")
-                b.op(f"max.f32 {r}, {gm}, {v}")
-                gm = r
-        mn = b.reg("f32")
-        b.op(f"max.f32 {mn}, {m}, {gm}")
-        ms = self._safe_max(mn)
-        b.op(f"mul.f32 {s_}, {s_}, {self._exp_below(m, ms)}")
-        if tree:
-            t = self._tree("add.f32", [self._exp_below(v, ms) for v in vals])
-            b.op(f"add.f32 {s_}, {s_}, {t}")
-        else:
-            for v in vals:
-                b.op(f"add.f32 {s_}, {s_}, {self._exp_below(v, ms)}")
-        b.op(f"mov.f32 {m}, {mn}")
+        self.b.comment("online max/sum over this group" + (", by trees" if tree else ""))
+        self._online_fold(m, s_, self._fold("max.f32", vals), iter(vals))
 
     def _online_update_packed(self, m: str, s_: str, words: list[str], dtype: str) -> None:
         """_online_update over the 16-bit elements packed two to a word in `words`: the max by
@@ -1014,21 +995,40 @@ class RowKernel:
         w = self._tree("max.bf16x2" if dtype == "bf16" else "max.f16x2", words, kind="b32")
         gm = b.reg("f32")
         b.op(f"max.f32 {gm}, {self._unpack_word(dtype, w, 0)}, {self._unpack_word(dtype, w, 1)}")
+        unpacked = (self._unpack_word(dtype, word, half) for word in words for half in (0, 1))
+        self._online_fold(m, s_, gm, unpacked, exps_first=True)
+
+    def _online_fold(self, m: str, s_: str, gm: str, values, exps_first: bool = False) -> None:
+        """(m, s) += a group whose max is gm: s rescaled to the new max, then the group's
+        exponentials added (a tree with acc_split, else one after another; exps_first: every
+        exponential written before the first add). `values` is consumed after the new max is
+        known, so lazily made values are emitted there."""
+        b = self.b
         mn = b.reg("f32")
         b.op(f"max.f32 {mn}, {m}, {gm}")
         ms = self._safe_max(mn)
         b.op(f"mul.f32 {s_}, {s_}, {self._exp_below(m, ms)}")
-        exps = [
-            self._exp_below(self._unpack_word(dtype, word, half), ms)
-            for word in words
-            for half in (0, 1)
-        ]
         if self.s.acc_split > 1:
-            b.op(f"add.f32 {s_}, {s_}, {self._tree('add.f32', exps)}")
-        else:
-            for e in exps:
+            t = self._tree("add.f32", [self._exp_below(v, ms) for v in values])
+            b.op(f"add.f32 {s_}, {s_}, {t}")
+        elif exps_first:
+            for e in [self._exp_below(v, ms) for v in values]:
                 b.op(f"add.f32 {s_}, {s_}, {e}")
+        else:
+            for v in values:
+                b.op(f"add.f32 {s_}, {s_}, {self._exp_below(v, ms)}")
         b.op(f"mov.f32 {m}, {mn}")
+
+    def _fold(self, op: str, vals: list[str]) -> str:
+        """vals folded by `op`: by a tree with acc_split, else as a chain from the left."""
+        if self.s.acc_split > 1:
+            return self._tree(op, vals)
+        acc = vals[0]
+        for v in vals[1:]:
+            r = self.b.reg("f32")
+            self.b.op(f"{op} {r}, {acc}, {v}")
+            acc = r
+        return acc
 
     def _tree(self, op: str, vals: list[str], dst: str | None = None, kind: str = "f32") -> str:
         """vals folded pairwise by `op` ("add.f32", "max.f32", ...): depth log2(len) instead of
