@@ -62,6 +62,9 @@
 # (SiLU-mul's rows within 2% of it, so not flagged): bench/results/2026-12-03-h200-mover/.
 # 19:15-19:29: suite run 16 (bench/results/2026-12-03-h200-suite13/) and `onevec` (-explore10/);
 # 19:34-19:37: `gap` three ways and twice beside a direct run (-gap/).
+# 2026-12-04, 00:30-01:18: suite run 18 (`suite`, plan x, shared timed outputs, two calls:
+# bench/results/2026-12-04-h200-suite15/), `accsplit` and `packed` (-options/), then suite run 19
+# (`suite` with PLAN=bench/plans/suite-2026-12-04aa.json, two calls: -suite16/).
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
