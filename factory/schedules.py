@@ -458,10 +458,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     packed_options = [False, True] if packed_pairs(ir) else [False]
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
-    for t, r, v, c, (
-        mode,
-        online,
-    ), lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
+    for t, r, v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
         (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
         (1, 2, 4, 8),
         vecs,
@@ -477,7 +474,8 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         group_options,
         packed_options,
     ):
-        if pk and not online:
+        mode, online = mode_online
+        if pk and not online:  # packed_max is an option of the online max/sum only
             continue
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
