@@ -421,8 +421,19 @@ ties)
     done
     python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
     ;;
+tail)
+    # ~8 min: ragged rows (bench/probe_tail.py): the kernels of two emitters, emitted on the CPU
+    # into .tailptx/old and .tailptx/new (carried; git-ignored), timed side by side with
+    # torch.compile at row lengths no layout divides; then the generator's GPU tests
+    python3 -m bench.probe_tail --out "$OUT/tail" --sets old=.tailptx/old,new=.tailptx/new \
+        --baselines torch_compile --deadline-s "${DEADLINE:-330}" >"$OUT/tail.txt" 2>&1
+    tail -45 "$OUT/tail.txt"
+    timeout "${TESTS_S:-380}" python3 -m pytest tests/factory/test_generator_gpu.py -m gpu \
+        -o addopts="" -p no:cacheprovider -q -rf --durations=4 >"$OUT/pytest.txt" 2>&1
+    tail -12 "$OUT/pytest.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|ties" >&2
     exit 2
     ;;
 esac

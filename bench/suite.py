@@ -30,7 +30,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from bench.plotly_js import plotly_src
-from factory.schedules import TAG_LEGEND, Schedule, default_schedule, is_valid
+from factory.schedules import TAG_LEGEND, Schedule, default_schedule, fit_tail, is_valid
 from gpuworker import plausibility
 
 OPS = ("softmax", "cross_entropy", "rmsnorm", "layernorm", "add_rmsnorm", "silu_mul", "gelu_tanh")
@@ -72,12 +72,22 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         # of 2026-12-02 found every suite winner among these; prefetching persistent grids never
         # won a case, so they are left to plans.)
         shapes = [(base.threads_per_row, base.chunks)]
+        # A row the default's chunks do not fill (a length no power of two divides): also the
+        # layout that wastes the fewest elements, e.g. 128 threads of 5 chunks for 5000.
+        tight = sorted(
+            (t * v * math.ceil(n / (t * v)) - n, t, math.ceil(n / (t * v)))
+            for t in (64, 128, 256, 512)
+            if math.ceil(n / (t * v)) <= 8
+        )
+        if tight and tight[0][0] > 0:
+            shapes += [tight[0][1:]]
         shapes += [(base.threads_per_row * 2, base.chunks // 2)] if base.chunks > 1 else []
         shapes += [(base.threads_per_row // 2, base.chunks * 2)] if base.chunks < 16 else []
         for t, c in shapes:
             if not 32 <= t <= 1024 or t * v * c < n:
                 continue
             s0 = replace(base, threads_per_row=t, chunks=c, rows_per_block=1 if t > 32 else 4)
+            s0 = fit_tail(ir, s0, [dims])  # before its register cap is found
             out.append(s0)
             occ = _occupancy_variant(ir, s0)
             if occ is not None:
@@ -98,7 +108,7 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     if base.mode != "cached":
         out = [base] + out
     picked, regs_of = [], {}
-    for s in out:
+    for s in (fit_tail(ir, s, [dims]) for s in out):
         if s in picked or not is_valid(ir, s, dims)[0]:
             continue
         rep = compile_cached(emit(ir, s).ptx)

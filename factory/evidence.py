@@ -109,11 +109,20 @@ def shape_distance(a: dict[str, int], b: dict[str, int]) -> float:
 _LATE_DEFAULTS = {**schedules.LATE_DEFAULTS, **ptxedit.LATE_DEFAULTS}
 
 
+# Schedule fields that follow from the rest of the layout and the job's shapes
+# (schedules.fit_tail), so not part of which layout a record names.
+_FITTED = ("tail",)
+
+
 def schedule_key(schedule: dict | None) -> str:
     """A stable text key for a schedule dict (None for hand-written PTX)."""
     if schedule is None:
         return "none"
-    plain = {k: v for k, v in schedule.items() if _LATE_DEFAULTS.get(k, object()) != v}
+    plain = {
+        k: v
+        for k, v in schedule.items()
+        if _LATE_DEFAULTS.get(k, object()) != v and k not in _FITTED
+    }
     return json.dumps(plain, sort_keys=True, default=str)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from factory.ir import ROLE_ROW, KernelIR
 from factory.spec import expr as E
@@ -51,6 +51,7 @@ LATE_DEFAULTS = {
     "acc_split": 1,
     "early_gather": False,
     "packed_max": False,
+    "tail": "elements",
 }
 ACC_SPLITS = (1, 2, 4, 8)
 COL_GROUPS = (1, 2, 4, 8)
@@ -164,6 +165,20 @@ class Schedule:
         chunks of loads in flight fit under a register cap). The tail of the row (predicated
         loads) folds its group one chunk at a time for the same reason. Left out of `to_dict`
         when False.
+    tail: how the tail path moves a row (the path of a row this layout's chunks do not divide:
+        a streamed row's last step, a whole row shorter than the cached capacity, and every
+        row whose length is not a multiple of vec_elems). "elements": element by element, each
+        thread's elements consecutive (t*V + j). "vectors": where N is a multiple of vec_elems
+        and the rows are 16-byte aligned, each chunk of the tail is whole or past the row's
+        end, so it is loaded and stored as one 16-byte access under one predicate (the kernel
+        branches to it at run time; other rows take the element tail). "strided": element by
+        element, element j of thread t at t + j*T, so that a warp's single-element accesses
+        cover consecutive addresses (for rows of a length that is not a multiple of
+        vec_elems, which all take the element tail). On the H200 at 16384x5000 "vectors" made
+        each layout 1.5-3.9x faster (RMSNorm at 256 threads of 4 chunks: 321 -> 93 us,
+        bench/results/2026-12-04-h200-tail). Either costs code, and at a tight register cap
+        registers (a kernel's count is set by its tail path too), so `fit_tail` sets it only
+        where the job's rows take it. Left out of `to_dict` at "elements".
     """
 
     family: str = "row"
@@ -189,6 +204,7 @@ class Schedule:
     acc_split: int = 1
     early_gather: bool = False
     packed_max: bool = False
+    tail: str = "elements"
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if LATE_DEFAULTS.get(k, object()) != v}
@@ -241,6 +257,8 @@ class Schedule:
             s += "q"
         if self.packed_max:
             s += "b"
+        if self.tail != "elements":
+            s += {"vectors": "u", "strided": "z"}[self.tail]
         return s + f"_{_HINT_TAGS[self.load_hint]}{_STORE_TAGS[self.store_hint]}"
 
 
@@ -252,7 +270,8 @@ TAG_LEGEND = (
     "vectors loaded with the row, w mean and variance in one pass, g per-column vectors loaded in "
     "that many groups of chunks, h per-column vectors loaded with the evict-last policies, a "
     "partial accumulators per thread, q gathered elements loaded when the row starts, b the "
-    "online max taken on packed 16-bit pairs; after "
+    "online max taken on packed 16-bit pairs, u / z the row's tail moved as whole vectors / "
+    "as strided elements; after "
     "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
     "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "
     "evict-first policy, lf evict-last on reads a later pass repeats and evict-first on the "
@@ -281,6 +300,38 @@ def packed_pairs(ir: KernelIR) -> list:
             if t is not None and t.dtype in ("bf16", "fp16") and t.role == ROLE_ROW:
                 out.append(q)
     return out
+
+
+def tail_runs(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> bool:
+    """Whether rows of `dims` take the tail path under `s` with whole vectors available (N a
+    multiple of vec_elems, which aligned pointers then keep aligned): a cached row shorter than
+    the layout's capacity, or a streamed row its steps do not divide. (Rows of a length that
+    is not a multiple of vec_elems take the element tail all along.)"""
+    n = int(dims[ir.row_dim])
+    if n % s.vec_elems:
+        return False
+    step = s.threads_per_row * s.vec_elems * s.chunks
+    if s.mode == "cached":
+        return n < step
+    return n % step != 0
+
+
+TAILS = ("elements", "vectors", "strided")
+
+
+def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Schedule:
+    """`s` with the tail its rows at `dims_list` take: "vectors" where any of them takes the
+    tail with whole vectors; else, for a row in registers, "strided" where any has a length
+    that is not a multiple of vec_elems; else "elements" (the PTX as it was before the tail had
+    options). On the H200 the strided tail made every cached layout at 16384x4999 faster
+    (1.8-2.9x; LayerNorm 1.06-1.31x) and a streamed softmax 1.28x faster, but streamed
+    cross-entropy at 4096x50257 1.06-1.5x slower (bench/results/2026-12-04-h200-tail), so
+    streamed rows keep the consecutive elements."""
+    if any(tail_runs(ir, s, d) for d in dims_list):
+        return replace(s, tail="vectors")
+    if s.mode == "cached" and any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list):
+        return replace(s, tail="strided")
+    return replace(s, tail="elements")
 
 
 def _pow2(n: int) -> bool:
@@ -375,6 +426,8 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         )
     if s.early_cols and (s.mode != "cached" or s.prefetch_rows or not has_col_inputs(ir)):
         return False, "early_cols needs the cached mode without prefetch and a per-column input"
+    if s.tail not in TAILS:
+        return False, f"tail must be one of {TAILS}"
     if s.col_hint not in COL_HINTS:
         return False, f"col_hint must be one of {COL_HINTS}"
     if s.col_hint != "nc" and not has_col_inputs(ir):
@@ -501,14 +554,18 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
                 packed_max=pk,
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
-                out.append(s)
+                out.append(fit_tail(ir, s, dims_list))
     return out
 
 
 def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     """A good first layout at `dims`: the row in registers up to 32K elements (4 chunks of 16
     bytes per thread, the fewest threads that cover the row, at least a warp), streaming with
-    the online max/sum beyond that."""
+    the online max/sum beyond that; the whole-vector tail where rows of `dims` take it."""
+    return fit_tail(ir, _default_layout(ir, dims), [dims])
+
+
+def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     n = int(dims[ir.row_dim])
     eb = ir.min_elem_bytes()
     v = 16 // eb

@@ -10,8 +10,12 @@ Two ways to walk the row:
   second read of a row usually hits L2).
 
 Each pass has a fast path (every chunk of this thread is whole and 16-byte aligned: vector loads
-and stores, no predicates) and a slow path (per element predicates: the tail of a row, or any N
-that is not a multiple of V), so every kernel is correct for any M >= 1 and N >= 1.
+and stores, no predicates) and a tail path, so every kernel is correct for any M >= 1 and N >= 1.
+How the tail path moves a row is the schedule's `tail`: element by element, each under its own
+predicate, a thread's elements consecutive ("elements") or strided T apart so that a warp's
+accesses are ("strided"); or "vectors": the element tail, and beside it, where N is a multiple
+of V and the rows are aligned, each chunk whole or past the row's end, moved as one vector under
+one predicate.
 
 Reductions: per-thread accumulators, a butterfly over the warp (shfl.sync.bfly), then, when a row
 spans W > 1 warps, one shared-memory slot per warp and a named barrier per row group; every thread
@@ -463,18 +467,34 @@ class RowKernel:
         self.n_minus_tv = b.reg("b32")
         b.op(f"sub.s32 {self.n_minus_tv}, {self.N}, {self.tv}")
         # Cached mode: every chunk of this thread whole and aligned (the same for every row).
+        # Under the "strided" tail a thread's tail elements are other threads' whole-chunk
+        # elements, so the row's threads take one path: the last thread's.
         chunks = self.s.chunks
         self.fast_cached = b.reg("pred")
-        b.op(f"setp.ge.s32 {self.fast_cached}, {self.n_minus_tv}, {(chunks - 1) * T * V + V}")
+        self.n_minus_last = self.n_minus_tv
+        if self.s.tail == "strided":
+            self.n_minus_last = b.reg("b32")
+            b.op(f"sub.s32 {self.n_minus_last}, {self.N}, {(T - 1) * V}")
+        b.op(f"setp.ge.s32 {self.fast_cached}, {self.n_minus_last}, {(chunks - 1) * T * V + V}")
         b.op(f"and.pred {self.fast_cached}, {self.fast_cached}, {vec_ok}")
         self.N64 = b.reg("b64")
         b.op(f"cvt.u64.u32 {self.N64}, {self.N}")
-        # Byte offset of this thread's first chunk, per element size.
+        # Byte offset of this thread's first chunk, per element size; under the "strided" tail
+        # also how far its strided elements start before it (t*(V-1) elements: _elem_preds).
+        strided = self.s.tail == "strided"
+        if strided:
+            self.t_v1 = b.reg("b32")
+            b.op(f"mul.lo.u32 {self.t_v1}, {t}, {V - 1}")
         self.tv_bytes: dict[int, str] = {}
+        self.tv1_bytes: dict[int, str] = {}
         for eb in sorted({t_.elem_bytes for t_ in rowwise}):
             r = b.reg("b64")
             b.op(f"mul.wide.u32 {r}, {self.tv}, {eb}")
             self.tv_bytes[eb] = r
+            if strided:
+                r = b.reg("b64")
+                b.op(f"mul.wide.u32 {r}, {self.t_v1}, {eb}")
+                self.tv1_bytes[eb] = r
         for t_ in tensors:
             if t_.role == ROLE_COL:
                 r = b.reg("b64")
@@ -668,10 +688,14 @@ class RowKernel:
                 self._load_chunk_vec(name, ptrs[name], k, held[name][k])
         b.op(f"bra.uni {end}")
         b.label(slow)
-        for k in range(chunks):
-            rem = self._chunk_rem(self.n_minus_tv, k)
-            for name in names:
-                self._load_chunk_pred(name, ptrs[name], k, held[name][k], rem)
+
+        def tail(vec: bool) -> None:
+            for k in range(chunks):
+                rem = self._chunk_rem(self.n_minus_tv, k)
+                for name in names:
+                    self._load_chunk_pred(name, ptrs[name], k, held[name][k], rem, vec)
+
+        self._tail(tail)
         b.label(end)
 
     def _cached_row_inputs(self) -> list[str]:
@@ -732,7 +756,9 @@ class RowKernel:
         self.b.op(f"sub.s32 {r}, {n_minus}, {k * self.T * self.V}")
         return r
 
-    def _load_chunk_vec(self, name: str, base: str, k: int, dst: list[str]) -> None:
+    def _load_chunk_vec(
+        self, name: str, base: str, k: int, dst: list[str], guard: str = ""
+    ) -> None:
         t = self.tensors[name]
         prefix, pol = self._load_prefix(t)
         off = k * self._chunk_stride_bytes(t.elem_bytes)
@@ -740,7 +766,7 @@ class RowKernel:
             part = dst[i : i + 4]
             vec = {4: ".v4", 2: ".v2", 1: ""}[len(part)]
             regs = "{" + ", ".join(part) + "}" if len(part) > 1 else part[0]
-            self.b.op(f"{prefix}{vec}.b32 {regs}, [{base}+{off + 4 * i}]{pol}")
+            self.b.op(f"{guard}{prefix}{vec}.b32 {regs}, [{base}+{off + 4 * i}]{pol}")
 
     def _load_prefix(self, t: TensorRef) -> tuple[str, str]:
         """(instruction prefix, cache-policy operand or "") of a load of row or column data: the
@@ -760,16 +786,26 @@ class RowKernel:
             return LOAD_PREFIX["nc_l2last"], self.policy["keep"]
         return LOAD_PREFIX[self.s.load_hint], self.policy.get("load", "")
 
-    def _load_chunk_pred(self, name: str, base: str, k: int, dst: list[str], rem: str) -> None:
+    def _load_chunk_pred(
+        self, name: str, base: str, k: int, dst: list[str], rem: str, vec: bool
+    ) -> None:
+        """A tail chunk, zeros past the row's end: one predicated vector load (vec: see _tail),
+        or element by element."""
         b = self.b
+        if vec:
+            for r in dst:
+                b.op(f"mov.b32 {r}, 0")
+            self._load_chunk_vec(name, base, k, dst, guard=f"@{self._chunk_preds(rem, True)[0]} ")
+            return
         t = self.tensors[name]
         prefix, pol = self._load_prefix(t)
+        base, step = self._elem_base(base, t.elem_bytes)
         off = k * self._chunk_stride_bytes(t.elem_bytes)
         preds = self._elem_preds(rem)
         if t.elem_bytes == 4:
             for j, r in enumerate(dst):
                 b.op(f"mov.b32 {r}, 0")
-                b.op(f"@{preds[j]} {prefix}.b32 {r}, [{base}+{off + 4 * j}]{pol}")
+                b.op(f"@{preds[j]} {prefix}.b32 {r}, [{base}+{off + step * j}]{pol}")
             return
         for w, r in enumerate(dst):
             hs = []
@@ -777,17 +813,65 @@ class RowKernel:
                 j = 2 * w + half
                 h = b.reg("b16")
                 b.op(f"mov.b16 {h}, 0")
-                b.op(f"@{preds[j]} {prefix}.b16 {h}, [{base}+{off + 2 * j}]{pol}")
+                b.op(f"@{preds[j]} {prefix}.b16 {h}, [{base}+{off + step * j}]{pol}")
                 hs.append(h)
             b.op(f"mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
 
+    def _tail(self, emit_tail) -> None:
+        """The tail path: emit_tail(False), element by element; under the schedule's "vectors"
+        tail also emit_tail(True), taken at run time where the row is of whole vectors (N a multiple
+        of V and every row-wise pointer aligned, so each chunk is whole or past the row's end).
+        A branch, not predicates on both: predicated twins would hold both ways' registers at
+        once (32 more at 4 chunks of bf16)."""
+        if self.s.tail != "vectors":
+            emit_tail(False)
+            return
+        b = self.b
+        elems, end = b.new_label("tail_elems"), b.new_label("tail_end")
+        b.op(f"@!{self.vec_ok} bra {elems}")
+        emit_tail(True)
+        b.op(f"bra.uni {end}")
+        b.label(elems)
+        emit_tail(False)
+        b.label(end)
+
+    def _chunk_preds(self, rem: str, vec: bool) -> list[str]:
+        """Per element of a tail chunk with `rem` elements of the row from its first on: in the
+        row or not. Under vec one predicate serves the whole chunk."""
+        if not vec:
+            return self._elem_preds(rem)
+        p = self.b.reg("pred")
+        self.b.op(f"setp.gt.s32 {p}, {rem}, 0")
+        return [p] * self.V
+
     def _elem_preds(self, rem: str) -> list[str]:
+        """Per element j of a chunk in the element-by-element tail: in the row or not. `rem`
+        counts the row's elements from the thread's first in the consecutive layout (t*V + j).
+        Under the "strided" tail element j of thread t's chunk lies at column t + j*T of the
+        chunk instead, so that a warp's single-element loads and stores cover consecutive
+        addresses; its first element is t*(V-1) columns before t*V."""
+        b = self.b
+        step = 1
+        if self.s.tail == "strided":
+            r = b.reg("b32")
+            b.op(f"add.s32 {r}, {rem}, {self.t_v1}")
+            rem, step = r, self.T
         preds = []
         for j in range(self.V):
-            p = self.b.reg("pred")
-            self.b.op(f"setp.gt.s32 {p}, {rem}, {j}")
+            p = b.reg("pred")
+            b.op(f"setp.gt.s32 {p}, {rem}, {j * step}")
             preds.append(p)
         return preds
+
+    def _elem_base(self, base: str, eb: int) -> tuple[str, int]:
+        """(pointer, bytes from element to element) of a thread's chunk in the element tail:
+        `base` (its first element in the consecutive layout) and the element size, or under
+        the "strided" tail (see _elem_preds) moved back t*(V-1) elements and T elements apart."""
+        if self.s.tail != "strided":
+            return base, eb
+        r = self.b.reg("b64")
+        self.b.op(f"sub.s64 {r}, {base}, {self.tv1_bytes[eb]}")
+        return r, self.T * eb
 
     # ---------------------------------------------------------------- one pass
 
@@ -861,14 +945,19 @@ class RowKernel:
             self._moment_groups(regs, chunks, fast=True)
             b.op(f"bra.uni {end}")
             b.label(slow)
-            for k in range(chunks):
-                rem = self._chunk_rem(self.n_minus_tv, k)
-                for name in cols:
-                    self._load_chunk_pred(name, self.tptr[name], k, regs[name][k], rem)
-            self._elements(
-                p, work, regs, range(chunks), fast=False, ptrs=self.tptr, n_minus=self.n_minus_tv
-            )
-            self._moment_groups(regs, chunks, fast=False, n_minus=self.n_minus_tv)
+
+            def tail(vec: bool) -> None:
+                for k in range(chunks):
+                    rem = self._chunk_rem(self.n_minus_tv, k)
+                    for name in cols:
+                        self._load_chunk_pred(name, self.tptr[name], k, regs[name][k], rem, vec)
+                nm = self.n_minus_tv
+                self._elements(
+                    p, work, regs, range(chunks), fast=False, ptrs=self.tptr, n_minus=nm, vec=vec
+                )
+                self._moment_groups(regs, chunks, fast=False, n_minus=nm, vec=vec)
+
+            self._tail(tail)
             b.label(end)
         else:
             self._stream_loop(p, work)
@@ -899,7 +988,11 @@ class RowKernel:
         n_minus = b.reg("b32")
         b.op(f"sub.s32 {n_minus}, {self.n_minus_tv}, {col}")
         fast = b.reg("pred")
-        b.op(f"setp.ge.s32 {fast}, {n_minus}, {(U - 1) * T * V + V}")
+        last = n_minus  # this thread's elements left; under "strided" the last thread's
+        if self.s.tail == "strided":
+            last = b.reg("b32")
+            b.op(f"sub.s32 {last}, {self.n_minus_last}, {col}")
+        b.op(f"setp.ge.s32 {fast}, {last}, {(U - 1) * T * V + V}")
         b.op(f"and.pred {fast}, {fast}, {self.vec_ok}")
         b.op(f"@!{fast} bra {slow}")
         for k in range(U):
@@ -909,12 +1002,16 @@ class RowKernel:
         self._moment_groups(regs, U, fast=True)
         b.op(f"bra.uni {nxt}")
         b.label(slow)
-        for k in range(U):
-            rem = self._chunk_rem(n_minus, k)
-            for name in names:
-                self._load_chunk_pred(name, ptrs[name], k, regs[name][k], rem)
-        self._elements(p, work, regs, range(U), fast=False, ptrs=ptrs, n_minus=n_minus)
-        self._moment_groups(regs, U, fast=False, n_minus=n_minus)
+
+        def tail(vec: bool) -> None:
+            for k in range(U):
+                rem = self._chunk_rem(n_minus, k)
+                for name in names:
+                    self._load_chunk_pred(name, ptrs[name], k, regs[name][k], rem, vec)
+            self._elements(p, work, regs, range(U), fast=False, ptrs=ptrs, n_minus=n_minus, vec=vec)
+            self._moment_groups(regs, U, fast=False, n_minus=n_minus, vec=vec)
+
+        self._tail(tail)
         b.label(nxt)
         b.op(f"add.u32 {col}, {col}, {U * T * V}")
         for name, r in ptrs.items():
@@ -922,9 +1019,11 @@ class RowKernel:
         b.op(f"bra.uni {top}")
         b.label(end)
 
-    def _elements(self, p, work, regs, ks: range, *, fast: bool, ptrs, n_minus=None) -> None:
+    def _elements(
+        self, p, work, regs, ks: range, *, fast: bool, ptrs, n_minus=None, vec: bool = False
+    ) -> None:
         """Per-element work of a pass over the chunks numbered `ks`, whose inputs are in
-        `regs`."""
+        `regs`: whole chunks (fast), or a tail's (vec: see _tail)."""
         b, V = self.b, self.V
         reds, accs, pairs, pair_accs, outs, mats = work
         pair_vals: list[list[str]] = [[] for _ in pairs]
@@ -933,7 +1032,7 @@ class RowKernel:
         for k in ks:
             preds = None
             if not fast:
-                preds = self._elem_preds(self._chunk_rem(n_minus, k))
+                preds = self._chunk_preds(self._chunk_rem(n_minus, k), vec)
             out_vals: dict[str, list[str]] = {o.name: [] for o in outs}
             for j in range(V):
                 e = k * V + j
@@ -962,14 +1061,14 @@ class RowKernel:
                     vals.append(v)
                 for o in outs:
                     v = self._as_f32(*self._eval(o.node, ctx))
-                    if preds:
+                    if preds and not vec:
                         self._store_elem(o, ptrs[o.name], k, j, v, preds[j])
                     else:
                         out_vals[o.name].append(v)
-            if fast:
+            if fast or vec:
                 for o in outs:
-                    self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name])
-            elif self.packed_pairs and k != ks[-1]:
+                    self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name], preds)
+            if not fast and self.packed_pairs and k != ks[-1]:
                 # the tail's groups one chunk at a time, so that the tail does not hold every
                 # chunk's elements as f32 at once (it would set the kernel's register count)
                 for (m, s_), vals in zip(pair_accs, pair_vals, strict=True):
@@ -1072,7 +1171,9 @@ class RowKernel:
 
     # ---------------------------------------------------------------- stores
 
-    def _store_chunk_vec(self, o, base: str, k: int, vals: list[str]) -> None:
+    def _store_chunk_vec(self, o, base: str, k: int, vals: list[str], preds=None) -> None:
+        """Chunk k of output `o` as 16-byte stores; in a tail (preds: one predicate for the
+        chunk, see _chunk_preds) under its predicate."""
         b = self.b
         prefix = STORE_PREFIX[self.s.store_hint]
         eb = E.DTYPE_BYTES[o.dtype]
@@ -1087,17 +1188,23 @@ class RowKernel:
                 b.op(f"{cvt} {r}, {vals[i + 1]}, {vals[i]}")  # the first operand is the high half
                 words.append(r)
         typ = ".f32" if eb == 4 else ".b32"
+        pred = preds[0] if preds else self.row_ok
+        if preds and self.row_ok:
+            pred = b.reg("pred")
+            b.op(f"and.pred {pred}, {preds[0]}, {self.row_ok}")
+        guard = f"@{pred} " if pred else ""
         for i in range(0, len(words), 4):
             part = words[i : i + 4]
             vec = {4: ".v4", 2: ".v2", 1: ""}[len(part)]
             regs = "{" + ", ".join(part) + "}" if len(part) > 1 else part[0]
-            guard = f"@{self.row_ok} " if self.row_ok else ""
             pol = self.policy.get("store", "")
             b.op(f"{guard}{prefix}{vec}{typ} [{base}+{off + 4 * i}], {regs}{pol}")
 
     def _store_elem(self, o, base: str, k: int, j: int, v: str, pred: str) -> None:
+        """Element j of chunk k of output `o` in the element tail (see _elem_base)."""
         eb = E.DTYPE_BYTES[o.dtype]
-        off = k * self._chunk_stride_bytes(eb) + j * eb
+        base, step = self._elem_base(base, eb)
+        off = k * self._chunk_stride_bytes(eb) + j * step
         self._store_scalar(o.dtype, f"{base}+{off}", v, pred)
 
     def _store_scalar(self, dtype: str, addr: str, v: str, pred: str) -> None:
@@ -1185,7 +1292,9 @@ class RowKernel:
 
     # ---------------------------------------------------------------- mean and variance together
 
-    def _moment_groups(self, regs, chunks: int, *, fast: bool, n_minus=None) -> None:
+    def _moment_groups(
+        self, regs, chunks: int, *, fast: bool, n_minus=None, vec: bool = False
+    ) -> None:
         """Fold this thread's elements in `regs` into each moment pair's (count, mean, squared
         deviations): the group's own mean first, then its deviations from it (both over the
         registers), then Chan's merge into the running triple."""
@@ -1194,7 +1303,7 @@ class RowKernel:
         for q, acc in zip(moms, self.mom_accs, strict=True):
             preds = []
             for k in range(chunks):
-                pk = None if fast else self._elem_preds(self._chunk_rem(n_minus, k))
+                pk = None if fast else self._chunk_preds(self._chunk_rem(n_minus, k), vec)
                 preds += [None if fast else pk[j] for j in range(V)]
             cnt, total = b.reg("f32"), b.reg("f32")
             b.op(f"mov.f32 {total}, 0f00000000")

@@ -16,6 +16,7 @@ from factory.schedules import (
     COL_HINTS,
     LOAD_HINTS,
     STORE_HINTS,
+    TAILS,
     Schedule,
     _modes_for,
     fast_math_allowed,
@@ -27,7 +28,7 @@ from factory.schedules import (
 from factory.spec import load_catalogue
 from tests.factory.test_emit_sim import check
 
-LENGTHS = (1, 7, 33, 64, 100, 129, 256, 300, 512, 513, 700)
+LENGTHS = (1, 7, 33, 64, 100, 129, 256, 264, 300, 512, 513, 700)
 
 
 def random_case(rng: random.Random):
@@ -56,6 +57,7 @@ def random_case(rng: random.Random):
         acc_split=rng.choice([1, 1, 2, 4]),
         early_gather=rng.choice([False, True]) if ir.gathers else False,
         packed_max=rng.choice([False, True]) if online and packed_pairs(ir) else False,
+        tail=rng.choice(TAILS),
     )
     if rng.random() < 0.2:
         kw |= dict(persistent_blocks_per_sm=1, prefetch_rows=rng.choice([False, True]))

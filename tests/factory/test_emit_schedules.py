@@ -13,7 +13,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_ir_examples import EXAMPLES  # noqa: E402
 
 from factory.ir import lower  # noqa: E402
-from factory.schedules import Schedule, default_schedule, is_valid, space  # noqa: E402
+from factory.schedules import (  # noqa: E402
+    Schedule,
+    default_schedule,
+    fit_tail,
+    is_valid,
+    space,
+    tail_runs,
+)
 from factory.spec import load_catalogue  # noqa: E402
 
 SUITE = [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}]
@@ -385,3 +392,59 @@ def test_packed_max_is_for_online_pairs_over_16_bit_row_inputs():
     rep = compile_ptx(emit(ce, packed).ptx)
     assert rep.ok and rep.registers <= 64 and rep.spill_store_bytes == 0
     assert emit(ce, packed).ptx.count("max.bf16x2") == 8 * 4 - 1
+
+
+def test_the_tail_is_fitted_to_the_rows_that_take_it():
+    rms = lower(load_catalogue()["rmsnorm"])
+    ce = lower(load_catalogue()["cross_entropy"])
+    cached = Schedule(threads_per_row=128, chunks=4, load_hint="nc_l2last")  # 4096 a row
+    assert not tail_runs(rms, cached, {"M": 16384, "N": 4096})  # whole chunks only
+    assert tail_runs(rms, cached, {"M": 16384, "N": 4000})  # under the capacity
+    assert not tail_runs(rms, cached, {"M": 16384, "N": 4001})  # no whole vectors to move
+    streamed = Schedule(threads_per_row=32, rows_per_block=2, chunks=4, mode="stream", online=True)
+    assert tail_runs(ce, streamed, {"M": 4096, "V": 32000})  # 31 steps of 1024, then 256
+    assert not tail_runs(ce, streamed, {"M": 4096, "V": 32768})
+    # the default and every point of the space carry the tail their shapes need
+    assert default_schedule(ce, {"M": 4096, "V": 32000}).tail == "vectors"
+    assert default_schedule(rms, {"M": 16384, "N": 4096}).tail == "elements"
+    odd = default_schedule(rms, {"M": 16384, "N": 4999})
+    assert odd.tail == "strided" and odd.tag().endswith("z_elno")
+    # streamed rows keep consecutive elements (strided was slower for cross-entropy there)
+    assert default_schedule(ce, {"M": 4096, "V": 50257}).tail == "elements"
+    s = default_schedule(rms, {"M": 16384, "N": 5000})
+    assert s.tail == "vectors" and s.tag().endswith("u_elno") and s.to_dict()["tail"] == "vectors"
+    assert "tail" not in replace(s, tail="elements").to_dict()
+    assert not is_valid(rms, replace(s, tail="rows"), {"M": 16384, "N": 5000})[0]
+    both = [{"M": 16384, "N": 4096}, {"M": 16384, "N": 4000}]
+    assert fit_tail(rms, cached, both).tail == "vectors"
+    assert fit_tail(rms, cached, both[:1]).tail == "elements"
+    pts = space(rms, both)
+    assert pts and all((p.tail == "vectors") == tail_runs(rms, p, both[1]) for p in pts)
+
+
+@pytest.mark.parametrize(
+    "name", ["rmsnorm", "add_rmsnorm", "layernorm", "softmax", "silu_mul", "gelu_tanh"]
+)
+def test_the_vector_and_strided_tails_move_what_they_say_and_compile_without_spills(name):
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+
+    ir = lower(load_catalogue()[name])
+    s = default_schedule(ir, {"M": 16384, "N": 5000})
+    assert s.tail == "vectors"
+    vec, elems = emit(ir, s).ptx, emit(ir, replace(s, tail="elements")).ptx
+    strided = emit(ir, replace(s, tail="strided")).ptx
+
+    def guarded(ptx: str, what: str) -> int:
+        return sum(1 for ln in ptx.splitlines() if ln.lstrip().startswith("@%p") and what in ln)
+
+    # predicated 16-byte loads and stores appear only with "vectors"; the element tail stays
+    assert guarded(vec, ".v4.") > 0 and guarded(elems, ".v4.") == guarded(strided, ".v4.") == 0
+    assert guarded(vec, "ld.global") > guarded(elems, "ld.global") > 0
+    assert guarded(vec, ".b16 [") == guarded(elems, ".b16 [") > 0  # element-by-element stores
+    # strided: element j of a chunk T elements on (T * 2 bytes), not the next element
+    t2 = 2 * s.threads_per_row
+    assert f"+{t2}];" in strided.replace("], %rd", "];") and f"+{t2}]" not in elems
+    for ptx in (vec, strided):
+        rep = compile_ptx(ptx)
+        assert rep.ok and rep.spill_store_bytes == 0 and rep.stack_bytes == 0, rep

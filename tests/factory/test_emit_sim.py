@@ -638,6 +638,40 @@ CASES = [
         },
         [1100],
     ),
+    # the tail as whole vectors (tail="vectors"): rows of a multiple of 8 that the layout does not
+    # divide take it (cached rows under the capacity, a streamed row's last step), an odd row
+    # length the element-by-element tail beside it, an exact fit neither
+    ("rmsnorm", {"tail": "vectors"}, [264, 504, 77, 512]),
+    ("add_rmsnorm", {"tail": "vectors", "late_stores": True}, [264, 70, 600]),
+    ("layernorm", {"tail": "vectors", "moments": True, "col_groups": 2, "chunks": 4}, [1000, 77]),
+    ("layernorm", {"tail": "vectors", "early_cols": True}, [392, 600]),
+    ("softmax", {"tail": "vectors"}, [264, 40, 77, 600]),
+    ("softmax", {"tail": "vectors", "online": True, "packed_max": True}, [136, 77]),
+    ("softmax", {"tail": "vectors", "mode": "stream", "online": True, "chunks": 2}, [1096, 33]),
+    (
+        "cross_entropy",
+        {"tail": "vectors", "mode": "stream", "online": True, "chunks": 5, "packed_max": True},
+        [1448, 700],
+    ),
+    ("silu_mul", {"tail": "vectors", "threads_per_row": 64, "rows_per_block": 2}, [520, 9]),
+    ("gelu_tanh", {"tail": "vectors", "prefetch_rows": True, "persistent_blocks_per_sm": 1}, [136]),
+    (
+        "rmsnorm",
+        {"tail": "vectors", "mode": "stream", "chunks": 2, "load_hint": "nc_l2reuse"},
+        [584],
+    ),
+    # the element tail strided T apart (tail="strided"), at lengths that are not multiples of 8
+    # (every row takes it), and at a multiple of 8 under the capacity (the same tail)
+    ("rmsnorm", {"tail": "strided"}, [77, 511, 264]),
+    ("add_rmsnorm", {"tail": "strided", "late_stores": True}, [70, 601]),
+    ("layernorm", {"tail": "strided", "moments": True, "col_groups": 2, "chunks": 4}, [1001, 5]),
+    ("layernorm", {"tail": "strided", "threads_per_row": 64, "rows_per_block": 2}, [300]),
+    ("softmax", {"tail": "strided", "online": True, "packed_max": True}, [77, 129]),
+    ("softmax", {"tail": "strided", "mode": "stream", "online": True, "chunks": 2}, [1097]),
+    ("cross_entropy", {"tail": "strided", "mode": "stream", "online": True, "chunks": 2}, [701]),
+    ("silu_mul", {"tail": "strided"}, [9, 333]),
+    ("gelu_tanh", {"tail": "strided", "prefetch_rows": True, "persistent_blocks_per_sm": 1}, [131]),
+    ("row_max", {"tail": "strided", "acc_split": 4}, [99]),
 ]
 
 

@@ -119,3 +119,13 @@ def test_lessons_say_which_choices_win_and_which_failed_and_why():
     assert lessons.failures == {"compile_error: compile error": 1, "rejected: spills": 1}
     assert "vec: 4 averages 2.25x" in lessons.text and "failed 1x: rejected: spills" in lessons.text
     assert distil_lessons([], family="x").text.startswith("No evidence yet")
+
+
+def test_the_fitted_tail_does_not_change_which_layout_a_record_names():
+    from factory.evidence import schedule_key
+    from factory.schedules import Schedule
+
+    s = Schedule(threads_per_row=128, chunks=5)
+    with_tail = {**s.to_dict(), "tail": "vectors"}
+    assert schedule_key(with_tail) == schedule_key(s.to_dict())
+    assert schedule_key({**with_tail, "chunks": 4}) != schedule_key(s.to_dict())

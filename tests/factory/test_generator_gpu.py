@@ -1,6 +1,7 @@
 """Generated kernels are correct on the GPU: every example operator, several schedule families,
 at benchmark-like shapes and held-out ones (one row, odd N, N not a multiple of the vector width,
-rows longer than the register capacity). Compared with a float64 evaluation of the same DAG.
+N a multiple of it that the layout does not divide, rows longer than the register capacity).
+Compared with a float64 evaluation of the same DAG.
 
 Runs under pytest (marked gpu: skipped without a GPU) and as a script on a GPU host:
     PYTHONPATH=. python3 tests/factory/test_generator_gpu.py [--catalogue] [--out DIR]
@@ -84,6 +85,19 @@ def schedules_for(ir) -> list[Schedule]:
     if ir.online and packed_pairs(ir):  # the online max on packed 16-bit pairs
         out.append(replace(base, mode="stream", online=True, chunks=6, packed_max=True))
         out.append(replace(base, online=True, threads_per_row=128, chunks=4, packed_max=True))
+    # the row's tail moved as whole vectors (N = 1000 and 40000: multiples of 8 that these
+    # layouts do not divide), cached, in fenced column groups, streamed, online
+    out.append(replace(base, tail="vectors"))
+    out.append(replace(base, mode="stream", threads_per_row=256, chunks=2, tail="vectors"))
+    if has_col_inputs(ir):
+        out.append(replace(base, threads_per_row=256, chunks=4, col_groups=4, tail="vectors"))
+    if ir.online:
+        out.append(
+            replace(base, mode="stream", online=True, threads_per_row=512, chunks=4, tail="vectors")
+        )
+    # the element tail strided T apart (N = 4095 and 1000's cached rows, a streamed row)
+    out.append(replace(base, tail="strided"))
+    out.append(replace(base, mode="stream", threads_per_row=256, chunks=2, tail="strided"))
     # a streamed row kept in L2 between its passes
     out.append(replace(base, mode="stream", threads_per_row=512, chunks=2, load_hint="nc_l2reuse"))
     # a row shared by a cluster of two 1024-thread blocks (distributed shared memory)
@@ -347,6 +361,9 @@ def catalogue_cases():
         s0 = default_schedule(ir, dict(w.shapes[0]))
         for dims in w.heldout_shapes:
             yield w, ir, s0, dict(dims), None
+            own = default_schedule(ir, dict(dims))  # with the whole-vector tail where it runs
+            if own.tail != "elements":
+                yield w, ir, own, dict(dims), None
 
 
 @pytest.mark.gpu

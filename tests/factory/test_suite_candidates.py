@@ -35,6 +35,18 @@ def test_the_suite_candidates_are_valid_and_screened(name):
     assert parsed.heldout_shapes[-1][ir.row_dim] == 40000  # the streaming fallback is judged
 
 
+@pytest.mark.parametrize("name", ["rmsnorm", "silu_mul"])
+def test_a_row_no_layout_divides_gets_the_tightest_layout_and_the_whole_vector_tail(name):
+    w, manifest, ir = CATALOGUE[name]
+    ragged = suite.candidate_schedules(ir, {"M": 16384, "N": 5000})
+    # 128 threads of 5 chunks of 8 hold 5120 elements: the fewest wasted
+    assert any((s.threads_per_row, s.chunks) == (128, 5) for s in ragged)
+    assert ragged and all(s.tail == "vectors" for s in ragged)
+    # a row the default divides gets neither: the same candidates as before the tail existed
+    whole = suite.candidate_schedules(ir, dict(w.shapes[0]))
+    assert not any(s.tail != "elements" or s.chunks == 5 for s in whole)
+
+
 def test_a_plan_from_recorded_runs_lists_each_shapes_fastest_verified_schedules(tmp_path):
     runs = "bench/results/2026-12-02-h200-suite3"
     plan = suite.plan_from_results(
