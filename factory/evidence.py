@@ -111,7 +111,7 @@ _LATE_DEFAULTS = {**schedules.LATE_DEFAULTS, **ptxedit.LATE_DEFAULTS}
 
 # Schedule fields that follow from the rest of the layout and the job's shapes
 # (schedules.fit_tail), so not part of which layout a record names.
-_FITTED = ("tail",)
+_FITTED = ("tail", "flat")
 
 
 def schedule_key(schedule: dict | None) -> str:

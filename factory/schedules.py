@@ -52,6 +52,7 @@ LATE_DEFAULTS = {
     "early_gather": False,
     "packed_max": False,
     "tail": "elements",
+    "flat": False,
 }
 ACC_SPLITS = (1, 2, 4, 8)
 COL_GROUPS = (1, 2, 4, 8)
@@ -179,6 +180,15 @@ class Schedule:
         bench/results/2026-12-04-h200-tail). Either costs code, and at a tight register cap
         registers (a kernel's count is set by its tail path too), so `fit_tail` sets it only
         where the job's rows take it. Left out of `to_dict` at "elements".
+    flat: for an elementwise operator (every input and output a row tensor, no reduction, no
+        gather), the rows are one contiguous run of M*N elements, so the kernel walks that run
+        in tiles of the layout's capacity (threads_per_row * vec_elems * chunks), one tile a
+        block, whatever N is: every tile starts 16-byte aligned and only the last can be
+        short. A row length that is not a multiple of vec_elems would otherwise leave every
+        row misaligned and every element moving alone. The kernel still takes (M, N); its grid
+        is ceildiv(M*N, capacity). Cached mode, one row group per block, no persistent grid,
+        no cluster. `fit_tail` sets it where a row length is not a multiple of vec_elems.
+        Left out of `to_dict` when False.
     """
 
     family: str = "row"
@@ -205,6 +215,7 @@ class Schedule:
     early_gather: bool = False
     packed_max: bool = False
     tail: str = "elements"
+    flat: bool = False
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if LATE_DEFAULTS.get(k, object()) != v}
@@ -259,6 +270,8 @@ class Schedule:
             s += "b"
         if self.tail != "elements":
             s += {"vectors": "u", "strided": "z"}[self.tail]
+        if self.flat:
+            s += "j"
         return s + f"_{_HINT_TAGS[self.load_hint]}{_STORE_TAGS[self.store_hint]}"
 
 
@@ -271,7 +284,7 @@ TAG_LEGEND = (
     "that many groups of chunks, h per-column vectors loaded with the evict-last policies, a "
     "partial accumulators per thread, q gathered elements loaded when the row starts, b the "
     "online max taken on packed 16-bit pairs, u / z the row's tail moved as whole vectors / "
-    "as strided elements; after "
+    "as strided elements, j rows walked as one run of tiles; after "
     "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
     "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "
     "evict-first policy, lf evict-last on reads a later pass repeats and evict-first on the "
@@ -319,6 +332,31 @@ def tail_runs(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> bool:
 TAILS = ("elements", "vectors", "strided")
 
 
+def elementwise(ir: KernelIR) -> bool:
+    """Whether every input and output is a row tensor and nothing is reduced or gathered: then
+    rows are independent of where they break (`flat` may join them)."""
+    return (
+        all(t.role == ROLE_ROW for t in ir.inputs)
+        and all(o.role == ROLE_ROW for o in ir.outputs)
+        and not ir.reductions
+        and not ir.gathers
+        and not ir.online
+        and not ir.moments
+    )
+
+
+def flat_ok(ir: KernelIR, s: Schedule) -> bool:
+    """Whether `s` can walk `ir`'s rows as one run of tiles (see Schedule.flat)."""
+    return (
+        elementwise(ir)
+        and s.mode == "cached"
+        and s.rows_per_block == 1
+        and not s.persistent_blocks_per_sm
+        and not s.prefetch_rows
+        and s.cluster_blocks == 1
+    )
+
+
 def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Schedule:
     """`s` with the tail its rows at `dims_list` take: "vectors" where any of them takes the
     tail with whole vectors; else, for a row in registers, "strided" where any has a length
@@ -326,7 +364,11 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
     options). On the H200 the strided tail made every cached layout at 16384x4999 faster
     (1.8-2.9x; LayerNorm 1.06-1.31x) and a streamed softmax 1.28x faster, but streamed
     cross-entropy at 4096x50257 1.06-1.5x slower (bench/results/2026-12-04-h200-tail), so
-    streamed rows keep the consecutive elements."""
+    streamed rows keep the consecutive elements. An elementwise operator whose rows are not a
+    multiple of vec_elems walks them as one run of tiles instead (`flat`), where it can."""
+    s = replace(s, flat=False)
+    if any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list) and flat_ok(ir, s):
+        return replace(s, flat=True, tail="elements")  # the last tile's tail only
     if any(tail_runs(ir, s, d) for d in dims_list):
         return replace(s, tail="vectors")
     if s.mode == "cached" and any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list):
@@ -428,6 +470,12 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         return False, "early_cols needs the cached mode without prefetch and a per-column input"
     if s.tail not in TAILS:
         return False, f"tail must be one of {TAILS}"
+    if s.flat and not flat_ok(ir, s):
+        return (
+            False,
+            "flat needs an elementwise operator, the cached mode, one row group per block, no "
+            "persistent grid and no cluster",
+        )
     if s.col_hint not in COL_HINTS:
         return False, f"col_hint must be one of {COL_HINTS}"
     if s.col_hint != "nc" and not has_col_inputs(ir):
@@ -463,9 +511,9 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
     per_pass = s.threads_per_row * s.vec_elems
     if s.mode == "cached":
         capacity = per_pass * s.chunks
-        if n > capacity:
+        if n > capacity and not s.flat:  # flat: tiles of the capacity, whatever the row length
             return False, f"row of {n} exceeds the register capacity {capacity}"
-        if n <= capacity // 2:
+        if n <= capacity // 2 and not s.flat:
             return False, f"row of {n} fills under half of the capacity {capacity}"
         regs = estimate_registers(ir, s)
         if regs > REGISTER_BUDGET_PER_THREAD:

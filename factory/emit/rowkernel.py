@@ -287,11 +287,16 @@ class RowKernel:
             self._prefetch_first_row()
         loop, done, next_row = b.new_label("row"), b.new_label("done"), b.new_label("next")
         b.label(loop)
-        p = b.reg("pred")
-        b.op(f"setp.ge.u32 {p}, {self.row}, {self.rows}")
+        p = self.flat_done
+        if p is None:
+            p = b.reg("pred")
+            b.op(f"setp.ge.u32 {p}, {self.row}, {self.rows}")
         b.op(f"@{p} bra {done}")
         self._row_pointers(tensors)
-        if s.mode == "cached":
+        if s.flat:
+            b.comment("a tile is never longer than the registers hold")
+            self._row_body("cached")
+        elif s.mode == "cached":
             stream_label = b.new_label("long_row")
             capacity = self.T * self.V * s.chunks
             pl = b.reg("pred")
@@ -302,7 +307,8 @@ class RowKernel:
             b.op(f"bra.uni {next_row}")
             b.label(stream_label)
             b.comment("longer rows: stream every pass from memory")
-        self._row_body("stream")
+        if not s.flat:
+            self._row_body("stream")
         b.label(next_row)
         if s.persistent_blocks_per_sm:
             if self.W > 1 and self.red_items_total:
@@ -324,6 +330,8 @@ class RowKernel:
         ptx = self._assemble(entry, params)
         rows_expr = "*".join(ir.batch_dims) if ir.batch_dims else "1"
         grid_x: int | str = f"ceildiv({rows_expr}, {self.R})"
+        if s.flat:
+            grid_x = f"ceildiv(({rows_expr})*{ir.row_dim}, {self.T * self.V * s.chunks})"
         if s.persistent_blocks_per_sm:
             grid_x = f"min(ceildiv({rows_expr}, {self.R}), {NUM_SMS * s.persistent_blocks_per_sm})"
         cluster = None
@@ -388,6 +396,10 @@ class RowKernel:
             rows = b.reg("b32")
             b.op(f"mov.u32 {rows}, 1")
         self.rows = rows
+        self.row_len = self.N  # elements from one row's start to the next's
+        self.flat_done = None
+        if self.s.flat:
+            self._flat_tiles(rows)
         TB = self.TB
         b.comment(f"{T} threads per row, {self.R} rows per block, {V} elements per chunk")
         if self.C > 1:
@@ -537,11 +549,32 @@ class RowKernel:
             b.op(f"add.u32 {self.red_write}, {gb}, {wb}")
         b.blank()
 
+    def _flat_tiles(self, rows: str) -> None:
+        """Schedule.flat: the M*N elements as one run in tiles of the capacity K, tile i the
+        block's "row" i; N becomes this tile's length (K, or what is left for the last)."""
+        b = self.b
+        k = self.T * self.V * self.s.chunks
+        b.comment(f"flat: the rows as one run of M*N elements, a tile of {k} per block")
+        total = b.reg("b64")
+        b.op(f"mul.wide.u32 {total}, {rows}, {self.N}")
+        tile = b.reg("b32")
+        b.op(f"mov.u32 {tile}, %ctaid.x")
+        start = b.reg("b64")
+        b.op(f"mul.wide.u32 {start}, {tile}, {k}")
+        self.flat_done = b.reg("pred")  # a block past the run (none, at the grid we launch)
+        b.op(f"setp.ge.u64 {self.flat_done}, {start}, {total}")
+        left = b.reg("b64")
+        b.op(f"sub.s64 {left}, {total}, {start}")
+        b.op(f"min.u64 {left}, {left}, {k}")
+        n = b.reg("b32")
+        b.op(f"cvt.u32.u64 {n}, {left}")
+        self.N, self.row_len = n, str(k)
+
     def _row_pointers(self, tensors: list[TensorRef]) -> None:
         b = self.b
         b.comment("this row's pointers")
         row_elems = b.reg("b64")
-        b.op(f"mul.wide.u32 {row_elems}, {self.row}, {self.N}")
+        b.op(f"mul.wide.u32 {row_elems}, {self.row}, {self.row_len}")
         row64 = b.reg("b64")
         b.op(f"cvt.u64.u32 {row64}, {self.row}")
         for t in tensors:

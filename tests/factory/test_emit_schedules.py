@@ -448,3 +448,28 @@ def test_the_vector_and_strided_tails_move_what_they_say_and_compile_without_spi
     for ptx in (vec, strided):
         rep = compile_ptx(ptx)
         assert rep.ok and rep.spill_store_bytes == 0 and rep.stack_bytes == 0, rep
+
+
+def test_elementwise_rows_of_an_odd_length_are_walked_as_one_run_of_tiles():
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+    from factory.spec import eval_dim_expr
+
+    silu = lower(load_catalogue()["silu_mul"])
+    rms = lower(load_catalogue()["rmsnorm"])
+    odd = {"M": 16384, "N": 4999}
+    s = default_schedule(silu, odd)
+    assert s.flat and s.tail == "elements" and "j_" in s.tag() and is_valid(silu, s, odd)[0]
+    assert not default_schedule(silu, {"M": 16384, "N": 5000}).flat  # whole vectors there
+    assert default_schedule(rms, odd).tail == "strided" and not default_schedule(rms, odd).flat
+    assert not is_valid(rms, replace(default_schedule(rms, odd), flat=True), odd)[0]
+    assert not is_valid(silu, replace(s, rows_per_block=2), odd)[0]
+    em = emit(silu, s)
+    tile = s.threads_per_row * s.vec_elems * s.chunks
+    assert eval_dim_expr(em.launch.grid[0], odd) == -(-16384 * 4999 // tile)
+    assert "long_row" not in em.ptx  # a tile always fits the registers
+    rep = compile_ptx(em.ptx)
+    assert rep.ok and rep.spill_store_bytes == 0 and rep.stack_bytes == 0
+    from bench.suite import candidate_schedules
+
+    assert all(c.flat for c in candidate_schedules(silu, odd))

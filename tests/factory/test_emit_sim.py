@@ -385,6 +385,8 @@ class Thread:
             if src[0] == "s":
                 v = _signed(v, bits)
             r[a[0]] = _b(np.float32(v))
+        elif dst in ("u32", "s32") and src in ("u64", "s64"):
+            r[a[0]] = self.val(a[1], 64) & WIDTH["32"]
         elif dst in ("u64", "s64"):
             bits = int(src[1:])
             v = self.val(a[1], bits)
@@ -672,6 +674,12 @@ CASES = [
     ("silu_mul", {"tail": "strided"}, [9, 333]),
     ("gelu_tanh", {"tail": "strided", "prefetch_rows": True, "persistent_blocks_per_sm": 1}, [131]),
     ("row_max", {"tail": "strided", "acc_split": 4}, [99]),
+    # elementwise rows walked as one run of tiles of 512 (flat): 3 rows of 77 (one short tile),
+    # of 512 (three whole ones), of 333 (one whole, one short), of 9; a last tile of whole
+    # vectors (3 x 80) under the vector tail; 2048-element tiles of 64 threads x 4 chunks
+    ("silu_mul", {"flat": True}, [77, 512, 333, 9]),
+    ("silu_mul", {"flat": True, "tail": "vectors"}, [80, 77]),
+    ("gelu_tanh", {"flat": True, "threads_per_row": 64, "chunks": 4}, [700, 1001]),
 ]
 
 

@@ -28,6 +28,7 @@ from factory.ir import ROLE_COL, ROLE_ROW, ROLE_ROWSCALAR, ROLE_SCALAR  # noqa: 
 from factory.schedules import (  # noqa: E402
     Schedule,
     default_schedule,
+    flat_ok,
     has_col_inputs,
     has_early_outputs,
     packed_pairs,
@@ -98,6 +99,13 @@ def schedules_for(ir) -> list[Schedule]:
     # the element tail strided T apart (N = 4095 and 1000's cached rows, a streamed row)
     out.append(replace(base, tail="strided"))
     out.append(replace(base, mode="stream", threads_per_row=256, chunks=2, tail="strided"))
+    # an elementwise operator's rows walked as one run of tiles (whatever N is)
+    one_tile = dict(mode="cached", rows_per_block=1, persistent_blocks_per_sm=0)
+    if flat_ok(ir, replace(base, flat=True, prefetch_rows=False, **one_tile)):
+        out.append(replace(base, flat=True, prefetch_rows=False, **one_tile))
+        out.append(
+            replace(base, flat=True, prefetch_rows=False, threads_per_row=128, chunks=4, **one_tile)
+        )
     # a streamed row kept in L2 between its passes
     out.append(replace(base, mode="stream", threads_per_row=512, chunks=2, load_hint="nc_l2reuse"))
     # a row shared by a cluster of two 1024-thread blocks (distributed shared memory)
