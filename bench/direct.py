@@ -222,14 +222,18 @@ def compiled_schedule(ir, s):
     return em, rep, rejection_reason(rep, s.threads_per_block)
 
 
+def case_buffers(bench: Bench, w, dims: dict) -> tuple[dict, dict, int]:
+    """(inputs drawn afresh, uninitialised outputs, bytes they hold) of one case."""
+    inputs = make_inputs(bench, w, dims, seed=int(time.time()) & 0xFFFF)
+    outputs = make_outputs(bench, w, dims)
+    nbytes = sum(t.numel() * t.element_size() for t in (*inputs.values(), *outputs.values()))
+    return inputs, outputs, nbytes
+
+
 def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 15) -> dict:
     """Our schedules and the baselines at one shape: verified, then timed interleaved."""
     torch = bench.torch
-    inputs = make_inputs(bench, w, dims, seed=int(time.time()) & 0xFFFF)
-    outputs = make_outputs(bench, w, dims)
-    nbytes = sum(t.numel() * t.element_size() for t in inputs.values()) + sum(
-        t.numel() * t.element_size() for t in outputs.values()
-    )
+    inputs, outputs, nbytes = case_buffers(bench, w, dims)
     entrants, records = {}, []
     for s in dict.fromkeys(schedules):  # each schedule once, in order: entrants go by tag
         rec = {"impl": "ours", "tag": s.tag(), "schedule": s.to_dict()}

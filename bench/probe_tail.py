@@ -118,14 +118,7 @@ def _emitted(rec: dict, ptx: str):
 
 
 def run(args) -> int:
-    from bench.direct import (
-        Bench,
-        environment,
-        judge,
-        make_inputs,
-        make_outputs,
-        our_launcher,
-    )
+    from bench.direct import Bench, case_buffers, environment, judge, our_launcher
     from bench.suite import compile_cached
     from factory.compile import rejection_reason
     from factory.ir import lower
@@ -149,11 +142,7 @@ def run(args) -> int:
         ir = lower(w)
         dims = _dims(ir, m, n)
         torch = bench.torch
-        inputs = make_inputs(bench, w, dims, seed=int(time.time()) & 0xFFFF)
-        outputs = make_outputs(bench, w, dims)
-        nbytes = sum(t.numel() * t.element_size() for t in inputs.values()) + sum(
-            t.numel() * t.element_size() for t in outputs.values()
-        )
+        inputs, outputs, nbytes = case_buffers(bench, w, dims)
         entrants, records = {}, []
         for set_name, book in books.items():
             for rec in book:
