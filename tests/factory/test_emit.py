@@ -151,6 +151,15 @@ def test_what_cannot_be_rendered_is_an_explicit_error():
 # ---------------------------------------------------------------- golden PTX
 
 
+# Row lengths no suite layout divides, so that the tail paths the defaults fit to them show in
+# review too: whole vectors (5000), strided elements (4999), elementwise rows as one run of
+# tiles (SiLU-mul at 4999).
+TAIL_GOLDENS = {
+    "rmsnorm": ({"M": 16384, "N": 5000}, {"M": 16384, "N": 4999}),
+    "silu_mul": ({"M": 16384, "N": 4999},),
+}
+
+
 def _catalogue_irs():
     from factory.ir import Unsupported, lower
     from factory.spec import load_catalogue
@@ -161,6 +170,8 @@ def _catalogue_irs():
             out[name] = (lower(w), dict(w.shapes[0]))
         except Unsupported:
             continue
+        for dims in TAIL_GOLDENS.get(name, ()):
+            out[f"{name}_{dims['M']}x{dims['N']}"] = (out[name][0], dict(dims))
     return out
 
 
