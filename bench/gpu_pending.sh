@@ -65,6 +65,9 @@
 # 2026-12-04, 00:30-01:18: suite run 18 (`suite`, plan x, shared timed outputs, two calls:
 # bench/results/2026-12-04-h200-suite15/), `accsplit` and `packed` (-options/), then suite run 19
 # (`suite` with PLAN=bench/plans/suite-2026-12-04aa.json, two calls: -suite16/).
+# 2026-12-04, 03:19-04:17: `tail` three times (bench/results/2026-12-04-h200-tail/ run1-run3),
+# the generator's GPU tests alone (run4), and bench.probe_tail with --cases for the elementwise
+# rows walked as one run of tiles, then the examples' GPU tests of SiLU-mul and GELU (run5).
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
