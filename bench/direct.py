@@ -179,6 +179,20 @@ def check_rows(bench: Bench, w, ir, inputs: dict, outputs: dict, dims: dict) -> 
 BYTE_MOVERS = ("copy", "add_mix", "flush")
 
 
+def torch_entrant(name: str, w, inputs: dict):
+    """(run, {"version", "config"}, sink) of the torch-launched baseline `name` on `inputs`:
+    run() leaves its outputs in sink["out"]. Raises gpuworker.baselines.Unavailable."""
+    from gpuworker.baselines import make_torch_baseline
+
+    fn, version, config = make_torch_baseline(name, w)
+    sink: dict = {}
+
+    def run():
+        sink["out"] = fn(inputs)
+
+    return run, {"version": version, "config": config}, sink
+
+
 def our_launcher(bench: Bench, em, cubin: bytes, tensors: dict, dims: dict):
     """A no-argument function that launches the emitted kernel `em` (compiled into `cubin`) on
     bench's stream at `dims`, on the named device tensors (inputs and outputs by name); the
@@ -247,7 +261,7 @@ def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 
         records.append(rec)
         entrants[f"ours:{s.tag()}"] = (run, rec, outputs)
     for name in baselines:
-        from gpuworker.baselines import Unavailable, make_torch_baseline
+        from gpuworker.baselines import Unavailable
 
         rec = {"impl": name, "tag": name}
         if name == "copy":  # a device-to-device copy of the same bytes: the attainable here
@@ -293,16 +307,11 @@ def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 
             entrants[name] = (lambda: None, records[-1], None)
             continue
         try:
-            fn, version, config = make_torch_baseline(name, w)
+            run, info, box = torch_entrant(name, w, inputs)
         except Unavailable as e:
             records.append(rec | {"status": "unavailable", "reason": str(e)})
             continue
-        rec |= {"version": version, "config": config}
-        box = {}
-
-        def run(fn=fn, box=box):
-            box["out"] = fn(inputs)
-
+        rec |= info
         records.append(rec)
         entrants[name] = (run, rec, box)
     judge(bench, w, ir, dims, inputs, outputs, entrants, nbytes, reps)

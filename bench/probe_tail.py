@@ -118,7 +118,14 @@ def _emitted(rec: dict, ptx: str):
 
 
 def run(args) -> int:
-    from bench.direct import Bench, case_buffers, environment, judge, our_launcher
+    from bench.direct import (
+        Bench,
+        case_buffers,
+        environment,
+        judge,
+        our_launcher,
+        torch_entrant,
+    )
     from bench.suite import compile_cached
     from factory.compile import rejection_reason
     from factory.ir import lower
@@ -167,21 +174,16 @@ def run(args) -> int:
                 fn = our_launcher(bench, em, rep.cubin, inputs | outputs, dims)
                 entrants[f"{set_name}:{rec['tag']}"] = (fn, r, outputs)
         for name in args.baselines.split(",") if args.baselines else []:
-            from gpuworker.baselines import Unavailable, make_torch_baseline
+            from gpuworker.baselines import Unavailable
 
             r = {"impl": name, "set": "baseline", "tag": name}
             records.append(r)
             try:
-                bfn, version, config = make_torch_baseline(name, w)
+                call, info, box = torch_entrant(name, w, inputs)
             except Unavailable as e:
                 r |= {"status": "unavailable", "reason": str(e)}
                 continue
-            r |= {"version": version, "config": config}
-            box: dict = {}
-
-            def call(bfn=bfn, box=box, inputs=inputs):
-                box["out"] = bfn(inputs)
-
+            r |= info
             entrants[name] = (call, r, box)
         judge(bench, w, ir, dims, inputs, outputs, entrants, nbytes, args.reps)
         for r in records:

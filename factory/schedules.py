@@ -367,11 +367,12 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
     streamed rows keep the consecutive elements. An elementwise operator whose rows are not a
     multiple of vec_elems walks them as one run of tiles instead (`flat`), where it can."""
     s = replace(s, flat=False)
-    if any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list) and flat_ok(ir, s):
+    misaligned = any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list)
+    if misaligned and flat_ok(ir, s):
         return replace(s, flat=True, tail="elements")  # the last tile's tail only
     if any(tail_runs(ir, s, d) for d in dims_list):
         return replace(s, tail="vectors")
-    if s.mode == "cached" and any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list):
+    if misaligned and s.mode == "cached":
         return replace(s, tail="strided")
     return replace(s, tail="elements")
 

@@ -722,13 +722,7 @@ class RowKernel:
         b.op(f"bra.uni {end}")
         b.label(slow)
 
-        def tail(vec: bool) -> None:
-            for k in range(chunks):
-                rem = self._chunk_rem(self.n_minus_tv, k)
-                for name in names:
-                    self._load_chunk_pred(name, ptrs[name], k, held[name][k], rem, vec)
-
-        self._tail(tail)
+        self._tail(lambda vec: self._load_tail(names, ptrs, held, chunks, self.n_minus_tv, vec))
         b.label(end)
 
     def _cached_row_inputs(self) -> list[str]:
@@ -849,6 +843,13 @@ class RowKernel:
                 b.op(f"@{preds[j]} {prefix}.b16 {h}, [{base}+{off + step * j}]{pol}")
                 hs.append(h)
             b.op(f"mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
+
+    def _load_tail(self, names, ptrs: dict, regs: dict, chunks: int, n_minus: str, vec: bool):
+        """The tail path's loads of `names` into `regs`, chunk by chunk (see _load_chunk_pred)."""
+        for k in range(chunks):
+            rem = self._chunk_rem(n_minus, k)
+            for name in names:
+                self._load_chunk_pred(name, ptrs[name], k, regs[name][k], rem, vec)
 
     def _tail(self, emit_tail) -> None:
         """The tail path: emit_tail(False), element by element; under the schedule's "vectors"
@@ -980,11 +981,8 @@ class RowKernel:
             b.label(slow)
 
             def tail(vec: bool) -> None:
-                for k in range(chunks):
-                    rem = self._chunk_rem(self.n_minus_tv, k)
-                    for name in cols:
-                        self._load_chunk_pred(name, self.tptr[name], k, regs[name][k], rem, vec)
                 nm = self.n_minus_tv
+                self._load_tail(cols, self.tptr, regs, chunks, nm, vec)
                 self._elements(
                     p, work, regs, range(chunks), fast=False, ptrs=self.tptr, n_minus=nm, vec=vec
                 )
@@ -1037,10 +1035,7 @@ class RowKernel:
         b.label(slow)
 
         def tail(vec: bool) -> None:
-            for k in range(U):
-                rem = self._chunk_rem(n_minus, k)
-                for name in names:
-                    self._load_chunk_pred(name, ptrs[name], k, regs[name][k], rem, vec)
+            self._load_tail(names, ptrs, regs, U, n_minus, vec)
             self._elements(p, work, regs, range(U), fast=False, ptrs=ptrs, n_minus=n_minus, vec=vec)
             self._moment_groups(regs, U, fast=False, n_minus=n_minus, vec=vec)
 
@@ -1100,7 +1095,8 @@ class RowKernel:
                         out_vals[o.name].append(v)
             if fast or vec:
                 for o in outs:
-                    self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name], preds)
+                    pred = preds[0] if vec else None  # one predicate for the whole chunk
+                    self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name], pred)
             if not fast and self.packed_pairs and k != ks[-1]:
                 # the tail's groups one chunk at a time, so that the tail does not hold every
                 # chunk's elements as f32 at once (it would set the kernel's register count)
@@ -1204,9 +1200,8 @@ class RowKernel:
 
     # ---------------------------------------------------------------- stores
 
-    def _store_chunk_vec(self, o, base: str, k: int, vals: list[str], preds=None) -> None:
-        """Chunk k of output `o` as 16-byte stores; in a tail (preds: one predicate for the
-        chunk, see _chunk_preds) under its predicate."""
+    def _store_chunk_vec(self, o, base: str, k: int, vals: list[str], pred=None) -> None:
+        """Chunk k of output `o` as 16-byte stores; in a tail, under the chunk's predicate."""
         b = self.b
         prefix = STORE_PREFIX[self.s.store_hint]
         eb = E.DTYPE_BYTES[o.dtype]
@@ -1221,10 +1216,11 @@ class RowKernel:
                 b.op(f"{cvt} {r}, {vals[i + 1]}, {vals[i]}")  # the first operand is the high half
                 words.append(r)
         typ = ".f32" if eb == 4 else ".b32"
-        pred = preds[0] if preds else self.row_ok
-        if preds and self.row_ok:
-            pred = b.reg("pred")
-            b.op(f"and.pred {pred}, {preds[0]}, {self.row_ok}")
+        if pred and self.row_ok:
+            both = b.reg("pred")
+            b.op(f"and.pred {both}, {pred}, {self.row_ok}")
+            pred = both
+        pred = pred or self.row_ok
         guard = f"@{pred} " if pred else ""
         for i in range(0, len(words), 4):
             part = words[i : i + 4]
