@@ -30,7 +30,14 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from bench.plotly_js import plotly_src
-from factory.schedules import TAG_LEGEND, Schedule, default_schedule, fit_tail, is_valid
+from factory.schedules import (
+    TAG_LEGEND,
+    Schedule,
+    default_schedule,
+    fit_tail,
+    has_col_inputs,
+    is_valid,
+)
 from gpuworker import plausibility
 
 OPS = ("softmax", "cross_entropy", "rmsnorm", "layernorm", "add_rmsnorm", "silu_mul", "gelu_tanh")
@@ -71,20 +78,26 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         # without local memory; for a softmax-like row, the online max/sum too. (The H200 sweeps
         # of 2026-12-02 found every suite winner among these; prefetching persistent grids never
         # won a case, so they are left to plans.)
-        shapes = [(base.threads_per_row, base.chunks)]
+        t0 = base.threads_per_row
+        shapes = [(t0, base.chunks)]
         if base.flat:  # tiles, whatever N is: the layouts that win at the suite's 4096 columns
-            shapes = [(128, 4), (256, 2), (base.threads_per_row, base.chunks)]
-        # A row the default's chunks do not fill (a length no power of two divides): also the
-        # layout that wastes the fewest elements, e.g. 128 threads of 5 chunks for 5000.
-        tight = sorted(
-            (t * v * math.ceil(n / (t * v)) - n, t, math.ceil(n / (t * v)))
-            for t in (64, 128, 256, 512)
-            if math.ceil(n / (t * v)) <= 8
-        )
-        if tight and tight[0][0] > 0 and not base.flat:
-            shapes += [tight[0][1:]]
-        shapes += [(base.threads_per_row * 2, base.chunks // 2)] if base.chunks > 1 else []
-        shapes += [(base.threads_per_row // 2, base.chunks * 2)] if base.chunks < 16 else []
+            shapes = [(128, 4), (256, 2), (t0, base.chunks)]
+        else:
+            # A row the default's chunks do not fill: also the layout that wastes the fewest
+            # elements, e.g. 128 threads of 5 chunks for 5000, 64 of 5 for 2560.
+            tight = sorted(
+                (t * v * math.ceil(n / (t * v)) - n, t, math.ceil(n / (t * v)))
+                for t in (32, 64, 128, 256, 512)
+                if math.ceil(n / (t * v)) <= 8
+            )
+            if tight and tight[0][0] < t0 * v * base.chunks - n:
+                shapes += [tight[0][1:]]
+        # twice and half the threads, each with the fewest chunks that cover the row
+        for t in (t0 * 2, t0 // 2):
+            c = math.ceil(n / (t * v)) if t else 0
+            if base.flat:
+                c = base.chunks * t0 // t if t else 0
+            shapes += [(t, c)] if 1 <= c <= (16 if base.flat else 8) else []
         for t, c in shapes:
             if not 32 <= t <= 1024 or (t * v * c < n and not base.flat):
                 continue
@@ -94,6 +107,10 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             occ = _occupancy_variant(ir, s0)
             if occ is not None:
                 out.append(occ)
+        if out and has_col_inputs(ir) and not base.flat:
+            # A norm's weight loaded with the row, not after the reduction: one memory latency
+            # less per row, which is most of the time of a few rows (a decode batch).
+            out.insert(min(2, len(out)), replace(out[0], early_cols=True))
         if ir.online and any(o.role == "row" for o in ir.outputs):
             on = replace(base, online=True)
             out += [on] + [x for x in [_occupancy_variant(ir, on)] if x is not None]

@@ -547,6 +547,12 @@ def _occupancy_options(threads_per_block: int) -> list[tuple[int, bool, int]]:
     return out
 
 
+def _fewest_chunks(ir: KernelIR, threads: int, vec: int, dims_list) -> set[int]:
+    """Per shape of the job, the fewest chunks of `vec` elements that cover its row at
+    `threads` threads per row (e.g. 5 for 5000 columns at 128 threads of 8)."""
+    return {-(-int(d[ir.row_dim]) // (threads * vec)) for d in dims_list}
+
+
 def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     """Every valid schedule for all of `dims_list` (the product of the option lists, filtered by
     `is_valid`), in a stable order."""
@@ -564,7 +570,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
         (1, 2, 4, 8),
         vecs,
-        (1, 2, 4, 8),
+        range(1, 9),
         _modes_for(ir),
         ("nc", "nc_noalloc", "nc_l2last", "nc_l2reuse"),
         ("none", "cs"),
@@ -579,6 +585,8 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
         mode, online = mode_online
         if pk and not online:  # packed_max is an option of the online max/sum only
             continue
+        if c & (c - 1) and c not in _fewest_chunks(ir, t, v, dims_list):
+            continue  # 3, 5, 6 or 7 chunks: only as the fewest that cover a row of the job
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
             s = Schedule(
@@ -611,7 +619,10 @@ def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     """A good first layout at `dims`: the row in registers up to 32K elements (4 chunks of 16
     bytes per thread, the fewest threads that cover the row, at least a warp), streaming with
     the online max/sum beyond that; the whole-vector tail where rows of `dims` take it."""
-    return fit_tail(ir, _default_layout(ir, dims), [dims])
+    s = fit_tail(ir, _default_layout(ir, dims), [dims])
+    if s.flat:  # tiles are independent of the row's length: the power-of-two layout
+        s = replace(s, chunks=4)
+    return s
 
 
 def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
@@ -653,6 +664,10 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
         threads *= 2
     if threads * v * chunks >= n:
         rows = 4 if threads == 32 else 1
+        # The fewest chunks that cover the row at that many threads: a row of 3072 takes 128
+        # threads of 3 chunks, which it fills, rather than 4 (a quarter idle, and every row
+        # through the tail path). Powers of two keep 4.
+        chunks = -(-n // (threads * v))
         # The online pair costs a second exp per element when the row is in registers anyway.
         # Row loads with the L2 evict-last policy: faster by 0.5-4% in 12 of 15 suite cases on
         # the H200, within 0.5% in the others (bench/results/2026-12-03-h200-explore).

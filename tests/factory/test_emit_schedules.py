@@ -473,3 +473,33 @@ def test_elementwise_rows_of_an_odd_length_are_walked_as_one_run_of_tiles():
     from bench.suite import candidate_schedules
 
     assert all(c.flat for c in candidate_schedules(silu, odd))
+
+
+def test_the_default_takes_the_fewest_chunks_that_cover_the_row():
+    ir = lower(load_catalogue()["rmsnorm"])
+    layout = {
+        n: (s.threads_per_row, s.chunks, s.tail)
+        for n in (4096, 8192, 3072, 5000, 768, 100)
+        for s in [default_schedule(ir, {"M": 64, "N": n})]
+    }
+    assert layout[4096] == (128, 4, "elements")  # powers of two: as before
+    assert layout[8192] == (256, 4, "elements")
+    assert layout[3072] == (128, 3, "elements")  # filled, where 4 chunks left a quarter idle
+    assert layout[5000] == (256, 3, "vectors")  # 6144 places for 5000, not 8192
+    assert layout[768] == (32, 3, "elements")
+    assert layout[100] == (32, 1, "strided")
+    # an elementwise row walked as tiles keeps the power-of-two tile
+    silu = lower(load_catalogue()["silu_mul"])
+    s = default_schedule(silu, {"M": 64, "N": 4999})
+    assert s.flat and (s.threads_per_row, s.chunks) == (256, 4)
+
+
+def test_the_space_holds_chunk_counts_other_than_powers_of_two_only_where_they_fit_a_row():
+    ir = lower(load_catalogue()["rmsnorm"])
+    odd = {1, 2, 4, 8}
+    plain = {s.chunks for s in space(ir, [{"M": 64, "N": 4096}])}
+    assert plain == odd
+    ragged = space(ir, [{"M": 64, "N": 3072}])
+    extra = {(s.threads_per_row, s.vec_elems, s.chunks) for s in ragged if s.chunks not in odd}
+    assert (128, 8, 3) in extra and (64, 8, 6) in extra  # 3072 = 128 x 3 x 8 = 64 x 6 x 8
+    assert all(-(-3072 // (t * v)) == c for t, v, c in extra)

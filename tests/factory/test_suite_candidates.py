@@ -3,6 +3,7 @@ shape, a few valid layouts that compile without local memory, the default first,
 GPU worker accepts."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -197,3 +198,32 @@ def test_a_row_above_the_copy_ceiling_carries_what_the_byte_mover_of_its_bytes_r
     assert "| 104.1%* |" in table["| silu_mul", "16384x8192"]
     # no mover measured at 32768x4096: flagged, with nothing said for it
     assert "ours at silu_mul 32768x4096 105.2%;" in flagged
+
+
+@pytest.mark.parametrize(
+    "name, n, layout",
+    [
+        ("layernorm", 2560, (64, 5)),  # 2560 = 64 x 5 x 8: no tail, where 128 x 3 wastes 512
+        ("layernorm", 768, (32, 3)),  # a warp of 3 chunks: 768 exactly
+        ("rmsnorm", 3072, (64, 6)),  # the default 128 x 3 fills it too
+    ],
+)
+def test_a_layout_that_fills_the_row_exactly_is_a_candidate(name, n, layout):
+    # (before: only a tightest layout that still wasted places was added, so rows that a
+    # layout fills exactly ran a quarter of their chunks idle, through the tail path)
+    _, _, ir = CATALOGUE[name]
+    picked = suite.candidate_schedules(ir, {"M": 8192, "N": n})
+    exact = [s for s in picked if (s.threads_per_row, s.chunks) == layout]
+    assert exact and all(s.tail == "elements" for s in exact)
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "add_rmsnorm", "layernorm"])
+def test_a_norm_is_also_tried_with_its_weight_loaded_beside_the_row(name):
+    _, _, ir = CATALOGUE[name]
+    picked = suite.candidate_schedules(ir, {"M": 64, "N": 4096})
+    early = [s for s in picked if s.early_cols]
+    assert len(early) == 1 and picked.index(early[0]) <= 2
+    assert replace(early[0], early_cols=False) == picked[0]
+    # an operator without a per-column vector gets none
+    _, _, sm = CATALOGUE["softmax"]
+    assert not any(s.early_cols for s in suite.candidate_schedules(sm, {"M": 64, "N": 4096}))
