@@ -7,7 +7,8 @@ context, one torch import, inputs drawn on the GPU, every timed entrant's output
 and checked again (every element finite; sampled rows against factory.spec's float64 reference
 under the manifest's tolerance). Timing: rounds interleave the entrants; each run is preceded by
 an L2 flush (a 256 MB read by default, or write), one event pair per run, a round queued as a
-whole so that host launch costs stay off the timer, the median kept with p20/p80.
+whole so that host launch costs stay off the timer, each round starting one entrant later than
+the last (no entrant always in the same place), the median kept with p20/p80.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ class Bench:
         # True: flush again between each run and its end event, so that the write-back of the
         # lines the run left dirty in the L2 is inside its time (bench.drain)
         self.drain = False
+        # True: each round starts one entrant later than the last (a rotation), so that no
+        # entrant always runs in the same place of the round. The last places of a round time
+        # 0.3-0.6 us faster than the others (at any place, whatever the kernel), so with a fixed
+        # order the baselines, timed last, gained that on every run: at 4-5 us kernels, 10-15%
+        # (bench/results/2026-12-04-h200-breadth, runs 4-5).
+        self.rotate = True
         # One stream for everything: our kernels launch on it through cuda.core, and torch
         # runs on it as an external stream, so one event pair times either kind and no work
         # overlaps another entrant's timer.
@@ -68,9 +75,12 @@ class Bench:
             k: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
             for k in entrants
         }
+        keys = list(entrants)
         for r in range(reps):
             torch.cuda._sleep(1_000_000)  # ~0.5 ms: the host queues the round meanwhile
-            for k, fn in entrants.items():
+            at = r % len(keys) if self.rotate else 0
+            for k in keys[at:] + keys[:at]:
+                fn = entrants[k]
                 self.flush_l2(r)
                 start, end = ev[k]
                 start.record()

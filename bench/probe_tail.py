@@ -137,8 +137,9 @@ def run(args) -> int:
     books = {k: json.loads((Path(d) / "manifest.json").read_text()) for k, d in sets.items()}
     cat = load_catalogue()
     bench = Bench()
+    bench.rotate = args.order == "rotate"
     ceiling = bench.copy_ceiling_tbps()
-    env = environment() | {"copy_ceiling_tbps": ceiling}
+    env = environment() | {"copy_ceiling_tbps": ceiling, "order": args.order}
     print(f"copy ceiling {ceiling:.3f} TB/s", flush=True)
     cases = []
     for op, m, n in CASES:
@@ -266,6 +267,12 @@ def main(argv=None) -> int:
     p.add_argument("--baselines", default="torch_compile")
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--deadline-s", type=float, default=500.0)
+    p.add_argument(
+        "--order",
+        choices=("rotate", "fixed"),
+        default="rotate",
+        help="each round starts one entrant later (rotate), or every round in one order",
+    )
     p.add_argument("--cases", help="op:MxN,... instead of CASES (emit and run alike)")
     args = p.parse_args(argv)
     if args.cases:
