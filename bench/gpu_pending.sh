@@ -435,8 +435,18 @@ tail)
         -o addopts="" -p no:cacheprovider -q -rf --durations=4 >"$OUT/pytest.txt" 2>&1
     tail -12 "$OUT/pytest.txt"
     ;;
+breadth)
+    # ~7 min: shapes of common models beyond the suite (hidden sizes 768-7168, a decode batch
+    # of 64 rows and one row, long softmax rows, vocabularies of 49152-151936), our screened
+    # candidates emitted on the CPU into .tailptx/breadth (with its `cases` file; carried),
+    # timed beside torch eager, torch.compile, Liger and Triton (run(carry=[".tailptx", ".whl"]))
+    python3 -m bench.probe_tail --out "$OUT/breadth" --sets "${SETS:-new=.tailptx/breadth}" \
+        --cases "${CASES:-$(cat .tailptx/breadth/cases)}" --baselines "${BASELINES:-torch_eager,torch_compile,liger,triton}" \
+        --order "${ORDER:-rotate}" --deadline-s "${DEADLINE:-420}" >"$OUT/breadth.txt" 2>&1
+    tail -45 "$OUT/breadth.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|ties" >&2
     exit 2
     ;;
 esac

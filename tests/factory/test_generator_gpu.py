@@ -28,9 +28,11 @@ from factory.ir import ROLE_COL, ROLE_ROW, ROLE_ROWSCALAR, ROLE_SCALAR  # noqa: 
 from factory.schedules import (  # noqa: E402
     Schedule,
     default_schedule,
+    fit_tail,
     flat_ok,
     has_col_inputs,
     has_early_outputs,
+    is_valid,
     packed_pairs,
 )
 from factory.spec import eval_dim_expr  # noqa: E402
@@ -286,6 +288,34 @@ def test_generated_kernels_match_the_float64_reference(gpu, name):
             if not rec["passed"]:
                 failures.append(rec)
     assert not failures, failures[:5]
+
+
+# Layouts of 3, 5, 6 or 7 chunks, the fewest that cover a row at that many threads (bf16: 3072
+# at 128 threads and at 64, 768 at a warp, 5000 and 7168 at 128; fp32 holds half as many
+# elements a chunk), each at the length it fills, at 8 fewer (the whole-vector tail) and at 3
+# fewer (the element tail, or tiles for an elementwise row).
+FEWEST_CHUNKS = [(3072, 128), (3072, 64), (768, 32), (5000, 128), (7168, 128)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_layouts_of_chunk_counts_other_than_powers_of_two(gpu, name):
+    ir = EXAMPLES[name]()
+    failures, counts = [], set()
+    for n, t in FEWEST_CHUNKS:
+        shapes = [{"M": 9, "N": n}, {"M": 2, "N": n - 8}, {"M": 3, "N": n - 3}]
+        base = default_schedule(ir, shapes[0])
+        c = -(-n // (t * base.vec_elems))
+        s = replace(base, mode="cached", threads_per_row=t, chunks=c, rows_per_block=1)
+        s = fit_tail(ir, replace(s, rows_per_block=4) if t == 32 else s, shapes)
+        if c > 8 or not all(is_valid(ir, s, d)[0] for d in shapes):
+            continue
+        counts.add(c)
+        for dims in shapes:
+            rec = check_case(gpu, name, ir, s, dims)
+            if not rec["passed"]:
+                failures.append(rec)
+    assert counts - {1, 2, 4, 8} and not failures, (counts, failures[:5])
 
 
 # ---------------------------------------------------------- the catalogue, through factory.spec
