@@ -68,6 +68,8 @@
 # 2026-12-04, 03:19-04:17: `tail` three times (bench/results/2026-12-04-h200-tail/ run1-run3),
 # the generator's GPU tests alone (run4), and bench.probe_tail with --cases for the elementwise
 # rows walked as one run of tiles, then the examples' GPU tests of SiLU-mul and GELU (run5).
+# 2026-12-04, next session: `gputests` at 3b839e4 (22 passed: -tail/run6), then `breadth`
+# five times and the generator's GPU tests (bench/results/2026-12-04-h200-breadth/).
 # Plan h (the suite stage's) was made here, without a GPU, from the recorded runs:
 #   PYTHONPATH=. python3 -m bench.suite --make-plan bench/plans/suite-NEXT.json --top 3 \
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
