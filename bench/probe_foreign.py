@@ -259,6 +259,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--op", default="rmsnorm")
     p.add_argument("--shape", type=int, default=1, help="index into the operator's suite shapes")
+    p.add_argument(
+        "--dims",
+        metavar="MxN",
+        help="a shape of one's own instead (ours: the plan's schedules there, else the "
+        "suite's screened candidates)",
+    )
     p.add_argument("--impl", default="torch_compile")
     p.add_argument("--plan", default=PLAN)
     p.add_argument("--reps", type=int, default=60)
@@ -291,6 +297,9 @@ def main(argv=None) -> int:
     torch = bench.torch
     w, _, ir = _catalogue()[a.op]
     dims = dict(w.shapes[a.shape])
+    if a.dims:
+        mm, nn = (int(x) for x in a.dims.lower().split("x"))
+        dims = {ir.row_dim: nn, **{d: mm for d in ir.batch_dims}}
     m, n = int(dims[ir.batch_dims[0]]), int(dims[ir.row_dim])
     inputs = make_inputs(bench, w, dims, seed=1234)
     outputs = make_outputs(bench, w, dims)
@@ -369,9 +378,13 @@ def main(argv=None) -> int:
             foreign(f"ptx {name}{suffix}", kobj, k, {"registers": rep.registers})
 
     with open(a.plan) as f:
-        planned = json.load(f)[a.op].get(f"{m}x{n}", [])
+        planned = [Schedule.from_dict(d) for d in json.load(f)[a.op].get(f"{m}x{n}", [])]
+    if not planned:
+        from bench.suite import candidate_schedules
+
+        planned = candidate_schedules(ir, dims)
     ptxas = triton_ptxas()
-    for j, s in enumerate(map(Schedule.from_dict, planned)):
+    for j, s in enumerate(planned):
         em, rep, why = compiled_schedule(ir, s)
         rec = {"impl": "ours", "tag": f"ours:{s.tag()}", "registers": rep.registers}
         if why:
