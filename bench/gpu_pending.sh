@@ -444,7 +444,7 @@ breadth)
     # timed beside torch eager, torch.compile, Liger and Triton (run(carry=[".tailptx", ".whl"]))
     python3 -m bench.probe_tail --out "$OUT/breadth" --sets "${SETS:-new=.tailptx/breadth}" \
         --cases "${CASES:-$(cat .tailptx/breadth/cases)}" --baselines "${BASELINES:-torch_eager,torch_compile,liger,triton}" \
-        --order "${ORDER:-rotate}" --deadline-s "${DEADLINE:-420}" >"$OUT/breadth.txt" 2>&1
+        --order "${ORDER:-rotate}" --reps "${REPS:-15}" --deadline-s "${DEADLINE:-420}" >"$OUT/breadth.txt" 2>&1
     tail -45 "$OUT/breadth.txt"
     ;;
 *)
