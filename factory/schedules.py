@@ -179,7 +179,16 @@ class Schedule:
         each layout 1.5-3.9x faster (RMSNorm at 256 threads of 4 chunks: 321 -> 93 us,
         bench/results/2026-12-04-h200-tail). Either costs code, and at a tight register cap
         registers (a kernel's count is set by its tail path too), so `fit_tail` sets it only
-        where the job's rows take it. Left out of `to_dict` at "elements".
+        where the job's rows take it. "shifted": for a streamed row whose start is not 16-byte
+        aligned (a length that is not a multiple of vec_elems: cross-entropy over a vocabulary
+        of 50257), the row is walked from the aligned address at or before its start, so every
+        step but the first and the last is whole 16-byte loads and stores; those two move
+        their whole chunks as vectors and mask the rest element by element (the elements before
+        the row's start belong to the row before). Only where every row-wise tensor is a row
+        tensor of one element size (no per-column vector, which would sit at another
+        alignment); rows whose tensors are not congruent modulo 16 bytes fall back to elements
+        at run time. Not yet timed on a GPU, so `fit_tail` never picks it; `space` offers it
+        beside the fitted tail for the search to measure. Left out of `to_dict` at "elements".
     flat: for an elementwise operator (every input and output a row tensor, no reduction, no
         gather), the rows are one contiguous run of M*N elements, so the kernel walks that run
         in tiles of the layout's capacity (threads_per_row * vec_elems * chunks), one tile a
@@ -269,7 +278,7 @@ class Schedule:
         if self.packed_max:
             s += "b"
         if self.tail != "elements":
-            s += {"vectors": "u", "strided": "z"}[self.tail]
+            s += {"vectors": "u", "strided": "z", "shifted": "y"}[self.tail]
         if self.flat:
             s += "j"
         return s + f"_{_HINT_TAGS[self.load_hint]}{_STORE_TAGS[self.store_hint]}"
@@ -283,8 +292,9 @@ TAG_LEGEND = (
     "vectors loaded with the row, w mean and variance in one pass, g per-column vectors loaded in "
     "that many groups of chunks, h per-column vectors loaded with the evict-last policies, a "
     "partial accumulators per thread, q gathered elements loaded when the row starts, b the "
-    "online max taken on packed 16-bit pairs, u / z the row's tail moved as whole vectors / "
-    "as strided elements, j rows walked as one run of tiles; after "
+    "online max taken on packed 16-bit pairs, u / z / y the row's tail moved as whole vectors / "
+    "as strided elements / a misaligned streamed row walked from an aligned address, j rows "
+    "walked as one run of tiles; after "
     "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
     "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "
     "evict-first policy, lf evict-last on reads a later pass repeats and evict-first on the "
@@ -329,7 +339,15 @@ def tail_runs(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> bool:
     return n % step != 0
 
 
-TAILS = ("elements", "vectors", "strided")
+TAILS = ("elements", "vectors", "strided", "shifted")
+
+
+def shift_ok(ir: KernelIR, s: Schedule) -> bool:
+    """Whether `s` can walk `ir`'s misaligned rows from an aligned address (tail "shifted")."""
+    row_bytes = {t.elem_bytes for t in ir.row_inputs()} | {
+        E.DTYPE_BYTES[o.dtype] for o in ir.outputs if o.role == ROLE_ROW
+    }
+    return s.mode == "stream" and not has_col_inputs(ir) and not ir.moments and len(row_bytes) == 1
 
 
 def elementwise(ir: KernelIR) -> bool:
@@ -471,6 +489,12 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         return False, "early_cols needs the cached mode without prefetch and a per-column input"
     if s.tail not in TAILS:
         return False, f"tail must be one of {TAILS}"
+    if s.tail == "shifted" and not shift_ok(ir, s):
+        return (
+            False,
+            "the shifted tail needs the stream mode, no per-column input, no mean and variance "
+            "in one pass, and row tensors of one element size",
+        )
     if s.flat and not flat_ok(ir, s):
         return (
             False,
@@ -564,6 +588,10 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     early_options = [False, True] if has_col_inputs(ir) else [False]
     group_options = [1, 4] if has_col_inputs(ir) else [1]
     packed_options = [False, True] if packed_pairs(ir) else [False]
+    # Streamed rows that are not a multiple of a vector also walked from an aligned address
+    # ("shifted", checked by the CPU interpreter but not yet timed on a GPU: an option for the
+    # search to measure, not a default)
+    shifted_too = any(int(d[ir.row_dim]) % (16 // ir.min_elem_bytes()) for d in dims_list)
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     for t, r, v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
@@ -612,6 +640,8 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(fit_tail(ir, s, dims_list))
+                if shifted_too and s.mode == "stream" and shift_ok(ir, s):
+                    out.append(replace(out[-1], tail="shifted"))
     return out
 
 

@@ -472,6 +472,25 @@ class RowKernel:
             b.op(f"setp.eq.u64 {al}, {low}, 0")
             b.op(f"and.pred {vec_ok}, {vec_ok}, {al}")
         self.vec_ok = vec_ok
+        self.shift_preds = None  # per chunk (valid, whole, partial) on a shifted tail step
+        if self.s.tail == "shifted":
+            b.comment("shifted rows: every row tensor at the same offset within 16 bytes")
+            row_t = [t_ for t_ in tensors if t_.role == ROLE_ROW]
+            self.shift_ok = b.reg("pred")
+            self.shift_first = row_t[0]
+            acc = None
+            for t_ in row_t[1:]:
+                x = b.reg("b64")
+                b.op(f"xor.b64 {x}, {self.ptr[row_t[0].name]}, {self.ptr[t_.name]}")
+                if acc is not None:
+                    b.op(f"or.b64 {x}, {x}, {acc}")
+                acc = x
+            if acc is None:
+                b.op(f"setp.eq.u32 {self.shift_ok}, {self.N}, {self.N}")
+            else:
+                low = b.reg("b64")
+                b.op(f"and.b64 {low}, {acc}, 15")
+                b.op(f"setp.eq.u64 {self.shift_ok}, {low}, 0")
         nf = b.reg("f32")
         b.op(f"cvt.rn.f32.u32 {nf}, {self.N}")
         self.inv_n = b.reg("f32")
@@ -1005,10 +1024,31 @@ class RowKernel:
         out_names = [o.name for o in outs]
         col = b.reg("b32")
         b.op(f"mov.u32 {col}, 0")
+        shifted = self.s.tail == "shifted"
+        shift_bytes = None
+        if shifted:
+            # a: elements between the aligned address at or before the row's start and the
+            # start (0 where the row tensors are not congruent: then every step is a tail step)
+            eb = self.shift_first.elem_bytes
+            lowb = b.reg("b64")
+            b.op(f"and.b64 {lowb}, {self.rowptr[self.shift_first.name]}, 15")
+            a = b.reg("b32")
+            b.op(f"cvt.u32.u64 {a}, {lowb}")
+            b.op(f"shr.u32 {a}, {a}, {eb.bit_length() - 1}")
+            b.op(f"@!{self.shift_ok} mov.u32 {a}, 0")
+            shift_bytes = b.reg("b64")
+            b.op(f"mul.wide.u32 {shift_bytes}, {a}, {eb}")
+            n_window = b.reg("b32")  # the window's elements from this thread's first on
+            b.op(f"add.s32 {n_window}, {self.n_minus_tv}, {a}")
+            lo_first = b.reg("b32")  # window elements before the row, from this thread's first
+            b.op(f"sub.s32 {lo_first}, {a}, {self.tv}")
         ptrs = {}
         for name in names + out_names:
             r = b.reg("b64")
-            b.op(f"mov.b64 {r}, {self.tptr[name]}")
+            if shifted:
+                b.op(f"sub.s64 {r}, {self.tptr[name]}, {shift_bytes}")
+            else:
+                b.op(f"mov.b64 {r}, {self.tptr[name]}")
             ptrs[name] = r
         regs = self._alloc_chunk_regs(names, U)
         top, slow, nxt, end = (b.new_label(f"p{p}_{x}") for x in ("loop", "tail", "next", "end"))
@@ -1017,14 +1057,22 @@ class RowKernel:
         b.op(f"setp.ge.u32 {pe}, {col}, {self.N}")
         b.op(f"@{pe} bra {end}")
         n_minus = b.reg("b32")
-        b.op(f"sub.s32 {n_minus}, {self.n_minus_tv}, {col}")
+        b.op(f"sub.s32 {n_minus}, {n_window if shifted else self.n_minus_tv}, {col}")
         fast = b.reg("pred")
         last = n_minus  # this thread's elements left; under "strided" the last thread's
         if self.s.tail == "strided":
             last = b.reg("b32")
             b.op(f"sub.s32 {last}, {self.n_minus_last}, {col}")
         b.op(f"setp.ge.s32 {fast}, {last}, {(U - 1) * T * V + V}")
-        b.op(f"and.pred {fast}, {fast}, {self.vec_ok}")
+        if shifted:
+            lo = b.reg("b32")
+            b.op(f"sub.s32 {lo}, {lo_first}, {col}")
+            inside = b.reg("pred")
+            b.op(f"setp.le.s32 {inside}, {lo}, 0")
+            b.op(f"and.pred {fast}, {fast}, {inside}")
+            b.op(f"and.pred {fast}, {fast}, {self.shift_ok}")
+        else:
+            b.op(f"and.pred {fast}, {fast}, {self.vec_ok}")
         b.op(f"@!{fast} bra {slow}")
         for k in range(U):
             for name in names:
@@ -1039,13 +1087,74 @@ class RowKernel:
             self._elements(p, work, regs, range(U), fast=False, ptrs=ptrs, n_minus=n_minus, vec=vec)
             self._moment_groups(regs, U, fast=False, n_minus=n_minus, vec=vec)
 
-        self._tail(tail)
+        if shifted:
+            self._shifted_step(names, ptrs, regs, U, n_minus, lo)
+            self._elements(p, work, regs, range(U), fast=False, ptrs=ptrs, n_minus=n_minus)
+            self.shift_preds = None
+        else:
+            self._tail(tail)
         b.label(nxt)
         b.op(f"add.u32 {col}, {col}, {U * T * V}")
         for name, r in ptrs.items():
             b.op(f"add.s64 {r}, {r}, {U * self._chunk_stride_bytes(self.tensors[name].elem_bytes)}")
         b.op(f"bra.uni {top}")
         b.label(end)
+
+    def _shifted_step(self, names, ptrs: dict, regs: dict, chunks: int, n_minus: str, lo: str):
+        """The first or last step of a shifted row (or any step of one whose tensors are not
+        congruent): per chunk, which of its elements lie in the row (after the `lo` window
+        elements before the row's start, within the `n_minus` from this thread's first on),
+        whether all do (one 16-byte load and store), and which must go alone otherwise; then
+        the chunk's loads. _elements reads the predicates from self.shift_preds."""
+        b, T, V = self.b, self.T, self.V
+        self.shift_preds = []
+        for k in range(chunks):
+            rem = self._chunk_rem(n_minus, k)
+            lo_k = lo
+            if k:
+                lo_k = b.reg("b32")
+                b.op(f"sub.s32 {lo_k}, {lo}, {k * T * V}")
+            whole = b.reg("pred")
+            b.op(f"setp.ge.s32 {whole}, {rem}, {V}")
+            first_in = b.reg("pred")
+            b.op(f"setp.le.s32 {first_in}, {lo_k}, 0")
+            b.op(f"and.pred {whole}, {whole}, {first_in}")
+            b.op(f"and.pred {whole}, {whole}, {self.shift_ok}")
+            split = b.reg("pred")
+            b.op(f"not.pred {split}, {whole}")
+            valid, alone = [], []
+            for j in range(V):
+                v = b.reg("pred")
+                b.op(f"setp.gt.s32 {v}, {rem}, {j}")
+                after = b.reg("pred")
+                b.op(f"setp.le.s32 {after}, {lo_k}, {j}")
+                b.op(f"and.pred {v}, {v}, {after}")
+                one = b.reg("pred")
+                b.op(f"and.pred {one}, {v}, {split}")
+                valid.append(v)
+                alone.append(one)
+            self.shift_preds.append((valid, whole, alone))
+            for name in names:
+                dst = regs[name][k]
+                for r in dst:
+                    b.op(f"mov.b32 {r}, 0")
+                self._load_chunk_vec(name, ptrs[name], k, dst, guard=f"@{whole} ")
+                t = self.tensors[name]
+                prefix, pol = self._load_prefix(t)
+                off = k * self._chunk_stride_bytes(t.elem_bytes)
+                if t.elem_bytes == 4:
+                    for j, r in enumerate(dst):
+                        b.op(f"@{alone[j]} {prefix}.b32 {r}, [{ptrs[name]}+{off + 4 * j}]{pol}")
+                    continue
+                for w, r in enumerate(dst):
+                    hs = []
+                    for half in range(2):
+                        j = 2 * w + half
+                        h = b.reg("b16")
+                        b.op(f"mov.b16 {h}, 0")
+                        b.op(f"@{alone[j]} {prefix}.b16 {h}, [{ptrs[name]}+{off + 2 * j}]{pol}")
+                        hs.append(h)
+                    b.op(f"@{split} mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
 
     def _elements(
         self, p, work, regs, ks: range, *, fast: bool, ptrs, n_minus=None, vec: bool = False
@@ -1058,8 +1167,11 @@ class RowKernel:
         # packed_max, on the whole-chunk path: such a pair takes its chunks' loaded words
         packed = {q for q in pairs if fast and q in self.packed_pairs}
         for k in ks:
-            preds = None
-            if not fast:
+            preds = shift = None
+            if not fast and self.shift_preds is not None:
+                shift = self.shift_preds[k]  # (in the row, whole chunk, alone) of a shifted step
+                preds = shift[0]
+            elif not fast:
                 preds = self._chunk_preds(self._chunk_rem(n_minus, k), vec)
             out_vals: dict[str, list[str]] = {o.name: [] for o in outs}
             for j in range(V):
@@ -1089,13 +1201,17 @@ class RowKernel:
                     vals.append(v)
                 for o in outs:
                     v = self._as_f32(*self._eval(o.node, ctx))
-                    if preds and not vec:
+                    if shift:  # alone where the chunk is split; with the chunk where whole
+                        self._store_elem(o, ptrs[o.name], k, j, v, shift[2][j])
+                        out_vals[o.name].append(v)
+                    elif preds and not vec:
                         self._store_elem(o, ptrs[o.name], k, j, v, preds[j])
                     else:
                         out_vals[o.name].append(v)
-            if fast or vec:
+            if fast or vec or shift:
                 for o in outs:
-                    pred = preds[0] if vec else None  # one predicate for the whole chunk
+                    # one predicate for the whole chunk
+                    pred = shift[1] if shift else preds[0] if vec else None
                     self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name], pred)
             if not fast and self.packed_pairs and k != ks[-1]:
                 # the tail's groups one chunk at a time, so that the tail does not hold every

@@ -503,3 +503,25 @@ def test_the_space_holds_chunk_counts_other_than_powers_of_two_only_where_they_f
     extra = {(s.threads_per_row, s.vec_elems, s.chunks) for s in ragged if s.chunks not in odd}
     assert (128, 8, 3) in extra and (64, 8, 6) in extra  # 3072 = 128 x 3 x 8 = 64 x 6 x 8
     assert all(-(-3072 // (t * v)) == c for t, v, c in extra)
+
+
+def test_the_space_offers_a_misaligned_streamed_row_walked_shifted_beside_the_fitted_tail():
+    cat = load_catalogue()
+    ce = lower(cat["cross_entropy"])
+    odd = [{"M": 4096, "V": 50257}]
+    assert default_schedule(ce, odd[0]).tail != "shifted"  # not timed on a GPU yet
+    sp = space(ce, odd)
+    shifted = [s for s in sp if s.tail == "shifted"]
+    assert shifted and all(s.mode == "stream" and s.tag()[-6] == "y" for s in shifted)
+    others = set(sp) - set(shifted)  # each beside its twin with the fitted tail
+    assert all(fit_tail(ce, s, odd) in others for s in shifted)
+    assert not any(s.tail == "shifted" for s in space(ce, [{"M": 4096, "V": 50000}]))
+    # a per-column vector sits at another alignment than the rows: never shifted for a norm
+    rms = lower(cat["rmsnorm"])
+    streamed = replace(default_schedule(rms, {"M": 8, "N": 40001}), mode="stream")
+    assert not is_valid(rms, replace(streamed, tail="shifted"), {"M": 8, "N": 40001})[0]
+    assert not any(s.tail == "shifted" for s in space(rms, [{"M": 8, "N": 40001}]))
+    sm = lower(cat["softmax"])
+    cached = default_schedule(sm, {"M": 8, "N": 4999})
+    assert cached.mode == "cached" and cached.tail == "strided"
+    assert not is_valid(sm, replace(cached, tail="shifted"), {"M": 8, "N": 4999})[0]

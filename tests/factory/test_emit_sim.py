@@ -110,8 +110,9 @@ class Memory:
         self.buf = bytearray()
         self.allocs: dict[str, tuple[int, int]] = {}
 
-    def alloc(self, name: str, data: bytes) -> int:
-        off = (len(self.buf) + 255) // 256 * 256
+    def alloc(self, name: str, data: bytes, skew: int = 0) -> int:
+        """`data` at a 256-byte boundary, or `skew` bytes past one."""
+        off = (len(self.buf) + 255) // 256 * 256 + skew
         self.buf.extend(b"\0" * (off - len(self.buf)))
         addr = self.BASE + off
         self.buf.extend(data)
@@ -305,7 +306,9 @@ class Thread:
             r[a[0]] = self._compare(parts[1], parts[2], a[1], a[2])
         elif base == "and" and typ == "pred":
             r[a[0]] = bool(r[a[1]]) and bool(r[a[2]])
-        elif base in ("add", "sub", "mul", "mad", "shl", "shr", "and", "or", "min", "max"):
+        elif base == "not" and typ == "pred":
+            r[a[0]] = not r[a[1]]
+        elif base in ("add", "sub", "mul", "mad", "shl", "shr", "and", "or", "xor", "min", "max"):
             bits = 64 if typ[-2:] == "64" else 32
             x, y = self.val(a[1], bits), self.val(a[2], bits)
             mask = (1 << bits) - 1
@@ -325,6 +328,8 @@ class Thread:
                 v = _signed(x, bits) >> y if typ[0] == "s" else x >> y
             elif base == "and":
                 v = x & y
+            elif base == "xor":
+                v = x ^ y
             elif base in ("min", "max"):
                 assert typ[0] == "u", f"signed {op} is not modelled"
                 v = min(x, y) if base == "min" else max(x, y)
@@ -486,16 +491,20 @@ def run_blocks(k: Kernel, ctaids: list[int], nctaid: int, ntid: int, params: dic
             raise AssertionError(f"deadlock: {sorted(waiting.items())[:4]}")
 
 
-def run_kernel(em, dims: dict, arrays: dict[str, np.ndarray], grid: int | None = None):
+def run_kernel(
+    em, dims: dict, arrays: dict[str, np.ndarray], grid: int | None = None, skew: dict = {}
+):
     """Launch the emitted kernel over `arrays` (storage form; outputs pre-filled) at `dims`;
     `grid` overrides the launch's block count (every kernel strides over rows, so fewer blocks
-    than rows makes each block loop, which is where a next-row prefetch does its work)."""
+    than rows makes each block loop, which is where a next-row prefetch does its work); `skew`
+    places the named tensors that many bytes past a 256-byte boundary."""
     k = Kernel(em.ptx)
     mem = Memory()
     params = {}
     for (ptype, pname), p in zip(k.params, em.params, strict=True):
         if p.kind == "tensor":
-            params[pname] = mem.alloc(p.name, np.ascontiguousarray(arrays[p.name]).tobytes())
+            data = np.ascontiguousarray(arrays[p.name]).tobytes()
+            params[pname] = mem.alloc(p.name, data, skew.get(p.name, 0))
         else:
             params[pname] = int(dims[p.name])
     if grid is None:
@@ -518,6 +527,7 @@ def check(
     grid: int | None = None,
     inputs: dict | None = None,
     workload=None,
+    skew: dict = {},
 ):
     w = workload or load_catalogue()[name]
     ir = lower(w)
@@ -531,7 +541,7 @@ def check(
             arrays[o.name] = np.full(shape, np.nan, dtype=np.float32)
         else:  # all ones: a NaN in either 16-bit format
             arrays[o.name] = np.full(shape, 0xFFFF, dtype=np.uint16).view(dt)
-    out = run_kernel(em, dims, arrays, grid)
+    out = run_kernel(em, dims, arrays, grid, skew)
     ref = reference(w, inputs, dims)
     for o in w.outputs:
         got = np.frombuffer(out[o.name], dtype=arrays[o.name].dtype).reshape(arrays[o.name].shape)
@@ -674,6 +684,17 @@ CASES = [
     ("silu_mul", {"tail": "strided"}, [9, 333]),
     ("gelu_tanh", {"tail": "strided", "prefetch_rows": True, "persistent_blocks_per_sm": 1}, [131]),
     ("row_max", {"tail": "strided", "acc_split": 4}, [99]),
+    # streamed rows walked from the aligned address at or before their start (tail="shifted"):
+    # three rows start 0, N%8 and 2N%8 elements past a 16-byte boundary; a step of 512 (32
+    # threads x 8 x 2 chunks) or 256; one row shorter than a step (its only step is the first
+    # and the last), rows of a multiple of 8 (no shift), of 1097 (three steps, the middle whole)
+    ("cross_entropy", {"tail": "shifted", "mode": "stream", "online": True}, [1097, 701, 37]),
+    ("cross_entropy", {"tail": "shifted", "mode": "stream", "online": True, "chunks": 1}, [523]),
+    ("softmax", {"tail": "shifted", "mode": "stream", "online": True}, [1099, 520, 45]),
+    ("softmax", {"tail": "shifted", "mode": "stream", "keep_intermediates": False}, [605]),
+    ("log_softmax", {"tail": "shifted", "mode": "stream", "online": True}, [1030]),
+    ("row_sum", {"tail": "shifted", "mode": "stream", "acc_split": 2}, [1101]),
+    ("silu_mul", {"tail": "shifted", "mode": "stream", "threads_per_row": 64}, [1277]),
     # elementwise rows walked as one run of tiles of 512 (flat): 3 rows of 77 (one short tile),
     # of 512 (three whole ones), of 333 (one whole, one short), of 9; a last tile of whole
     # vectors (3 x 80) under the vector tail; 2048-element tiles of 64 threads x 4 chunks
@@ -866,3 +887,14 @@ def test_masked_softmax_with_a_causal_mask_and_a_fully_masked_row(kw):
     keep = (np.arange(n)[None, :] <= np.arange(m)[:, None]).astype(np.int32)
     keep[-1] = 0
     check("masked_softmax", _small("masked_softmax", **kw), {"M": m, "N": n}, inputs={"keep": keep})
+
+
+@pytest.mark.parametrize("skew", [{"y": 2}, {"x": 6, "y": 6}, {"x": 4}])
+def test_shifted_rows_at_any_offset_of_their_tensors_compute_the_reference(skew):
+    # {"y": 2}: the output two bytes off the input's alignment, so no shift fits both: every
+    # step moves element by element; {"x": 6, "y": 6}: both 6 bytes past a 16-byte boundary,
+    # congruent, so the first row starts shifted too; {"x": 4}: the input alone off
+    name = "softmax"
+    s = _small(name, tail="shifted", mode="stream", online=True)
+    for n in (701, 64):
+        check(name, s, {"N": n, "M": 3}, seed=n, skew=skew)

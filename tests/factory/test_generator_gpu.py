@@ -34,6 +34,7 @@ from factory.schedules import (  # noqa: E402
     has_early_outputs,
     is_valid,
     packed_pairs,
+    shift_ok,
 )
 from factory.spec import eval_dim_expr  # noqa: E402
 
@@ -101,6 +102,13 @@ def schedules_for(ir) -> list[Schedule]:
     # the element tail strided T apart (N = 4095 and 1000's cached rows, a streamed row)
     out.append(replace(base, tail="strided"))
     out.append(replace(base, mode="stream", threads_per_row=256, chunks=2, tail="strided"))
+    # a streamed row walked from the aligned address at or before its start (N = 4095, 1000,
+    # 40000 and 8: shifted rows, whole ones, and rows shorter than a step)
+    shifted = replace(base, mode="stream", threads_per_row=128, chunks=2, tail="shifted")
+    if shift_ok(ir, shifted):
+        out.append(shifted)
+        if ir.online:
+            out.append(replace(shifted, online=True, threads_per_row=256, chunks=4))
     # an elementwise operator's rows walked as one run of tiles (whatever N is)
     one_tile = dict(mode="cached", rows_per_block=1, persistent_blocks_per_sm=0)
     if flat_ok(ir, replace(base, flat=True, prefetch_rows=False, **one_tile)):
