@@ -179,16 +179,16 @@ class Schedule:
         each layout 1.5-3.9x faster (RMSNorm at 256 threads of 4 chunks: 321 -> 93 us,
         bench/results/2026-12-04-h200-tail). Either costs code, and at a tight register cap
         registers (a kernel's count is set by its tail path too), so `fit_tail` sets it only
-        where the job's rows take it. "shifted": for a streamed row whose start is not 16-byte
-        aligned (a length that is not a multiple of vec_elems: cross-entropy over a vocabulary
-        of 50257), the row is walked from the aligned address at or before its start, so every
-        step but the first and the last is whole 16-byte loads and stores; those two move
-        their whole chunks as vectors and mask the rest element by element (the elements before
-        the row's start belong to the row before). Only where every row-wise tensor is a row
-        tensor of one element size (no per-column vector, which would sit at another
-        alignment); rows whose tensors are not congruent modulo 16 bytes fall back to elements
-        at run time. Not yet timed on a GPU, so `fit_tail` never picks it; `space` offers it
-        beside the fitted tail for the search to measure. Left out of `to_dict` at "elements".
+        where the job's rows take it. "shifted": for a row whose start is not 16-byte aligned (a
+        length that is not a multiple of vec_elems: cross-entropy over a vocabulary of 50257,
+        RMSNorm over 4999 columns), the row is walked from the aligned address at or before its
+        start, so its chunks are whole 16-byte loads and stores but for the one or two that straddle
+        its ends, which move element by element (the elements before the start belong to the row
+        before). A per-column vector (a norm's weight) then sits at another alignment and moves
+        element by element (from L1). Row tensors of one element size; rows whose tensors are not
+        congruent modulo 16 bytes move element by element at run time. Not yet timed on a GPU, so
+        `fit_tail` never picks it; `space` offers it beside the fitted tail for the search to
+        measure. Left out of `to_dict` at "elements".
     flat: for an elementwise operator (every input and output a row tensor, no reduction, no
         gather), the rows are one contiguous run of M*N elements, so the kernel walks that run
         in tiles of the layout's capacity (threads_per_row * vec_elems * chunks), one tile a
@@ -344,10 +344,17 @@ TAILS = ("elements", "vectors", "strided", "shifted")
 
 def shift_ok(ir: KernelIR, s: Schedule) -> bool:
     """Whether `s` can walk `ir`'s misaligned rows from an aligned address (tail "shifted")."""
-    row_bytes = {t.elem_bytes for t in ir.row_inputs()} | {
+    row_bytes = {t.elem_bytes for t in ir.inputs if t.role == ROLE_ROW} | {
         E.DTYPE_BYTES[o.dtype] for o in ir.outputs if o.role == ROLE_ROW
     }
-    return s.mode == "stream" and not has_col_inputs(ir) and not ir.moments and len(row_bytes) == 1
+    return (
+        len(row_bytes) == 1
+        and not ir.moments
+        and not s.prefetch_rows
+        and not s.flat
+        and not s.late_stores
+        and s.cluster_blocks == 1
+    )
 
 
 def elementwise(ir: KernelIR) -> bool:
@@ -492,8 +499,8 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
     if s.tail == "shifted" and not shift_ok(ir, s):
         return (
             False,
-            "the shifted tail needs the stream mode, no per-column input, no mean and variance "
-            "in one pass, and row tensors of one element size",
+            "the shifted tail needs row tensors of one element size, and no mean and variance "
+            "in one pass, prefetched rows, tiles, late stores or cluster",
         )
     if s.flat and not flat_ok(ir, s):
         return (
@@ -536,6 +543,8 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
     per_pass = s.threads_per_row * s.vec_elems
     if s.mode == "cached":
         capacity = per_pass * s.chunks
+        if s.tail == "shifted":  # the row moved back to an aligned start must still fit
+            capacity -= s.vec_elems - 1
         if n > capacity and not s.flat:  # flat: tiles of the capacity, whatever the row length
             return False, f"row of {n} exceeds the register capacity {capacity}"
         if n <= capacity // 2 and not s.flat:
@@ -588,9 +597,9 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     early_options = [False, True] if has_col_inputs(ir) else [False]
     group_options = [1, 4] if has_col_inputs(ir) else [1]
     packed_options = [False, True] if packed_pairs(ir) else [False]
-    # Streamed rows that are not a multiple of a vector also walked from an aligned address
-    # ("shifted", checked by the CPU interpreter but not yet timed on a GPU: an option for the
-    # search to measure, not a default)
+    # Rows that are not a multiple of a vector also walked from an aligned address ("shifted",
+    # checked by the CPU interpreter but not yet timed on a GPU: an option for the search to
+    # measure, not a default)
     shifted_too = any(int(d[ir.row_dim]) % (16 // ir.min_elem_bytes()) for d in dims_list)
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
@@ -640,7 +649,7 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(fit_tail(ir, s, dims_list))
-                if shifted_too and s.mode == "stream" and shift_ok(ir, s):
+                if shifted_too and shift_ok(ir, s):
                     out.append(replace(out[-1], tail="shifted"))
     return out
 

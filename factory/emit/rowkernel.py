@@ -299,6 +299,8 @@ class RowKernel:
         elif s.mode == "cached":
             stream_label = b.new_label("long_row")
             capacity = self.T * self.V * s.chunks
+            if s.tail == "shifted":  # a row shifted back up to V - 1 elements must still fit
+                capacity -= self.V - 1
             pl = b.reg("pred")
             b.op(f"setp.gt.u32 {pl}, {self.N}, {capacity}")
             b.op(f"@{pl} bra {stream_label}")
@@ -526,11 +528,12 @@ class RowKernel:
                 r = b.reg("b64")
                 b.op(f"mul.wide.u32 {r}, {self.t_v1}, {eb}")
                 self.tv1_bytes[eb] = r
+        self.tptr0 = {}  # per-column vectors' thread pointers, the same for every row
         for t_ in tensors:
             if t_.role == ROLE_COL:
                 r = b.reg("b64")
                 b.op(f"add.s64 {r}, {self.ptr[t_.name]}, {self.tv_bytes[t_.elem_bytes]}")
-                self.tptr[t_.name] = r
+                self.tptr[t_.name] = self.tptr0[t_.name] = r
                 self.rowptr[t_.name] = self.ptr[t_.name]
         ctaid = b.reg("b32")
         b.op(f"mov.u32 {ctaid}, %ctaid.x")
@@ -617,6 +620,38 @@ class RowKernel:
                 self.rowptr[t.name] = a
                 if t.name in self.ir.input_by_name:
                     self._load_row_scalar(t, a)
+        if self.s.tail == "shifted":
+            self._shift_row(tensors)
+
+    def _shift_row(self, tensors: list[TensorRef]) -> None:
+        """Tail "shifted": this row walked from the 16-byte-aligned address at or before its
+        start. a = the elements between the two (0 where the row tensors are not congruent
+        modulo 16 bytes: then no chunk counts as whole and every element moves alone); every
+        row-wise thread pointer moves back a elements (a per-column vector's too, which keeps
+        element c at window position c + a, so that its chunks are never aligned); the
+        window holds N + a elements, of which the first a are the row before's."""
+        b = self.b
+        eb = self.shift_first.elem_bytes
+        lowb = b.reg("b64")
+        b.op(f"and.b64 {lowb}, {self.rowptr[self.shift_first.name]}, 15")
+        a = b.reg("b32")
+        b.op(f"cvt.u32.u64 {a}, {lowb}")
+        b.op(f"shr.u32 {a}, {a}, {eb.bit_length() - 1}")
+        b.op(f"@!{self.shift_ok} mov.u32 {a}, 0")
+        for t in tensors:
+            if t.role not in (ROLE_ROW, ROLE_COL):
+                continue
+            back = b.reg("b64")
+            b.op(f"mul.wide.u32 {back}, {a}, {t.elem_bytes}")
+            r = b.reg("b64")
+            b.op(f"sub.s64 {r}, {self.tptr0.get(t.name, self.tptr[t.name])}, {back}")
+            self.tptr[t.name] = r
+        self.n_window = b.reg("b32")  # the window's elements from this thread's first on
+        b.op(f"add.s32 {self.n_window}, {self.n_minus_tv}, {a}")
+        self.window = b.reg("b32")  # the window's elements: N + a
+        b.op(f"add.u32 {self.window}, {self.N}, {a}")
+        self.shift_lo = b.reg("b32")  # window elements before the row, from this thread's first
+        b.op(f"sub.s32 {self.shift_lo}, {a}, {self.tv}")
 
     def _load_row_scalar(self, t: TensorRef, addr: str) -> None:
         b = self.b
@@ -740,8 +775,11 @@ class RowKernel:
                 self._load_chunk_vec(name, ptrs[name], k, held[name][k])
         b.op(f"bra.uni {end}")
         b.label(slow)
-
-        self._tail(lambda vec: self._load_tail(names, ptrs, held, chunks, self.n_minus_tv, vec))
+        if self.s.tail == "shifted":
+            self._shifted_step(names, ptrs, held, chunks, self.n_window, self.shift_lo)
+            self.shift_preds = None  # each pass finds its own (predicates are not kept)
+        else:
+            self._tail(lambda vec: self._load_tail(names, ptrs, held, chunks, self.n_minus_tv, vec))
         b.label(end)
 
     def _cached_row_inputs(self) -> list[str]:
@@ -1007,7 +1045,12 @@ class RowKernel:
                 )
                 self._moment_groups(regs, chunks, fast=False, n_minus=nm, vec=vec)
 
-            self._tail(tail)
+            if self.s.tail == "shifted":
+                self._shifted_step(cols, self.tptr, regs, chunks, self.n_window, self.shift_lo)
+                self._elements(p, work, regs, range(chunks), fast=False, ptrs=self.tptr)
+                self.shift_preds = None
+            else:
+                self._tail(tail)
             b.label(end)
         else:
             self._stream_loop(p, work)
@@ -1025,39 +1068,19 @@ class RowKernel:
         col = b.reg("b32")
         b.op(f"mov.u32 {col}, 0")
         shifted = self.s.tail == "shifted"
-        shift_bytes = None
-        if shifted:
-            # a: elements between the aligned address at or before the row's start and the
-            # start (0 where the row tensors are not congruent: then every step is a tail step)
-            eb = self.shift_first.elem_bytes
-            lowb = b.reg("b64")
-            b.op(f"and.b64 {lowb}, {self.rowptr[self.shift_first.name]}, 15")
-            a = b.reg("b32")
-            b.op(f"cvt.u32.u64 {a}, {lowb}")
-            b.op(f"shr.u32 {a}, {a}, {eb.bit_length() - 1}")
-            b.op(f"@!{self.shift_ok} mov.u32 {a}, 0")
-            shift_bytes = b.reg("b64")
-            b.op(f"mul.wide.u32 {shift_bytes}, {a}, {eb}")
-            n_window = b.reg("b32")  # the window's elements from this thread's first on
-            b.op(f"add.s32 {n_window}, {self.n_minus_tv}, {a}")
-            lo_first = b.reg("b32")  # window elements before the row, from this thread's first
-            b.op(f"sub.s32 {lo_first}, {a}, {self.tv}")
         ptrs = {}
         for name in names + out_names:
             r = b.reg("b64")
-            if shifted:
-                b.op(f"sub.s64 {r}, {self.tptr[name]}, {shift_bytes}")
-            else:
-                b.op(f"mov.b64 {r}, {self.tptr[name]}")
+            b.op(f"mov.b64 {r}, {self.tptr[name]}")
             ptrs[name] = r
         regs = self._alloc_chunk_regs(names, U)
         top, slow, nxt, end = (b.new_label(f"p{p}_{x}") for x in ("loop", "tail", "next", "end"))
         b.label(top)
         pe = b.reg("pred")
-        b.op(f"setp.ge.u32 {pe}, {col}, {self.N}")
+        b.op(f"setp.ge.u32 {pe}, {col}, {self.window if shifted else self.N}")
         b.op(f"@{pe} bra {end}")
         n_minus = b.reg("b32")
-        b.op(f"sub.s32 {n_minus}, {n_window if shifted else self.n_minus_tv}, {col}")
+        b.op(f"sub.s32 {n_minus}, {self.n_window if shifted else self.n_minus_tv}, {col}")
         fast = b.reg("pred")
         last = n_minus  # this thread's elements left; under "strided" the last thread's
         if self.s.tail == "strided":
@@ -1066,7 +1089,7 @@ class RowKernel:
         b.op(f"setp.ge.s32 {fast}, {last}, {(U - 1) * T * V + V}")
         if shifted:
             lo = b.reg("b32")
-            b.op(f"sub.s32 {lo}, {lo_first}, {col}")
+            b.op(f"sub.s32 {lo}, {self.shift_lo}, {col}")
             inside = b.reg("pred")
             b.op(f"setp.le.s32 {inside}, {lo}, 0")
             b.op(f"and.pred {fast}, {fast}, {inside}")
@@ -1076,7 +1099,10 @@ class RowKernel:
         b.op(f"@!{fast} bra {slow}")
         for k in range(U):
             for name in names:
-                self._load_chunk_vec(name, ptrs[name], k, regs[name][k])
+                if shifted and self.tensors[name].role == ROLE_COL:
+                    self._load_chunk_elems(name, ptrs[name], k, regs[name][k])
+                else:
+                    self._load_chunk_vec(name, ptrs[name], k, regs[name][k])
         self._elements(p, work, regs, range(U), fast=True, ptrs=ptrs)
         self._moment_groups(regs, U, fast=True)
         b.op(f"bra.uni {nxt}")
@@ -1138,23 +1164,37 @@ class RowKernel:
                 dst = regs[name][k]
                 for r in dst:
                     b.op(f"mov.b32 {r}, 0")
-                self._load_chunk_vec(name, ptrs[name], k, dst, guard=f"@{whole} ")
-                t = self.tensors[name]
-                prefix, pol = self._load_prefix(t)
-                off = k * self._chunk_stride_bytes(t.elem_bytes)
-                if t.elem_bytes == 4:
-                    for j, r in enumerate(dst):
-                        b.op(f"@{alone[j]} {prefix}.b32 {r}, [{ptrs[name]}+{off + 4 * j}]{pol}")
+                if self.tensors[name].role == ROLE_COL:  # never aligned: element by element
+                    self._load_chunk_elems(name, ptrs[name], k, dst, valid)
                     continue
-                for w, r in enumerate(dst):
-                    hs = []
-                    for half in range(2):
-                        j = 2 * w + half
-                        h = b.reg("b16")
-                        b.op(f"mov.b16 {h}, 0")
-                        b.op(f"@{alone[j]} {prefix}.b16 {h}, [{ptrs[name]}+{off + 2 * j}]{pol}")
-                        hs.append(h)
-                    b.op(f"@{split} mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
+                self._load_chunk_vec(name, ptrs[name], k, dst, guard=f"@{whole} ")
+                self._load_chunk_elems(name, ptrs[name], k, dst, alone, split)
+
+    def _load_chunk_elems(self, name, base, k: int, dst: list[str], preds=None, into=None):
+        """Chunk k of `name` element by element (each element j under preds[j] if given; the
+        words written only under `into` if given, for 16-bit elements)."""
+        b = self.b
+        t = self.tensors[name]
+        prefix, pol = self._load_prefix(t)
+        off = k * self._chunk_stride_bytes(t.elem_bytes)
+        eb = t.elem_bytes
+        if eb == 4:
+            for j, r in enumerate(dst):
+                guard = f"@{preds[j]} " if preds else ""
+                b.op(f"{guard}{prefix}.b32 {r}, [{base}+{off + 4 * j}]{pol}")
+            return
+        for w, r in enumerate(dst):
+            hs = []
+            for half in range(2):
+                j = 2 * w + half
+                h = b.reg("b16")
+                if preds:
+                    b.op(f"mov.b16 {h}, 0")
+                guard = f"@{preds[j]} " if preds else ""
+                b.op(f"{guard}{prefix}.b16 {h}, [{base}+{off + eb * j}]{pol}")
+                hs.append(h)
+            guard = f"@{into} " if into else ""
+            b.op(f"{guard}mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
 
     def _elements(
         self, p, work, regs, ks: range, *, fast: bool, ptrs, n_minus=None, vec: bool = False

@@ -695,6 +695,17 @@ CASES = [
     ("log_softmax", {"tail": "shifted", "mode": "stream", "online": True}, [1030]),
     ("row_sum", {"tail": "shifted", "mode": "stream", "acc_split": 2}, [1101]),
     ("silu_mul", {"tail": "shifted", "mode": "stream", "threads_per_row": 64}, [1277]),
+    ("rmsnorm", {"tail": "shifted", "mode": "stream"}, [1101, 515]),
+    # rows held in registers (32 threads x 8 x 2 chunks = 512 places: shorter rows shifted,
+    # 509 filling the window to 509 + a <= 516 places, longer rows through the stream fallback)
+    ("softmax", {"tail": "shifted"}, [501, 77, 509, 601]),
+    ("softmax", {"tail": "shifted", "online": True, "rows_per_block": 4}, [333, 35]),
+    ("rmsnorm", {"tail": "shifted"}, [499, 77]),
+    ("rmsnorm", {"tail": "shifted", "early_cols": True, "threads_per_row": 64}, [999]),
+    ("add_rmsnorm", {"tail": "shifted", "chunks": 4, "col_groups": 2}, [1021, 3]),
+    ("layernorm", {"tail": "shifted", "threads_per_row": 64}, [1001, 13]),
+    ("l2norm", {"tail": "shifted"}, [413]),
+    ("cross_entropy", {"tail": "shifted", "online": True}, [467]),
     # elementwise rows walked as one run of tiles of 512 (flat): 3 rows of 77 (one short tile),
     # of 512 (three whole ones), of 333 (one whole, one short), of 9; a last tile of whole
     # vectors (3 x 80) under the vector tail; 2048-element tiles of 64 threads x 4 chunks
@@ -889,12 +900,12 @@ def test_masked_softmax_with_a_causal_mask_and_a_fully_masked_row(kw):
     check("masked_softmax", _small("masked_softmax", **kw), {"M": m, "N": n}, inputs={"keep": keep})
 
 
-@pytest.mark.parametrize("skew", [{"y": 2}, {"x": 6, "y": 6}, {"x": 4}])
+@pytest.mark.parametrize("skew", [{"y": 2}, {"x": 6, "y": 6}, {"x": 4}, {"w": 2}])
 def test_shifted_rows_at_any_offset_of_their_tensors_compute_the_reference(skew):
     # {"y": 2}: the output two bytes off the input's alignment, so no shift fits both: every
     # step moves element by element; {"x": 6, "y": 6}: both 6 bytes past a 16-byte boundary,
     # congruent, so the first row starts shifted too; {"x": 4}: the input alone off
-    name = "softmax"
-    s = _small(name, tail="shifted", mode="stream", online=True)
-    for n in (701, 64):
-        check(name, s, {"N": n, "M": 3}, seed=n, skew=skew)
+    for name, kw in (("softmax", {"mode": "stream", "online": True}), ("rmsnorm", {})):
+        s = _small(name, tail="shifted", **kw)
+        for n in (701, 64, 333):
+            check(name, s, {"N": n, "M": 3}, seed=n, skew=skew)

@@ -104,9 +104,12 @@ def schedules_for(ir) -> list[Schedule]:
     out.append(replace(base, mode="stream", threads_per_row=256, chunks=2, tail="strided"))
     # a streamed row walked from the aligned address at or before its start (N = 4095, 1000,
     # 40000 and 8: shifted rows, whole ones, and rows shorter than a step)
+    # (and held in registers: 64 threads x 8 x 8 chunks hold 4095 and 1000 shifted by up to
+    # 7; 4096 and 8192 rows stream)
     shifted = replace(base, mode="stream", threads_per_row=128, chunks=2, tail="shifted")
     if shift_ok(ir, shifted):
         out.append(shifted)
+        out.append(replace(shifted, mode="cached", threads_per_row=64, chunks=8))
         if ir.online:
             out.append(replace(shifted, online=True, threads_per_row=256, chunks=4))
     # an elementwise operator's rows walked as one run of tiles (whatever N is)
