@@ -447,8 +447,27 @@ breadth)
         --order "${ORDER:-rotate}" --reps "${REPS:-15}" --deadline-s "${DEADLINE:-420}" >"$OUT/breadth.txt" 2>&1
     tail -45 "$OUT/breadth.txt"
     ;;
+shift)
+    # ~7 min: the shifted tail (d284ff7, 304693f; checked by the CPU interpreter, never yet on a
+    # GPU): rows that are not a multiple of 8 walked from the aligned address before their
+    # start. On the CPU, the same candidates twice:
+    #   C=rmsnorm:16384x4999,add_rmsnorm:16384x4999,layernorm:16384x4999,softmax:16384x4999,\
+    #     cross_entropy:4096x50257,softmax:2048x40001
+    #   python3 bench/probe_tail.py --emit-to .tailptx/old --cases "$C"
+    #   python3 bench/probe_tail.py --emit-to .tailptx/new --cases "$C" --tail shifted
+    #   echo "$C" > .tailptx/new/cases                     # then run(carry=[".tailptx"])
+    # First the generator's GPU tests (the example operators with shifted layouts, streamed
+    # and held in registers, at N = 4095, 1000, 40000, 8), then the two sets timed side by side
+    timeout "${TESTS_S:-300}" python3 -m pytest tests/factory/test_generator_gpu.py -m gpu \
+        -o addopts="" -p no:cacheprovider -q -rf --durations=4 >"$OUT/pytest.txt" 2>&1
+    tail -8 "$OUT/pytest.txt"
+    python3 -m bench.probe_tail --out "$OUT/shift" --sets old=.tailptx/old,new=.tailptx/new \
+        --cases "$(cat .tailptx/new/cases)" --baselines torch_compile \
+        --deadline-s "${DEADLINE:-200}" >"$OUT/shift.txt" 2>&1
+    grep -A12 "^| case | old" "$OUT/shift.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|ties" >&2
     exit 2
     ;;
 esac

@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script (emit mode, with another checkout's factory)
@@ -63,12 +63,12 @@ def _dims(ir, m: int, n: int) -> dict:
     return {ir.row_dim: n, **{d: m for d in ir.batch_dims}}
 
 
-def emit_to(out: Path) -> None:
+def emit_to(out: Path, tail: str | None = None) -> None:
     from bench.suite import candidate_schedules  # the candidates of that checkout too
     from factory.compile import compile_ptx
     from factory.emit import emit
     from factory.ir import lower
-    from factory.schedules import Schedule
+    from factory.schedules import Schedule, is_valid
     from factory.spec import load_catalogue
 
     root = Path(__file__).resolve().parents[1]
@@ -82,6 +82,9 @@ def emit_to(out: Path) -> None:
         scheds = list(candidate_schedules(ir, dims))
         planned = plan.get(op, {}).get(f"{m}x{n}", [])
         scheds += [s for s in (Schedule.from_dict(d) for d in planned) if s not in scheds]
+        if tail:  # the same layouts with another tail, where it is valid at this shape
+            twins = (replace(s, tail=tail, flat=False) for s in scheds)
+            scheds = list(dict.fromkeys(t for t in twins if is_valid(ir, t, dims)[0]))
         for s in scheds:
             em = emit(ir, s)
             rep = compile_ptx(em.ptx)
@@ -211,7 +214,7 @@ def run(args) -> int:
 
 def table(cases: list[dict], set_names: list[str], ceiling: float) -> str:
     """Per case, each set's fastest verified kernel and the baselines; then per layout both sets
-    emitted (a tag's `u`, `z` or `j`, how it moves the tail, set aside), the medians side by
+    emitted (a tag's `u`, `z`, `y` or `j`, how it moves the tail, set aside), the medians side by
     side."""
     head = ["case"] + [f"{s}: fastest" for s in set_names] + ["baselines"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -238,7 +241,7 @@ def table(cases: list[dict], set_names: list[str], ceiling: float) -> str:
         by_tag: dict = {}
         for r in c["records"]:
             if r["impl"] == "ours":  # a layout, whatever its tail: one row
-                layout = re.sub(r"[uzj]+_", "_", r["tag"])
+                layout = re.sub(r"[uzjy]+_", "_", r["tag"])
                 by_tag.setdefault(layout, {})[r["set"]] = r
         for tag, d in by_tag.items():
             if all(s in d for s in set_names):
@@ -273,6 +276,10 @@ def main(argv=None) -> int:
         default="rotate",
         help="each round starts one entrant later (rotate), or every round in one order",
     )
+    p.add_argument(
+        "--tail",
+        help="emit mode: every candidate with this tail instead (e.g. shifted), where valid",
+    )
     p.add_argument("--cases", help="op:MxN,... instead of CASES (emit and run alike)")
     args = p.parse_args(argv)
     if args.cases:
@@ -281,7 +288,7 @@ def main(argv=None) -> int:
             for op, mn in (c.split(":") for c in args.cases.split(","))
         ]
     if args.emit_to:
-        emit_to(Path(args.emit_to))
+        emit_to(Path(args.emit_to), args.tail)
         return 0
     if not (args.out and args.sets):
         p.error("--out and --sets, or --emit-to")

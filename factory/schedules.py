@@ -349,7 +349,7 @@ def shift_ok(ir: KernelIR, s: Schedule) -> bool:
     }
     return (
         len(row_bytes) == 1
-        and not ir.moments
+        and not s.moments
         and not s.prefetch_rows
         and not s.flat
         and not s.late_stores

@@ -527,6 +527,7 @@ def test_the_space_offers_a_misaligned_row_walked_shifted_beside_the_fitted_tail
     assert default_schedule(rms, {"M": 8, "N": 4999}).tail == "strided"  # the default: as before
     # never with the one-pass mean and variance, a prefetched row or tiles
     ln = lower(cat["layernorm"])
+    assert is_valid(ln, s5, {"M": 8, "N": 4999})[0]
     assert not is_valid(ln, replace(s5, moments=True), {"M": 8, "N": 4999})[0]
     prefetch = replace(s5, prefetch_rows=True, persistent_blocks_per_sm=2, min_threads_per_sm=256)
     assert not is_valid(rms, prefetch, {"M": 8, "N": 4999})[0]
