@@ -881,25 +881,9 @@ class RowKernel:
                 b.op(f"mov.b32 {r}, 0")
             self._load_chunk_vec(name, base, k, dst, guard=f"@{self._chunk_preds(rem, True)[0]} ")
             return
-        t = self.tensors[name]
-        prefix, pol = self._load_prefix(t)
-        base, step = self._elem_base(base, t.elem_bytes)
-        off = k * self._chunk_stride_bytes(t.elem_bytes)
+        base, step = self._elem_base(base, self.tensors[name].elem_bytes)
         preds = self._elem_preds(rem)
-        if t.elem_bytes == 4:
-            for j, r in enumerate(dst):
-                b.op(f"mov.b32 {r}, 0")
-                b.op(f"@{preds[j]} {prefix}.b32 {r}, [{base}+{off + step * j}]{pol}")
-            return
-        for w, r in enumerate(dst):
-            hs = []
-            for half in range(2):
-                j = 2 * w + half
-                h = b.reg("b16")
-                b.op(f"mov.b16 {h}, 0")
-                b.op(f"@{preds[j]} {prefix}.b16 {h}, [{base}+{off + step * j}]{pol}")
-                hs.append(h)
-            b.op(f"mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
+        self._load_chunk_elems(name, base, k, dst, preds, step=step, zero=True)
 
     def _load_tail(self, names, ptrs: dict, regs: dict, chunks: int, n_minus: str, vec: bool):
         """The tail path's loads of `names` into `regs`, chunk by chunk (see _load_chunk_pred)."""
@@ -1170,18 +1154,23 @@ class RowKernel:
                 self._load_chunk_vec(name, ptrs[name], k, dst, guard=f"@{whole} ")
                 self._load_chunk_elems(name, ptrs[name], k, dst, alone, split)
 
-    def _load_chunk_elems(self, name, base, k: int, dst: list[str], preds=None, into=None):
-        """Chunk k of `name` element by element (each element j under preds[j] if given; the
-        words written only under `into` if given, for 16-bit elements)."""
+    def _load_chunk_elems(
+        self, name, base, k: int, dst, preds=None, into=None, step=None, zero=False
+    ) -> None:
+        """Chunk k of `name` element by element, `step` bytes apart (the element size unless
+        given): each element j under preds[j] if given (a 32-bit one zeroed first under
+        `zero`), the words of 16-bit elements written only under `into` if given."""
         b = self.b
         t = self.tensors[name]
         prefix, pol = self._load_prefix(t)
         off = k * self._chunk_stride_bytes(t.elem_bytes)
-        eb = t.elem_bytes
-        if eb == 4:
+        step = step or t.elem_bytes
+        if t.elem_bytes == 4:
             for j, r in enumerate(dst):
+                if zero:
+                    b.op(f"mov.b32 {r}, 0")
                 guard = f"@{preds[j]} " if preds else ""
-                b.op(f"{guard}{prefix}.b32 {r}, [{base}+{off + 4 * j}]{pol}")
+                b.op(f"{guard}{prefix}.b32 {r}, [{base}+{off + step * j}]{pol}")
             return
         for w, r in enumerate(dst):
             hs = []
@@ -1191,7 +1180,7 @@ class RowKernel:
                 if preds:
                     b.op(f"mov.b16 {h}, 0")
                 guard = f"@{preds[j]} " if preds else ""
-                b.op(f"{guard}{prefix}.b16 {h}, [{base}+{off + eb * j}]{pol}")
+                b.op(f"{guard}{prefix}.b16 {h}, [{base}+{off + step * j}]{pol}")
                 hs.append(h)
             guard = f"@{into} " if into else ""
             b.op(f"{guard}mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
