@@ -293,7 +293,7 @@ TAG_LEGEND = (
     "that many groups of chunks, h per-column vectors loaded with the evict-last policies, a "
     "partial accumulators per thread, q gathered elements loaded when the row starts, b the "
     "online max taken on packed 16-bit pairs, u / z / y the row's tail moved as whole vectors / "
-    "as strided elements / a misaligned streamed row walked from an aligned address, j rows "
+    "as strided elements / a misaligned row walked from an aligned address, j rows "
     "walked as one run of tiles; after "
     "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
     "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "

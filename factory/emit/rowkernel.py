@@ -474,7 +474,6 @@ class RowKernel:
             b.op(f"setp.eq.u64 {al}, {low}, 0")
             b.op(f"and.pred {vec_ok}, {vec_ok}, {al}")
         self.vec_ok = vec_ok
-        self.shift_preds = None  # per chunk (valid, whole, partial) on a shifted tail step
         if self.s.tail == "shifted":
             b.comment("shifted rows: every row tensor at the same offset within 16 bytes")
             row_t = [t_ for t_ in tensors if t_.role == ROLE_ROW]
@@ -775,9 +774,8 @@ class RowKernel:
                 self._load_chunk_vec(name, ptrs[name], k, held[name][k])
         b.op(f"bra.uni {end}")
         b.label(slow)
-        if self.s.tail == "shifted":
+        if self.s.tail == "shifted":  # (each pass finds its predicates again: none are kept)
             self._shifted_step(names, ptrs, held, chunks, self.n_window, self.shift_lo)
-            self.shift_preds = None  # each pass finds its own (predicates are not kept)
         else:
             self._tail(lambda vec: self._load_tail(names, ptrs, held, chunks, self.n_minus_tv, vec))
         b.label(end)
@@ -1030,9 +1028,8 @@ class RowKernel:
                 self._moment_groups(regs, chunks, fast=False, n_minus=nm, vec=vec)
 
             if self.s.tail == "shifted":
-                self._shifted_step(cols, self.tptr, regs, chunks, self.n_window, self.shift_lo)
-                self._elements(p, work, regs, range(chunks), fast=False, ptrs=self.tptr)
-                self.shift_preds = None
+                sp = self._shifted_step(cols, self.tptr, regs, chunks, self.n_window, self.shift_lo)
+                self._elements(p, work, regs, range(chunks), fast=False, ptrs=self.tptr, shift=sp)
             else:
                 self._tail(tail)
             b.label(end)
@@ -1098,9 +1095,8 @@ class RowKernel:
             self._moment_groups(regs, U, fast=False, n_minus=n_minus, vec=vec)
 
         if shifted:
-            self._shifted_step(names, ptrs, regs, U, n_minus, lo)
-            self._elements(p, work, regs, range(U), fast=False, ptrs=ptrs, n_minus=n_minus)
-            self.shift_preds = None
+            sp = self._shifted_step(names, ptrs, regs, U, n_minus, lo)
+            self._elements(p, work, regs, range(U), fast=False, ptrs=ptrs, shift=sp)
         else:
             self._tail(tail)
         b.label(nxt)
@@ -1110,14 +1106,17 @@ class RowKernel:
         b.op(f"bra.uni {top}")
         b.label(end)
 
-    def _shifted_step(self, names, ptrs: dict, regs: dict, chunks: int, n_minus: str, lo: str):
+    def _shifted_step(
+        self, names, ptrs: dict, regs: dict, chunks: int, n_minus: str, lo: str
+    ) -> list[tuple]:
         """The first or last step of a shifted row (or any step of one whose tensors are not
         congruent): per chunk, which of its elements lie in the row (after the `lo` window
         elements before the row's start, within the `n_minus` from this thread's first on),
         whether all do (one 16-byte load and store), and which must go alone otherwise; then
-        the chunk's loads. _elements reads the predicates from self.shift_preds."""
+        the chunk's loads. Returns those predicates per chunk, (in the row, whole, alone), for
+        _elements."""
         b, T, V = self.b, self.T, self.V
-        self.shift_preds = []
+        preds = []
         for k in range(chunks):
             rem = self._chunk_rem(n_minus, k)
             lo_k = lo
@@ -1143,7 +1142,7 @@ class RowKernel:
                 b.op(f"and.pred {one}, {v}, {split}")
                 valid.append(v)
                 alone.append(one)
-            self.shift_preds.append((valid, whole, alone))
+            preds.append((valid, whole, alone))
             for name in names:
                 dst = regs[name][k]
                 for r in dst:
@@ -1153,6 +1152,7 @@ class RowKernel:
                     continue
                 self._load_chunk_vec(name, ptrs[name], k, dst, guard=f"@{whole} ")
                 self._load_chunk_elems(name, ptrs[name], k, dst, alone, split)
+        return preds
 
     def _load_chunk_elems(
         self, name, base, k: int, dst, preds=None, into=None, step=None, zero=False
@@ -1186,20 +1186,31 @@ class RowKernel:
             b.op(f"{guard}mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
 
     def _elements(
-        self, p, work, regs, ks: range, *, fast: bool, ptrs, n_minus=None, vec: bool = False
+        self,
+        p,
+        work,
+        regs,
+        ks: range,
+        *,
+        fast: bool,
+        ptrs,
+        n_minus=None,
+        vec: bool = False,
+        shift: list | None = None,
     ) -> None:
         """Per-element work of a pass over the chunks numbered `ks`, whose inputs are in
-        `regs`: whole chunks (fast), or a tail's (vec: see _tail)."""
+        `regs`: whole chunks (fast), or a tail's (vec: see _tail; shift: a shifted step's
+        predicates per chunk, from _shifted_step)."""
         b, V = self.b, self.V
         reds, accs, pairs, pair_accs, outs, mats = work
         pair_vals: list[list[str]] = [[] for _ in pairs]
         # packed_max, on the whole-chunk path: such a pair takes its chunks' loaded words
         packed = {q for q in pairs if fast and q in self.packed_pairs}
         for k in ks:
-            preds = shift = None
-            if not fast and self.shift_preds is not None:
-                shift = self.shift_preds[k]  # (in the row, whole chunk, alone) of a shifted step
-                preds = shift[0]
+            preds = sk = None
+            if shift is not None:
+                sk = shift[k]  # (in the row, whole chunk, alone) of a shifted step
+                preds = sk[0]
             elif not fast:
                 preds = self._chunk_preds(self._chunk_rem(n_minus, k), vec)
             out_vals: dict[str, list[str]] = {o.name: [] for o in outs}
@@ -1230,17 +1241,17 @@ class RowKernel:
                     vals.append(v)
                 for o in outs:
                     v = self._as_f32(*self._eval(o.node, ctx))
-                    if shift:  # alone where the chunk is split; with the chunk where whole
-                        self._store_elem(o, ptrs[o.name], k, j, v, shift[2][j])
+                    if sk:  # alone where the chunk is split; with the chunk where whole
+                        self._store_elem(o, ptrs[o.name], k, j, v, sk[2][j])
                         out_vals[o.name].append(v)
                     elif preds and not vec:
                         self._store_elem(o, ptrs[o.name], k, j, v, preds[j])
                     else:
                         out_vals[o.name].append(v)
-            if fast or vec or shift:
+            if fast or vec or sk:
                 for o in outs:
                     # one predicate for the whole chunk
-                    pred = shift[1] if shift else preds[0] if vec else None
+                    pred = sk[1] if sk else preds[0] if vec else None
                     self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name], pred)
             if not fast and self.packed_pairs and k != ks[-1]:
                 # the tail's groups one chunk at a time, so that the tail does not hold every
