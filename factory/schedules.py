@@ -186,9 +186,9 @@ class Schedule:
         its ends, which move element by element (the elements before the start belong to the row
         before). A per-column vector (a norm's weight) then sits at another alignment and moves
         element by element (from L1). Row tensors of one element size; rows whose tensors are not
-        congruent modulo 16 bytes move element by element at run time. Not yet timed on a GPU, so
-        `fit_tail` never picks it; `space` offers it beside the fitted tail for the search to
-        measure. Left out of `to_dict` at "elements".
+        congruent modulo 16 bytes move element by element at run time. `fit_tail` picks it for
+        streamed rows (1.1-2.9x faster there on the H200); rows held in registers keep
+        "strided", which was faster (see fit_tail). Left out of `to_dict` at "elements".
     flat: for an elementwise operator (every input and output a row tensor, no reduction, no
         gather), the rows are one contiguous run of M*N elements, so the kernel walks that run
         in tiles of the layout's capacity (threads_per_row * vec_elems * chunks), one tile a
@@ -388,9 +388,14 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
     that is not a multiple of vec_elems; else "elements" (the PTX as it was before the tail had
     options). On the H200 the strided tail made every cached layout at 16384x4999 faster
     (1.8-2.9x; LayerNorm 1.06-1.31x) and a streamed softmax 1.28x faster, but streamed
-    cross-entropy at 4096x50257 1.06-1.5x slower (bench/results/2026-12-04-h200-tail), so
-    streamed rows keep the consecutive elements. An elementwise operator whose rows are not a
-    multiple of vec_elems walks them as one run of tiles instead (`flat`), where it can."""
+    cross-entropy at 4096x50257 1.06-1.5x slower (bench/results/2026-12-04-h200-tail). A
+    streamed row that is not a multiple of vec_elems is walked "shifted" where it can: on the
+    H200 every streamed layout of cross-entropy at 4096x50257 was 1.1-1.5x faster than with
+    consecutive elements (158.6 -> 114.4 us at the best) and softmax at 2048x40001 2.0-2.9x,
+    while every row in registers at 16384x4999 was slower than "strided" (1.15-1.45x; one
+    LayerNorm layout level) (bench/results/2026-12-04-h200-shift). An elementwise operator
+    whose rows are not a multiple of vec_elems walks them as one run of tiles instead (`flat`),
+    where it can."""
     s = replace(s, flat=False)
     misaligned = any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list)
     if misaligned and flat_ok(ir, s):
@@ -399,6 +404,8 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
         return replace(s, tail="vectors")
     if misaligned and s.mode == "cached":
         return replace(s, tail="strided")
+    if misaligned and shift_ok(ir, s):
+        return replace(s, tail="shifted")
     return replace(s, tail="elements")
 
 
@@ -597,10 +604,6 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     early_options = [False, True] if has_col_inputs(ir) else [False]
     group_options = [1, 4] if has_col_inputs(ir) else [1]
     packed_options = [False, True] if packed_pairs(ir) else [False]
-    # Rows that are not a multiple of a vector also walked from an aligned address ("shifted",
-    # checked by the CPU interpreter but not yet timed on a GPU: an option for the search to
-    # measure, not a default)
-    shifted_too = any(int(d[ir.row_dim]) % (16 // ir.min_elem_bytes()) for d in dims_list)
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     for t, r, v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
@@ -649,8 +652,6 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(fit_tail(ir, s, dims_list))
-                if shifted_too and shift_ok(ir, s):
-                    out.append(replace(out[-1], tail="shifted"))
     return out
 
 

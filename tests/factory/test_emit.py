@@ -153,10 +153,12 @@ def test_what_cannot_be_rendered_is_an_explicit_error():
 
 # Row lengths no suite layout divides, so that the tail paths the defaults fit to them show in
 # review too: whole vectors (5000), strided elements (4999), elementwise rows as one run of
-# tiles (SiLU-mul at 4999).
+# tiles (SiLU-mul at 4999), a streamed row walked from the aligned address before it
+# (cross-entropy over 50257).
 TAIL_GOLDENS = {
     "rmsnorm": ({"M": 16384, "N": 5000}, {"M": 16384, "N": 4999}),
     "silu_mul": ({"M": 16384, "N": 4999},),
+    "cross_entropy": ({"M": 4096, "V": 50257},),
 }
 
 
@@ -171,7 +173,8 @@ def _catalogue_irs():
         except Unsupported:
             continue
         for dims in TAIL_GOLDENS.get(name, ()):
-            out[f"{name}_{dims['M']}x{dims['N']}"] = (out[name][0], dict(dims))
+            rows, cols = dims.values()
+            out[f"{name}_{rows}x{cols}"] = (out[name][0], dict(dims))
     return out
 
 
