@@ -37,6 +37,7 @@ from factory.schedules import (
     fit_tail,
     has_col_inputs,
     is_valid,
+    shift_ok,
 )
 from gpuworker import plausibility
 
@@ -126,8 +127,15 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         out += online
     if base.mode != "cached":
         out = [base] + out
-    picked, regs_of = [], {}
+    fitted = []
     for s in (fit_tail(ir, s, [dims]) for s in out):
+        fitted.append(s)
+        if s.tail == "strided" and shift_ok(ir, s):
+            # a misaligned row in registers, walked shifted too: either can be the faster
+            # (bench/results/2026-12-04-h200-shift)
+            fitted.append(replace(s, tail="shifted"))
+    picked, regs_of = [], {}
+    for s in fitted:
         if s in picked or not is_valid(ir, s, dims)[0]:
             continue
         rep = compile_cached(emit(ir, s).ptx)

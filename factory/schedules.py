@@ -187,8 +187,9 @@ class Schedule:
         before). A per-column vector (a norm's weight) then sits at another alignment and moves
         element by element (from L1). Row tensors of one element size; rows whose tensors are not
         congruent modulo 16 bytes move element by element at run time. `fit_tail` picks it for
-        streamed rows (1.1-2.9x faster there on the H200); rows held in registers keep
-        "strided", which was faster (see fit_tail). Left out of `to_dict` at "elements".
+        streamed rows (1.1-2.9x faster there on the H200); rows held in registers are fitted
+        "strided", with a shifted twin in the space (see fit_tail). Left out of `to_dict` at
+        "elements".
     flat: for an elementwise operator (every input and output a row tensor, no reduction, no
         gather), the rows are one contiguous run of M*N elements, so the kernel walks that run
         in tiles of the layout's capacity (threads_per_row * vec_elems * chunks), one tile a
@@ -392,8 +393,9 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
     streamed row that is not a multiple of vec_elems is walked "shifted" where it can: on the
     H200 every streamed layout of cross-entropy at 4096x50257 was 1.1-1.5x faster than with
     consecutive elements (158.6 -> 114.4 us at the best) and softmax at 2048x40001 2.0-2.9x,
-    while every row in registers at 16384x4999 was slower than "strided" (1.15-1.45x; one
-    LayerNorm layout level) (bench/results/2026-12-04-h200-shift). An elementwise operator
+    while rows in registers at 16384x4999 were faster "strided" for RMSNorm and LayerNorm and
+    shifted for softmax and add+RMSNorm, 3-8% either way at the best layout (the space holds
+    both) (bench/results/2026-12-04-h200-shift). An elementwise operator
     whose rows are not a multiple of vec_elems walks them as one run of tiles instead (`flat`),
     where it can."""
     s = replace(s, flat=False)
@@ -604,6 +606,11 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     early_options = [False, True] if has_col_inputs(ir) else [False]
     group_options = [1, 4] if has_col_inputs(ir) else [1]
     packed_options = [False, True] if packed_pairs(ir) else [False]
+    # A row in registers that is not a multiple of a vector is fitted "strided"; walked shifted
+    # it was faster on the H200 for softmax and add+RMSNorm at 16384x4999 but slower for RMSNorm
+    # and LayerNorm, whose weight then moves element by element across twice the L1 sectors
+    # (bench/results/2026-12-04-h200-shift run2): so the space holds both, for the search
+    shifted_too = any(int(d[ir.row_dim]) % (16 // ir.min_elem_bytes()) for d in dims_list)
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     for t, r, v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
@@ -652,6 +659,8 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(fit_tail(ir, s, dims_list))
+                if shifted_too and out[-1].tail == "strided" and shift_ok(ir, s):
+                    out.append(replace(out[-1], tail="shifted"))
     return out
 
 

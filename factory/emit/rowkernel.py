@@ -1112,46 +1112,48 @@ class RowKernel:
         """The first or last step of a shifted row (or any step of one whose tensors are not
         congruent): per chunk, which of its elements lie in the row (after the `lo` window
         elements before the row's start, within the `n_minus` from this thread's first on),
-        whether all do (one 16-byte load and store), and which must go alone otherwise; then
-        the chunk's loads. Returns those predicates per chunk, (in the row, whole, alone), for
-        _elements."""
+        and whether all do (one 16-byte load and store; else each element in the row moves
+        alone, behind a branch that whole chunks skip); then the chunk's loads. Returns those
+        predicates per chunk, (in the row, whole), for _elements."""
         b, T, V = self.b, self.T, self.V
         preds = []
         for k in range(chunks):
             rem = self._chunk_rem(n_minus, k)
-            lo_k = lo
-            if k:
-                lo_k = b.reg("b32")
-                b.op(f"sub.s32 {lo_k}, {lo}, {k * T * V}")
             whole = b.reg("pred")
             b.op(f"setp.ge.s32 {whole}, {rem}, {V}")
-            first_in = b.reg("pred")
-            b.op(f"setp.le.s32 {first_in}, {lo_k}, 0")
-            b.op(f"and.pred {whole}, {whole}, {first_in}")
+            if k == 0:  # lo <= V - 1 - (this thread's first element): only chunk 0 starts
+                first_in = b.reg("pred")  # before the row, a later one starts T*V further on
+                b.op(f"setp.le.s32 {first_in}, {lo}, 0")
+                b.op(f"and.pred {whole}, {whole}, {first_in}")
             b.op(f"and.pred {whole}, {whole}, {self.shift_ok}")
-            split = b.reg("pred")
-            b.op(f"not.pred {split}, {whole}")
-            valid, alone = [], []
+            valid = []
             for j in range(V):
                 v = b.reg("pred")
                 b.op(f"setp.gt.s32 {v}, {rem}, {j}")
-                after = b.reg("pred")
-                b.op(f"setp.le.s32 {after}, {lo_k}, {j}")
-                b.op(f"and.pred {v}, {v}, {after}")
-                one = b.reg("pred")
-                b.op(f"and.pred {one}, {v}, {split}")
+                if k == 0:
+                    after = b.reg("pred")
+                    b.op(f"setp.le.s32 {after}, {lo}, {j}")
+                    b.op(f"and.pred {v}, {v}, {after}")
                 valid.append(v)
-                alone.append(one)
-            preds.append((valid, whole, alone))
+            preds.append((valid, whole))
+            cols = [n for n in names if self.tensors[n].role == ROLE_COL]
+            rows = [n for n in names if n not in cols]
             for name in names:
-                dst = regs[name][k]
-                for r in dst:
+                for r in regs[name][k]:
                     b.op(f"mov.b32 {r}, 0")
-                if self.tensors[name].role == ROLE_COL:  # never aligned: element by element
-                    self._load_chunk_elems(name, ptrs[name], k, dst, valid)
-                    continue
-                self._load_chunk_vec(name, ptrs[name], k, dst, guard=f"@{whole} ")
-                self._load_chunk_elems(name, ptrs[name], k, dst, alone, split)
+            for name in cols:  # never aligned: element by element
+                self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid)
+            if not rows:
+                continue
+            # a whole chunk moves as 16-byte loads and skips the element loads; a chunk that
+            # straddles the row's start or end (one or two threads a row) takes them
+            for name in rows:
+                self._load_chunk_vec(name, ptrs[name], k, regs[name][k], guard=f"@{whole} ")
+            done = b.new_label("shift_loaded")
+            b.op(f"@{whole} bra {done}")
+            for name in rows:
+                self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid)
+            b.label(done)
         return preds
 
     def _load_chunk_elems(
@@ -1209,7 +1211,7 @@ class RowKernel:
         for k in ks:
             preds = sk = None
             if shift is not None:
-                sk = shift[k]  # (in the row, whole chunk, alone) of a shifted step
+                sk = shift[k]  # (in the row, whole chunk) of a shifted step
                 preds = sk[0]
             elif not fast:
                 preds = self._chunk_preds(self._chunk_rem(n_minus, k), vec)
@@ -1241,10 +1243,7 @@ class RowKernel:
                     vals.append(v)
                 for o in outs:
                     v = self._as_f32(*self._eval(o.node, ctx))
-                    if sk:  # alone where the chunk is split; with the chunk where whole
-                        self._store_elem(o, ptrs[o.name], k, j, v, sk[2][j])
-                        out_vals[o.name].append(v)
-                    elif preds and not vec:
+                    if preds and not vec and not sk:
                         self._store_elem(o, ptrs[o.name], k, j, v, preds[j])
                     else:
                         out_vals[o.name].append(v)
@@ -1253,6 +1252,13 @@ class RowKernel:
                     # one predicate for the whole chunk
                     pred = sk[1] if sk else preds[0] if vec else None
                     self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name], pred)
+            if sk and outs:  # a shifted chunk that is not whole: its elements alone
+                done = b.new_label("shift_stored")
+                b.op(f"@{sk[1]} bra {done}")
+                for o in outs:
+                    for j, v in enumerate(out_vals[o.name]):
+                        self._store_elem(o, ptrs[o.name], k, j, v, sk[0][j])
+                b.label(done)
             if not fast and self.packed_pairs and k != ks[-1]:
                 # the tail's groups one chunk at a time, so that the tail does not hold every
                 # chunk's elements as f32 at once (it would set the kernel's register count)
