@@ -448,9 +448,9 @@ breadth)
     tail -45 "$OUT/breadth.txt"
     ;;
 shift)
-    # ~7 min: the shifted tail (d284ff7, 304693f; checked by the CPU interpreter, never yet on a
-    # GPU): rows that are not a multiple of 8 walked from the aligned address before their
-    # start. On the CPU, the same candidates twice:
+    # ~8 min: the shifted tail (d284ff7, 304693f, 4e96198; bench/results/2026-12-04-h200-shift):
+    # rows that are not a multiple of 8 walked from the aligned address before their start. On
+    # the CPU, the same candidates twice:
     #   C=rmsnorm:16384x4999,add_rmsnorm:16384x4999,layernorm:16384x4999,softmax:16384x4999,\
     #     cross_entropy:4096x50257,softmax:2048x40001
     #   python3 bench/probe_tail.py --emit-to .tailptx/old --cases "$C"
@@ -458,7 +458,7 @@ shift)
     #   echo "$C" > .tailptx/new/cases                     # then run(carry=[".tailptx"])
     # First the generator's GPU tests (the example operators with shifted layouts, streamed
     # and held in registers, at N = 4095, 1000, 40000, 8), then the two sets timed side by side
-    timeout "${TESTS_S:-300}" python3 -m pytest tests/factory/test_generator_gpu.py -m gpu \
+    timeout "${TESTS_S:-480}" python3 -m pytest tests/factory/test_generator_gpu.py -m gpu \
         -o addopts="" -p no:cacheprovider -q -rf --durations=4 >"$OUT/pytest.txt" 2>&1
     tail -8 "$OUT/pytest.txt"
     python3 -m bench.probe_tail --out "$OUT/shift" --sets old=.tailptx/old,new=.tailptx/new \
