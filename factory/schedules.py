@@ -393,11 +393,13 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
     streamed row that is not a multiple of vec_elems is walked "shifted" where it can: on the
     H200 every streamed layout of cross-entropy at 4096x50257 was 1.1-1.5x faster than with
     consecutive elements (158.6 -> 114.4 us at the best) and softmax at 2048x40001 2.0-2.9x,
-    while rows in registers at 16384x4999 were faster "strided" for RMSNorm and LayerNorm and
-    shifted for softmax and add+RMSNorm, 3-8% either way at the best layout (the space holds
-    both) (bench/results/2026-12-04-h200-shift). An elementwise operator
-    whose rows are not a multiple of vec_elems walks them as one run of tiles instead (`flat`),
-    where it can."""
+    while rows in registers keep "strided": shifted was faster or slower by operator and layout
+    (at 16384x4999 2-11% faster for softmax, log-softmax and l2norm at 3 and 5 chunks a
+    thread, 4% slower at 2; 3-7% slower for softmax at 16384x1001; slower for RMSNorm and
+    LayerNorm, whose weight is then not aligned with the row's chunks), so the space and the
+    suite's candidates hold both for the search (bench/results/2026-12-04-h200-shift). An
+    elementwise operator whose rows are not a multiple of vec_elems walks them as one run of
+    tiles instead (`flat`), where it can."""
     s = replace(s, flat=False)
     misaligned = any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list)
     if misaligned and flat_ok(ir, s):
@@ -607,10 +609,8 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     group_options = [1, 4] if has_col_inputs(ir) else [1]
     packed_options = [False, True] if packed_pairs(ir) else [False]
     # A row in registers that is not a multiple of a vector is fitted "strided"; walked shifted
-    # it was faster on the H200 for softmax and add+RMSNorm at 16384x4999 but slower for RMSNorm
-    # and LayerNorm, whose weight then moves element by element across twice the L1 sectors
-    # (bench/results/2026-12-04-h200-shift run2): so the space holds both, for the search
-    shifted_too = any(int(d[ir.row_dim]) % (16 // ir.min_elem_bytes()) for d in dims_list)
+    # it was the faster on the H200 for some operators and layouts (see fit_tail), so the space
+    # holds that twin too, for the search, where the row still fits the registers
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     for t, r, v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
@@ -659,8 +659,10 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(fit_tail(ir, s, dims_list))
-                if shifted_too and out[-1].tail == "strided" and shift_ok(ir, s):
-                    out.append(replace(out[-1], tail="shifted"))
+                if out[-1].tail == "strided" and shift_ok(ir, s):
+                    twin = replace(out[-1], tail="shifted")
+                    if all(is_valid(ir, twin, d)[0] for d in dims_list):
+                        out.append(twin)
     return out
 
 

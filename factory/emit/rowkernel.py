@@ -1115,7 +1115,7 @@ class RowKernel:
         and whether all do (one 16-byte load and store; else each element in the row moves
         alone, behind a branch that whole chunks skip); then the chunk's loads. Returns those
         predicates per chunk, (in the row, whole), for _elements."""
-        b, T, V = self.b, self.T, self.V
+        b, V = self.b, self.V
         preds = []
         for k in range(chunks):
             rem = self._chunk_rem(n_minus, k)

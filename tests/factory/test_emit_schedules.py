@@ -532,6 +532,8 @@ def test_misaligned_streamed_rows_are_walked_shifted_and_rows_in_registers_strid
     twins = [s for s in cached if s.tail == "shifted"]  # each beside its fitted twin
     assert twins and all(replace(s, tail="strided") in cached for s in twins)
     assert default_schedule(rms, {"M": 8, "N": 4999}).tail == "strided"  # faster on the H200
+    # the twin only where the row and the up to V - 1 elements before it fit the registers
+    assert all(is_valid(rms, s, {"M": 8, "N": 2047})[0] for s in space(rms, [{"M": 8, "N": 2047}]))
     # never with the one-pass mean and variance, a prefetched row or tiles
     ln = lower(cat["layernorm"])
     assert is_valid(ln, s5, {"M": 8, "N": 4999})[0]
