@@ -37,7 +37,7 @@ from factory.schedules import (
     fit_tail,
     has_col_inputs,
     is_valid,
-    shift_ok,
+    shifted_twin,
 )
 from gpuworker import plausibility
 
@@ -131,11 +131,7 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         out = [base] + out
     fitted = []
     for s in (fit_tail(ir, s, [dims]) for s in out):
-        fitted.append(s)
-        if s.tail == "strided" and shift_ok(ir, s):
-            # a misaligned row in registers, walked shifted too: either can be the faster
-            # (bench/results/2026-12-04-h200-shift)
-            fitted.append(replace(s, tail="shifted"))
+        fitted += [s] + [t for t in [shifted_twin(ir, s, [dims])] if t is not None]
     picked, regs_of = [], {}
     for s in fitted:
         if s in picked or not is_valid(ir, s, dims)[0]:

@@ -413,6 +413,17 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
     return replace(s, tail="elements")
 
 
+def shifted_twin(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Schedule | None:
+    """A fitted row in registers that takes the strided tail, walked shifted instead, where that
+    is valid at every shape of `dims_list` (the row and up to V - 1 elements before it must fit
+    the registers); else None. Either was the faster on the H200 by operator and layout (see
+    fit_tail), so the space and the suite's candidates hold both."""
+    if s.tail != "strided" or not shift_ok(ir, s):
+        return None
+    twin = replace(s, tail="shifted")
+    return twin if all(is_valid(ir, twin, d)[0] for d in dims_list) else None
+
+
 def _pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
@@ -608,9 +619,6 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     early_options = [False, True] if has_col_inputs(ir) else [False]
     group_options = [1, 4] if has_col_inputs(ir) else [1]
     packed_options = [False, True] if packed_pairs(ir) else [False]
-    # A row in registers that is not a multiple of a vector is fitted "strided"; walked shifted
-    # it was the faster on the H200 for some operators and layouts (see fit_tail), so the space
-    # holds that twin too, for the search, where the row still fits the registers
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     for t, r, v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
@@ -659,10 +667,9 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
             )
             if all(is_valid(ir, s, d)[0] for d in dims_list):
                 out.append(fit_tail(ir, s, dims_list))
-                if out[-1].tail == "strided" and shift_ok(ir, s):
-                    twin = replace(out[-1], tail="shifted")
-                    if all(is_valid(ir, twin, d)[0] for d in dims_list):
-                        out.append(twin)
+                twin = shifted_twin(ir, out[-1], dims_list)
+                if twin is not None:
+                    out.append(twin)
     return out
 
 

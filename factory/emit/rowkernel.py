@@ -1116,6 +1116,8 @@ class RowKernel:
         alone, behind a branch that whole chunks skip); then the chunk's loads. Returns those
         predicates per chunk, (in the row, whole), for _elements."""
         b, V = self.b, self.V
+        cols = [n for n in names if self.tensors[n].role == ROLE_COL]
+        rows = [n for n in names if n not in cols]
         preds = []
         for k in range(chunks):
             rem = self._chunk_rem(n_minus, k)
@@ -1136,8 +1138,6 @@ class RowKernel:
                     b.op(f"and.pred {v}, {v}, {after}")
                 valid.append(v)
             preds.append((valid, whole))
-            cols = [n for n in names if self.tensors[n].role == ROLE_COL]
-            rows = [n for n in names if n not in cols]
             for name in names:
                 for r in regs[name][k]:
                     b.op(f"mov.b32 {r}, 0")
@@ -1156,12 +1156,10 @@ class RowKernel:
             b.label(done)
         return preds
 
-    def _load_chunk_elems(
-        self, name, base, k: int, dst, preds=None, into=None, step=None, zero=False
-    ) -> None:
+    def _load_chunk_elems(self, name, base, k: int, dst, preds=None, step=None, zero=False):
         """Chunk k of `name` element by element, `step` bytes apart (the element size unless
         given): each element j under preds[j] if given (a 32-bit one zeroed first under
-        `zero`), the words of 16-bit elements written only under `into` if given."""
+        `zero`)."""
         b = self.b
         t = self.tensors[name]
         prefix, pol = self._load_prefix(t)
@@ -1184,8 +1182,7 @@ class RowKernel:
                 guard = f"@{preds[j]} " if preds else ""
                 b.op(f"{guard}{prefix}.b16 {h}, [{base}+{off + step * j}]{pol}")
                 hs.append(h)
-            guard = f"@{into} " if into else ""
-            b.op(f"{guard}mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
+            b.op(f"mov.b32 {r}, {{{hs[0]}, {hs[1]}}}")
 
     def _elements(
         self,
