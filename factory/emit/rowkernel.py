@@ -454,6 +454,7 @@ class RowKernel:
             b.op(f"createpolicy.fractional.L2::evict_last.b64 {r}, 1.0")
             self.policy["keep"] = f", {r}"
         self.cur_pass = None  # the pass whose loads are being emitted (None: the up-front loads)
+        self.zero_padded: dict[E.Reduce, bool] = {}  # _zero_padded's answers
         self.tv = b.reg("b32")
         b.op(f"mul.lo.u32 {self.tv}, {t}, {V}")
         b.comment("vector path: N a multiple of V and every row-wise pointer 16-byte aligned")
@@ -1208,8 +1209,8 @@ class RowKernel:
         for k in ks:
             preds = sk = None
             if shift is not None:
-                sk = shift[k]  # (in the row, whole chunk) of a shifted step
-                preds = sk[0]
+                sk = shift[k]  # (in the row, whole chunk) of a shifted step: places outside
+                preds = sk[0]  # the row hold zeros, which some sums take as they are
             elif not fast:
                 preds = self._chunk_preds(self._chunk_rem(n_minus, k), vec)
             out_vals: dict[str, list[str]] = {o.name: [] for o in outs}
@@ -1221,7 +1222,7 @@ class RowKernel:
                     b.op(f"mov.f32 {self.mat_regs[n][e]}, {v}")
                 for r, a in zip(reds, accs, strict=True):
                     v = self._as_f32(*self._eval(r.x, ctx))
-                    if preds:
+                    if preds and not (sk and self._zero_padded(r)):
                         v2 = b.reg("f32")
                         b.op(f"selp.f32 {v2}, {v}, {f32_literal(IDENTITY[r.op])}, {preds[j]}")
                         v = v2
@@ -1267,6 +1268,35 @@ class RowKernel:
                 self._online_update_packed(m, s_, vals, self.tensors[q.f_node.name].dtype)
             else:
                 self._online_update(m, s_, vals)
+
+    def _zero_padded(self, r: E.Reduce) -> bool:
+        """Whether a sum reduction may take a shifted chunk's places outside the row as they
+        are, without a select: where every row and column input is 0 (as _shifted_step leaves
+        them), its argument is exactly 0, the identity of the sum. (RMSNorm's sum of squares
+        is; LayerNorm's sum of squared deviations from the mean is not.)"""
+
+        def vanishes(n: E.Node) -> bool:
+            if isinstance(n, E.Input):
+                return self.tensors[n.name].role in (ROLE_ROW, ROLE_COL)
+            if isinstance(n, E.Const):
+                return n.value == 0.0
+            if isinstance(n, E.Cast):
+                return vanishes(n.x)
+            if isinstance(n, E.Unary):  # each of these maps 0 to 0
+                return n.op in ("neg", "abs", "sqrt", "tanh", "erf") and vanishes(n.x)
+            if isinstance(n, E.Binary):
+                if n.op == "pow":
+                    return isinstance(n.b, E.Const) and n.b.value > 0 and vanishes(n.a)
+                # a product too only of two vanishing factors: 0 * inf would be NaN
+                both = vanishes(n.a) and vanishes(n.b)
+                return n.op in ("add", "sub", "mul", "max", "min") and both
+            if isinstance(n, E.Where):
+                return vanishes(n.a) and vanishes(n.b)
+            return False
+
+        if r not in self.zero_padded:
+            self.zero_padded[r] = r.op in ("sum", "mean") and vanishes(r.x)
+        return self.zero_padded[r]
 
     def _online_update(self, m: str, s_: str, vals: list[str]) -> None:
         """Fold a group of values into (running max m, running sum s of exp(v - m))."""

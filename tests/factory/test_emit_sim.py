@@ -909,3 +909,39 @@ def test_shifted_rows_at_any_offset_of_their_tensors_compute_the_reference(skew)
         s = _small(name, tail="shifted", **kw)
         for n in (701, 64, 333):
             check(name, s, {"N": n, "M": 3}, seed=n, skew=skew)
+
+
+@pytest.mark.parametrize("n", [701, 333, 4999])
+def test_shifted_rows_of_norms_at_every_row_offset(n):
+    # M = 9 rows of an odd length start at every offset within 16 bytes, so the chunks that
+    # straddle a row's ends hold zeros in up to 7 places: RMSNorm's and add+RMSNorm's sums of
+    # squares and LayerNorm's mean add them as they are, LayerNorm's variance must not (its
+    # rows around 50 with a spread of 1: each such zero would add 2500 to the sum)
+    x = 50.0 + np.random.default_rng(n).standard_normal((9, n))
+    far = {"x": (np.asarray(x, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)}
+    for name, kw in (
+        ("layernorm", {}),
+        ("layernorm", {"early_cols": True, "threads_per_row": 64}),
+        ("add_rmsnorm", {}),
+        ("rmsnorm", {"mode": "stream", "chunks": 1}),
+    ):
+        s = _small(name, tail="shifted", **kw)
+        if s.mode == "cached":  # the fewest chunks that hold the row and the places before it
+            s = replace(s, chunks=-(-(n + 7) // (s.threads_per_row * s.vec_elems)))
+        check(name, s, {"N": n, "M": 9}, seed=n, inputs=far if name == "layernorm" else None)
+
+
+def test_sums_that_take_zero_padding_as_it_is():
+    from factory.emit.rowkernel import RowKernel
+
+    def padded(name):
+        ir = lower(load_catalogue()[name])
+        rk = RowKernel(ir, _small(name, tail="shifted"))
+        rk.render()
+        return [rk._zero_padded(r) for r in ir.reductions]
+
+    assert padded("rmsnorm") == [True]  # sum of x * x
+    assert padded("add_rmsnorm") == [True]  # sum of (x + r)^2
+    assert padded("l2norm") == [True]
+    assert padded("softmax") == [False, False]  # a max, and a sum of exp(x - max)
+    assert sorted(padded("layernorm")) == [False, True]  # the mean, the variance
