@@ -1209,8 +1209,8 @@ class RowKernel:
         for k in ks:
             preds = sk = None
             if shift is not None:
-                sk = shift[k]  # (in the row, whole chunk) of a shifted step: places outside
-                preds = sk[0]  # the row hold zeros, which some sums take as they are
+                sk = shift[k]  # (in the row, whole chunk) of a shifted step
+                preds = sk[0]
             elif not fast:
                 preds = self._chunk_preds(self._chunk_rem(n_minus, k), vec)
             out_vals: dict[str, list[str]] = {o.name: [] for o in outs}
@@ -1222,7 +1222,8 @@ class RowKernel:
                     b.op(f"mov.f32 {self.mat_regs[n][e]}, {v}")
                 for r, a in zip(reds, accs, strict=True):
                     v = self._as_f32(*self._eval(r.x, ctx))
-                    if preds and not (sk and self._zero_padded(r)):
+                    # a tail's places outside the row hold zeros, which some sums take as is
+                    if preds and not self._zero_padded(r):
                         v2 = b.reg("f32")
                         b.op(f"selp.f32 {v2}, {v}, {f32_literal(IDENTITY[r.op])}, {preds[j]}")
                         v = v2
@@ -1270,8 +1271,8 @@ class RowKernel:
                 self._online_update(m, s_, vals)
 
     def _zero_padded(self, r: E.Reduce) -> bool:
-        """Whether a sum reduction may take a shifted chunk's places outside the row as they
-        are, without a select: where every row and column input is 0 (as _shifted_step leaves
+        """Whether a sum reduction may take a tail chunk's places outside the row as they are,
+        without a select: where every row and column input is 0 (as every tail's loads leave
         them), its argument is exactly 0, the identity of the sum. (RMSNorm's sum of squares
         is; LayerNorm's sum of squared deviations from the mean is not.)"""
 

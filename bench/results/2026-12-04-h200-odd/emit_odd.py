@@ -1,12 +1,14 @@
-"""One-off: rows of odd widths held in registers (LayerNorm, RMSNorm, add+RMSNorm at 5000 and
-4999 columns), the register-held layouts of the schedule space at 128-512 threads a row that waste the
-fewest places (the fewest chunks that hold the row), one or two rows a block, 16-byte vectors,
-plain stores, no prefetch, no persistent grid, one block a cluster, every occupancy cap but
-2048 threads an SM, each family's variants (one-pass mean and variance, weight loaded early).
+"""One-off: rows of odd widths held in registers (LayerNorm, RMSNorm, add+RMSNorm at 5000
+and 4999 columns), the register-held layouts of the schedule space at 128-512 threads a row
+that waste the fewest places (the fewest chunks that hold the row), one or two rows a block,
+16-byte vectors, plain stores, no prefetch, no persistent grid, one block a cluster, every
+occupancy cap but 2048 threads an SM, each family's variants (one-pass mean and variance,
+weight loaded early); with a third argument, only the layouts of those tails (tag letters: y
+shifted, z strided, u vectors).
 
-    [REALIGN=0] python3 bench/results/2026-12-04-h200-odd/emit_odd.py DIR layernorm:16384x5000,... [y]
+    python3 bench/results/2026-12-04-h200-odd/emit_odd.py DIR layernorm:16384x5000,... [y]
 """
-import os
+import math
 import sys
 from pathlib import Path
 
@@ -22,7 +24,7 @@ def cands(ir, dims):
         if (
             s.mode != "cached"
             or not 128 <= s.threads_per_row <= 512
-            or s.chunks != -(-(-(-dims[ir.row_dim] // 8)) // s.threads_per_row)
+            or s.chunks != math.ceil(math.ceil(dims[ir.row_dim] / 8) / s.threads_per_row)
             or s.vec_elems != 8
             or s.rows_per_block > 2
             or s.min_threads_per_sm == 2048
@@ -42,15 +44,14 @@ def cands(ir, dims):
     return out
 
 
-if len(sys.argv) > 3:  # only the layouts of these tails (the tag's letters: y shifted, ...)
-    _all = cands
-    cands = lambda ir, dims: [s for s in _all(ir, dims) if s.tag().split("_")[0][-1] in sys.argv[3]]  # noqa: E731
-if os.environ.get("REALIGN") == "0":  # shifted rows' per-column vectors element by element
-    from factory.emit.rowkernel import RowKernel
+def tails(ir, dims):
+    return [s for s in cands(ir, dims) if s.tag().split("_")[0][-1] in sys.argv[3]]
 
-    RowKernel.realign_cols = False
-su.candidate_schedules = cands
+
+su.candidate_schedules = tails if len(sys.argv) > 3 else cands
 import bench.probe_tail as pt  # noqa: E402
 
-pt.CASES[:] = [(c.split(":")[0], *map(int, c.split(":")[1].split("x"))) for c in sys.argv[2].split(",")]
+pt.CASES[:] = [
+    (c.split(":")[0], *map(int, c.split(":")[1].split("x"))) for c in sys.argv[2].split(",")
+]
 pt.emit_to(Path(sys.argv[1]))
