@@ -84,15 +84,17 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         if base.flat:  # tiles, whatever N is: the layouts that win at the suite's 4096 columns
             shapes = [(128, 4), (256, 2), (t0, base.chunks)]
         else:
-            # A row the default's chunks do not fill: also the layout that wastes the fewest
-            # elements, e.g. 128 threads of 5 chunks for 5000, 64 of 5 for 2560.
+            # A row the default's chunks do not fill: first the layout that wastes the fewest
+            # elements, e.g. 128 threads of 5 chunks for 5000, 64 of 5 for 2560 (it won every
+            # odd-width sweep on the H200: bench/results/2026-12-04-h200-odd, LayerNorm
+            # 16384x5000 93 us against 117-122 for the default's 256 threads of 3).
             tight = sorted(
                 (t * v * math.ceil(n / (t * v)) - n, t, math.ceil(n / (t * v)))
                 for t in (32, 64, 128, 256, 512)
                 if math.ceil(n / (t * v)) <= 8
             )
             if tight and tight[0][0] < t0 * v * base.chunks - n:
-                shapes += [tight[0][1:]]
+                shapes.insert(0, tight[0][1:])
         # twice and half the threads, each with the fewest chunks that cover the row
         for t in (t0 * 2, t0 // 2):
             c = math.ceil(n / (t * v)) if t else 0
