@@ -1283,8 +1283,8 @@ class RowKernel:
                 return n.value == 0.0
             if isinstance(n, E.Cast):
                 return vanishes(n.x)
-            if isinstance(n, E.Unary):  # each of these maps 0 to 0
-                return n.op in ("neg", "abs", "sqrt", "tanh", "erf") and vanishes(n.x)
+            if isinstance(n, E.Unary):  # exactly 0 at 0 as emitted (erf's and tanh's
+                return n.op in ("neg", "abs", "sqrt") and vanishes(n.x)  # approximations: not)
             if isinstance(n, E.Binary):
                 if n.op == "pow":
                     return isinstance(n.b, E.Const) and n.b.value > 0 and vanishes(n.a)
