@@ -53,6 +53,7 @@ LATE_DEFAULTS = {
     "packed_max": False,
     "tail": "elements",
     "flat": False,
+    "split_paths": False,
 }
 ACC_SPLITS = (1, 2, 4, 8)
 COL_GROUPS = (1, 2, 4, 8)
@@ -199,6 +200,15 @@ class Schedule:
         is ceildiv(M*N, capacity). Cached mode, one row group per block, no persistent grid,
         no cluster. `fit_tail` sets it where a row length is not a multiple of vec_elems.
         Left out of `to_dict` when False.
+    split_paths: a row held in registers gets one whole copy of its code per path (whole
+        chunks; a tail of whole vectors; the tail element by element), chosen once per row,
+        instead of a branch between the paths at every pass. ptxas then sizes registers for
+        the path a row takes rather than for the paths joined pass after pass: LayerNorm at
+        16384x5000, 128 threads of 5 chunks, needs 96 registers rather than 123, and fits a
+        cap of 80 without spilling (96 bytes spilled joined); elsewhere it can cost registers
+        (RMSNorm 16384x4096 at 128 threads: 80 -> 128). More code per kernel. Cached mode, not
+        flat, no prefetched rows. Not yet in `space`: no H200 run has timed it. Left out of
+        `to_dict` when False.
     """
 
     family: str = "row"
@@ -226,6 +236,7 @@ class Schedule:
     packed_max: bool = False
     tail: str = "elements"
     flat: bool = False
+    split_paths: bool = False
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if LATE_DEFAULTS.get(k, object()) != v}
@@ -282,6 +293,8 @@ class Schedule:
             s += {"vectors": "u", "strided": "z", "shifted": "y"}[self.tail]
         if self.flat:
             s += "j"
+        if self.split_paths:
+            s += "i"
         return s + f"_{_HINT_TAGS[self.load_hint]}{_STORE_TAGS[self.store_hint]}"
 
 
@@ -295,7 +308,7 @@ TAG_LEGEND = (
     "partial accumulators per thread, q gathered elements loaded when the row starts, b the "
     "online max taken on packed 16-bit pairs, u / z / y the row's tail moved as whole vectors / "
     "as strided elements / a misaligned row walked from an aligned address, j rows "
-    "walked as one run of tiles; after "
+    "walked as one run of tiles, i one copy of the row's code per path; after "
     "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
     "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "
     "evict-first policy, lf evict-last on reads a later pass repeats and evict-first on the "
@@ -516,6 +529,8 @@ def is_valid(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> tuple[bool, str
         )
     if s.early_cols and (s.mode != "cached" or s.prefetch_rows or not has_col_inputs(ir)):
         return False, "early_cols needs the cached mode without prefetch and a per-column input"
+    if s.split_paths and (s.mode != "cached" or s.flat or s.prefetch_rows):
+        return False, "split_paths needs the cached mode, not flat, without prefetched rows"
     if s.tail not in TAILS:
         return False, f"tail must be one of {TAILS}"
     if s.tail == "shifted" and not shift_ok(ir, s):

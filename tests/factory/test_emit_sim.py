@@ -638,6 +638,16 @@ CASES = [
     ),
     ("softmax", {"online": True, "packed_max": True, "acc_split": 2}, [512, 77, 600]),
     ("log_softmax", {"mode": "stream", "online": True, "chunks": 2, "packed_max": True}, [1200]),
+    # one copy of the row's code per path (split_paths): whole rows, a tail of whole vectors,
+    # a tail element by element (odd lengths, misaligned), the streaming fallback past 512
+    ("layernorm", {"split_paths": True, "tail": "vectors"}, [512, 264, 129, 600]),
+    ("layernorm", {"split_paths": True, "tail": "vectors", "moments": True}, [512, 264, 77]),
+    ("layernorm", {"split_paths": True, "tail": "strided", "early_cols": True}, [512, 301]),
+    ("rmsnorm", {"split_paths": True, "threads_per_row": 64, "rows_per_block": 2}, [512, 77]),
+    ("add_rmsnorm", {"split_paths": True, "late_stores": True, "tail": "vectors"}, [512, 264]),
+    ("softmax", {"split_paths": True, "online": True, "tail": "vectors"}, [512, 264, 33, 600]),
+    ("cross_entropy", {"split_paths": True, "early_gather": True}, [512, 100]),
+    ("silu_mul", {"split_paths": True, "col_groups": 2}, [512, 9]),
     (
         "cross_entropy",
         {
@@ -909,6 +919,26 @@ def test_shifted_rows_at_any_offset_of_their_tensors_compute_the_reference(skew)
         s = _small(name, tail="shifted", **kw)
         for n in (701, 64, 333):
             check(name, s, {"N": n, "M": 3}, seed=n, skew=skew)
+
+
+def test_split_paths_take_one_copy_of_the_row_per_path():
+    # the per-pass branch between whole chunks and the tail is gone: the row picks its path
+    # once, and a shifted row (rows at every offset) walks its own copy
+    from factory.schedules import is_valid
+
+    ir = lower(load_catalogue()["layernorm"])
+    joined = emit(ir, _small("layernorm", tail="vectors")).ptx
+    split = emit(ir, _small("layernorm", tail="vectors", split_paths=True)).ptx
+    assert "_p0_tail_" in joined and "$L_row_tail_" not in joined
+    assert "$L_row_tail_" in split and "$L_row_elems_" in split
+    cached = split.split("$L_long_row_")[1]  # the rows in registers (the stream path follows)
+    assert "$L_p0_tail_" not in cached and "$L_load_tail_" not in cached
+    dims = {"N": 512, "M": 2}
+    for kw in ({"mode": "stream"}, {"flat": True}, {"prefetch_rows": True}):
+        assert not is_valid(ir, _small("layernorm", split_paths=True, **kw), dims)[0]
+    s = _small("rmsnorm", tail="shifted", split_paths=True)
+    check("rmsnorm", s, {"N": 333, "M": 9}, seed=3)
+    check("rmsnorm", s, {"N": 333, "M": 3}, seed=4, skew={"x": 6, "y": 6})
 
 
 @pytest.mark.parametrize("n", [701, 333, 4999])
