@@ -8,6 +8,7 @@ first 180 cases failed: masked softmax with online max/sum) found the rounding b
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -82,5 +83,32 @@ def _sample(n: int, seed: int = 20261203):
     ids=lambda v: v.tag() if isinstance(v, Schedule) else None,
 )
 def test_a_random_valid_schedule_computes_the_reference(name, schedule, dims, seed):
+    grid = 2 if schedule.persistent_blocks_per_sm else None
+    check(name, schedule, dims, seed=seed, grid=grid)
+
+
+def _sample_split(n: int, seed: int = 20261204):
+    """Draws as above whose rows are held in registers, each with one copy of the row's code per
+    path (split_paths), where that is valid."""
+    rng = random.Random(seed)
+    cat = load_catalogue()
+    out = []
+    while len(out) < n:
+        case = random_case(rng)
+        if case is None:
+            continue
+        name, s, dims = case
+        s = replace(s, split_paths=True)
+        if is_valid(lower(cat[name]), s, dims)[0]:
+            out.append((name, s, dims, rng.randrange(1 << 16)))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "schedule", "dims", "seed"),
+    _sample_split(24),
+    ids=lambda v: v.tag() if isinstance(v, Schedule) else None,
+)
+def test_a_random_schedule_with_split_paths_computes_the_reference(name, schedule, dims, seed):
     grid = 2 if schedule.persistent_blocks_per_sm else None
     check(name, schedule, dims, seed=seed, grid=grid)
