@@ -5,10 +5,10 @@ without the weight loaded early and (LayerNorm) one-pass moments, each with the 
 `fit_tail` and `shifted_twin` give it (at suite shapes also the last suite plan's layouts, as
 bench.probe_tail adds them). `split`: each with split_paths. Kernels that
 spill are left out (the screen would reject them). Writes DIR/manifest.json for
-`bench.probe_tail --sets` (PYTHONPATH picks the emitter: a checkout with moments.patch applied
-gives the third set).
+`bench.probe_tail --sets` (PYTHONPATH picks the emitter: a checkout with moments.patch applied,
+and its one-line variant, give the moments sets: one-pass layouts only, joined or split).
 
-    python3 emit_next.py DIR joined|split|moments
+    python3 emit_next.py DIR joined|split|moments|moments_split
 """
 import json
 import math
@@ -53,14 +53,14 @@ def layouts(ir, dims, variant):
             or s.persistent_blocks_per_sm
             or s.cluster_blocks != 1
             or s.acc_split != 1
-            or (variant == "moments" and not s.moments)
+            or (variant.startswith("moments") and not s.moments)
         ):
             continue
         s = fit_tail(ir, s, [dims])
         for t in [s, shifted_twin(ir, s, [dims])]:
             if t is None:
                 continue
-            if variant == "split":
+            if variant in ("split", "moments_split"):
                 t = replace(t, split_paths=True)
             if is_valid(ir, t, dims)[0] and t not in out:
                 out.append(t)
