@@ -839,6 +839,9 @@ CLUSTER_CASES = [
     ("cross_entropy", {"online": True}, [1800]),
     ("layernorm", {}, [2000]),
     ("add_rmsnorm", {}, [1999]),
+    # one copy of the row's code per path, across the cluster: whole, vectors, elements, stream
+    ("softmax", {"split_paths": True, "tail": "vectors"}, [2048, 1504, 1500, 3000]),
+    ("layernorm", {"split_paths": True, "early_cols": True}, [2048, 2000]),
 ]
 
 
