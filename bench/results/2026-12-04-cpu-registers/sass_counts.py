@@ -25,8 +25,8 @@ from factory.spec import load_catalogue
 
 CASES = [(16384, 5000), (16384, 4999), (16384, 5120), (16384, 4096), (16384, 8192)]
 INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)")
-TAIL_BRA = re.compile(r"^\s*@!?%p\d+ bra (\$L_(?:load_tail|p\d+_tail)_\d+);$", re.M)
-ELEMS_BRA = re.compile(r"^\s*@!?%p\d+ bra (\$L_tail_elems_\d+);$", re.M)
+TAIL_BRA = re.compile(r"^\s*@!?%p\d+ bra (\$L_(?:load_tail|p\d+_tail|row_tail)_\d+);$", re.M)
+ELEMS_BRA = re.compile(r"^\s*@!?%p\d+ bra (\$L_(?:tail|row)_elems_\d+);$", re.M)
 LONG_BRA = re.compile(r"^\s*@!?%p\d+ bra \$L_long_row_\d+;$", re.M)
 
 
