@@ -355,24 +355,28 @@ class RowKernel:
         takes, not for the paths joined at every pass (LayerNorm 16384x5000 at 128 threads of 5
         chunks: each path alone fits 80 registers, the joined kernel takes 123)."""
         b = self.b
-        T, V = self.T, self.V
         whole = b.reg("pred")
-        b.op(f"setp.ge.u32 {whole}, {self.N}, {self.s.chunks * T * V}")
+        b.op(f"setp.ge.u32 {whole}, {self.N}, {self.s.chunks * self.T * self.V}")
         b.op(f"and.pred {whole}, {whole}, {self.vec_ok}")  # as fast_cached, for every thread
-        tail = b.new_label("row_tail")
-        b.op(f"@!{whole} bra {tail}")
-        for path in ["fast", "vectors", "tail"] if self.s.tail == "vectors" else ["fast", "tail"]:
-            if path != "fast":
-                b.label(tail)
-                if path == "vectors":
-                    tail = b.new_label("row_elems")
-                    b.op(f"@!{self.vec_ok} bra {tail}")
-            b.comment(f"the row's {'whole chunks' if path == 'fast' else path} path")
+        ragged = b.new_label("row_tail")
+        b.op(f"@!{whole} bra {ragged}")
+
+        def copy(path: str, note: str) -> None:
+            b.comment(f"the row's {note} path")
             self.path = path
             self._row_body("cached")
             self.path = None
-            if path != "tail":
-                b.op(f"bra.uni {next_row}")
+
+        copy("fast", "whole chunks")
+        b.op(f"bra.uni {next_row}")
+        b.label(ragged)
+        if self.s.tail == "vectors":
+            elems = b.new_label("row_elems")
+            b.op(f"@!{self.vec_ok} bra {elems}")
+            copy("vectors", "vectors")
+            b.op(f"bra.uni {next_row}")
+            b.label(elems)
+        copy("tail", "tail")
 
     def _assemble(self, entry: str, params) -> str:
         head = [
@@ -799,20 +803,36 @@ class RowKernel:
         b = self.b
         slow, end = b.new_label("load_tail"), b.new_label("loaded")
         b.comment(f"load the row into registers: {chunks} chunks per thread, all in flight")
-        if self.path in (None, "fast"):  # (a split row's other paths: the tail's loads only)
-            if self.path is None:
-                b.op(f"@!{self.fast_cached} bra {slow}")
+
+        def whole() -> None:
             for k in range(chunks):
                 for name in names:
                     self._load_chunk_vec(name, ptrs[name], k, held[name][k])
-            if self.path == "fast":
-                return
+
+        def ragged() -> None:
+            if self.s.tail == "shifted":  # (each pass finds its predicates again: none kept)
+                self._shifted_step(names, ptrs, held, chunks, self.n_window, self.shift_lo)
+            else:
+                self._tail(
+                    lambda vec: self._load_tail(names, ptrs, held, chunks, self.n_minus_tv, vec)
+                )
+
+        self._whole_or_ragged(slow, end, whole, ragged)
+
+    def _whole_or_ragged(self, slow: str, end: str, whole, ragged) -> None:
+        """whole() where this thread's chunks are whole, else ragged() (the tail), behind a
+        branch on fast_cached; in a split row's copy (self.path, _split_row_bodies) only that
+        copy's side, with no branch."""
+        b = self.b
+        if self.path is None:
+            b.op(f"@!{self.fast_cached} bra {slow}")
+        if self.path in (None, "fast"):
+            whole()
+        if self.path is None:
             b.op(f"bra.uni {end}")
             b.label(slow)
-        if self.s.tail == "shifted":  # (each pass finds its predicates again: none are kept)
-            self._shifted_step(names, ptrs, held, chunks, self.n_window, self.shift_lo)
-        else:
-            self._tail(lambda vec: self._load_tail(names, ptrs, held, chunks, self.n_minus_tv, vec))
+        if self.path != "fast":
+            ragged()
         b.label(end)
 
     def _cached_row_inputs(self) -> list[str]:
@@ -1040,26 +1060,21 @@ class RowKernel:
                     cols.append(n.name)
             regs = dict(held) | self._alloc_chunk_regs(cols, chunks)
             slow, end = b.new_label(f"p{p}_tail"), b.new_label(f"p{p}_end")
-            path = self.path  # a split row's path (_split_row_bodies), or both
-            if path is None:
-                b.op(f"@!{self.fast_cached} bra {slow}")
-            groups = self.s.col_groups if cols else 1
-            per = chunks // groups
-            for g in range(groups if path in (None, "fast") else 0):
-                ks = range(g * per, (g + 1) * per)
-                if g:
-                    # Keeps ptxas from hoisting this group's column loads above the last
-                    # group's stores, so that only one group's columns are live at a time.
-                    b.op("fence.acq_rel.cta")
-                for k in ks:
-                    for name in cols:
-                        self._load_chunk_vec(name, self.tptr[name], k, regs[name][k])
-                self._elements(p, work, regs, ks, fast=True, ptrs=self.tptr)
-            if path in (None, "fast"):
+
+            def whole() -> None:
+                groups = self.s.col_groups if cols else 1
+                per = chunks // groups
+                for g in range(groups):
+                    ks = range(g * per, (g + 1) * per)
+                    if g:
+                        # Keeps ptxas from hoisting this group's column loads above the last
+                        # group's stores, so that only one group's columns are live at a time.
+                        b.op("fence.acq_rel.cta")
+                    for k in ks:
+                        for name in cols:
+                            self._load_chunk_vec(name, self.tptr[name], k, regs[name][k])
+                    self._elements(p, work, regs, ks, fast=True, ptrs=self.tptr)
                 self._moment_groups(regs, chunks, fast=True)
-            if path is None:
-                b.op(f"bra.uni {end}")
-                b.label(slow)
 
             def tail(vec: bool) -> None:
                 nm = self.n_minus_tv
@@ -1069,14 +1084,18 @@ class RowKernel:
                 )
                 self._moment_groups(regs, chunks, fast=False, n_minus=nm, vec=vec)
 
-            if path == "fast":
-                pass
-            elif self.s.tail == "shifted":
-                sp = self._shifted_step(cols, self.tptr, regs, chunks, self.n_window, self.shift_lo)
-                self._elements(p, work, regs, range(chunks), fast=False, ptrs=self.tptr, shift=sp)
-            else:
-                self._tail(tail)
-            b.label(end)
+            def ragged() -> None:
+                if self.s.tail == "shifted":
+                    sp = self._shifted_step(
+                        cols, self.tptr, regs, chunks, self.n_window, self.shift_lo
+                    )
+                    self._elements(
+                        p, work, regs, range(chunks), fast=False, ptrs=self.tptr, shift=sp
+                    )
+                else:
+                    self._tail(tail)
+
+            self._whole_or_ragged(slow, end, whole, ragged)
         else:
             self._stream_loop(p, work)
         self._finish_reductions(reds, accs, pairs, pair_accs)

@@ -22,7 +22,7 @@ import pytest
 from factory.agents.ptxedit import split_operands
 from factory.emit import emit
 from factory.ir import lower
-from factory.schedules import Schedule, default_schedule
+from factory.schedules import Schedule, default_schedule, is_valid
 from factory.spec import eval_dim_expr, load_catalogue, random_inputs, reference, to_float64
 
 # ---------------------------------------------------------------- values
@@ -927,8 +927,6 @@ def test_shifted_rows_at_any_offset_of_their_tensors_compute_the_reference(skew)
 def test_split_paths_take_one_copy_of_the_row_per_path():
     # the per-pass branch between whole chunks and the tail is gone: the row picks its path
     # once, and a shifted row (rows at every offset) walks its own copy
-    from factory.schedules import is_valid
-
     ir = lower(load_catalogue()["layernorm"])
     joined = emit(ir, _small("layernorm", tail="vectors")).ptx
     split = emit(ir, _small("layernorm", tail="vectors", split_paths=True)).ptx
