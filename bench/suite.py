@@ -34,6 +34,7 @@ from factory.schedules import (
     TAG_LEGEND,
     Schedule,
     default_schedule,
+    fewest_chunks,
     fit_tail,
     has_col_inputs,
     is_valid,
@@ -89,15 +90,15 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             # odd-width sweep on the H200: bench/results/2026-12-04-h200-odd, LayerNorm
             # 16384x5000 93 us against 117-122 for the default's 256 threads of 3).
             tight = sorted(
-                (t * v * math.ceil(n / (t * v)) - n, t, math.ceil(n / (t * v)))
+                (t * v * fewest_chunks(n, t, v) - n, t, fewest_chunks(n, t, v))
                 for t in (32, 64, 128, 256, 512)
-                if math.ceil(n / (t * v)) <= 8
+                if fewest_chunks(n, t, v) <= 8
             )
             if tight and tight[0][0] < t0 * v * base.chunks - n:
                 shapes.insert(0, tight[0][1:])
         # twice and half the threads, each with the fewest chunks that cover the row
         for t in (t0 * 2, t0 // 2):
-            c = math.ceil(n / (t * v)) if t else 0
+            c = fewest_chunks(n, t, v) if t else 0
             if base.flat:
                 c = base.chunks * t0 // t if t else 0
             shapes += [(t, c)] if 1 <= c <= (16 if base.flat else 8) else []

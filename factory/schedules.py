@@ -617,10 +617,15 @@ def _occupancy_options(threads_per_block: int) -> list[tuple[int, bool, int]]:
     return out
 
 
+def fewest_chunks(n: int, threads: int, vec: int) -> int:
+    """The fewest chunks of `vec` elements that cover a row of `n` at `threads` threads per row
+    (e.g. 5 for 5000 columns at 128 threads of 8)."""
+    return -(-int(n) // (threads * vec))
+
+
 def _fewest_chunks(ir: KernelIR, threads: int, vec: int, dims_list) -> set[int]:
-    """Per shape of the job, the fewest chunks of `vec` elements that cover its row at
-    `threads` threads per row (e.g. 5 for 5000 columns at 128 threads of 8)."""
-    return {-(-int(d[ir.row_dim]) // (threads * vec)) for d in dims_list}
+    """Per shape of the job, fewest_chunks of its row."""
+    return {fewest_chunks(d[ir.row_dim], threads, vec) for d in dims_list}
 
 
 def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
@@ -740,7 +745,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
         # The fewest chunks that cover the row at that many threads: a row of 3072 takes 128
         # threads of 3 chunks, which it fills, rather than 4 (a quarter idle, and every row
         # through the tail path). Powers of two keep 4.
-        chunks = -(-n // (threads * v))
+        chunks = fewest_chunks(n, threads, v)
         # The online pair costs a second exp per element when the row is in registers anyway.
         # Row loads with the L2 evict-last policy: faster by 0.5-4% in 12 of 15 suite cases on
         # the H200, within 0.5% in the others (bench/results/2026-12-03-h200-explore).
