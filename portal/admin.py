@@ -61,7 +61,17 @@ class CandidateAdmin(admin.ModelAdmin):
 
 @admin.register(models.GpuBatch)
 class GpuBatchAdmin(admin.ModelAdmin):
-    list_display = ["code", "job", "generation", "arch", "status", "source", "dispatched"]
+    list_display = [
+        "code",
+        "job",
+        "generation",
+        "arch",
+        "status",
+        "source",
+        "dispatched",
+        "started",
+        "worker",
+    ]
     list_filter = ["status", "arch"]
     raw_id_fields = ["job", "generation", "environment"]
 

@@ -10,6 +10,7 @@ worker process per GPU, prefork with one child), `default` (recording, bookkeepi
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -106,6 +107,7 @@ TASK_ROUTES = {
     "portal.candidate_build": {"queue": "build"},
     "portal.gpu_batch_dispatch": {"queue": "default"},
     "portal.results_record": {"queue": "default"},
+    "portal.gpu_batch_taken": {"queue": "default"},
     "portal.generation_finish": {"queue": "default"},
     "portal.requeue_stuck": {"queue": "default"},
     # GPU_TASK_NAME is routed per call to gpu.<arch>.
@@ -169,7 +171,23 @@ def gpu_run_batch(self, batch: dict) -> dict:
     from gpuworker import run_batch
     from gpuworker.runner import NoGpu
 
+    _tell_portal(batch, self.request.hostname or "gpu worker")
     try:
         return run_batch(batch)
     except NoGpu as exc:
+        _tell_portal(batch, "")
         raise self.retry(exc=exc, countdown=30) from exc
+
+
+def _tell_portal(batch: dict, worker: str) -> None:
+    """Tell the portal that `worker` took `batch` (or, with no worker, gave it back). Only
+    bookkeeping for the job page: a broker hiccup here must not cost the batch its GPU run."""
+    batch_id = batch.get("batch_id") if isinstance(batch, dict) else None
+    if not batch_id:
+        return
+    try:
+        app.signature(
+            "portal.gpu_batch_taken", args=(batch_id, worker), queue="default"
+        ).apply_async()
+    except Exception:  # noqa: BLE001 - see above
+        logging.getLogger("portal.celery").warning("could not tell the portal about %s", batch_id)

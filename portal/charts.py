@@ -72,11 +72,16 @@ def _log_ticks(values: list[float]) -> dict:
     return {"tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
 
 
+# Candidate statuses still on their way to the GPU: neither timed nor failed.
+IN_FLIGHT = frozenset({"proposed", "compiled", "queued"})
+
+
 def generations_figure(population: Iterable[dict]) -> dict:
     """Best time per generation (a line) over the whole population (a scatter).
 
     Each row: ``generation`` (int), ``runtime_us`` (float or None for candidates that never got a
-    time) and ``status`` (``passed`` or anything else; shown on hover for the failed). Times
+    time) and ``status`` (``passed``; one of IN_FLIGHT, left out; anything else is shown on hover
+    as failed). With no candidate timed the figure is empty. Times
     are a candidate's median at its job's headline shape, so points are comparable.
     """
     xs_ok, ys_ok = [], []
@@ -89,9 +94,12 @@ def generations_figure(population: Iterable[dict]) -> dict:
             xs_ok.append(gen)
             ys_ok.append(runtime)
             best[gen] = min(best.get(gen, math.inf), runtime)
-        else:
+        elif row.get("status") not in IN_FLIGHT:
             xs_bad.append(gen)
             text_bad.append(str(row.get("status", "unknown")))
+    if not ys_ok:
+        # Nothing timed yet: no time axis to draw (the page says when the chart appears).
+        return {"data": [], "layout": _layout("Time per generation (lower is better)")}
     gens = sorted(best)
     # The running best: what the search had found by the end of each generation.
     running, so_far = [], math.inf
@@ -122,12 +130,12 @@ def generations_figure(population: Iterable[dict]) -> dict:
     if xs_bad:
         # Failed candidates have no time; show them as ticks along the bottom so the failure
         # rate per generation is visible without distorting the time axis.
-        floor = min(ys_ok) * 0.9 if ys_ok else 1.0
+        floor = min(ys_ok) * 0.9
         data.append(
             {
                 "type": "scatter",
                 "mode": "markers",
-                "name": "failed or unverified",
+                "name": "failed or refused",
                 "x": xs_bad,
                 "y": [floor] * len(xs_bad),
                 "text": text_bad,

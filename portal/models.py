@@ -419,6 +419,11 @@ class GpuBatch(models.Model):
     )
     created = models.DateTimeField(default=timezone.now)
     dispatched = models.DateTimeField(null=True, blank=True)
+    # When a GPU worker took the batch off its queue, and which one (the worker says so as it
+    # starts; cleared when the batch goes back to the queue). Dispatched but not started: it
+    # waits in line, or for an imported results file.
+    started = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:

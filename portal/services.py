@@ -463,6 +463,18 @@ def gpu_batch_dispatch(*, generation: Generation) -> GpuBatch | None:
     return batch
 
 
+def gpu_batch_taken(*, code: str, worker: str) -> bool:
+    """A GPU worker took the batch `code` off its queue (`worker` its Celery hostname), or gave
+    it back unrun (`worker` empty: its host had no usable GPU). Only a batch still out to the
+    GPU moves: a late word about a batch already recorded changes nothing."""
+    started = timezone.now() if worker else None
+    return bool(
+        GpuBatch.objects.filter(code=code, status=GpuBatch.DISPATCHED).update(
+            started=started, worker=worker[:200]
+        )
+    )
+
+
 # --- Recording results --------------------------------------------------------------------------
 
 

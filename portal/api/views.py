@@ -95,6 +95,19 @@ def _iso(value):
     return value.isoformat() if value else None
 
 
+def _queue_json(request, queue: dict) -> dict:
+    """The GPU queue as the job page shows it; which worker runs the batch only to engineers."""
+    body = {
+        key: queue[key]
+        for key in ("arch", "dispatch", "waiting", "running", "mine_running", "position", "idle")
+    }
+    body["mine_started"] = _iso(queue["mine_started"])
+    body["last_taken"] = _iso(queue["last_taken"])
+    if access.is_engineer(request.user):
+        body["mine_worker"] = queue["mine_worker"]
+    return body
+
+
 def job_json(request, job: Job, progress: dict | None = None) -> dict:
     progress = progress or queries.job_progress(job)
     decision = queries.latest_decision(job)
@@ -111,7 +124,7 @@ def job_json(request, job: Job, progress: dict | None = None) -> dict:
         "progress": round(progress["fraction"], 3),
         "eta_s": progress["eta_s"],
         "candidates": progress["totals"],
-        "gpu_queue": progress["gpu_queue"],
+        "gpu_queue": _queue_json(request, progress["gpu_queue"]),
         "best_candidate": str(job.best_candidate.code) if job.best_candidate_id else None,
         "best_score_us": progress["best_score_us"],
         "stop_reason": job.stop_reason,

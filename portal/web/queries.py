@@ -12,6 +12,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Count, F
 from django.utils import timezone
@@ -163,26 +164,39 @@ def generation_rows(job: Job) -> list[dict]:
 
 
 def gpu_queue(job: Job) -> dict:
-    """What the GPU queue for the job's architecture looks like: batches waiting and running,
-    and where this job's batch stands."""
+    """What the GPU queue for the job's architecture looks like: batches a GPU worker is running,
+    batches waiting in line (sent, not yet taken), where this job's batch stands, and when a
+    GPU worker last took a batch of this architecture (None: never), so a queue that nothing
+    consumes says so."""
     open_batches = list(
-        GpuBatch.objects.filter(
-            arch=job.target_gpu, status__in=[GpuBatch.PENDING, GpuBatch.DISPATCHED]
-        )
-        .order_by("created")
-        .values_list("job_id", "status")[:500]
+        GpuBatch.objects.filter(arch=job.target_gpu, status=GpuBatch.DISPATCHED)
+        .order_by("dispatched", "id")
+        .values_list("job_id", "started", "worker")[:500]
     )
-    waiting = [j for j, s in open_batches if s == GpuBatch.PENDING]
-    running = [j for j, s in open_batches if s == GpuBatch.DISPATCHED]
-    position = None
-    if job.id in waiting:
-        position = waiting.index(job.id) + 1
+    waiting = [j for j, started, _ in open_batches if started is None]
+    running = {j: (started, worker) for j, started, worker in open_batches if started}
+    last_taken = (
+        GpuBatch.objects.filter(arch=job.target_gpu, started__isnull=False)
+        .order_by("-started")
+        .values_list("started", flat=True)
+        .first()
+    )
+    mine = running.get(job.id)
     return {
         "arch": job.target_gpu,
+        "dispatch": settings.GPU_DISPATCH,
         "waiting": len(waiting),
         "running": len(running),
-        "mine_running": job.id in running,
-        "position": position,
+        "mine_running": mine is not None,
+        "mine_started": mine[0] if mine else None,
+        "mine_worker": mine[1] if mine else "",
+        "position": waiting.index(job.id) + 1 if job.id in waiting else None,
+        "last_taken": last_taken,
+        # Nothing running and batches waiting, and no worker has taken one for 5 minutes (or
+        # ever): the queue may have no consumer, which the page should say.
+        "idle": bool(waiting)
+        and not running
+        and (last_taken is None or (timezone.now() - last_taken).total_seconds() > 300),
     }
 
 

@@ -136,3 +136,35 @@ def test_evidence_records_come_from_the_database_in_the_loop_format(dispatched):
     assert {tuple(sorted(r["dims"].items())) for r in timed} == {
         tuple(sorted(d.items())) for d in SHAPES
     }
+
+
+def test_the_gpu_task_tells_the_portal_it_took_the_batch_before_running_it(dispatched, monkeypatch):
+    """The GPU host's task (run eagerly here; the GPU run itself is replaced, there is no GPU on
+    this machine) marks the batch taken before it runs, and given back when the host has none."""
+    import gpuworker
+    from gpuworker.runner import NoGpu
+    from portal.celery import app, gpu_run_batch
+
+    monkeypatch.setattr(app.conf, "task_always_eager", True)
+    seen = []
+
+    def run_batch(batch):
+        row = GpuBatch.objects.get(code=batch["batch_id"])
+        seen.append((row.started is not None, row.worker))
+        return {"batch_id": batch["batch_id"]}
+
+    monkeypatch.setattr(gpuworker, "run_batch", run_batch)
+    assert gpu_run_batch.apply(args=(dispatched.batch,)).get() == {
+        "batch_id": dispatched.batch["batch_id"]
+    }
+    assert len(seen) == 1 and seen[0][0] and seen[0][1]  # taken, by this worker's hostname
+
+    def no_gpu(batch):
+        raise NoGpu("no NVIDIA driver")
+
+    monkeypatch.setattr(gpuworker, "run_batch", no_gpu)
+    monkeypatch.setattr(gpu_run_batch, "max_retries", 0)
+    with pytest.raises(NoGpu):
+        gpu_run_batch.apply(args=(dispatched.batch,)).get()
+    dispatched.refresh_from_db()
+    assert dispatched.started is None and dispatched.worker == ""

@@ -38,6 +38,18 @@ def test_generation_chart_draws_the_running_best_over_the_population():
     assert failed["x"] == [2]
 
 
+def test_candidates_in_flight_are_not_drawn_as_failed():
+    fig = charts.generations_figure(
+        [
+            {"generation": 0, "runtime_us": 10.0, "status": "passed"},
+            {"generation": 1, "runtime_us": None, "status": "queued"},
+            {"generation": 1, "runtime_us": None, "status": "rejected"},
+        ]
+    )
+    population, best, failed = fig["data"]
+    assert failed["x"] == [1] and failed["text"] == ["rejected"]
+
+
 def test_baseline_chart_has_one_bar_series_per_kernel_with_asymmetric_intervals():
     fig = charts.baselines_figure(
         [
@@ -105,6 +117,13 @@ def test_a_figure_renders_to_a_div_without_the_plotly_bundle():
 
 def test_empty_data_gives_an_empty_figure():
     assert charts.is_empty(charts.generations_figure([]))
+    # Candidates still on their way to the GPU and refusals alone: nothing timed, no axis.
+    waiting = [{"generation": 0, "runtime_us": None, "status": s} for s in charts.IN_FLIGHT]
+    assert charts.is_empty(
+        charts.generations_figure(
+            waiting + [{"generation": 0, "runtime_us": None, "status": "rejected"}]
+        )
+    )
     assert not charts.is_empty(charts.samples_figure({"a": [1.0]}))
 
 

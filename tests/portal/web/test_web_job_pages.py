@@ -2,6 +2,7 @@
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from portal.models import Candidate, Job
 from portal.web.delivery import decide_and_deliver
@@ -67,14 +68,71 @@ def test_the_progress_fragment_stops_polling_with_286_when_the_job_is_done(
     assert response["HX-Refresh"] == "true"
 
 
-def test_the_gpu_queue_counts_batches_waiting_and_running(client, customer, review_job):
+def _waiting_on_the_gpu(job):
+    """`job` as it stands once its batch has been sent to the GPU queue, not yet recorded."""
     from portal.models import GpuBatch
 
-    GpuBatch.objects.filter(job=review_job).update(status=GpuBatch.PENDING)
-    Job.objects.filter(pk=review_job.pk).update(status=Job.WAITING_GPU)
+    GpuBatch.objects.filter(job=job).update(status=GpuBatch.DISPATCHED, dispatched=timezone.now())
+    Job.objects.filter(pk=job.pk).update(status=Job.WAITING_GPU)
+    return GpuBatch.objects.get(job=job)
+
+
+def _queue(client, job):
+    response = client.get(reverse("web-job-progress", args=[job.code]))
+    return response.context["progress"]["gpu_queue"], response.content.decode()
+
+
+def test_a_sent_batch_waits_in_line_until_a_gpu_worker_says_it_took_it(
+    client, customer, engineer, orgs, review_job
+):
+    from portal import services, tasks
+
+    batch = _waiting_on_the_gpu(review_job)
+    other = job_in_review(orgs[0], customer)
+    _waiting_on_the_gpu(other)
     client.force_login(customer)
-    progress = client.get(reverse("web-job-progress", args=[review_job.code])).context["progress"]
-    assert progress["gpu_queue"]["waiting"] == 1 and progress["gpu_queue"]["position"] == 1
+    queue, html = _queue(client, review_job)
+    assert (queue["waiting"], queue["running"], queue["position"]) == (2, 0, 1)
+    assert not queue["mine_running"] and "Yours is number 1 in line." in html
+    # No GPU worker has ever taken a batch here: the page says so rather than "on the GPU".
+    assert queue["idle"] and "No GPU worker has taken a batch from this queue yet" in html
+    assert "on the GPU now" not in html
+
+    tasks.gpu_batch_taken(str(batch.code), "gpu0@h200-host")
+    queue, html = _queue(client, review_job)
+    assert (queue["waiting"], queue["running"], queue["position"]) == (1, 1, None)
+    assert queue["mine_running"] and not queue["idle"]
+    assert "Yours is on the GPU now" in html and "h200-host" not in html  # customers: no hosts
+    assert _queue(client, other)[0]["position"] == 1
+    client.force_login(engineer)
+    assert "on gpu0@h200-host" in _queue(client, review_job)[1]
+    for user, worker in ((engineer, "gpu0@h200-host"), (customer, None)):
+        key, _ = services.api_token_create(user=user, name="queue")
+        api = client.get(
+            reverse("api-job", args=[review_job.code]), HTTP_AUTHORIZATION=f"Bearer {key}"
+        ).json()["gpu_queue"]
+        assert api["mine_running"] and api["mine_started"] and api.get("mine_worker") == worker
+
+    # Given back unrun (its host had no usable GPU): in line again.
+    services.gpu_batch_taken(code=str(batch.code), worker="")
+    assert _queue(client, review_job)[0]["position"] == 1
+    # A late word about a batch already recorded changes nothing.
+    from portal.models import GpuBatch
+
+    GpuBatch.objects.filter(pk=batch.pk).update(status=GpuBatch.RECORDED)
+    assert not services.gpu_batch_taken(code=str(batch.code), worker="gpu1@elsewhere")
+
+
+def test_without_gpu_dispatch_the_page_says_the_batch_waits_for_a_results_file(
+    client, customer, review_job, settings
+):
+    settings.GPU_DISPATCH = False
+    _waiting_on_the_gpu(review_job)
+    client.force_login(customer)
+    queue, html = _queue(client, review_job)
+    assert queue["position"] == 1 and not queue["dispatch"]
+    assert "Yours waits for a results file" in html
+    assert "No GPU worker has taken" not in html  # nothing is sent to a worker by design
 
 
 def test_the_candidate_page_shows_lineage_compile_verification_and_timing(
