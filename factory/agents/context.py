@@ -26,6 +26,8 @@ class GeneratorAPI:
     is_valid: Callable
     emit: Callable
     default_schedule: Callable | None = None
+    # seeds(ir, dims) -> the generator's screened starting layouts at one shape, best first
+    seeds: Callable | None = None
 
 
 def real_generator() -> GeneratorAPI | None:
@@ -46,9 +48,10 @@ def real_generator() -> GeneratorAPI | None:
             from factory.schedules import default_schedule
         except ImportError:
             default_schedule = None
+        from factory.seeds import candidate_schedules
     except ImportError:
         return None
-    return GeneratorAPI(lower, space, is_valid, emit, default_schedule)
+    return GeneratorAPI(lower, space, is_valid, emit, default_schedule, candidate_schedules)
 
 
 def schedule_dict(schedule) -> dict:
@@ -297,8 +300,35 @@ def default_item(ctx: Context) -> Item | None:
     return None
 
 
+def seed_items(ctx: Context, per_shape: int = 6) -> list[Item]:
+    """The generator's screened starting layouts (factory.seeds) at the job's first two shapes,
+    as space items (valid at every shape of the job), best first, each once. Empty where the
+    generator has none or fails (a job then starts from the default and a spread)."""
+    if ctx.generator is None or ctx.ir is None or ctx.generator.seeds is None:
+        return []
+    out: list[Item] = []
+    for dims in ctx.dims_list[:2]:
+        try:
+            seeds = ctx.generator.seeds(ctx.ir, dims, per_shape)
+        except Exception:  # noqa: BLE001 - a screen that fails costs the seeds, not the job
+            return out
+        for s in seeds:
+            it = ctx.item_for(schedule_dict(s))
+            if it is not None and it not in out:
+                out.append(it)
+    return out
+
+
 def log2_distance(a: float, b: float) -> float:
     return abs(math.log2(max(a, 1e-9)) - math.log2(max(b, 1e-9)))
 
 
-__all__ = ["Context", "GeneratorAPI", "Item", "PtxEdit", "build_context", "default_item"]
+__all__ = [
+    "Context",
+    "GeneratorAPI",
+    "Item",
+    "PtxEdit",
+    "build_context",
+    "default_item",
+    "seed_items",
+]

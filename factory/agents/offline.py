@@ -5,7 +5,8 @@
 - The writer takes untried points of the search spaces (generator schedules, edits of the
   customer's kernel): gen 0 seeds from the two best winners of similar past jobs, the cost
   model's picks at the new shape and reshapes of the two best (warm start) or, cold, from the
-  default schedule plus a spread of the space (farthest-point sampling over fields);
+  generator's screened starting layouts (factory.seeds), the default schedule and its
+  neighbours, then a spread of the space (farthest-point sampling over fields);
   later it takes the cost model's predicted-fastest untried points, with some random exploration.
 - The tuner mutates the best measured candidates one field at a time (neighbour values taken from
   the space, so every mutant is valid), reshapes them (more threads per row with fewer rows per
@@ -22,7 +23,7 @@ import math
 import random
 
 from factory import evidence as ev
-from factory.agents.context import Context, Item, default_item
+from factory.agents.context import Context, Item, default_item, seed_items
 from factory.agents.types import CandidateDraft, Plan
 
 
@@ -182,6 +183,12 @@ class OfflineWriter:
             winners = [(it, "warm start: a winner of a similar past job") for it in warm]
             picks += winners[:2] + at_shape + reshaped + winners[2:]
         if (ctx.generation == 0 or not ctx.job_records) and kind != "edit":
+            if not ctx.past_records:
+                # cold: first the generator's screened starting layouts at this shape (the
+                # schedules the benchmark suite times as ours; the default is usually first)
+                # (three quarters of the slots at most: the rest explore, for the cost model)
+                seeds = seed_items(ctx)[: max(1, 3 * n // 4)]
+                picks += [(it, "a screened starting layout") for it in seeds]
             d = default_item(ctx)
             if d is not None and d.key not in tried:
                 picks.append((d, "the generator's default schedule"))

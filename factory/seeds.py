@@ -1,0 +1,140 @@
+"""The generator's starting layouts for a shape: a handful of schedules worth timing first,
+best guess first, each compiled and screened on the CPU (no spills, no stack, registers x threads
+within the register file). They are what the benchmark suite times as "ours", and what a job's
+first generation starts from when no similar past job left evidence.
+
+Every rule here comes from an H200 sweep (the folders under bench/results named beside it).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+from factory.schedules import (
+    Schedule,
+    default_schedule,
+    fewest_chunks,
+    fit_tail,
+    has_col_inputs,
+    is_valid,
+    shifted_twin,
+)
+
+CANDIDATES_PER_SHAPE = 6
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(ptx: str):
+    """compile_ptx, once per PTX text while it stays among the last 256 (a screen compiles each
+    layout, then its capped variants; an agent worker lives for many jobs, so bounded)."""
+    from factory.compile import compile_ptx
+
+    return compile_ptx(ptx)
+
+
+def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Schedule]:
+    """A handful of layouts worth timing at `dims`, best guess first, screened on the CPU
+    (compiled: no spills, no stack, registers x threads within the register file)."""
+    from factory.compile import rejection_reason
+    from factory.emit import emit
+
+    base = default_schedule(ir, dims)
+    n = dims[ir.row_dim]
+    v = base.vec_elems
+    out = []
+    if base.mode == "cached":
+        # The row in registers at the default width, at twice the threads (half the chunks) and
+        # at half; each also with registers capped for the most resident threads that compile
+        # without local memory; for a softmax-like row, the online max/sum too. (The H200 sweeps
+        # of 2026-12-02 found every suite winner among these; prefetching persistent grids never
+        # won a case, so they are left to plans.)
+        t0 = base.threads_per_row
+        shapes = [(t0, base.chunks)]
+        if base.flat:  # tiles, whatever N is: the layouts that win at the suite's 4096 columns
+            shapes = [(128, 4), (256, 2), (t0, base.chunks)]
+        else:
+            # A row the default's chunks do not fill: first the layout that wastes the fewest
+            # elements, e.g. 128 threads of 5 chunks for 5000, 64 of 5 for 2560 (it won every
+            # odd-width sweep on the H200: bench/results/2026-12-04-h200-odd, LayerNorm
+            # 16384x5000 93 us against 117-122 for the default's 256 threads of 3).
+            tight = sorted(
+                (t * v * fewest_chunks(n, t, v) - n, t, fewest_chunks(n, t, v))
+                for t in (32, 64, 128, 256, 512)
+                if fewest_chunks(n, t, v) <= 8
+            )
+            if tight and tight[0][0] < t0 * v * base.chunks - n:
+                shapes.insert(0, tight[0][1:])
+        # twice and half the threads, each with the fewest chunks that cover the row
+        for t in (t0 * 2, t0 // 2):
+            c = fewest_chunks(n, t, v) if t else 0
+            if base.flat:
+                c = base.chunks * t0 // t if t else 0
+            shapes += [(t, c)] if 1 <= c <= (16 if base.flat else 8) else []
+        for t, c in shapes:
+            if not 32 <= t <= 1024 or (t * v * c < n and not base.flat):
+                continue
+            s0 = replace(base, threads_per_row=t, chunks=c, rows_per_block=1 if t > 32 else 4)
+            s0 = fit_tail(ir, s0, [dims])  # before its register cap is found
+            out.append(s0)
+            if t == 32:  # a warp's row alone in its block too: 1-2% faster than four at
+                out.append(replace(s0, rows_per_block=1))  # 16384x768/x1000 (2026-12-04-h200-small)
+            occ = _occupancy_variant(ir, s0)
+            if occ is not None:
+                out.append(occ)
+        if out and has_col_inputs(ir) and not base.flat:
+            # A norm's weight loaded with the row, not after the reduction: one memory latency
+            # less per row, which is most of the time of a few rows (a decode batch).
+            out.insert(min(2, len(out)), replace(out[0], early_cols=True))
+        if ir.online and any(o.role == "row" for o in ir.outputs):
+            on = replace(base, online=True)
+            out += [on] + [x for x in [_occupancy_variant(ir, on)] if x is not None]
+    online = [
+        replace(base, mode="stream", online=True, threads_per_row=t, chunks=c, rows_per_block=1)
+        for t, c in ((128, 4), (256, 4), (512, 2), (1024, 2))
+    ]
+    if ir.online and not any(o.role == "row" for o in ir.outputs):
+        # A per-row result from max/sum-of-exp (cross-entropy): one streaming pass reads the row
+        # once either way, and keeps few registers, so more rows are in flight per SM.
+        out = online + out
+    elif ir.online:
+        out += online
+    if base.mode != "cached":
+        out = [base] + out
+    fitted = []
+    for s in (fit_tail(ir, s, [dims]) for s in out):
+        fitted += [s] + [t for t in [shifted_twin(ir, s, [dims])] if t is not None]
+    picked, regs_of = [], {}
+    for s in fitted:
+        if s in picked or not is_valid(ir, s, dims)[0]:
+            continue
+        rep = _compiled(emit(ir, s).ptx)
+        if rejection_reason(rep, s.threads_per_block):
+            continue
+        uncapped = replace(s, min_threads_per_sm=0)
+        if s.min_threads_per_sm and regs_of.get(uncapped) == rep.registers:
+            continue  # the cap changed nothing: the same machine code as the uncapped one
+        regs_of[s] = rep.registers
+        picked.append(s)
+        if len(picked) >= limit:
+            break
+    return picked
+
+
+def _occupancy_variant(ir, s: Schedule) -> Schedule | None:
+    """`s` with the registers capped for the most resident threads per SM that compile without
+    local memory, when that is more than `s` gets uncapped (more rows in flight per SM)."""
+    from factory.compile import rejection_reason
+    from factory.emit import emit
+
+    t = s.threads_per_block
+    regs = max(_compiled(emit(ir, s).ptx).registers, 1)
+    resident = min(2048 // t, 65536 // (-(-regs // 8) * 8 * t)) * t
+    for threads in range(2048, resident, -256):
+        if threads % t:
+            continue
+        cand = replace(s, min_threads_per_sm=threads)
+        rep = _compiled(emit(ir, cand).ptx)
+        if rep.ok and not rejection_reason(rep, t):
+            return cand
+    return None
