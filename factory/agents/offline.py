@@ -183,16 +183,18 @@ class OfflineWriter:
             winners = [(it, "warm start: a winner of a similar past job") for it in warm]
             picks += winners[:2] + at_shape + reshaped + winners[2:]
         if (ctx.generation == 0 or not ctx.job_records) and kind != "edit":
-            if not ctx.past_records:
-                # cold: first the generator's screened starting layouts at this shape (the
-                # schedules the benchmark suite times as ours; the default is usually first)
+            # cold (no past job left a winner to start from, whether or not it left records):
+            # first the generator's screened starting layouts at this shape (the schedules the
+            # benchmark suite times as ours; the default is usually first)
+            cold = plan.strategy != "warm_start"
+            if cold:
                 # (three quarters of the slots at most: the rest explore, for the cost model)
                 seeds = seed_items(ctx)[: max(1, 3 * n // 4)]
                 picks += [(it, "a screened starting layout") for it in seeds]
             d = default_item(ctx)
             if d is not None and d.key not in tried:
                 picks.append((d, "the generator's default schedule"))
-            if d is not None and not ctx.past_records:
+            if d is not None and cold:
                 # cold: the default is the generator's best guess, so half the start is its
                 # one-field neighbours and the other half a spread of the space
                 near = [it for it in _neighbours(ctx, d) if it.key not in tried]

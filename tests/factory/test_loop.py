@@ -306,6 +306,38 @@ def test_with_the_real_generator_a_similar_jobs_winner_seeds_generation_zero():
     assert drafts[0].schedule == winner and drafts[0].note.startswith("warm start")
 
 
+def test_past_jobs_that_left_no_winner_still_start_from_the_screened_layouts():
+    """Records of a similar past job none of whose candidates was verified (refused, or never
+    timed) give nothing to warm-start from: the job starts cold, from the generator's seeds."""
+    from factory.spec import load_catalogue
+
+    w = load_catalogue()["rmsnorm"]
+    w = dataclasses.replace(w, shapes=({"M": 4096, "N": 4096},))
+    cold = propose(w, generation=0, population=4, evidence=[])
+    records = [
+        {
+            "job": "past",
+            "family": "norm",
+            "signature": "",
+            "dims": dict(w.shapes[0]),
+            "dtype": "bf16",
+            "gpu": "sm_90",
+            "schedule": d.schedule,
+            "ptx_sha256": d.ptx_sha256,
+            "status": "rejected",
+            "reason": "spills: 8 bytes stored",
+            "median_us": None,
+            "generation": 0,
+            "role": "writer",
+            "backend": "offline",
+        }
+        for d in cold
+    ]
+    again = propose(w, generation=0, population=4, evidence=records, settings={"job": "new"})
+    assert again[0].note.startswith("a screened starting layout")
+    assert [d.schedule for d in again[:3]] == [d.schedule for d in cold[:3]]
+
+
 def test_a_draft_records_a_prediction_only_once_the_cost_model_is_fitted():
     from factory.spec import load_catalogue
 
