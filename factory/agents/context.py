@@ -28,6 +28,8 @@ class GeneratorAPI:
     default_schedule: Callable | None = None
     # seeds(ir, dims) -> the generator's screened starting layouts at one shape, best first
     seeds: Callable | None = None
+    # fits(ir, schedule, dims_list) -> whether one kernel of it is a candidate for every shape
+    fits: Callable | None = None
 
 
 def real_generator() -> GeneratorAPI | None:
@@ -48,10 +50,13 @@ def real_generator() -> GeneratorAPI | None:
             from factory.schedules import default_schedule
         except ImportError:
             default_schedule = None
+        from factory.schedules import fits_job
         from factory.seeds import candidate_schedules
     except ImportError:
         return None
-    return GeneratorAPI(lower, space, is_valid, emit, default_schedule, candidate_schedules)
+    return GeneratorAPI(
+        lower, space, is_valid, emit, default_schedule, candidate_schedules, fits_job
+    )
 
 
 def schedule_dict(schedule) -> dict:
@@ -261,11 +266,10 @@ def build_context(
         try:
             ctx.ir = ctx.generator.lower(workload)
             sched = ctx.generator.space(ctx.ir, ctx.dims_list)
-            ctx.gen_items = [
-                Item("generator", s)
-                for s in sched
-                if all(_valid(ctx.generator.is_valid(ctx.ir, s, d)) for d in ctx.dims_list)
-            ]
+            fits = ctx.generator.fits or (
+                lambda ir, s, dl: all(_valid(ctx.generator.is_valid(ir, s, d)) for d in dl)
+            )
+            ctx.gen_items = [Item("generator", s) for s in sched if fits(ctx.ir, s, ctx.dims_list)]
         except Exception as exc:  # noqa: BLE001 - Unsupported (or a generator bug) -> no space
             ctx.unsupported = f"{type(exc).__name__}: {exc}"
             ctx.ir = None
