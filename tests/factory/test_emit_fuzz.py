@@ -3,8 +3,10 @@ CPU PTX interpreter against the float64 reference. The listed cases in test_emit
 each option on its own; this covers options together. A longer run of the same draw (4 of its
 first 180 cases failed: masked softmax with online max/sum) found the rounding bug fixed in
 5fa0560, whose own regression cases are in test_emit_sim.py; after the fix 4374 draws passed
-(2026-12-03). Here a fixed sample of 48, so that a failure reproduces, and 24 more with
-split_paths (1000 such draws passed on 2026-12-04)."""
+(2026-12-03). Here a fixed sample of 48, so that a failure reproduces, 24 more with
+split_paths (1000 such draws passed on 2026-12-04), and 16 rows held in registers at lengths
+their layout does not suit (longer: the long-row path; under half: idle chunks), as a job of
+several row lengths runs them (400 such draws passed on 2026-12-05)."""
 
 from __future__ import annotations
 
@@ -33,8 +35,9 @@ from tests.factory.test_emit_sim import check
 LENGTHS = (1, 7, 33, 64, 100, 129, 256, 264, 300, 512, 513, 700)
 
 
-def random_case(rng: random.Random):
-    """(name, schedule, dims), or None when the draw is not a valid schedule there."""
+def random_case(rng: random.Random, capacity: bool = True):
+    """(name, schedule, dims), or None when the draw is not a valid schedule there (with
+    `capacity` False, valid in all but the register capacity)."""
     cat = load_catalogue()
     name = rng.choice(sorted(cat))
     ir = lower(cat[name])
@@ -65,7 +68,7 @@ def random_case(rng: random.Random):
         kw |= dict(persistent_blocks_per_sm=1, prefetch_rows=rng.choice([False, True]))
     s = Schedule(**kw)
     dims = {ir.row_dim: rng.choice(LENGTHS), **{d: rng.choice([1, 2, 3]) for d in ir.batch_dims}}
-    return (name, s, dims) if is_valid(ir, s, dims)[0] else None
+    return (name, s, dims) if is_valid(ir, s, dims, capacity=capacity)[0] else None
 
 
 def _sample(n: int, seed: int = 20261203):
@@ -95,9 +98,26 @@ def _sample_split(n: int, seed: int = 20261204):
     return out
 
 
+def _sample_beyond(n: int, seed: int = 20261205):
+    """Draws of rows held in registers at a row length their layout does not suit (longer than
+    it holds: the long-row path; or under half of it: idle chunks), valid there in all else: what
+    a job whose shapes have different row lengths times at its other shapes (fits_job)."""
+    rng = random.Random(seed)
+    cat = load_catalogue()
+    out = []
+    while len(out) < n:
+        case = random_case(rng, capacity=False)
+        if case is None:
+            continue
+        name, s, dims = case
+        if s.mode == "cached" and not s.flat and not is_valid(lower(cat[name]), s, dims)[0]:
+            out.append((name, s, dims, rng.randrange(1 << 16)))
+    return out
+
+
 @pytest.mark.parametrize(
     ("name", "schedule", "dims", "seed"),
-    _sample(48) + _sample_split(24),
+    _sample(48) + _sample_split(24) + _sample_beyond(16),
     ids=lambda v: v.tag() if isinstance(v, Schedule) else None,
 )
 def test_a_random_valid_schedule_computes_the_reference(name, schedule, dims, seed):

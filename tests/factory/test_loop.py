@@ -306,6 +306,18 @@ def test_with_the_real_generator_a_similar_jobs_winner_seeds_generation_zero():
     assert drafts[0].schedule == winner and drafts[0].note.startswith("warm start")
 
 
+def _past_records(drafts, dims, **fields) -> list[dict]:
+    """Evidence records of a similar past job (norm, bf16, sm_90) that tried `drafts` at `dims`."""
+    base = {"job": "past", "family": "norm", "signature": "", "dims": dict(dims), "dtype": "bf16"}
+    return [
+        base
+        | {"gpu": "sm_90", "schedule": d.schedule, "ptx_sha256": d.ptx_sha256, "generation": 0}
+        | {"role": "writer", "backend": "offline", "median_us": None}
+        | fields
+        for d in drafts
+    ]
+
+
 def test_past_jobs_that_left_no_winner_still_start_from_the_screened_layouts():
     """Records of a similar past job none of whose candidates was verified (refused, or never
     timed) give nothing to warm-start from: the job starts cold, from the generator's seeds."""
@@ -314,25 +326,7 @@ def test_past_jobs_that_left_no_winner_still_start_from_the_screened_layouts():
     w = load_catalogue()["rmsnorm"]
     w = dataclasses.replace(w, shapes=({"M": 4096, "N": 4096},))
     cold = propose(w, generation=0, population=4, evidence=[])
-    records = [
-        {
-            "job": "past",
-            "family": "norm",
-            "signature": "",
-            "dims": dict(w.shapes[0]),
-            "dtype": "bf16",
-            "gpu": "sm_90",
-            "schedule": d.schedule,
-            "ptx_sha256": d.ptx_sha256,
-            "status": "rejected",
-            "reason": "spills: 8 bytes stored",
-            "median_us": None,
-            "generation": 0,
-            "role": "writer",
-            "backend": "offline",
-        }
-        for d in cold
-    ]
+    records = _past_records(cold, w.shapes[0], status="rejected", reason="spills: 8 bytes")
     again = propose(w, generation=0, population=4, evidence=records, settings={"job": "new"})
     assert again[0].note.startswith("a screened starting layout")
     assert [d.schedule for d in again[:3]] == [d.schedule for d in cold[:3]]
@@ -344,21 +338,9 @@ def test_a_draft_records_a_prediction_only_once_the_cost_model_is_fitted():
     w = load_catalogue()["rmsnorm"]
     cold = propose(w, generation=0, population=4, evidence=[])
     assert cold and all(d.predicted_us is None for d in cold)
-    records = [
-        {
-            "job": "past",
-            "family": "norm",
-            "signature": "",
-            "dims": dict(w.shapes[0]),
-            "dtype": "bf16",
-            "gpu": "sm_90",
-            "schedule": d.schedule,
-            "ptx_sha256": d.ptx_sha256,
-            "status": "passed",
-            "median_us": 100.0 + 7 * i,
-            "generation": 0,
-        }
-        for i, d in enumerate(propose(w, generation=0, population=8, evidence=[], seed=3))
-    ]
+    tried = propose(w, generation=0, population=8, evidence=[], seed=3)
+    records = _past_records(tried, w.shapes[0], status="passed")
+    for i, r in enumerate(records):
+        r["median_us"] = 100.0 + 7 * i
     warm = propose(w, generation=0, population=4, evidence=records, settings={"job": "new"})
     assert warm and all(d.predicted_us is not None and d.predicted_us > 0 for d in warm)
