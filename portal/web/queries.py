@@ -50,6 +50,26 @@ def spec_or_none(workload):
         return None
 
 
+def row_lengths(spec) -> list[int]:
+    """The distinct row lengths (the reduced or innermost axis) of a workload's shapes, in
+    order; [] when the generator cannot lower it. One kernel serves every shape of a job, so
+    with more than one the page says what that costs."""
+    if spec is None:
+        return []
+    try:
+        from factory.ir import lower
+
+        row_dim = lower(spec).row_dim
+    except Exception:  # noqa: BLE001 - an operator the generator does not express
+        return []
+    out: list[int] = []
+    for dims in spec.shapes:
+        n = int(dims[row_dim])
+        if n not in out:
+            out.append(n)
+    return out
+
+
 # --- progress -----------------------------------------------------------------------------------
 
 

@@ -172,6 +172,7 @@ def workload(request, code):
         "steps": queries.stage_steps(latest) if latest else [],
         "spec": queries.spec_or_none(wl),
     }
+    context["row_lengths"] = queries.row_lengths(context["spec"])
     return _render(request, "web/workload.html", context, nav="home")
 
 

@@ -243,3 +243,26 @@ def test_health_says_the_database_answers_and_which_local_workers_are_ready(
     (tmp_path / "run" / "cpu@host.ready").write_text("1\n")
     body = client.get(reverse("web-health")).json()
     assert body == {"status": "ok", "database": "ok", "workers_ready_here": 1}
+
+
+def test_the_workload_page_says_when_one_kernel_must_serve_several_row_lengths(
+    client, customer, orgs
+):
+    from factory.spec import catalogue_manifest
+    from portal.models import Workload, sha256_hex
+
+    suite = catalogue_manifest("rmsnorm")  # rows of 4096 and 8192
+    one = suite.split("[[shapes]]")[0] + "[[shapes]]\nM = 64\nN = 4096\n"
+    client.force_login(customer)
+    for manifest, said in ((suite, True), (one, False)):
+        wl = Workload.objects.create(
+            org=orgs[0],
+            name="rmsnorm",
+            manifest=manifest,
+            sha256=sha256_hex(manifest),
+            created_by=customer,
+        )
+        response = client.get(reverse("web-workload", args=[wl.code]))
+        assert response.context["spec"] is not None
+        assert response.context["row_lengths"] == ([4096, 8192] if said else [4096])
+        assert ('id="row-lengths"' in response.content.decode()) == said
