@@ -74,6 +74,29 @@ def manifest_for(operator: str, shapes: list[dict[str, int]], dtype: str) -> str
     return dumps(data)
 
 
+def split_by_row_length(manifest: str) -> list[tuple[int, str]]:
+    """One manifest per row length of `manifest`'s shapes, as (length, TOML text) in the order the
+    lengths first appear; [] when it has one row length, or when the spec or the generator
+    cannot read it (the upload then goes on whole, and reports what is wrong). Every part keeps
+    the held-out shapes. One kernel serves every shape of a job, and no layout that holds a row
+    in registers suits rows of 4096 and 8192 alike, so a job per row length finds the fastest
+    kernel at each."""
+    try:
+        from factory.ir import lower
+        from factory.spec import load_manifest
+
+        row_dim = lower(load_manifest(manifest)).row_dim
+        data = tomllib.loads(manifest)
+        groups: dict[int, list[dict]] = {}
+        for dims in data["shapes"]:
+            groups.setdefault(int(dims[row_dim]), []).append(dims)
+    except Exception:  # noqa: BLE001 - see above: the whole manifest goes to validation
+        return []
+    if len(groups) < 2:
+        return []
+    return [(n, dumps(data | {"shapes": shapes})) for n, shapes in groups.items()]
+
+
 def _set_float_dtypes(node, dtype: str) -> None:
     if isinstance(node, dict):
         for key, value in node.items():

@@ -119,6 +119,12 @@ class UploadForm(forms.Form):
         max_value=50,
         help_text="How many generations the search may run (1 to 50); it stops early on a plateau.",
     )
+    per_row_length = forms.BooleanField(
+        required=False,
+        label="A kernel per row length",
+        help_text="Where your shapes have rows of several lengths, a workload and a job for each "
+        "length: the fastest kernel at each. Unticked, one kernel serves every shape.",
+    )
 
     def __init__(self, *args, catalogue_names: list[str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)

@@ -95,7 +95,7 @@ def upload(request):
         raise PermissionDenied("You are not a member of any organisation.")
     names = catalogue.names()
     if request.method == "GET":
-        initial = {"mode": UploadForm.MODE_MANIFEST}
+        initial = {"mode": UploadForm.MODE_MANIFEST, "per_row_length": True}
         sample = request.GET.get("sample")
         if sample:
             text = catalogue.sample_manifest(sample)
@@ -122,21 +122,28 @@ def upload(request):
     else:
         manifest = data["manifest_text"]
     baseline = data.get("baseline") or {}
+    parts = catalogue.split_by_row_length(manifest) if data.get("per_row_length") else []
     from factory.spec import SpecError
 
     try:
         # One transaction: a job that cannot be created leaves no workload behind.
         with transaction.atomic():
-            workload = services.workload_create(
-                org=org,
-                user=request.user,
-                manifest=manifest,
-                baseline_source=baseline.get("source"),
-                baseline_filename=baseline.get("filename"),
-            )
-            job = services.job_create(
-                workload=workload, user=request.user, max_generations=data.get("generations")
-            )
+            jobs = []
+            for text in [t for _, t in parts] or [manifest]:
+                workload = services.workload_create(
+                    org=org,
+                    user=request.user,
+                    manifest=text,
+                    baseline_source=baseline.get("source"),
+                    baseline_filename=baseline.get("filename"),
+                )
+                jobs.append(
+                    services.job_create(
+                        workload=workload,
+                        user=request.user,
+                        max_generations=data.get("generations"),
+                    )
+                )
     except SpecError as exc:
         form.add_spec_errors(exc.errors or [("", str(exc))])
         return _render(
@@ -147,8 +154,16 @@ def upload(request):
         return _render(
             request, "web/upload.html", _upload_context(form, names), nav="upload", status=400
         )
+    if len(jobs) > 1:
+        lengths = ", ".join(str(n) for n, _ in parts)
+        messages.success(
+            request,
+            f"Workload {workload.name} accepted as {len(jobs)} workloads, one per row length "
+            f"({lengths}); the factory has started a job for each.",
+        )
+        return redirect("web-home")
     messages.success(request, f"Workload {workload.name} accepted; the factory has started.")
-    return redirect("web-job", code=job.code)
+    return redirect("web-job", code=jobs[0].code)
 
 
 def _upload_context(form, names):

@@ -217,3 +217,31 @@ def test_a_catalogue_operator_with_shapes_and_dtype_makes_a_valid_manifest(clien
     spec = Workload.objects.get().spec()
     assert [dict(s) for s in spec.shapes] == [{"M": 128, "N": 1024}]
     assert {t.dtype for t in spec.inputs if t.dtype in ("fp32", "bf16", "fp16")} == {"fp16"}
+
+
+def test_shapes_of_several_row_lengths_become_a_workload_and_a_job_per_length(
+    client, customer, settings
+):
+    if not _spec_ready():
+        pytest.skip("factory.spec has not landed")
+    from factory.spec import catalogue_manifest
+
+    settings.GPU_DISPATCH = False
+    client.force_login(customer)
+    page = client.get(reverse("web-upload"))
+    assert page.context["form"]["per_row_length"].value()  # ticked unless the customer unticks
+    manifest = catalogue_manifest("layernorm")  # 16384x4096, 16384x8192, 32768x4096
+    response = _post(client, manifest=manifest, per_row_length="on")
+    assert response.status_code == 302 and response["Location"] == reverse("web-home")
+    got = {
+        w.spec().shapes[0]["N"]: [dict(s) for s in w.spec().shapes] for w in Workload.objects.all()
+    }
+    assert got == {
+        4096: [{"M": 16384, "N": 4096}, {"M": 32768, "N": 4096}],
+        8192: [{"M": 16384, "N": 8192}],
+    }
+    assert Job.objects.count() == 2
+    # Unticked (a form posted without the box): one workload, one kernel for every shape.
+    response = _post(client, manifest=manifest)
+    assert response.status_code == 302 and Workload.objects.count() == 3
+    assert len(Workload.objects.order_by("-created").first().spec().shapes) == 3
