@@ -163,6 +163,19 @@ class Workload(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def shapes_label(self) -> str:
+        """The manifest's shapes in a few characters ("16384x4096, 32768x4096"), to tell apart
+        workloads of one name (an upload split by row length); "" when they cannot be read."""
+        import tomllib
+
+        try:
+            shapes = tomllib.loads(self.manifest).get("shapes", [])
+            label = ", ".join("x".join(str(v) for v in d.values()) for d in shapes)
+        except (tomllib.TOMLDecodeError, AttributeError, TypeError):
+            return ""
+        return label if len(label) <= 80 else label[:79] + "…"
+
     def spec(self):
         """The validated factory.spec.Workload (parsed again from the stored text)."""
         from factory.spec import load_manifest

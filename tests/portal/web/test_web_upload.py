@@ -241,6 +241,8 @@ def test_shapes_of_several_row_lengths_become_a_workload_and_a_job_per_length(
         8192: [{"M": 16384, "N": 8192}],
     }
     assert Job.objects.count() == 2
+    home = client.get(reverse("web-home")).content.decode()  # the two told apart by shapes
+    assert "16384x4096, 32768x4096" in home and "16384x8192" in home
     # Unticked (a form posted without the box): one workload, one kernel for every shape.
     response = _post(client, manifest=manifest)
     assert response.status_code == 302 and Workload.objects.count() == 3
