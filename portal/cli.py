@@ -2,7 +2,7 @@
 
     export PTXF_URL=https://factory.example.com/api/v1/   (or the portal's root URL)
     export PTXF_TOKEN=ptxf_...
-    ptxf submit manifest.toml [--baseline kernel.ptx] [--generations 4] [--wait]
+    ptxf submit manifest.toml [--baseline kernel.ptx] [--generations 4] [--per-row-length] [--wait]
     ptxf status JOB
     ptxf results JOB
     ptxf download JOB -o kernel.zip
@@ -157,10 +157,14 @@ def cmd_submit(client: Client, args, out) -> int:
         body["baseline_filename"] = bpath.name
     if args.generations:
         body["generations"] = args.generations
+    if args.per_row_length:
+        body["per_row_length"] = True
     info = client.json("POST", "jobs/", body)
-    print(info["job"], file=out)
+    jobs = [j["job"] for j in info["jobs"]] if "jobs" in info else [info["job"]]
+    for job in jobs:
+        print(job, file=out)
     if args.wait:
-        return _wait(client, info["job"], out)
+        return max(_wait(client, job, out) for job in jobs)
     return 0
 
 
@@ -238,6 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("manifest")
     p.add_argument("--baseline", help="your current kernel (.ptx or .cu)")
     p.add_argument("--generations", type=int)
+    p.add_argument(
+        "--per-row-length",
+        action="store_true",
+        help="a job for each row length of the manifest's shapes (the fastest kernel at each)",
+    )
     p.add_argument("--wait", action="store_true", help="poll until the search is done")
     p.set_defaults(run=cmd_submit)
     p = sub.add_parser("status", help="a job's progress")

@@ -210,6 +210,31 @@ def job_create(
     return job
 
 
+def submit(
+    *,
+    org: Organisation,
+    user,
+    manifests: list[str],
+    baseline_source: str | None = None,
+    baseline_filename: str | None = None,
+    max_generations: int | None = None,
+) -> list[Job]:
+    """A workload and a job for each manifest (one upload, or its parts by row length), all or
+    none: a part the spec refuses leaves nothing behind."""
+    with transaction.atomic():
+        jobs = []
+        for manifest in manifests:
+            workload = workload_create(
+                org=org,
+                user=user,
+                manifest=manifest,
+                baseline_source=baseline_source,
+                baseline_filename=baseline_filename,
+            )
+            jobs.append(job_create(workload=workload, user=user, max_generations=max_generations))
+    return jobs
+
+
 def job_cancel(*, job: Job, user) -> bool:
     with transaction.atomic():
         ok = job.claim(

@@ -10,7 +10,6 @@ import logging
 from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, ValidationError
-from django.db import transaction
 from django.http import FileResponse, Http404, JsonResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -18,7 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from portal import services
 from portal.models import ApiToken, Job
-from portal.web import access, queries
+from portal.web import access, catalogue, queries
 from portal.web.forms import (
     BASELINE_EXTENSIONS,
     BASELINE_MAX_BYTES,
@@ -224,6 +223,9 @@ def _read_submission(request) -> dict:
         or not 1 <= generations <= 50
     ):
         errors.append(["generations", "a whole number from 1 to 50"])
+    per_row_length = body.get("per_row_length", False)
+    if not isinstance(per_row_length, bool):
+        errors.append(["per_row_length", "true or false"])
     if errors:
         raise ApiError(400, "The submission was refused.", errors)
     return {
@@ -231,6 +233,7 @@ def _read_submission(request) -> dict:
         "baseline_source": source,
         "baseline_filename": filename if source is not None else None,
         "generations": generations,
+        "per_row_length": per_row_length,
     }
 
 
@@ -261,23 +264,24 @@ def jobs(request):
     data = _read_submission(request)
     from factory.spec import SpecError
 
+    split = data["per_row_length"]
+    parts = catalogue.split_by_row_length(data["manifest"]) if split else []
     try:
-        with transaction.atomic():
-            workload = services.workload_create(
-                org=org,
-                user=request.user,
-                manifest=data["manifest"],
-                baseline_source=data["baseline_source"],
-                baseline_filename=data["baseline_filename"],
-            )
-            job = services.job_create(
-                workload=workload, user=request.user, max_generations=data["generations"]
-            )
+        jobs = services.submit(
+            org=org,
+            user=request.user,
+            manifests=[t for _, t in parts] or [data["manifest"]],
+            baseline_source=data["baseline_source"],
+            baseline_filename=data["baseline_filename"],
+            max_generations=data["generations"],
+        )
     except SpecError as exc:
         return error(400, "The manifest was refused.", [list(e) for e in exc.errors])
     except ValidationError as exc:
         return error(400, "; ".join(exc.messages))
-    return JsonResponse(job_json(request, job), status=201)
+    if split:  # asked for a job per row length: a list, of one where the rows are all alike
+        return JsonResponse({"jobs": [job_json(request, j) for j in jobs]}, status=201)
+    return JsonResponse(job_json(request, jobs[0]), status=201)
 
 
 @api_view(("GET",))

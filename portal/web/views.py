@@ -10,7 +10,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -126,24 +125,14 @@ def upload(request):
     from factory.spec import SpecError
 
     try:
-        # One transaction: a job that cannot be created leaves no workload behind.
-        with transaction.atomic():
-            jobs = []
-            for text in [t for _, t in parts] or [manifest]:
-                workload = services.workload_create(
-                    org=org,
-                    user=request.user,
-                    manifest=text,
-                    baseline_source=baseline.get("source"),
-                    baseline_filename=baseline.get("filename"),
-                )
-                jobs.append(
-                    services.job_create(
-                        workload=workload,
-                        user=request.user,
-                        max_generations=data.get("generations"),
-                    )
-                )
+        jobs = services.submit(
+            org=org,
+            user=request.user,
+            manifests=[t for _, t in parts] or [manifest],
+            baseline_source=baseline.get("source"),
+            baseline_filename=baseline.get("filename"),
+            max_generations=data.get("generations"),
+        )
     except SpecError as exc:
         form.add_spec_errors(exc.errors or [("", str(exc))])
         return _render(
@@ -158,11 +147,13 @@ def upload(request):
         lengths = ", ".join(str(n) for n, _ in parts)
         messages.success(
             request,
-            f"Workload {workload.name} accepted as {len(jobs)} workloads, one per row length "
-            f"({lengths}); the factory has started a job for each.",
+            f"Workload {jobs[0].workload.name} accepted as {len(jobs)} workloads, one per row "
+            f"length ({lengths}); the factory has started a job for each.",
         )
         return redirect("web-home")
-    messages.success(request, f"Workload {workload.name} accepted; the factory has started.")
+    messages.success(
+        request, f"Workload {jobs[0].workload.name} accepted; the factory has started."
+    )
     return redirect("web-job", code=jobs[0].code)
 
 

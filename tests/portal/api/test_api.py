@@ -133,6 +133,7 @@ def _submit(client, user, body, content_type="application/json"):
         ),
         ({"manifest": "name='x'", "generations": 0}, "application/json", 400, "generations"),
         ({"manifest": "name='x'", "generations": True}, "application/json", 400, "generations"),
+        ({"manifest": "name='x'", "per_row_length": 1}, "application/json", 400, "per_row_length"),
     ],
 )
 def test_bad_submissions_get_a_json_error_naming_the_field(

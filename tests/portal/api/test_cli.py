@@ -101,3 +101,21 @@ def test_submit_sends_the_manifest_and_prints_the_job(api, tmp_path, settings, t
     from portal.models import Job
 
     assert Job.objects.filter(code=out.strip()).exists()
+
+
+def test_submit_per_row_length_makes_a_job_for_each_row_length(
+    api, tmp_path, settings, transactional_db
+):
+    import factory.spec
+
+    if not hasattr(factory.spec, "catalogue_manifest"):
+        pytest.skip("factory.spec has not landed")
+    settings.GPU_DISPATCH = False
+    manifest = tmp_path / "rmsnorm.toml"
+    manifest.write_text(factory.spec.catalogue_manifest("rmsnorm"))  # rows of 4096 and 8192
+    code, out = api("submit", str(manifest), "--generations", "1", "--per-row-length")
+    assert code == 0
+    from portal.models import Job
+
+    jobs = [Job.objects.get(code=line) for line in out.split()]
+    assert sorted({d["N"] for d in j.workload.spec().shapes} for j in jobs) == [{4096}, {8192}]
