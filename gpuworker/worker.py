@@ -39,12 +39,25 @@ class ChildFailed(Exception):
 
 
 def allow_children():
-    """Celery's prefork children are daemonic, and multiprocessing refuses to start a process
-    from a daemonic one. Our child is killed with us (see child.py's parent watch), so lift the
-    flag for this process."""
+    """Let this process start our spawned children when it is a Celery prefork child.
+
+    Celery's prefork children are daemonic, and multiprocessing refuses to start a process
+    from a daemonic one; our child is killed with us (see child.py's parent watch), so lift the
+    flag. And their process object is billiard's, whose authentication key refuses to be
+    pickled by the standard library's spawn (it checks billiard's own spawning state), so every
+    batch failed with "Pickling an AuthenticationString object is disallowed" before a child
+    started: give this process the same key as the standard library's type."""
+    from multiprocessing.process import AuthenticationString
+
     proc = mp.current_process()
-    if getattr(proc, "_config", {}).get("daemon"):
-        proc._config["daemon"] = False
+    config = getattr(proc, "_config", None)
+    if not isinstance(config, dict):
+        return
+    if config.get("daemon"):
+        config["daemon"] = False
+    key = config.get("authkey")
+    if key is not None and type(key) is not AuthenticationString:
+        config["authkey"] = AuthenticationString(bytes(key))
 
 
 class _Child:
