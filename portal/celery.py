@@ -171,23 +171,28 @@ def gpu_run_batch(self, batch: dict) -> dict:
     from gpuworker import run_batch
     from gpuworker.runner import NoGpu
 
-    _tell_portal(batch, self.request.hostname or "gpu worker")
+    worker = self.request.hostname or "gpu worker"
+    _tell_portal(batch, worker)
     try:
         return run_batch(batch)
     except NoGpu as exc:
         _tell_portal(batch, "")
         raise self.retry(exc=exc, countdown=30) from exc
+    except BaseException as exc:  # a worker bug or the time limit: no results will come
+        _tell_portal(batch, worker, f"{type(exc).__name__}: {exc}")
+        raise
 
 
-def _tell_portal(batch: dict, worker: str) -> None:
-    """Tell the portal that `worker` took `batch` (or, with no worker, gave it back). Only
-    bookkeeping for the job page: a broker hiccup here must not cost the batch its GPU run."""
+def _tell_portal(batch: dict, worker: str, error: str = "") -> None:
+    """Tell the portal that `worker` took `batch` (with no worker: gave it back; with an error:
+    stopped without results). Only bookkeeping for the job page: a broker hiccup here must not
+    cost the batch its GPU run."""
     batch_id = batch.get("batch_id") if isinstance(batch, dict) else None
     if not batch_id:
         return
     try:
         app.signature(
-            "portal.gpu_batch_taken", args=(batch_id, worker), queue="default"
+            "portal.gpu_batch_taken", args=(batch_id, worker, error), queue="default"
         ).apply_async()
     except Exception:  # noqa: BLE001 - see above
         logging.getLogger("portal.celery").warning("could not tell the portal about %s", batch_id)

@@ -437,6 +437,9 @@ class GpuBatch(models.Model):
     # waits in line, or for an imported results file.
     started = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=200, blank=True)
+    # Why the last GPU worker to take it stopped without results (a worker bug, a time limit);
+    # the batch then waits to be sent again or for an imported results file.
+    error = models.CharField(max_length=500, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:

@@ -488,14 +488,16 @@ def gpu_batch_dispatch(*, generation: Generation) -> GpuBatch | None:
     return batch
 
 
-def gpu_batch_taken(*, code: str, worker: str) -> bool:
+def gpu_batch_taken(*, code: str, worker: str, error: str = "") -> bool:
     """A GPU worker took the batch `code` off its queue (`worker` its Celery hostname), or gave
-    it back unrun (`worker` empty: its host had no usable GPU). Only a batch still out to the
-    GPU moves: a late word about a batch already recorded changes nothing."""
-    started = timezone.now() if worker else None
+    it back unrun (`worker` empty: its host had no usable GPU), or stopped without results
+    (`error` says why: the batch waits to be sent again or for an imported results file). Only
+    a batch still out to the GPU moves: a late word about one already recorded changes
+    nothing."""
+    started = timezone.now() if worker and not error else None
     return bool(
         GpuBatch.objects.filter(code=code, status=GpuBatch.DISPATCHED).update(
-            started=started, worker=worker[:200]
+            started=started, worker=worker[:200] if started else "", error=error[:500]
         )
     )
 

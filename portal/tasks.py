@@ -92,16 +92,17 @@ def send_to_gpu(batch_id: int) -> None:
     if batch is None:
         return
     # Sent again (requeue_stuck --gpu): whichever worker had it is presumed gone.
-    GpuBatch.objects.filter(pk=batch.pk).update(started=None, worker="")
+    GpuBatch.objects.filter(pk=batch.pk).update(started=None, worker="", error="")
     gpu = app.signature(GPU_TASK_NAME, args=(batch.batch,), queue=f"gpu.{batch.arch}")
     chain(gpu, results_record.s().set(queue="default")).apply_async()
 
 
 @shared_task(name="portal.gpu_batch_taken")
-def gpu_batch_taken(batch_id: str, worker: str) -> None:
-    """Sent by the GPU worker as it starts a batch (and with no worker when it gives it back),
-    so the job page can tell a batch on the GPU from one waiting in line."""
-    services.gpu_batch_taken(code=batch_id, worker=worker)
+def gpu_batch_taken(batch_id: str, worker: str, error: str = "") -> None:
+    """Sent by the GPU worker as it starts a batch, with no worker when it gives it back, and
+    with an error when it stopped without results, so the job page can tell a batch on the GPU
+    from one waiting in line or one that needs an engineer."""
+    services.gpu_batch_taken(code=batch_id, worker=worker, error=error)
 
 
 @shared_task(name="portal.results_record")

@@ -102,8 +102,10 @@ def _queue_json(request, queue: dict) -> dict:
     }
     body["mine_started"] = _iso(queue["mine_started"])
     body["last_taken"] = _iso(queue["last_taken"])
+    body["mine_failed"] = bool(queue["mine_error"])
     if access.is_engineer(request.user):
         body["mine_worker"] = queue["mine_worker"]
+        body["mine_error"] = queue["mine_error"]
     return body
 
 

@@ -191,10 +191,11 @@ def gpu_queue(job: Job) -> dict:
     open_batches = list(
         GpuBatch.objects.filter(arch=job.target_gpu, status=GpuBatch.DISPATCHED)
         .order_by("dispatched", "id")
-        .values_list("job_id", "started", "worker")[:500]
+        .values_list("job_id", "started", "worker", "error")[:500]
     )
-    waiting = [j for j, started, _ in open_batches if started is None]
-    running = {j: (started, worker) for j, started, worker in open_batches if started}
+    waiting = [j for j, started, _, error in open_batches if started is None and not error]
+    running = {j: (started, worker) for j, started, worker, _ in open_batches if started}
+    failed = {j: error for j, started, _, error in open_batches if error and not started}
     last_taken = (
         GpuBatch.objects.filter(arch=job.target_gpu, started__isnull=False)
         .order_by("-started")
@@ -211,6 +212,7 @@ def gpu_queue(job: Job) -> dict:
         "mine_started": mine[0] if mine else None,
         "mine_worker": mine[1] if mine else "",
         "position": waiting.index(job.id) + 1 if job.id in waiting else None,
+        "mine_error": failed.get(job.id, ""),
         "last_taken": last_taken,
         # Nothing running and batches waiting, and no worker has taken one for 5 minutes (or
         # ever): the queue may have no consumer, which the page should say.

@@ -167,4 +167,13 @@ def test_the_gpu_task_tells_the_portal_it_took_the_batch_before_running_it(dispa
     with pytest.raises(NoGpu):
         gpu_run_batch.apply(args=(dispatched.batch,)).get()
     dispatched.refresh_from_db()
-    assert dispatched.started is None and dispatched.worker == ""
+    assert dispatched.started is None and dispatched.worker == "" and not dispatched.error
+
+    def broken(batch):
+        raise RuntimeError("a bug in the worker")
+
+    monkeypatch.setattr(gpuworker, "run_batch", broken)
+    with pytest.raises(RuntimeError):
+        gpu_run_batch.apply(args=(dispatched.batch,)).get()
+    dispatched.refresh_from_db()  # no results will come: the page must not say "on the GPU"
+    assert dispatched.started is None and dispatched.error == "RuntimeError: a bug in the worker"

@@ -116,6 +116,18 @@ def test_a_sent_batch_waits_in_line_until_a_gpu_worker_says_it_took_it(
     # Given back unrun (its host had no usable GPU): in line again.
     services.gpu_batch_taken(code=str(batch.code), worker="")
     assert _queue(client, review_job)[0]["position"] == 1
+    # Stopped without results (a worker bug): not waiting, not running; engineers see why.
+    services.gpu_batch_taken(code=str(batch.code), worker="gpu0@h200-host", error="TypeError: x")
+    queue, html = _queue(client, review_job)
+    assert (queue["position"], queue["mine_running"], queue["mine_error"]) == (
+        None,
+        False,
+        "TypeError: x",
+    )
+    assert "stopped without results" in html and "TypeError: x" in html and "requeue_stuck" in html
+    client.force_login(customer)
+    html = _queue(client, review_job)[1]
+    assert "stopped without results" in html and "TypeError" not in html
     # A late word about a batch already recorded changes nothing.
     from portal.models import GpuBatch
 
