@@ -176,6 +176,9 @@ def gpu_run_batch(self, batch: dict) -> dict:
     try:
         return run_batch(batch)
     except NoGpu as exc:
+        if self.request.retries >= (self.max_retries or 0):  # the last try: nothing follows
+            _tell_portal(batch, worker, f"NoGpu: {exc} ({self.request.retries + 1} tries)")
+            raise
         _tell_portal(batch, "")
         raise self.retry(exc=exc, countdown=30) from exc
     except BaseException as exc:  # a worker bug or the time limit: no results will come

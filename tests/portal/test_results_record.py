@@ -166,6 +166,13 @@ def test_the_gpu_task_tells_the_portal_it_took_the_batch_before_running_it(dispa
     monkeypatch.setattr(gpu_run_batch, "max_retries", 0)
     with pytest.raises(NoGpu):
         gpu_run_batch.apply(args=(dispatched.batch,)).get()
+    dispatched.refresh_from_db()  # no tries left (max_retries 0): it waits for an engineer
+    assert dispatched.started is None and dispatched.error.startswith("NoGpu: no NVIDIA driver")
+    monkeypatch.setattr(gpu_run_batch, "max_retries", 3)
+    from celery.exceptions import Retry
+
+    with pytest.raises(Retry):  # given back, to be tried again
+        gpu_run_batch.apply(args=(dispatched.batch,), retries=1)
     dispatched.refresh_from_db()
     assert dispatched.started is None and dispatched.worker == "" and not dispatched.error
 
