@@ -304,7 +304,7 @@ def default_item(ctx: Context) -> Item | None:
     return None
 
 
-def seed_items(ctx: Context, per_shape: int = 6) -> list[Item]:
+def seed_items(ctx: Context) -> list[Item]:
     """The generator's screened starting layouts (factory.seeds) at the job's first two shapes,
     as space items (valid at every shape of the job), best first, each once. Empty where the
     generator has none or fails (a job then starts from the default and a spread)."""
@@ -313,7 +313,7 @@ def seed_items(ctx: Context, per_shape: int = 6) -> list[Item]:
     out: list[Item] = []
     for dims in ctx.dims_list[:2]:
         try:
-            seeds = ctx.generator.seeds(ctx.ir, dims, per_shape)
+            seeds = ctx.generator.seeds(ctx.ir, dims)
         except Exception:  # noqa: BLE001 - a screen that fails costs the seeds, not the job
             return out
         for s in seeds:

@@ -1,7 +1,9 @@
 """The judging child started from a Celery prefork child, as the GPU workers of `manage.py up`
 run it (billiard processes, not the standard library's)."""
 
-import billiard
+import pytest
+
+billiard = pytest.importorskip("billiard")  # Celery's process library (a test extra)
 
 
 def _start_a_child(conn):
