@@ -142,6 +142,7 @@ def test_the_gpu_task_tells_the_portal_it_took_the_batch_before_running_it(dispa
     """The GPU host's task (run eagerly here; the GPU run itself is replaced, there is no GPU on
     this machine) marks the batch taken before it runs, and given back when the host has none."""
     import gpuworker
+    import portal.tasks  # noqa: F401 - registers the portal's tasks, as a worker's start does
     from gpuworker.runner import NoGpu
     from portal.celery import app, gpu_run_batch
 
