@@ -9,6 +9,7 @@ costs against a kernel per row length.
 
     PYTHONPATH=. python3 emit_product.py DIR
 """
+
 import json
 import sys
 from dataclasses import asdict, replace
