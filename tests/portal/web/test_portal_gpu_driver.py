@@ -1,0 +1,35 @@
+"""bench.portal_gpu reads the job page as a customer does: its helpers against the real fragment."""
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from bench.portal_gpu import Portal, queue_line, text_of
+from portal.models import GpuBatch, Job
+from tests.portal.web.world import job_in_review
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_queue_line_is_read_from_the_rendered_progress_fragment(client, customer, orgs):
+    job = job_in_review(orgs[0], customer)
+    GpuBatch.objects.filter(job=job).update(status=GpuBatch.DISPATCHED, dispatched=timezone.now())
+    Job.objects.filter(pk=job.pk).update(status=Job.WAITING_GPU)
+    client.force_login(customer)
+    html = client.get(reverse("web-job-progress", args=[job.code])).content.decode()
+    words = text_of(html)
+    assert "<" not in words and "  " not in words
+    line = queue_line(words)
+    assert line.startswith("gpu.sm_90 0 batches on a GPU, 1 waiting. Yours is number 1 in line.")
+    assert "Generations" not in line  # the table after the queue is not part of it
+
+
+def test_text_of_drops_scripts_and_entities():
+    # the no-break space reads as a space
+    assert text_of("<p>a&nbsp;&amp;<script>var x = '<b>';</script> <b>b</b></p>") == "a & b"
+    assert queue_line("no queue here") == "-"
+
+
+def test_the_driver_talks_http_only():
+    with pytest.raises(ValueError):
+        Portal("file:///etc/passwd")
