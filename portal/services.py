@@ -502,6 +502,44 @@ def gpu_batch_taken(*, code: str, worker: str, error: str = "") -> bool:
     )
 
 
+class ResendRefused(ValueError):
+    """The batch cannot be sent to the GPU queue again (the message says why)."""
+
+
+def gpu_batch_resend(*, job: Job, user) -> GpuBatch:
+    """An engineer sends the job's batch to its GPU queue again: after a GPU worker stopped
+    without results, or when the batch's message was lost. A batch a worker says it is running
+    is not sent twice (GPU time is dear and the first run may still land)."""
+    from portal import tasks
+
+    if not settings.GPU_DISPATCH:
+        raise ResendRefused("This portal sends no batches to GPU workers: import a results file.")
+    with transaction.atomic():
+        batch = (
+            GpuBatch.objects.select_for_update()
+            .filter(job=job, status=GpuBatch.DISPATCHED)
+            .order_by("-id")
+            .first()
+        )
+        if batch is None:
+            raise ResendRefused("No batch of this job is waiting for a GPU.")
+        if batch.started is not None and not batch.error:
+            raise ResendRefused(
+                f"Batch {str(batch.code)[:8]} is on {batch.worker or 'a GPU worker'} now; "
+                "if that worker is gone, run manage.py requeue_stuck --gpu on the portal host."
+            )
+        audit_record(
+            actor=user,
+            org=job.workload.org,
+            verb="gpu_batch.resend",
+            target=f"batch:{batch.code}",
+            data={"job": str(job.code), "error": batch.error},
+        )
+        Job.objects.filter(pk=job.pk).update(updated=timezone.now())
+        transaction.on_commit(lambda: tasks.send_to_gpu(batch.pk))
+    return batch
+
+
 # --- Recording results --------------------------------------------------------------------------
 
 

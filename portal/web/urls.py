@@ -11,6 +11,7 @@ urlpatterns = [
     path("jobs/<uuid:code>/progress/", views.job_progress, name="web-job-progress"),
     path("jobs/<uuid:code>/batch/", views.job_batch, name="web-job-batch"),
     path("jobs/<uuid:code>/import/", views.job_import, name="web-job-import"),
+    path("jobs/<uuid:code>/resend/", views.job_resend, name="web-job-resend"),
     path("jobs/<uuid:code>/artifact/", views.artifact_download, name="web-artifact-download"),
     path("candidates/<uuid:code>/", views.candidate, name="web-candidate"),
     path("review/", views.review_queue, name="web-review-queue"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -254,6 +255,7 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
             else None
         ),
         "import_error": import_error,
+        "gpu_dispatch": settings.GPU_DISPATCH,
     }
     return _render(request, "web/job.html", context, nav="home", status=status)
 
@@ -307,6 +309,20 @@ def job_import(request, code):
             messages.success(request, f"Results of batch {str(batch.code)[:8]} recorded.")
             return redirect("web-job", code=j.code)
     return _job_page(request, j, status=400, import_error=error)
+
+
+@engineer_required
+@require_POST
+def job_resend(request, code):
+    """Send the job's waiting batch to its GPU queue again (a stopped or lost batch)."""
+    j = access.get_job_for_user(request.user, code)
+    try:
+        batch = services.gpu_batch_resend(job=j, user=request.user)
+    except services.ResendRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Batch {str(batch.code)[:8]} is back in the GPU queue.")
+    return redirect("web-job", code=j.code)
 
 
 @login_required

@@ -124,7 +124,8 @@ def test_a_sent_batch_waits_in_line_until_a_gpu_worker_says_it_took_it(
         False,
         "TypeError: x",
     )
-    assert "stopped without results" in html and "TypeError: x" in html and "requeue_stuck" in html
+    assert "stopped without results" in html and "TypeError: x" in html
+    assert "send it again from this page" in html
     client.force_login(customer)
     html = _queue(client, review_job)[1]
     assert "stopped without results" in html and "TypeError" not in html
@@ -133,6 +134,52 @@ def test_a_sent_batch_waits_in_line_until_a_gpu_worker_says_it_took_it(
 
     GpuBatch.objects.filter(pk=batch.pk).update(status=GpuBatch.RECORDED)
     assert not services.gpu_batch_taken(code=str(batch.code), worker="gpu1@elsewhere")
+
+
+def test_an_engineer_sends_a_stopped_batch_to_the_gpu_queue_again(
+    client, customer, engineer, review_job, settings, django_capture_on_commit_callbacks
+):
+    from portal import services
+    from portal.celery import GPU_TASK_NAME, app
+    from portal.models import AuditEvent, GpuBatch
+
+    settings.GPU_DISPATCH = True
+    batch = _waiting_on_the_gpu(review_job)
+    services.gpu_batch_taken(code=str(batch.code), worker="gpu0@h200-host", error="TypeError: x")
+    resend = reverse("web-job-resend", args=[review_job.code])
+    job_page = reverse("web-job", args=[review_job.code])
+    client.force_login(customer)
+    assert 'id="resend"' not in client.get(job_page).content.decode()
+    assert client.post(resend).status_code == 404  # engineers only
+    client.force_login(engineer)
+    assert 'id="resend"' in client.get(job_page).content.decode()
+
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue(f"gpu.{batch.arch}")
+        queue.clear()
+        with django_capture_on_commit_callbacks(execute=True):
+            page = client.post(resend, follow=True).content.decode()
+        assert "is back in the GPU queue" in page
+        message = queue.get(timeout=10)  # the real broker holds the batch for a GPU worker
+        message.ack()
+        queue.close()
+    assert message.headers["task"] == GPU_TASK_NAME
+    assert message.payload[0][0]["batch_id"] == str(batch.code)
+    batch.refresh_from_db()
+    assert (batch.status, batch.error, batch.worker, batch.started) == (
+        GpuBatch.DISPATCHED,
+        "",
+        "",
+        None,
+    )
+    assert AuditEvent.objects.filter(verb="gpu_batch.resend", actor=engineer).count() == 1
+
+    # While a worker says it is running the batch, it is not sent twice.
+    services.gpu_batch_taken(code=str(batch.code), worker="gpu0@h200-host")
+    with django_capture_on_commit_callbacks(execute=True) as sent:
+        page = client.post(resend, follow=True).content.decode()
+    assert "is on gpu0@h200-host now" in page and not sent
+    assert AuditEvent.objects.filter(verb="gpu_batch.resend").count() == 1
 
 
 def test_without_gpu_dispatch_the_page_says_the_batch_waits_for_a_results_file(
