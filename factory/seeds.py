@@ -19,6 +19,7 @@ from factory.schedules import (
     has_col_inputs,
     is_valid,
     shifted_twin,
+    split_twin,
 )
 
 CANDIDATES_PER_SHAPE = 6
@@ -82,6 +83,12 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             occ = _occupancy_variant(ir, s0)
             if occ is not None:
                 out.append(occ)
+            split = split_twin(ir, s0, [dims]) if (t, c) == shapes[0] else None
+            if split is not None:
+                # The first layout's code split by path, capped where that compiles clean: at
+                # LayerNorm 16384x5000, 82.4 us against 92.7 for the best joined kernel
+                # (bench/results/2026-12-05-h200-split).
+                out.append(_occupancy_variant(ir, split) or split)
         if out and has_col_inputs(ir) and not base.flat:
             # A norm's weight loaded with the row, not after the reduction: one memory latency
             # less per row, which is most of the time of a few rows (a decode batch).

@@ -21,6 +21,7 @@ from factory.schedules import (  # noqa: E402
     is_valid,
     shift_ok,
     space,
+    split_twin,
     tail_runs,
 )
 from factory.spec import load_catalogue  # noqa: E402
@@ -524,7 +525,8 @@ def test_misaligned_streamed_rows_are_walked_shifted_and_rows_in_registers_strid
     assert default_schedule(ce, odd[0]).tail == "shifted"
     sp = space(ce, odd)
     shifted = [s for s in sp if s.tail == "shifted"]
-    assert shifted and all(s.tag()[-6] == "y" for s in shifted)
+    # the tail's letter ends the layout, or comes before the split's "i"
+    assert shifted and all(s.tag().split("_")[0].removesuffix("i")[-1] == "y" for s in shifted)
     # every streamed point that can walk shifted does; the rest keep consecutive elements
     streamed = [s for s in sp if s.mode == "stream"]
     assert all((s.tail == "shifted") == shift_ok(ce, s) for s in streamed)
@@ -550,3 +552,39 @@ def test_misaligned_streamed_rows_are_walked_shifted_and_rows_in_registers_strid
     assert not is_valid(ln, replace(s5, moments=True), {"M": 8, "N": 4999})[0]
     prefetch = replace(s5, prefetch_rows=True, persistent_blocks_per_sm=2, min_threads_per_sm=256)
     assert not is_valid(rms, prefetch, {"M": 8, "N": 4999})[0]
+
+
+def test_rows_that_take_a_tail_get_the_split_kernel_too_and_full_rows_do_not():
+    ln = lower(load_catalogue()["layernorm"])
+    job = [{"M": 16384, "N": 5000}]
+    tight = fit_tail(ln, Schedule(threads_per_row=128, chunks=5), job)  # 5120 for rows of 5000
+    twin = split_twin(ln, tight, job)
+    assert twin == replace(tight, split_paths=True)
+    assert split_twin(ln, twin, job) is None  # no twin of a twin
+    full = [{"M": 16384, "N": 4096}]
+    assert split_twin(ln, Schedule(threads_per_row=128, chunks=4), full) is None  # no tail
+    assert split_twin(ln, Schedule(threads_per_row=128, chunks=4, mode="stream"), job) is None
+    # The space holds a split twin beside every register-held layout whose rows take a tail,
+    # and none where every row fills its layout exactly.
+    sp = space(ln, job)
+    joined = {s for s in sp if not s.split_paths}
+    split = [s for s in sp if s.split_paths]
+    assert split and all(replace(s, split_paths=False) in joined for s in split)
+    assert all(s.mode == "cached" and not s.flat and not s.prefetch_rows for s in split)
+    assert tight in joined and twin in split
+    exact = [
+        s
+        for s in space(ln, full)
+        if s.mode == "cached" and s.threads_per_row * s.vec_elems * s.chunks == 4096
+    ]
+    assert exact and not any(s.split_paths for s in exact)
+
+
+def test_the_seed_layouts_split_the_tight_layout_at_odd_widths_only():
+    from factory.seeds import candidate_schedules
+
+    ln = lower(load_catalogue()["layernorm"])
+    odd = candidate_schedules(ln, {"M": 16384, "N": 5000})
+    # the H200's fastest LayerNorm at 16384x5000: 128 threads of 5 chunks, split, capped at 768
+    assert replace(odd[0], split_paths=True, min_threads_per_sm=768) in odd
+    assert not any(s.split_paths for s in candidate_schedules(ln, {"M": 16384, "N": 4096}))
