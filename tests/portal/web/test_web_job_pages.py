@@ -1,10 +1,12 @@
 """The home, workload, job (with live progress), candidate and token pages."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from portal.models import Candidate, Job
+from portal.models import Candidate, GpuBatch, Job
 from portal.web.delivery import decide_and_deliver
 from tests.portal.web.world import job_in_review
 
@@ -103,6 +105,9 @@ def test_a_sent_batch_waits_in_line_until_a_gpu_worker_says_it_took_it(
     assert (queue["waiting"], queue["running"], queue["position"]) == (1, 1, None)
     assert queue["mine_running"] and not queue["idle"]
     assert "Yours is on the GPU now" in html and "h200-host" not in html  # customers: no hosts
+    assert "(for under a minute)" in html  # not "0 minutes"
+    GpuBatch.objects.filter(pk=batch.pk).update(started=timezone.now() - timedelta(minutes=3))
+    assert "(for 3\xa0minutes)" in _queue(client, review_job)[1]
     assert _queue(client, other)[0]["position"] == 1
     client.force_login(engineer)
     assert "on gpu0@h200-host" in _queue(client, review_job)[1]
@@ -130,8 +135,6 @@ def test_a_sent_batch_waits_in_line_until_a_gpu_worker_says_it_took_it(
     html = _queue(client, review_job)[1]
     assert "stopped without results" in html and "TypeError" not in html
     # A late word about a batch already recorded changes nothing.
-    from portal.models import GpuBatch
-
     GpuBatch.objects.filter(pk=batch.pk).update(status=GpuBatch.RECORDED)
     assert not services.gpu_batch_taken(code=str(batch.code), worker="gpu1@elsewhere")
 
@@ -141,7 +144,7 @@ def test_an_engineer_sends_a_stopped_batch_to_the_gpu_queue_again(
 ):
     from portal import services
     from portal.celery import GPU_TASK_NAME, app
-    from portal.models import AuditEvent, GpuBatch
+    from portal.models import AuditEvent
 
     settings.GPU_DISPATCH = True
     batch = _waiting_on_the_gpu(review_job)
@@ -180,6 +183,17 @@ def test_an_engineer_sends_a_stopped_batch_to_the_gpu_queue_again(
         page = client.post(resend, follow=True).content.decode()
     assert "is on gpu0@h200-host now" in page and not sent
     assert AuditEvent.objects.filter(verb="gpu_batch.resend").count() == 1
+
+
+def test_a_batch_back_from_the_gpu_is_shown_as_being_recorded(client, customer, review_job):
+    batch = _waiting_on_the_gpu(review_job)
+    # results_record has stored the batch; generation_finish has not yet moved the job on
+    GpuBatch.objects.filter(pk=batch.pk).update(status=GpuBatch.RECORDED)
+    Job.objects.filter(pk=review_job.pk).update(stage=Job.STAGE_RECORDING)
+    client.force_login(customer)
+    html = _queue(client, review_job)[1]
+    assert "Yours is back from the GPU; its results are being recorded." in html
+    assert "waiting for results" not in html
 
 
 def test_without_gpu_dispatch_the_page_says_the_batch_waits_for_a_results_file(
