@@ -107,6 +107,16 @@ def wait_for_line(path: Path, needle: str, proc: subprocess.Popen, timeout_s: fl
     return False
 
 
+def with_shapes(manifest: str, shapes: str) -> str:
+    """The catalogue manifest (its [[shapes]] tables last, rows M by row length N) with other
+    shapes: "16384x5000,1x4999"."""
+    head = manifest[: manifest.index("[[shapes]]")]
+    for shape in shapes.split(","):
+        m, n = (int(x) for x in shape.lower().split("x"))
+        head += f"[[shapes]]\nM = {m}\nN = {n}\n\n"
+    return head
+
+
 def make_token(var_dir: str) -> str:
     """An API key for the demo customer, made in the portal's own database."""
     code = (
@@ -220,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--catalogue", default="rmsnorm", help="a catalogue manifest's name")
+    ap.add_argument(
+        "--shapes", default="", help="MxN,... in place of the manifest's shapes (e.g. 16384x5000)"
+    )
     ap.add_argument("--generations", type=int, default=2)
     ap.add_argument("--per-row-length", action="store_true")
     ap.add_argument("--deadline-s", type=float, default=360.0)
@@ -251,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         portal.token = make_token(var_dir)
         portal.login(*DEMO)
         manifest = (ROOT / "factory" / "catalogue" / f"{args.catalogue}.toml").read_text()
+        if args.shapes:
+            manifest = with_shapes(manifest, args.shapes)
         status, body = portal.api(
             "POST",
             "/api/v1/jobs/",
@@ -274,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
         facts = {
             "catalogue": args.catalogue,
+            "shapes": args.shapes or "the manifest's",
             "per_row_length": args.per_row_length,
             "generations": args.generations,
             "portal up after (s)": round(up_s, 1),

@@ -33,3 +33,15 @@ def test_text_of_drops_scripts_and_entities():
 def test_the_driver_talks_http_only():
     with pytest.raises(ValueError):
         Portal("file:///etc/passwd")
+
+
+def test_other_shapes_replace_the_catalogue_manifests_own():
+    from django.conf import settings
+
+    from bench.portal_gpu import with_shapes
+    from factory.spec import load_manifest
+
+    text = (settings.BASE_DIR / "factory" / "catalogue" / "layernorm.toml").read_text()
+    w = load_manifest(with_shapes(text, "16384x5000,7x4999"))
+    assert w.shapes == ({"M": 16384, "N": 5000}, {"M": 7, "N": 4999})
+    assert w.name == "layernorm"
