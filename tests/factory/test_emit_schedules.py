@@ -542,7 +542,8 @@ def test_misaligned_streamed_rows_are_walked_shifted_and_rows_in_registers_strid
     cached = [s for s in rms_space if s.mode == "cached" and not s.flat]
     assert {s.tail for s in cached} == {"strided", "shifted"}
     twins = [s for s in cached if s.tail == "shifted"]  # each beside its fitted twin
-    assert twins and all(replace(s, tail="strided") in cached for s in twins)
+    held = set(cached)
+    assert twins and all(replace(s, tail="strided") in held for s in twins)
     assert default_schedule(rms, {"M": 8, "N": 4999}).tail == "strided"  # faster on the H200
     # the twin only where the row and the up to V - 1 elements before it fit the registers
     assert all(is_valid(rms, s, {"M": 8, "N": 2047})[0] for s in space(rms, [{"M": 8, "N": 2047}]))
@@ -588,3 +589,17 @@ def test_the_seed_layouts_split_the_tight_layout_at_odd_widths_only():
     # the H200's fastest LayerNorm at 16384x5000: 128 threads of 5 chunks, split, capped at 768
     assert replace(odd[0], split_paths=True, min_threads_per_sm=768) in odd
     assert not any(s.split_paths for s in candidate_schedules(ln, {"M": 16384, "N": 4096}))
+
+
+def test_a_split_twin_is_valid_wherever_its_joined_layout_is():
+    # split_twin skips the validity pass: is_valid must judge the two alike.
+    import random
+
+    rng = random.Random(7)
+    cat = load_catalogue()
+    for op, job in [("layernorm", [{"M": 64, "N": 5000}]), ("softmax", [{"M": 8, "N": 4999}])]:
+        ir = lower(cat[op])
+        sp = space(ir, job)
+        for s in rng.sample([s for s in sp if s.split_paths], 200):
+            joined = replace(s, split_paths=False)
+            assert fits_job(ir, s, job) and fits_job(ir, joined, job)
