@@ -446,10 +446,10 @@ def shifted_twin(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> 
 
 def split_twin(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Schedule | None:
     """`s` with split_paths, where some row of `dims_list` is shorter than the layout's register
-    capacity (it takes a tail path) and the twin fits the job; else None. On the H200 the split
-    kernel was the faster in all 12 LayerNorm 16384x5000 layouts timed both ways (median 6%
-    faster; best 82.4 against 92.7 us) and mixed elsewhere (RMSNorm, add+RMSNorm, LayerNorm at
-    4999: 0.85-1.18 of the joined time), so the space holds both
+    capacity (it takes a tail path); else None. The twin fits the job wherever `s` does. On the
+    H200 the split kernel was the faster in all 12 LayerNorm 16384x5000 layouts timed both ways
+    (median 6% faster; best 82.4 against 92.7 us) and mixed elsewhere (RMSNorm, add+RMSNorm,
+    LayerNorm at 4999: 0.85-1.18 of the joined time), so the space holds both
     (bench/results/2026-12-05-h200-split)."""
     if s.split_paths or s.mode != "cached" or s.flat or s.prefetch_rows:
         return None
