@@ -112,9 +112,12 @@ class KernelIR:
 
     def min_elem_bytes(self) -> int:
         """The narrowest row-level dtype among inputs and outputs (sets the vector width)."""
-        sizes = [t.elem_bytes for t in self.inputs if t.role in (ROLE_ROW, ROLE_COL)]
-        sizes += [E.DTYPE_BYTES[o.dtype] for o in self.outputs if o.role == ROLE_ROW]
-        return min(sizes) if sizes else 4
+        hit = self.memo.get("min_elem_bytes")  # asked for about a million times a space
+        if hit is None:
+            sizes = [t.elem_bytes for t in self.inputs if t.role in (ROLE_ROW, ROLE_COL)]
+            sizes += [E.DTYPE_BYTES[o.dtype] for o in self.outputs if o.role == ROLE_ROW]
+            hit = self.memo["min_elem_bytes"] = min(sizes) if sizes else 4
+        return hit
 
     def row_inputs(self) -> list[TensorRef]:
         return [t for t in self.inputs if t.role in (ROLE_ROW, ROLE_COL)]

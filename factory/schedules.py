@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
 
 from factory.ir import ROLE_ROW, KernelIR
@@ -420,7 +421,8 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
     suite's candidates hold both for the search (bench/results/2026-12-04-h200-shift). An
     elementwise operator whose rows are not a multiple of vec_elems walks them as one run of
     tiles instead (`flat`), where it can."""
-    s = replace(s, flat=False)
+    if s.flat:
+        s = replace(s, flat=False)
     misaligned = any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list)
     if misaligned and flat_ok(ir, s):
         return replace(s, flat=True, tail="elements")  # the last tile's tail only
@@ -430,7 +432,7 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
         return replace(s, tail="strided")
     if misaligned and shift_ok(ir, s):
         return replace(s, tail="shifted")
-    return replace(s, tail="elements")
+    return s if s.tail == "elements" else replace(s, tail="elements")
 
 
 def shifted_twin(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Schedule | None:
@@ -671,9 +673,43 @@ def fits_job(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> bool
     return all(is_valid(ir, s, d, capacity=False)[0] for d in dims_list)
 
 
+# The last few spaces built, by what decides them (see _space_key). Building one takes seconds
+# of CPU (softmax at the suite's three shapes: 99K points, about 7 s and 31 MB), and every
+# generation of a job asks for the same one again.
+_SPACES: OrderedDict = OrderedDict()
+_SPACES_KEPT = 4
+
+
+def _space_key(ir: KernelIR, dims_list: list[dict[str, int]]) -> tuple:
+    """What a space depends on: the IR's tensors, outputs (their expression trees, compared by
+    value), tolerance, and the job's shapes."""
+    shapes = tuple(tuple(sorted((k, int(v)) for k, v in d.items())) for d in dims_list)
+    return (
+        ir.batch_dims,
+        ir.row_dim,
+        ir.inputs,
+        ir.outputs,
+        ir.tolerance_rel_norm,
+        shapes,
+    )
+
+
 def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     """Every schedule that fits a job of `dims_list` (the product of the option lists, filtered
-    by `fits_job`), in a stable order."""
+    by `fits_job`), in a stable order. A new list each call; the schedules (frozen) are shared
+    with the last few calls of the same key."""
+    key = _space_key(ir, dims_list)
+    hit = _SPACES.get(key)
+    if hit is None:
+        hit = _SPACES[key] = tuple(_build_space(ir, dims_list))
+        while len(_SPACES) > _SPACES_KEPT:
+            _SPACES.popitem(last=False)
+    else:
+        _SPACES.move_to_end(key)
+    return list(hit)
+
+
+def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     fast_options = [True, False] if fast_math_allowed(ir) else [False]
     keep_options = [True, False] if ir.online else [True]
     vecs = sorted({16 // ir.min_elem_bytes(), 32 // ir.min_elem_bytes()})

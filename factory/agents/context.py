@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,9 @@ class GeneratorAPI:
     seeds: Callable | None = None
     # fits(ir, schedule, dims_list) -> whether one kernel of it is a candidate for every shape
     fits: Callable | None = None
+    # whether `space` holds only points that `fits` the job already (then they are not judged
+    # twice: that took longer than building the space)
+    space_fits: bool = False
 
 
 def real_generator() -> GeneratorAPI | None:
@@ -55,7 +59,14 @@ def real_generator() -> GeneratorAPI | None:
     except ImportError:
         return None
     return GeneratorAPI(
-        lower, space, is_valid, emit, default_schedule, candidate_schedules, fits_job
+        lower,
+        space,
+        is_valid,
+        emit,
+        default_schedule,
+        candidate_schedules,
+        fits_job,
+        space_fits=True,
     )
 
 
@@ -87,11 +98,29 @@ class Item:
     values: tuple = field(init=False, repr=False)  # field values in order, for distances
 
     def __post_init__(self):
-        self.schedule = (
-            self.value.to_schedule() if self.kind == "edit" else schedule_dict(self.value)
-        )
-        self.key = ev.schedule_key(self.schedule)
-        self.values = tuple(self.schedule.values())
+        self.schedule, self.key, self.values = _describe(self.kind, self.value)
+
+
+# What Item keeps of a frozen space point, kept while the point lives: every generation of a job
+# makes Items of the same space again (factory.schedules keeps the last few spaces), and
+# describing 100k points took seconds. Shared: neither the dict nor the tuple is changed after.
+_DESCRIBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _describe(kind: str, value) -> tuple[dict, str, tuple]:
+    try:
+        hit = _DESCRIBED.get(value)
+    except TypeError:  # unhashable or no weak references: described every time
+        hit = None
+    if hit is not None and hit[0] == kind:
+        return hit[1]
+    schedule = value.to_schedule() if kind == "edit" else schedule_dict(value)
+    described = (schedule, ev.schedule_key(schedule), tuple(schedule.values()))
+    try:
+        _DESCRIBED[value] = (kind, described)
+    except TypeError:
+        pass
+    return described
 
 
 @dataclass
@@ -117,6 +146,7 @@ class Context:
     lessons: ev.Lessons | None = None
     _emitted: dict[str, CandidateDraft | None] = field(default_factory=dict)
     _by_key: dict[str, Item] = field(default_factory=dict)
+    _kind_values: dict = field(default_factory=dict)  # see offline._space_field_values
 
     # --- the spaces ---------------------------------------------------------------------------
 
@@ -190,7 +220,7 @@ class Context:
                 entry=em.entry,
                 params=tuple(em.params),
                 launch=em.launch,
-                schedule=item.schedule,
+                schedule=dict(item.schedule),
                 parent_ptx_sha256=None,
                 role=role,
                 backend=backend,
@@ -210,7 +240,7 @@ class Context:
                 entry=base.entry,
                 params=tuple(base.params),
                 launch=launch,
-                schedule=item.schedule,
+                schedule=dict(item.schedule),
                 parent_ptx_sha256=ptx_sha256(base.ptx),
                 role=role,
                 backend=backend,
@@ -269,7 +299,9 @@ def build_context(
             fits = ctx.generator.fits or (
                 lambda ir, s, dl: all(_valid(ctx.generator.is_valid(ir, s, d)) for d in dl)
             )
-            ctx.gen_items = [Item("generator", s) for s in sched if fits(ctx.ir, s, ctx.dims_list)]
+            if not ctx.generator.space_fits:
+                sched = [s for s in sched if fits(ctx.ir, s, ctx.dims_list)]
+            ctx.gen_items = [Item("generator", s) for s in sched]
         except Exception as exc:  # noqa: BLE001 - Unsupported (or a generator bug) -> no space
             ctx.unsupported = f"{type(exc).__name__}: {exc}"
             ctx.ir = None

@@ -22,6 +22,8 @@ import json
 import math
 import random
 
+import numpy as np
+
 from factory import evidence as ev
 from factory.agents.context import Context, Item, default_item, seed_items
 from factory.agents.types import CandidateDraft, Plan
@@ -36,14 +38,24 @@ def _sort_values(values):
 
 def _field_values(items: list[Item]) -> dict[str, list]:
     """For each field of the items' dataclass, its distinct values in the space, sorted."""
-    out: dict[str, list] = {}
+    out: dict[str, set] = {}
+    names: dict[type, list[str]] = {}
     for it in items:
-        for f in dataclasses.fields(it.value):
-            v = getattr(it.value, f.name)
-            bucket = out.setdefault(f.name, [])
-            if v not in bucket:
-                bucket.append(v)
-    return {k: _sort_values(v) for k, v in out.items()}
+        cls = type(it.value)
+        if cls not in names:
+            names[cls] = [f.name for f in dataclasses.fields(it.value)]
+        for name in names[cls]:
+            out.setdefault(name, set()).add(getattr(it.value, name))
+    return {k: _sort_values(list(v)) for k, v in out.items()}
+
+
+def _space_field_values(ctx: Context, kind: str) -> dict[str, list]:
+    """_field_values of the context's items of `kind`: once per context and space (100k points
+    took seconds, and the tuner asks for every parent it mutates)."""
+    key = (kind, len(ctx.gen_items), len(ctx.edit_items))
+    if key not in ctx._kind_values:
+        ctx._kind_values[key] = _field_values([it for it in ctx.items if it.kind == kind])
+    return ctx._kind_values[key]
 
 
 def _hamming(a, b) -> int:
@@ -252,13 +264,19 @@ class OfflineWriter:
         pool = list(items)
         rng.shuffle(pool)
         chosen = [pool.pop()]
-        nearest = [_distance(it, chosen[0]) for it in pool]
-        while pool and len(chosen) < k:
-            i = max(range(len(pool)), key=nearest.__getitem__)
-            pick = pool.pop(i)
-            nearest.pop(i)
-            chosen.append(pick)
-            nearest = [min(d, _distance(it, pick)) for d, it in zip(nearest, pool, strict=True)]
+        if not pool or k <= 1:
+            return chosen
+        # _distance over the whole pool at once: each item's values as integer codes
+        codes, lengths, kinds = _value_codes(pool + chosen)
+        last = len(pool)  # the row of chosen[0]
+        alive = np.ones(len(pool), dtype=bool)
+        nearest = np.full(len(pool), 99, dtype=np.int64)
+        while alive.any() and len(chosen) < k:
+            nearest = np.minimum(nearest, _distances(codes, lengths, kinds, last)[: len(pool)])
+            i = int(np.argmax(np.where(alive, nearest, -1)))  # the first of the farthest
+            alive[i] = False
+            chosen.append(pool[i])
+            last = i
         return chosen
 
 
@@ -268,7 +286,7 @@ def _neighbours(ctx: Context, item: Item) -> list[Item]:
     kind_items = [it for it in ctx.items if it.kind == item.kind]
     by_key = {it.key: it for it in kind_items}
     out = []
-    for fname, vals in _field_values(kind_items).items():
+    for fname, vals in _space_field_values(ctx, item.kind).items():
         cur = getattr(item.value, fname)
         if cur not in vals:
             continue
@@ -293,6 +311,28 @@ def _distance(a: Item, b: Item) -> int:
     return sum(x != y for x, y in zip(a.values, b.values, strict=True))
 
 
+def _value_codes(items: list[Item]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Items' values as a matrix of integer codes (equal values, by ==, share a code; missing
+    places -1), with each item's number of values and a code for its kind: what _distances
+    needs to compute _distance of every item to one."""
+    width = max(len(it.values) for it in items)
+    table: dict = {}
+    kind_codes: dict = {}
+    codes = np.full((len(items), width), -1, dtype=np.int32)
+    for row, it in enumerate(items):
+        codes[row, : len(it.values)] = [table.setdefault(v, len(table)) for v in it.values]
+    lengths = np.array([len(it.values) for it in items], dtype=np.int32)
+    kinds = np.array([kind_codes.setdefault(it.kind, len(kind_codes)) for it in items])
+    return codes, lengths, kinds
+
+
+def _distances(codes: np.ndarray, lengths: np.ndarray, kinds: np.ndarray, row: int) -> np.ndarray:
+    """_distance from every item to item `row`, as _value_codes encoded them."""
+    differ = (codes != codes[row]).sum(axis=1)
+    same = (lengths == lengths[row]) & (kinds == kinds[row])
+    return np.where(same, differ, 99)
+
+
 class OfflineTuner:
     """Mutates and recombines the best measured candidates (see module doc)."""
 
@@ -308,8 +348,7 @@ class OfflineTuner:
         children: list[tuple[Item, str, str]] = []
         for rank, rec in enumerate(parents):
             p = ctx.item_for(rec["schedule"])
-            kind_items = [it for it in ctx.items if it.kind == p.kind]
-            values = _field_values(kind_items)
+            values = _space_field_values(ctx, p.kind)
             for fname, vals in values.items():
                 cur = getattr(p.value, fname)
                 if cur not in vals:
