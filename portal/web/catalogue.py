@@ -58,8 +58,9 @@ def sample_manifest(name: str) -> str | None:
 
 
 def manifest_for(operator: str, shapes: list[dict[str, int]], dtype: str) -> str:
-    """The catalogue operator's manifest with `shapes` to optimise for and every floating tensor
-    in `dtype`. Raises CatalogueError(field, message)."""
+    """The catalogue operator's manifest with `shapes` to optimise for (none: its own shapes
+    and held-out shapes) and every floating tensor in `dtype`. Raises CatalogueError(field,
+    message)."""
     text = sample_manifest(operator)
     if text is None:
         raise CatalogueError("operator", f"{operator!r} is not in the catalogue.")
@@ -67,11 +68,26 @@ def manifest_for(operator: str, shapes: list[dict[str, int]], dtype: str) -> str
         raise CatalogueError("dtype", f"dtype must be one of {', '.join(FLOAT_DTYPES)}.")
     data = tomllib.loads(text)
     _set_float_dtypes(data, dtype)
-    data["shapes"] = shapes
-    # The catalogue's held-out shapes belong to its own example shapes; without them the spec
-    # derives held-out shapes from the customer's first shape.
-    data.pop("heldout_shapes", None)
+    if shapes:
+        data["shapes"] = shapes
+        # The catalogue's held-out shapes belong to its own example shapes; without them the
+        # spec derives held-out shapes from the customer's first shape.
+        data.pop("heldout_shapes", None)
     return dumps(data)
+
+
+@lru_cache(maxsize=1)
+def shapes_text() -> dict[str, str]:
+    """Each catalogue operator's own shapes as the shape box writes them ("M=16384 N=4096", a
+    line each): what a blank box stands for."""
+    out = {}
+    for name in _names():
+        try:
+            shapes = tomllib.loads(sample_manifest(name) or "").get("shapes") or []
+        except tomllib.TOMLDecodeError:
+            continue
+        out[name] = "\n".join(" ".join(f"{k}={v}" for k, v in s.items()) for s in shapes)
+    return out
 
 
 def split_by_row_length(manifest: str) -> list[tuple[int, str]]:

@@ -105,7 +105,8 @@ class UploadForm(forms.Form):
     shapes = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3, "class": "short"}),
-        help_text="One shape per line, e.g. M=16384 N=4096",
+        help_text="One shape per line, e.g. M=16384 N=4096. Left blank: the operator's own "
+        "shapes from the catalogue.",
     )
     dtype = forms.ChoiceField(required=False, choices=DTYPE_CHOICES, initial="bf16")
     baseline = forms.FileField(
@@ -187,6 +188,8 @@ class UploadForm(forms.Form):
         text = self.cleaned_data.get("shapes") or ""
         if self.data.get("mode") != self.MODE_CATALOGUE:
             return None
+        if not text.strip():
+            return []  # the catalogue operator's own shapes (and held-out shapes)
         return parse_shapes(text)
 
     def clean(self):

@@ -247,3 +247,22 @@ def test_shapes_of_several_row_lengths_become_a_workload_and_a_job_per_length(
     response = _post(client, manifest=manifest)
     assert response.status_code == 302 and Workload.objects.count() == 3
     assert len(Workload.objects.order_by("-created").first().spec().shapes) == 3
+
+
+def test_a_catalogue_operator_with_a_blank_shape_box_takes_its_own_shapes(client, customer):
+    if not _spec_ready():
+        pytest.skip("factory.spec has not landed")
+    from factory.spec import load_catalogue
+
+    client.force_login(customer)
+    page = client.get(reverse("web-upload")).content.decode()
+    assert '"rmsnorm": "M=16384 N=4096\\nM=16384 N=8192\\nM=32768 N=4096"' in page
+    response = client.post(
+        reverse("web-upload"),
+        {"mode": "catalogue", "operator": "rmsnorm", "shapes": "  \n", "dtype": "bf16"},
+    )
+    assert response.status_code == 302, response.context["form"].errors
+    spec = Workload.objects.get().spec()
+    own = load_catalogue()["rmsnorm"]
+    assert [dict(s) for s in spec.shapes] == [dict(s) for s in own.shapes]
+    assert [dict(s) for s in spec.heldout_shapes] == [dict(s) for s in own.heldout_shapes]
