@@ -159,7 +159,12 @@ def upload(request):
 
 
 def _upload_context(form, names):
-    return {"form": form, "catalogue_names": names, "sample_name": catalogue.default_sample()}
+    return {
+        "form": form,
+        "catalogue_names": names,
+        "sample_name": catalogue.default_sample(),
+        "catalogue_shapes": catalogue.shapes_text(),
+    }
 
 
 # --- workloads and jobs -------------------------------------------------------------------------
@@ -219,10 +224,26 @@ def job(request, code):
     return _job_page(request, access.get_job_for_user(request.user, code))
 
 
-def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
-    page = Paginator(queries.top_candidates(j), CANDIDATES_PER_PAGE).get_page(
+def _candidates_page(request, j: Job):
+    return Paginator(queries.top_candidates(j), CANDIDATES_PER_PAGE).get_page(
         request.GET.get("page")
     )
+
+
+def _live_tokens(j: Job, progress: dict) -> dict[str, str]:
+    """What the page's charts and candidate table were drawn from, in a word each: the progress
+    poll carries them, and when they change it tells the page to fetch that part again."""
+    best = j.best_candidate_id or 0
+    by_status = queries.candidate_status_counts(j)
+    counts = "-".join(f"{status}{n}" for status, n in sorted(by_status.items()))
+    return {
+        "charts": f"g{progress.get('generations_done', 0)}b{best}",
+        "candidates": f"{counts}b{best}",
+    }
+
+
+def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
+    page = _candidates_page(request, j)
     decision = queries.latest_decision(j)
     artifact = (
         Artifact.objects.filter(job=j).order_by("-created").first()
@@ -237,10 +258,12 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         timings = queries.candidate_timings(best)
         chosen = queries.default_baseline(baselines, timings)
         speed = queries.speedups(timings, next((b for b in baselines if b.name == chosen), None))
+    progress = queries.job_progress(j)
     context = {
         "job": j,
         "workload": j.workload,
-        "progress": queries.job_progress(j),
+        "progress": progress,
+        "live": _live_tokens(j, progress),
         "steps": queries.stage_steps(j),
         "charts": _job_charts(j),
         "candidates": page,
@@ -327,15 +350,43 @@ def job_resend(request, code):
 
 @login_required
 @require_GET
+def job_charts(request, code):
+    """The job page's charts, fetched again when a generation or the best kernel changed."""
+    j = access.get_job_for_user(request.user, code)
+    return _render(request, "web/partials/charts.html", {"job": j, "charts": _job_charts(j)})
+
+
+@login_required
+@require_GET
+def job_candidates(request, code):
+    """The job page's candidate table (one page of it), fetched again when candidates change."""
+    j = access.get_job_for_user(request.user, code)
+    context = {"job": j, "candidates": _candidates_page(request, j)}
+    return _render(request, "web/partials/candidates.html", context)
+
+
+@login_required
+@require_GET
 def job_progress(request, code):
     """The live part of the job page, polled by htmx every second while the job is active."""
     j = access.get_job_for_user(request.user, code)
+    progress = queries.job_progress(j)
+    live = _live_tokens(j, progress)
     context = {
         "job": j,
-        "progress": queries.job_progress(j),
+        "progress": progress,
         "steps": queries.stage_steps(j),
+        "live": live,
     }
     response = _render(request, "web/partials/progress.html", context)
+    # The rest of the page is not polled: tell it which parts to fetch again.
+    stale = [
+        f"{part}-stale"
+        for part in ("charts", "candidates")
+        if request.GET.get(part) and request.GET[part] != live[part]
+    ]
+    if stale:
+        response["HX-Trigger"] = ", ".join(stale)
     if j.status not in Job.ACTIVE:
         response.status_code = HTMX_STOP_POLLING
         # The page was drawn while the job ran: reload it once so the charts and the results

@@ -51,7 +51,7 @@ def eager_pipeline(settings, tmp_path):
 def test_the_whole_flow_from_upload_to_a_verified_download(
     live_server, new_page, artifacts_dir, orgs, customer, engineer, eager_pipeline, tmp_path
 ):
-    from portal.models import GpuBatch, Job
+    from portal.models import Candidate, GpuBatch, Job
 
     base = live_server.url
     page = new_page()
@@ -73,6 +73,16 @@ def test_the_whole_flow_from_upload_to_a_verified_download(
     job = Job.objects.get()
     assert job.status == Job.WAITING_GPU, (job.status, job.stop_reason)
     assert page.locator("#progress").get_attribute("hx-trigger") == "every 1s"
+
+    # The candidate table follows the job without a reload: a candidate's status changed in
+    # the database shows in the table, and the page stays the same page (its script state).
+    page.evaluate("window.stillHere = true")
+    first = Candidate.objects.filter(job=job, status=Candidate.QUEUED).order_by("created")[0]
+    Candidate.objects.filter(pk=first.pk).update(status=Candidate.COMPILED)
+    row = page.locator("#candidates tr", has=page.locator(f"text={str(first.code)[:8]}"))
+    row.locator("text=Compiled").wait_for(timeout=15_000)
+    assert page.evaluate("window.stillHere") is True
+    Candidate.objects.filter(pk=first.pk).update(status=Candidate.QUEUED)
 
     # The GPU host is air-gapped: an engineer downloads the batch from the job page and
     # imports the results file that the H200 wrote for it (a recording, put onto this batch).

@@ -14,6 +14,8 @@ def _pages_for(world):
         reverse("web-workload", args=[world["workload"].code]),
         reverse("web-job", args=[world["job"].code]),
         reverse("web-job-progress", args=[world["job"].code]),
+        reverse("web-job-charts", args=[world["job"].code]),
+        reverse("web-job-candidates", args=[world["job"].code]),
         reverse("web-job", args=[world["approved_job"].code]),
         reverse("web-candidate", args=[world["candidate"].code]),
         reverse("web-artifact-download", args=[world["approved_job"].code]),

@@ -70,6 +70,47 @@ def test_the_progress_fragment_stops_polling_with_286_when_the_job_is_done(
     assert response["HX-Refresh"] == "true"
 
 
+def test_the_progress_poll_tells_the_page_to_fetch_its_charts_and_candidates_when_they_change(
+    client, customer, review_job
+):
+    Job.objects.filter(pk=review_job.pk).update(status=Job.RUNNING, stage=Job.STAGE_PROPOSING)
+    waiting = Candidate.objects.filter(job=review_job, status=Candidate.FAILED)
+    waiting.update(status=Candidate.COMPILED)
+    client.force_login(customer)
+    page = client.get(reverse("web-job", args=[review_job.code]))
+    live = page.context["live"]
+    html = page.content.decode()
+    assert 'hx-trigger="charts-stale from:body"' in html
+    assert 'hx-trigger="candidates-stale from:body"' in html
+    progress = reverse("web-job-progress", args=[review_job.code])
+    poll = f"{progress}?live=1&charts={live['charts']}&candidates={live['candidates']}"
+    assert f"charts={live['charts']}&amp;candidates={live['candidates']}" in html
+    unchanged = client.get(poll)
+    assert unchanged.status_code == 200 and "HX-Trigger" not in unchanged
+    # Compiled, then sent to the GPU: still "in flight", but the table's status column changed.
+    Candidate.objects.filter(job=review_job, status=Candidate.COMPILED).update(
+        status=Candidate.QUEUED
+    )
+    assert client.get(poll)["HX-Trigger"] == "candidates-stale"
+    # A candidate of the job fails on the GPU: its table changes, its charts do not.
+    Candidate.objects.filter(job=review_job, status=Candidate.PASSED).exclude(
+        pk=review_job.best_candidate_id
+    ).update(status=Candidate.FAILED)
+    assert client.get(poll)["HX-Trigger"] == "candidates-stale"
+    # A generation more, and another best kernel: both.
+    other = Candidate.objects.filter(job=review_job).exclude(pk=review_job.best_candidate_id)
+    Job.objects.filter(pk=review_job.pk).update(best_candidate=other.first())
+    assert client.get(poll)["HX-Trigger"] == "charts-stale, candidates-stale"
+    # What the page then fetches: the parts alone, drawn as they are now.
+    charts = client.get(reverse("web-job-charts", args=[review_job.code]))
+    assert charts.status_code == 200 and 'id="charts"' in charts.content.decode()
+    assert "<html" not in charts.content.decode()
+    table = client.get(reverse("web-job-candidates", args=[review_job.code]) + "?page=1")
+    body = table.content.decode()
+    assert table.status_code == 200 and 'id="candidates"' in body and "<html" not in body
+    assert str(other.first().code)[:8] in body and "best" in body
+
+
 def _waiting_on_the_gpu(job):
     """`job` as it stands once its batch has been sent to the GPU queue, not yet recorded."""
     from portal.models import GpuBatch
