@@ -49,6 +49,7 @@ def test_the_job_page_shows_progress_charts_and_the_speedup(client, customer, re
     assert "/static/vendor/plotly.min.js" in html and "cdn" not in html.lower()
     assert "2.00×" in html or "1.9" in html  # torch_compile at 2x base, best candidate at base
     assert response.context["candidates"].paginator.count == 3
+    assert 'id="gpu-queue"' not in html  # done with the GPU: no queue to stand in
 
 
 def test_the_progress_fragment_polls_while_the_job_runs(client, customer, review_job):
