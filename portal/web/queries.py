@@ -210,7 +210,6 @@ def gpu_queue(job: Job) -> dict:
         "running": len(running),
         "mine_running": mine is not None,
         "mine_started": mine[0] if mine else None,
-        "mine_for_s": (timezone.now() - mine[0]).total_seconds() if mine else None,
         "mine_worker": mine[1] if mine else "",
         "position": waiting.index(job.id) + 1 if job.id in waiting else None,
         "mine_error": failed.get(job.id, ""),
