@@ -677,7 +677,7 @@ def fits_job(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> bool
 # of CPU (softmax at the suite's three shapes: 99K points, about 7 s and 31 MB), and every
 # generation of a job asks for the same one again.
 _SPACES: OrderedDict = OrderedDict()
-_SPACES_KEPT = 4
+_SPACES_KEPT = 2  # up to ~30 MB each, in every agent worker process
 
 
 def _space_key(ir: KernelIR, dims_list: list[dict[str, int]]) -> tuple:
