@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
 
@@ -678,6 +679,7 @@ def fits_job(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> bool
 # generation of a job asks for the same one again.
 _SPACES: OrderedDict = OrderedDict()
 _SPACES_KEPT = 2  # up to ~30 MB each, in every agent worker process
+_SPACES_LOCK = threading.Lock()  # a web server's threads may run the agents (eager tasks)
 
 
 def _space_key(ir: KernelIR, dims_list: list[dict[str, int]]) -> tuple:
@@ -699,13 +701,16 @@ def space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     by `fits_job`), in a stable order. A new list each call; the schedules (frozen) are shared
     with the last few calls of the same key."""
     key = _space_key(ir, dims_list)
-    hit = _SPACES.get(key)
-    if hit is None:
-        hit = _SPACES[key] = tuple(_build_space(ir, dims_list))
-        while len(_SPACES) > _SPACES_KEPT:
-            _SPACES.popitem(last=False)
-    else:
-        _SPACES.move_to_end(key)
+    with _SPACES_LOCK:
+        hit = _SPACES.get(key)
+        if hit is not None:
+            _SPACES.move_to_end(key)
+    if hit is None:  # built outside the lock: two threads may both build it, both right
+        hit = tuple(_build_space(ir, dims_list))
+        with _SPACES_LOCK:
+            _SPACES[key] = hit
+            while len(_SPACES) > _SPACES_KEPT:
+                _SPACES.popitem(last=False)
     return list(hit)
 
 
