@@ -95,7 +95,9 @@ class Item:
     value: Any  # the frozen dataclass
     schedule: dict = field(init=False, repr=False)
     key: str = field(init=False, repr=False)
-    values: tuple = field(init=False, repr=False)  # field values in order, for distances
+    # every field's value, in the dataclass's order (defaults included, unlike `schedule`), so
+    # that two items of a kind compare field by field (offline._distance)
+    values: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
         self.schedule, self.key, self.values = _describe(self.kind, self.value)
@@ -115,7 +117,11 @@ def _describe(kind: str, value) -> tuple[dict, str, tuple]:
     if hit is not None and hit[0] == kind:
         return hit[1]
     schedule = value.to_schedule() if kind == "edit" else schedule_dict(value)
-    described = (schedule, ev.schedule_key(schedule), tuple(schedule.values()))
+    if dataclasses.is_dataclass(value):
+        values = tuple(getattr(value, f.name) for f in dataclasses.fields(value))
+    else:
+        values = tuple(schedule.values())
+    described = (schedule, ev.schedule_key(schedule), values)
     try:
         _DESCRIBED[value] = (kind, described)
     except TypeError:

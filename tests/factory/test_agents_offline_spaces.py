@@ -80,3 +80,16 @@ def test_items_of_one_point_share_its_description_but_drafts_get_their_own_sched
     draft.schedule["threads_per_row"] = -1  # whatever a caller does to its draft
     assert Item("generator", item.value).schedule == item.value.to_dict() == item.schedule
     assert Item("edit", edit_space()[0]).schedule.get("ptx_edit") is True
+
+
+def test_the_distance_counts_the_fields_that_differ_whatever_the_defaults(items):
+    from dataclasses import replace
+
+    base = next(it for it in items if not it.value.split_paths)
+    twin = Item("generator", replace(base.value, split_paths=True))  # a field left out at default
+    assert len(twin.schedule) == len(base.schedule) + 1
+    assert _distance(base, twin) == 1
+    tail = "strided" if base.value.tail != "strided" else "vectors"
+    other = Item("generator", replace(base.value, tail=tail, chunks=base.value.chunks + 1))
+    assert _distance(base, other) == 2 and _distance(twin, other) == 3
+    assert _distance(base, Item("edit", edit_space()[0])) == 99  # another kind of point
