@@ -58,10 +58,6 @@ def _space_field_values(ctx: Context, kind: str) -> dict[str, list]:
     return ctx._kind_values[key]
 
 
-def _hamming(a, b) -> int:
-    return sum(getattr(a, f.name) != getattr(b, f.name) for f in dataclasses.fields(a))
-
-
 class OfflinePlanner:
     def plan(self, ctx: Context) -> Plan:
         pop = ctx.population

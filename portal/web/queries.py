@@ -175,6 +175,7 @@ def generation_rows(job: Job) -> list[dict]:
                 "waiting": sum(
                     c.get(s, 0) for s in (Candidate.PROPOSED, Candidate.COMPILED, Candidate.QUEUED)
                 ),
+                "by_status": c,
                 "best_score_us": gen.best_score_us,
                 "model_rho": accuracy.get(gen.index),
                 "duration_s": max(0.0, (end - gen.created).total_seconds()),
@@ -576,12 +577,6 @@ def review_queue():
         Job.objects.filter(status=Job.REVIEW, best_candidate__isnull=False)
         .select_related("workload", "workload__org", "best_candidate")
         .order_by("updated")
-    )
-
-
-def candidate_status_counts(job: Job) -> dict[str, int]:
-    return dict(
-        Candidate.objects.filter(job=job).values_list("status").annotate(n=Count("id")).order_by()
     )
 
 

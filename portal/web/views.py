@@ -234,7 +234,10 @@ def _live_tokens(j: Job, progress: dict) -> dict[str, str]:
     """What the page's charts and candidate table were drawn from, in a word each: the progress
     poll carries them, and when they change it tells the page to fetch that part again."""
     best = j.best_candidate_id or 0
-    by_status = queries.candidate_status_counts(j)
+    by_status: dict[str, int] = {}
+    for g in progress.get("generations") or []:
+        for status, n in g["by_status"].items():
+            by_status[status] = by_status.get(status, 0) + n
     counts = "-".join(f"{status}{n}" for status, n in sorted(by_status.items()))
     return {
         "charts": f"g{progress.get('generations_done', 0)}b{best}",
