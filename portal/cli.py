@@ -106,17 +106,23 @@ def _describe_error(exc: urllib.error.HTTPError) -> str:
     return "\n".join(lines)
 
 
+def _code_path(kind: str, code: str) -> str:
+    code = code.strip()
+    if not code or "/" in code or not all(c.isalnum() or c == "-" for c in code):
+        raise CliError(f"{code!r} is not a {kind[:-1]} id", 2)
+    return f"{kind}/{code}/"
+
+
 def _job_path(job: str) -> str:
-    job = job.strip()
-    if not job or "/" in job or not all(c.isalnum() or c == "-" for c in job):
-        raise CliError(f"{job!r} is not a job id", 2)
-    return f"jobs/{job}/"
+    return _code_path("jobs", job)
 
 
 def _print_status(info: dict, out) -> None:
     bar_width = 30
     filled = int(round(info.get("progress", 0) * bar_width))
     print(f"job       {info['job']}  ({info['name']})", file=out)
+    if info.get("workload"):
+        print(f"workload  {info['workload']}", file=out)
     print(
         f"status    {info['status']}{' / ' + info['stage'] if info.get('stage') else ''}", file=out
     )
@@ -136,6 +142,8 @@ def _print_status(info: dict, out) -> None:
         )
     if info.get("best_score_us"):
         print(f"best      {info['best_score_us']:.3f} us", file=out)
+    if info.get("stop_reason"):
+        print(f"stopped   {info['stop_reason']}", file=out)
     if info.get("decision"):
         d = info["decision"]
         print(f"decision  {d['decision']}: {d.get('comment') or ''}".rstrip(), file=out)
@@ -224,6 +232,23 @@ def cmd_results(client: Client, args, out) -> int:
     return 0
 
 
+def cmd_cancel(client: Client, args, out) -> int:
+    _print_status(client.json("POST", _job_path(args.job) + "cancel/"), out)
+    return 0
+
+
+def cmd_stop(client: Client, args, out) -> int:
+    _print_status(client.json("POST", _job_path(args.job) + "stop/"), out)
+    return 0
+
+
+def cmd_rerun(client: Client, args, out) -> int:
+    body = {"generations": args.generations} if args.generations else None
+    info = client.json("POST", _code_path("workloads", args.workload) + "jobs/", body)
+    print(info["job"], file=out)
+    return _wait(client, info["job"], out) if args.wait else 0
+
+
 def cmd_download(client: Client, args, out) -> int:
     target = Path(args.output or f"{args.job}.zip")
     size, digest, expected = client.download(_job_path(args.job) + "artifact/", target)
@@ -257,6 +282,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=cmd_results)
+    p = sub.add_parser("cancel", help="cancel an active job (no review)")
+    p.add_argument("job")
+    p.set_defaults(run=cmd_cancel)
+    p = sub.add_parser("stop", help="end a job's search now: its best verified kernel to review")
+    p.add_argument("job")
+    p.set_defaults(run=cmd_stop)
+    p = sub.add_parser("rerun", help="start another job on a workload you uploaded")
+    p.add_argument("workload", help="the workload's id (ptxf status shows it)")
+    p.add_argument("--generations", type=int)
+    p.add_argument("--wait", action="store_true", help="poll until the search is done")
+    p.set_defaults(run=cmd_rerun)
     p = sub.add_parser("download", help="download an approved artifact")
     p.add_argument("job")
     p.add_argument("-o", "--output")

@@ -235,14 +235,75 @@ def submit(
     return jobs
 
 
+class JobControlRefused(ValueError):
+    """A job cannot be stopped, cancelled or started again as asked (the message says why)."""
+
+
+def _who(user) -> str:
+    return user.get_username() if user is not None else "the portal"
+
+
 def job_cancel(*, job: Job, user) -> bool:
+    """Stop an active job for good: nothing more is proposed, built or sent to the GPU. A batch
+    already on a GPU still lands as evidence, but moves the job no further. False when the job
+    had already stopped."""
     with transaction.atomic():
         ok = job.claim(
-            Job.ACTIVE, Job.CANCELLED, stop_reason="cancelled by a user", finished=timezone.now()
+            Job.ACTIVE,
+            Job.CANCELLED,
+            stop_reason=f"cancelled by {_who(user)}",
+            finished=timezone.now(),
         )
         if ok:
             audit_record(actor=user, org=job.org, verb="job.cancel", target=f"job:{job.code}")
     return ok
+
+
+def job_stop_early(*, job: Job, user) -> Job:
+    """End the search now and send the best verified kernel so far to review, as if the budget
+    were spent. Raises JobControlRefused when the job is not searching or nothing has passed
+    verification yet (there would be nothing to review: cancel it instead)."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.status not in Job.ACTIVE:
+            raise JobControlRefused(
+                f"The job is {locked.get_status_display().lower()}, not searching."
+            )
+        best = (
+            locked.candidates.filter(status=Candidate.PASSED, score_us__isnull=False)
+            .order_by("score_us")
+            .first()
+        )
+        if best is None:
+            raise JobControlRefused(
+                "No kernel has passed verification yet, so there is nothing to review: "
+                "wait for the first GPU results, or cancel the job."
+            )
+        locked.claim(
+            [Job.RUNNING, Job.WAITING_GPU],
+            Job.REVIEW,
+            stage=Job.STAGE_DONE,
+            stop_reason=f"stopped early by {_who(user)}",
+            best_candidate=best,
+            finished=timezone.now(),
+        )
+        audit_record(actor=user, org=locked.org, verb="job.stop", target=f"job:{locked.code}")
+    job.refresh_from_db()
+    return job
+
+
+def job_rerun(*, workload: Workload, user, max_generations: int | None = None) -> Job:
+    """Another job on a stored workload: it starts from the evidence its earlier jobs left.
+    Raises JobControlRefused while one of the workload's jobs is still searching."""
+    with transaction.atomic():
+        Workload.objects.select_for_update().filter(pk=workload.pk).first()
+        running = workload.jobs.filter(status__in=Job.ACTIVE).order_by("-created").first()
+        if running is not None:
+            raise JobControlRefused(
+                f"Job {str(running.code)[:8]} of this workload is still searching: stop or "
+                "cancel it first."
+            )
+        return job_create(workload=workload, user=user, max_generations=max_generations)
 
 
 def job_start(*, job: Job) -> Generation | None:
@@ -390,8 +451,8 @@ def _draft_of(candidate: Candidate):
 def candidate_build(*, candidate: Candidate) -> bool:
     """Compile with nvJitLink (CPU) and let the reviewer read the report: proposed -> compiled or
     rejected (with the reason). Returns True when this call settled the candidate."""
-    if candidate.status != Candidate.PROPOSED:
-        return False
+    if candidate.status != Candidate.PROPOSED or candidate.job.status not in Job.ACTIVE:
+        return False  # built already, or its job stopped: no CPU spent on a kernel nobody runs
     from factory.compile import compile_ptx
 
     report = compile_ptx(candidate.ptx, arch=candidate.job.target_gpu)

@@ -176,14 +176,19 @@ def root(request):
     )
 
 
-def _read_submission(request) -> dict:
-    if not request.content_type or request.content_type != "application/json":
-        raise ApiError(415, "Send the submission as JSON (Content-Type: application/json).")
+def _json_body(request, max_bytes: int, *, optional: bool = False) -> dict:
+    """The request's JSON object; where `optional`, a request that sends nothing (no body, or an
+    empty form) is {}."""
     try:
         raw = request.body
     except RequestDataTooBig:
         raise ApiError(413, "The request body is too large.") from None
-    if len(raw) > MANIFEST_MAX_BYTES + BASELINE_MAX_BYTES + 4096:
+    is_json = request.content_type == "application/json"
+    if optional and (not raw.strip() or (not is_json and not request.POST)):
+        return {}
+    if not is_json:
+        raise ApiError(415, "Send the body as JSON (Content-Type: application/json).")
+    if len(raw) > max_bytes:
         raise ApiError(413, "The request body is too large.")
     try:
         body = json.loads(raw.decode("utf-8"))
@@ -191,6 +196,22 @@ def _read_submission(request) -> dict:
         raise ApiError(400, f"The body is not valid JSON: {exc}.") from None
     if not isinstance(body, dict):
         raise ApiError(400, "The body must be a JSON object.")
+    return body
+
+
+def _generations(body: dict, errors: list) -> int | None:
+    generations = body.get("generations")
+    if generations is not None and (
+        not isinstance(generations, int)
+        or isinstance(generations, bool)
+        or not 1 <= generations <= 50
+    ):
+        errors.append(["generations", "a whole number from 1 to 50"])
+    return generations
+
+
+def _read_submission(request) -> dict:
+    body = _json_body(request, MANIFEST_MAX_BYTES + BASELINE_MAX_BYTES + 4096)
     errors = []
     manifest = body.get("manifest")
     if not isinstance(manifest, str) or not manifest.strip():
@@ -218,13 +239,7 @@ def _read_submission(request) -> dict:
                     check_text(source, what="kernel")
                 except ValidationError as exc:
                     errors.append(["baseline_source", exc.messages[0]])
-    generations = body.get("generations")
-    if generations is not None and (
-        not isinstance(generations, int)
-        or isinstance(generations, bool)
-        or not 1 <= generations <= 50
-    ):
-        errors.append(["generations", "a whole number from 1 to 50"])
+    generations = _generations(body, errors)
     per_row_length = body.get("per_row_length", False)
     if not isinstance(per_row_length, bool):
         errors.append(["per_row_length", "true or false"])
@@ -289,6 +304,27 @@ def jobs(request):
 @api_view(("GET",))
 def job(request, code):
     j = access.get_job_for_user(request.user, code)
+    return JsonResponse(job_json(request, j))
+
+
+@api_view(("POST",))
+def job_cancel(request, code):
+    """Stop an active job for good; 409 when it had already stopped."""
+    j = access.get_job_for_user(request.user, code)
+    if not services.job_cancel(job=j, user=request.user):
+        return error(409, f"The job is {j.get_status_display().lower()}: nothing to cancel.")
+    return JsonResponse(job_json(request, j))
+
+
+@api_view(("POST",))
+def job_stop(request, code):
+    """End the search now and send the best verified kernel so far to review; 409 when the job
+    is not searching or nothing has passed verification yet."""
+    j = access.get_job_for_user(request.user, code)
+    try:
+        j = services.job_stop_early(job=j, user=request.user)
+    except services.JobControlRefused as exc:
+        return error(409, str(exc))
     return JsonResponse(job_json(request, j))
 
 
@@ -371,6 +407,23 @@ def artifact(request, code):
     )
     response["X-Content-SHA256"] = found.sha256
     return response
+
+
+@api_view(("POST",))
+def workload_jobs(request, code):
+    """Another job on a stored workload ({"generations": n} optional); 409 while one of its
+    jobs is still searching."""
+    w = access.get_workload_for_user(request.user, code)
+    body = _json_body(request, 4096, optional=True)
+    errors = []
+    generations = _generations(body, errors)
+    if errors:
+        raise ApiError(400, "The request was refused.", errors)
+    try:
+        j = services.job_rerun(workload=w, user=request.user, max_generations=generations)
+    except services.JobControlRefused as exc:
+        return error(409, str(exc))
+    return JsonResponse(job_json(request, j), status=201)
 
 
 @api_view(("GET",))

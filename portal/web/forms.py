@@ -250,3 +250,9 @@ class ReviewForm(forms.Form):
 
 class TokenForm(forms.Form):
     name = forms.CharField(max_length=100, required=False)
+
+
+class RerunForm(forms.Form):
+    """Another job on a stored workload: only its budget is asked for."""
+
+    generations = forms.IntegerField(required=False, min_value=1, max_value=50)

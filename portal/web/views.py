@@ -20,7 +20,7 @@ from portal import charts, services
 from portal.models import ApiToken, Artifact, AuditEvent, GpuBatch, Job, ReviewDecision
 from portal.web import access, catalogue, queries
 from portal.web.delivery import decide_and_deliver
-from portal.web.forms import ReviewForm, TokenForm, UploadForm
+from portal.web.forms import RerunForm, ReviewForm, TokenForm, UploadForm
 
 log = logging.getLogger("portal.web")
 
@@ -183,6 +183,8 @@ def workload(request, code):
         "progress": queries.job_progress(latest) if latest else None,
         "steps": queries.stage_steps(latest) if latest else [],
         "spec": queries.spec_or_none(wl),
+        "default_generations": settings.FACTORY_GENERATIONS,
+        "searching": any(j.status in Job.ACTIVE for j in jobs),
     }
     context["row_lengths"] = queries.row_lengths(context["spec"])
     return _render(request, "web/workload.html", context, nav="home")
@@ -348,6 +350,55 @@ def job_resend(request, code):
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Batch {str(batch.code)[:8]} is back in the GPU queue.")
+    return redirect("web-job", code=j.code)
+
+
+# --- job controls: a customer or an engineer of the job's organisation ---------------------------
+
+
+@login_required
+@require_POST
+def job_cancel(request, code):
+    """Stop an active job for good (no review)."""
+    j = access.get_job_for_user(request.user, code)
+    if services.job_cancel(job=j, user=request.user):
+        messages.success(request, "The job is cancelled: nothing more goes to the agents or GPU.")
+    else:
+        messages.error(request, f"The job is {j.get_status_display().lower()}: nothing to cancel.")
+    return redirect("web-job", code=j.code)
+
+
+@login_required
+@require_POST
+def job_stop(request, code):
+    """End the search now; the best verified kernel so far goes to review."""
+    j = access.get_job_for_user(request.user, code)
+    try:
+        services.job_stop_early(job=j, user=request.user)
+    except services.JobControlRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, "The search is stopped; its best kernel is up for review.")
+    return redirect("web-job", code=j.code)
+
+
+@login_required
+@require_POST
+def workload_rerun(request, code):
+    """Another job on this workload, with the budget asked for (the default when blank)."""
+    wl = access.get_workload_for_user(request.user, code)
+    form = RerunForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Generations: " + " ".join(form.errors.get("generations", [])))
+        return redirect("web-workload", code=wl.code)
+    try:
+        j = services.job_rerun(
+            workload=wl, user=request.user, max_generations=form.cleaned_data["generations"]
+        )
+    except services.JobControlRefused as exc:
+        messages.error(request, str(exc))
+        return redirect("web-workload", code=wl.code)
+    messages.success(request, "A new job has started; it begins from what earlier jobs found.")
     return redirect("web-job", code=j.code)
 
 

@@ -176,3 +176,69 @@ def test_the_jobs_list_shows_only_the_customers_organisation(
     theirs = client.get(reverse("api-jobs"), **_auth(outsider)).json()["jobs"]
     assert [j["job"] for j in mine] == [str(review_job.code)]
     assert theirs == []
+
+
+# --- job controls ---------------------------------------------------------------------------------
+
+
+def test_a_customer_cancels_a_running_job_and_a_second_cancel_is_409(client, customer, acme_world):
+    job = acme_world["job"]
+    url = reverse("api-job-cancel", args=[job.code])
+    response = client.post(url, **_auth(customer))
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "cancelled" and body["done"] is True
+    assert body["stop_reason"] == "cancelled by alice"
+    again = client.post(url, **_auth(customer))
+    assert again.status_code == 409 and "nothing to cancel" in again.json()["error"]
+
+
+def test_stop_sends_the_best_so_far_to_review_or_says_why_not(
+    client, customer, acme_world, review_job
+):
+    from portal.models import Generation, Job
+
+    refused = client.post(reverse("api-job-stop", args=[acme_world["job"].code]), **_auth(customer))
+    assert refused.status_code == 409 and "nothing to review" in refused.json()["error"]
+    Job.objects.filter(pk=review_job.pk).update(
+        status=Job.RUNNING, max_generations=3, current_generation=1, best_candidate=None
+    )
+    Generation.objects.create(job=review_job, index=1)
+    response = client.post(reverse("api-job-stop", args=[review_job.code]), **_auth(customer))
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "review" and body["stop_reason"] == "stopped early by alice"
+    assert body["best_candidate"] == str(review_job.candidates.order_by("score_us")[0].code)
+
+
+def test_another_job_on_a_workload_through_the_api(client, customer, review_job):
+    url = reverse("api-workload-jobs", args=[review_job.workload.code])
+    bad = client.post(url, {"generations": 0}, content_type="application/json", **_auth(customer))
+    assert bad.status_code == 400 and bad.json()["errors"] == [
+        ["generations", "a whole number from 1 to 50"]
+    ]
+    response = client.post(
+        url, {"generations": 2}, content_type="application/json", **_auth(customer)
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert body["workload"] == str(review_job.workload.code)
+    assert body["status"] == "queued" and body["max_generations"] == 2
+    # The new job is queued (searching): a third one waits for it.
+    third = client.post(url, **_auth(customer))
+    assert third.status_code == 409 and "still searching" in third.json()["error"]
+    assert review_job.workload.jobs.count() == 2
+
+
+def test_job_controls_of_another_organisation_are_404_and_change_nothing(
+    client, outsider, acme_world
+):
+    job = acme_world["job"]
+    headers = _auth(outsider)
+    for name in ("api-job-cancel", "api-job-stop"):
+        assert client.post(reverse(name, args=[job.code]), **headers).status_code == 404
+    url = reverse("api-workload-jobs", args=[acme_world["workload"].code])
+    assert client.post(url, **headers).status_code == 404
+    job.refresh_from_db()
+    assert job.status == "running" and acme_world["workload"].jobs.count() == 2
+    assert client.get(reverse("api-job-cancel", args=[job.code]), **headers).status_code == 405

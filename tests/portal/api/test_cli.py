@@ -119,3 +119,20 @@ def test_submit_per_row_length_makes_a_job_for_each_row_length(
 
     jobs = [Job.objects.get(code=line) for line in out.split()]
     assert sorted({d["N"] for d in j.workload.spec().shapes} for j in jobs) == [{4096}, {8192}]
+
+
+def test_rerun_starts_another_job_and_cancel_stops_it(api, job):
+    code, out = api("rerun", str(job.workload.code), "--generations", "2")
+    assert code == 0
+    new = job.workload.jobs.exclude(pk=job.pk).get()
+    assert out.strip() == str(new.code) and new.max_generations == 2
+    code, out = api("cancel", str(new.code))
+    assert code == 0 and "status    cancelled" in out and "stopped   cancelled by alice" in out
+    new.refresh_from_db()
+    assert new.status == "cancelled"
+
+
+def test_stop_of_a_job_not_searching_prints_the_servers_reason(api, job, capsys):
+    code, _ = api("stop", str(job.code))
+    assert code == 1
+    assert "HTTP 409: The job is in review, not searching." in capsys.readouterr().err

@@ -1,0 +1,170 @@
+"""Job controls on the job and workload pages: cancel a job, stop its search early and send the
+best verified kernel so far to review, start another job on a stored workload."""
+
+import pytest
+from django.urls import reverse
+
+from portal import services
+from portal.models import AuditEvent, Candidate, Generation, Job
+from tests.portal.web.world import job_in_review
+
+pytestmark = pytest.mark.django_db
+
+
+def searching(job: Job) -> Job:
+    """`job` (one generation recorded, its candidates verified) put back to searching, with its
+    next generation being proposed: what a job looks like between generations."""
+    Job.objects.filter(pk=job.pk).update(
+        status=Job.RUNNING,
+        stage=Job.STAGE_PROPOSING,
+        max_generations=4,
+        current_generation=1,
+        stop_reason="",
+        finished=None,
+        best_candidate=None,
+    )
+    Generation.objects.create(job=job, index=1)
+    job.refresh_from_db()
+    return job
+
+
+@pytest.fixture
+def running_with_results(orgs, customer, settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    return searching(job_in_review(orgs[0], customer, failing=(0,)))
+
+
+def test_a_customer_cancels_their_running_job(client, customer, acme_world):
+    job = acme_world["job"]
+    client.force_login(customer)
+    page = client.get(reverse("web-job", args=[job.code])).content.decode()
+    assert 'id="cancel"' in page
+    response = client.post(reverse("web-job-cancel", args=[job.code]), follow=True)
+    job.refresh_from_db()
+    assert job.status == Job.CANCELLED and job.finished is not None
+    assert job.stop_reason == "cancelled by alice"
+    assert AuditEvent.objects.filter(verb="job.cancel", target=f"job:{job.code}").exists()
+    page = response.content.decode()
+    assert "The job is cancelled" in page
+    assert 'id="cancel"' not in page and 'id="stop"' not in page
+    assert "1 not run" in page and "in flight" not in page  # its proposed candidate
+
+
+def test_stop_is_offered_only_once_a_kernel_has_passed(
+    client, customer, acme_world, running_with_results
+):
+    client.force_login(customer)
+    fresh = client.get(reverse("web-job", args=[acme_world["job"].code])).content.decode()
+    assert 'id="cancel"' in fresh and 'id="stop"' not in fresh
+    timed = client.get(reverse("web-job", args=[running_with_results.code])).content.decode()
+    assert 'id="cancel"' in timed and 'id="stop"' in timed
+
+
+def test_stopping_early_sends_the_fastest_verified_kernel_to_review(
+    client, customer, engineer, running_with_results
+):
+    job = running_with_results
+    client.force_login(customer)
+    response = client.post(reverse("web-job-stop", args=[job.code]), follow=True)
+    job.refresh_from_db()
+    assert job.status == Job.REVIEW and job.stage == Job.STAGE_DONE
+    assert job.stop_reason == "stopped early by alice"
+    # Candidate 0 failed on the GPU; candidate 1 is the fastest that passed.
+    passed = job.candidates.filter(status=Candidate.PASSED).order_by("score_us")
+    assert job.best_candidate == passed.first() and job.best_candidate.note == "variant 1"
+    assert "up for review" in response.content.decode()
+    client.force_login(engineer)
+    queue = client.get(reverse("web-review-queue")).content.decode()
+    assert str(job.code)[:8] in queue
+
+
+def test_stopping_before_any_kernel_passed_is_refused_with_the_reason(client, customer, acme_world):
+    job = acme_world["job"]
+    client.force_login(customer)
+    response = client.post(reverse("web-job-stop", args=[job.code]), follow=True)
+    assert "nothing to review" in response.content.decode()
+    job.refresh_from_db()
+    assert job.status == Job.RUNNING and job.stop_reason == ""
+
+
+def test_a_finished_job_cannot_be_cancelled_or_stopped(client, customer, acme_world):
+    job = acme_world["approved_job"]
+    client.force_login(customer)
+    page = client.post(reverse("web-job-cancel", args=[job.code]), follow=True)
+    assert "nothing to cancel" in page.content.decode()
+    page = client.post(reverse("web-job-stop", args=[job.code]), follow=True)
+    assert "not searching" in page.content.decode()
+    job.refresh_from_db()
+    assert job.status == Job.APPROVED
+
+
+def test_an_outsider_cannot_touch_another_organisations_job(client, outsider, acme_world):
+    job = acme_world["job"]
+    client.force_login(outsider)
+    for name in ("web-job-cancel", "web-job-stop"):
+        assert client.post(reverse(name, args=[job.code])).status_code == 404
+    rerun = client.post(reverse("web-workload-rerun", args=[acme_world["workload"].code]))
+    assert rerun.status_code == 404
+    job.refresh_from_db()
+    assert job.status == Job.RUNNING
+    assert acme_world["workload"].jobs.count() == 2
+
+
+def test_controls_take_post_only(client, customer, acme_world):
+    client.force_login(customer)
+    job = acme_world["job"]
+    assert client.get(reverse("web-job-cancel", args=[job.code])).status_code == 405
+    assert client.get(reverse("web-job-stop", args=[job.code])).status_code == 405
+    job.refresh_from_db()
+    assert job.status == Job.RUNNING
+
+
+def test_a_cancelled_jobs_late_build_compiles_nothing(customer, acme_world):
+    job, candidate = acme_world["job"], acme_world["candidate"]
+    assert services.job_cancel(job=job, user=customer)
+    candidate.refresh_from_db()
+    assert services.candidate_build(candidate=candidate) is False
+    candidate.refresh_from_db()
+    assert candidate.status == Candidate.PROPOSED and candidate.compile_report in ({}, None)
+
+
+def test_another_job_on_a_workload_starts_with_the_budget_asked_for(
+    client, customer, orgs, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    done = job_in_review(orgs[0], customer)
+    workload = done.workload
+    client.force_login(customer)
+    page = client.get(reverse("web-workload", args=[workload.code])).content.decode()
+    assert 'id="rerun"' in page
+    with django_capture_on_commit_callbacks() as queued:
+        response = client.post(
+            reverse("web-workload-rerun", args=[workload.code]), {"generations": "3"}
+        )
+    new = workload.jobs.exclude(pk=done.pk).get()
+    assert response.status_code == 302 and response["Location"] == reverse(
+        "web-job", args=[new.code]
+    )
+    assert new.status == Job.QUEUED and new.max_generations == 3 and new.created_by == customer
+    assert len(queued) == 1  # the job's start, sent once the transaction commits
+
+
+def test_another_job_waits_until_the_workloads_running_job_stops(client, customer, acme_world):
+    workload = acme_world["workload"]
+    client.force_login(customer)
+    page = client.get(reverse("web-workload", args=[workload.code])).content.decode()
+    assert 'id="rerun"' not in page  # its latest job is still searching
+    response = client.post(reverse("web-workload-rerun", args=[workload.code]), follow=True)
+    assert "still searching" in response.content.decode()
+    assert workload.jobs.count() == 2
+
+
+def test_a_rerun_budget_out_of_range_is_refused(client, customer, orgs, settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    workload = job_in_review(orgs[0], customer).workload
+    client.force_login(customer)
+    response = client.post(
+        reverse("web-workload-rerun", args=[workload.code]), {"generations": "99"}, follow=True
+    )
+    assert "Generations:" in response.content.decode()
+    assert workload.jobs.count() == 1
