@@ -168,3 +168,30 @@ def test_a_rerun_budget_out_of_range_is_refused(client, customer, orgs, settings
     )
     assert "Generations:" in response.content.decode()
     assert workload.jobs.count() == 1
+
+
+def test_a_batch_that_lands_after_its_job_was_cancelled_is_kept_as_evidence(
+    customer, orgs, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    from portal.celery import app
+    from portal.evidence_store import DbEvidenceStore
+    from tests.portal.web.world import job_on_the_gpu
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job, results = job_on_the_gpu(orgs[0], customer)
+    assert services.job_cancel(job=job, user=customer)
+    app.conf.task_always_eager = True  # generation_finish runs here, on commit
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            services.results_record(results=results)
+    finally:
+        app.conf.task_always_eager = False
+    job.refresh_from_db()
+    assert job.status == Job.CANCELLED and job.best_candidate is None
+    assert job.generations.get().status == Generation.DONE
+    assert job.candidates.filter(status=Candidate.PASSED).count() == 3
+    kept = [
+        r for r in DbEvidenceStore().query(family=job.workload.family) if r["job"] == str(job.code)
+    ]
+    assert len({r["ptx_sha256"] for r in kept}) == 3  # each candidate, at each shape
+    assert len(kept) == 6 and all(r["status"] == "passed" for r in kept)

@@ -19,6 +19,27 @@ def job_in_review(
 ):
     """A one-generation job whose batch came back from the GPU and which now waits for review.
     Candidate 0 is the fastest (results_for gives candidate i a time of base_us + i)."""
+    job, results = job_on_the_gpu(
+        org,
+        user,
+        name=name,
+        candidates=candidates,
+        failing=failing,
+        flagged=flagged,
+        base_us=base_us,
+    )
+    services.results_record(results=results)
+    services.generation_finish(generation=job.generations.get(index=0))
+    job.refresh_from_db()
+    assert job.status == Job.REVIEW, job.status
+    return job
+
+
+def job_on_the_gpu(
+    org, user, *, name="softmax", candidates=3, failing=(), flagged=False, base_us=10.0
+):
+    """A one-generation job whose batch is out to a GPU, and the results file that batch will
+    bring back (not yet recorded)."""
     manifest = f'name = "{name}"\n# {uuid.uuid4()}\n'
     workload = Workload.objects.create(
         org=org, name=name, manifest=manifest, sha256=sha256_hex(manifest), created_by=user
@@ -69,8 +90,4 @@ def job_in_review(
     results = results_for(batch_doc, failing={str(made[i].code) for i in failing}, base_us=base_us)
     if flagged:
         results["candidates"][0]["flags"] = ["above_copy_ceiling: 5.1 TB/s > 4.28 TB/s"]
-    services.results_record(results=results)
-    services.generation_finish(generation=Generation.objects.get(pk=generation.pk))
-    job.refresh_from_db()
-    assert job.status == Job.REVIEW, job.status
-    return job
+    return job, results
