@@ -209,6 +209,18 @@ def costmodel_figure(rows: Iterable[dict], rho: float | None = None) -> dict:
     }
 
 
+def _series_colours(names: list[str]) -> dict[str, str]:
+    """The candidate in our colour; each baseline in the palette by its place among the
+    baselines, so a baseline keeps its colour whether or not a candidate is drawn beside it."""
+    baselines = [n for n in names if n != "candidate"]
+    return {
+        n: CANDIDATE_COLOUR
+        if n == "candidate"
+        else BASELINE_COLOURS[baselines.index(n) % len(BASELINE_COLOURS)]
+        for n in names
+    }
+
+
 def baselines_figure(rows: Iterable[dict]) -> dict:
     """The final candidate against every baseline, per shape, with confidence intervals.
 
@@ -225,17 +237,14 @@ def baselines_figure(rows: Iterable[dict]) -> dict:
         if row["shape"] not in shapes:
             shapes.append(row["shape"])
     names = sorted(by_name, key=lambda n: (n != "candidate", n))
+    colours = _series_colours(names)
     data = []
-    for i, name in enumerate(names):
+    for name in names:
         points = by_name[name]
         medians = [p["median_us"] for p in points]
         plus = [max(0.0, (p.get("ci_high_us") or p["median_us"]) - p["median_us"]) for p in points]
         minus = [max(0.0, p["median_us"] - (p.get("ci_low_us") or p["median_us"])) for p in points]
-        colour = (
-            CANDIDATE_COLOUR
-            if name == "candidate"
-            else BASELINE_COLOURS[(i - 1) % len(BASELINE_COLOURS)]
-        )
+        colour = colours[name]
         data.append(
             {
                 "type": "bar",
@@ -257,7 +266,12 @@ def baselines_figure(rows: Iterable[dict]) -> dict:
     return {
         "data": data,
         "layout": _layout(
-            "Candidate against baselines (median, 95% interval; lower is better)",
+            (
+                "Candidate against baselines"
+                if "candidate" in by_name
+                else "Baselines (no verified candidate yet)"
+            )
+            + " (median, 95% interval; lower is better)",
             barmode="group",
             xaxis={
                 "title": {"text": "shape"},
@@ -281,15 +295,12 @@ def bandwidth_figure(rows: Iterable[dict], copy_ceiling_tbps: float | None) -> d
         if _finite(row.get("tbps")):
             by_name[row["name"]].append(row)
     names = sorted(by_name, key=lambda n: (n != "candidate", n))
+    colours = _series_colours(names)
     data = []
-    for i, name in enumerate(names):
+    for name in names:
         points = by_name[name]
         ys = [p["tbps"] / ceiling if ceiling else p["tbps"] for p in points]
-        colour = (
-            CANDIDATE_COLOUR
-            if name == "candidate"
-            else BASELINE_COLOURS[(i - 1) % len(BASELINE_COLOURS)]
-        )
+        colour = colours[name]
         data.append(
             {
                 "type": "bar",

@@ -8,7 +8,7 @@ from django.urls import reverse
 from portal import services
 from portal.artifacts import verify_checksums
 from portal.web.delivery import decide_and_deliver
-from tests.portal.web.world import job_in_review
+from tests.portal.web.world import job_between_generations, job_in_review
 
 pytestmark = pytest.mark.django_db
 
@@ -196,14 +196,9 @@ def test_a_customer_cancels_a_running_job_and_a_second_cancel_is_409(client, cus
 def test_stop_sends_the_best_so_far_to_review_or_says_why_not(
     client, customer, acme_world, review_job
 ):
-    from portal.models import Generation, Job
-
     refused = client.post(reverse("api-job-stop", args=[acme_world["job"].code]), **_auth(customer))
     assert refused.status_code == 409 and "nothing to review" in refused.json()["error"]
-    Job.objects.filter(pk=review_job.pk).update(
-        status=Job.RUNNING, max_generations=3, current_generation=1, best_candidate=None
-    )
-    Generation.objects.create(job=review_job, index=1)
+    job_between_generations(review_job)
     response = client.post(reverse("api-job-stop", args=[review_job.code]), **_auth(customer))
     assert response.status_code == 200
     body = response.json()

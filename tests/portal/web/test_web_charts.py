@@ -80,6 +80,25 @@ def test_baseline_chart_has_one_bar_series_per_kernel_with_asymmetric_intervals(
     assert cand["error_y"]["arrayminus"] == [0.5]
 
 
+def test_a_baseline_keeps_its_colour_with_or_without_a_candidate_beside_it():
+    rows = [
+        {"shape": "N=1", "name": "torch_compile", "median_us": 12.0, "tbps": 2.0},
+        {"shape": "N=1", "name": "torch_eager", "median_us": 20.0, "tbps": 1.0},
+    ]
+    mine = {"shape": "N=1", "name": "candidate", "median_us": 10.0, "tbps": 3.0}
+    for figure in (charts.baselines_figure, lambda r: charts.bandwidth_figure(r, 4.0)):
+        alone = {t["name"]: t["marker"]["color"] for t in figure(rows)["data"]}
+        beside = {t["name"]: t["marker"]["color"] for t in figure(rows + [mine])["data"]}
+        assert alone == {"torch_compile": "#d55e00", "torch_eager": "#009e73"}
+        assert beside == {**alone, "candidate": charts.CANDIDATE_COLOUR}
+    assert charts.baselines_figure(rows)["layout"]["title"]["text"].startswith(
+        "Baselines (no verified candidate yet)"
+    )
+    assert charts.baselines_figure(rows + [mine])["layout"]["title"]["text"].startswith(
+        "Candidate against baselines"
+    )
+
+
 def test_bandwidth_chart_divides_by_the_copy_ceiling_and_draws_it():
     fig = charts.bandwidth_figure(
         [{"shape": "N=1", "name": "candidate", "tbps": 3.0}], copy_ceiling_tbps=4.0

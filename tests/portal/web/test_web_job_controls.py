@@ -6,32 +6,15 @@ from django.urls import reverse
 
 from portal import services
 from portal.models import AuditEvent, Candidate, Generation, Job
-from tests.portal.web.world import job_in_review
+from tests.portal.web.world import job_between_generations, job_in_review
 
 pytestmark = pytest.mark.django_db
-
-
-def searching(job: Job) -> Job:
-    """`job` (one generation recorded, its candidates verified) put back to searching, with its
-    next generation being proposed: what a job looks like between generations."""
-    Job.objects.filter(pk=job.pk).update(
-        status=Job.RUNNING,
-        stage=Job.STAGE_PROPOSING,
-        max_generations=4,
-        current_generation=1,
-        stop_reason="",
-        finished=None,
-        best_candidate=None,
-    )
-    Generation.objects.create(job=job, index=1)
-    job.refresh_from_db()
-    return job
 
 
 @pytest.fixture
 def running_with_results(orgs, customer, settings, tmp_path):
     settings.MEDIA_ROOT = tmp_path / "media"
-    return searching(job_in_review(orgs[0], customer, failing=(0,)))
+    return job_between_generations(job_in_review(orgs[0], customer, failing=(0,)))
 
 
 def test_a_customer_cancels_their_running_job(client, customer, acme_world):

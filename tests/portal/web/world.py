@@ -91,3 +91,19 @@ def job_on_the_gpu(
     if flagged:
         results["candidates"][0]["flags"] = ["above_copy_ceiling: 5.1 TB/s > 4.28 TB/s"]
     return job, results
+
+
+def job_between_generations(job: Job) -> Job:
+    """`job` (one generation recorded, its candidates verified) put back to searching, with its
+    next generation being proposed: what a job looks like between generations."""
+    Job.objects.filter(pk=job.pk).update(
+        status=Job.RUNNING,
+        stage=Job.STAGE_PROPOSING,
+        max_generations=4,
+        current_generation=1,
+        stop_reason="",
+        finished=None,
+    )
+    Generation.objects.create(job=job, index=1)
+    job.refresh_from_db()
+    return job
