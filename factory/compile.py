@@ -9,9 +9,15 @@ dropped before it is timed (local memory, too many registers for the block, too 
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import os
 import re
+import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 # Hopper (sm_90) and Blackwell (sm_100) facts used by the static checks.
 REGISTER_FILE_PER_SM = 65536  # 32-bit registers per SM
@@ -48,9 +54,10 @@ class CompileReport:
     stack_bytes: int = 0
     smem_bytes: int = 0
     barriers: int = 0
-    compile_ms: float = 0.0
+    compile_ms: float = 0.0  # what compiling took, also when this report came from the cache
     nvjitlink_version: str = ""
     entries: list[EntryResources] = field(default_factory=list)
+    cached: bool = False  # read back from the compile cache, not compiled by this call
 
     def to_dict(self) -> dict:
         """JSON-ready form; the cubin is summarised by its size, never embedded."""
@@ -145,12 +152,111 @@ def _read_log(getter_size, getter, handle) -> str:
     return bytes(buf).rstrip(b"\x00").decode("utf-8", errors="replace")
 
 
+# --- the compile cache ----------------------------------------------------------------------------
+# The same PTX is compiled again and again: the agents screen the seed layouts of a job in every
+# worker process, the build stage compiles every candidate the agents already compiled, and a
+# job run again on a workload starts from the same seeds. Compiling is deterministic for a given
+# PTX text, architecture, options and nvJitLink version, so a report is kept on disk under the
+# hash of those and read back instead (a few ms instead of 40-200 ms a kernel). Off unless a
+# directory is configured (`configure_cache`, or PTXF_COMPILE_CACHE in the environment).
+
+CACHE_FORMAT = 1
+CACHE_MAX_ENTRIES = 5_000  # 70 KB a report with its cubin: about 350 MB at the most
+_CACHE_PRUNE_EVERY = 200  # writes between two counts of the directory
+_cache_dir: Path | None = None
+_cache_configured = False
+_cache_writes = 0
+_cache_lock = threading.Lock()
+
+
+def configure_cache(path: str | os.PathLike | None) -> None:
+    """Keep compile reports under `path` (created when first written); None turns the cache
+    off. Without a call, PTXF_COMPILE_CACHE in the environment names the directory."""
+    global _cache_dir, _cache_configured
+    _cache_dir = Path(path) if path else None
+    _cache_configured = True
+
+
+def cache_dir() -> Path | None:
+    if not _cache_configured:
+        return (
+            Path(os.environ["PTXF_COMPILE_CACHE"]) if os.environ.get("PTXF_COMPILE_CACHE") else None
+        )
+    return _cache_dir
+
+
+def _cache_path(root: Path, ptx: str, arch: str, opts: list[str], version: str) -> Path:
+    h = hashlib.sha256()
+    for part in (f"format {CACHE_FORMAT}", version, arch, "\0".join(opts), ptx):
+        h.update(part.encode("utf-8"))
+        h.update(b"\0")
+    key = h.hexdigest()
+    return root / key[:2] / f"{key}.json"
+
+
+def _cache_read(path: Path) -> CompileReport | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        entries = [EntryResources(**e) for e in data.pop("entries")]
+        cubin = data.pop("cubin_b64")
+        report = CompileReport(**data, entries=entries)
+        report.cubin = base64.b64decode(cubin) if cubin is not None else None
+    except (OSError, ValueError, TypeError, KeyError):  # absent, torn or from another format
+        return None
+    report.cached = True
+    return report
+
+
+def _cache_write(root: Path, path: Path, report: CompileReport) -> None:
+    """Write atomically (a reader sees the whole file or none); a failure to write costs only
+    the saving, never the compile."""
+    global _cache_writes
+    data = asdict(report)
+    data.pop("cached")
+    data.pop("cubin")
+    data["cubin_b64"] = base64.b64encode(report.cubin).decode() if report.cubin else None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        return
+    with _cache_lock:
+        _cache_writes += 1
+        prune = _cache_writes % _CACHE_PRUNE_EVERY == 0
+    if prune:
+        prune_cache(root)
+
+
+def prune_cache(root: Path, max_entries: int = CACHE_MAX_ENTRIES) -> int:
+    """Remove the least recently written reports beyond 80% of `max_entries` once the cache
+    holds more than `max_entries`. Returns how many were removed."""
+    try:
+        files = [(f.stat().st_mtime, f) for f in root.glob("??/*.json")]
+    except OSError:
+        return 0
+    if len(files) <= max_entries:
+        return 0
+    files.sort()
+    removed = 0
+    for _, f in files[: len(files) - int(max_entries * 0.8)]:
+        try:
+            f.unlink()
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def compile_ptx(ptx: str, arch: str = "sm_90", options: tuple[str, ...] = ()) -> CompileReport:
     """Compile `ptx` for `arch` ("sm_90", "sm_90a", "sm_100") into a cubin with nvJitLink.
 
     Always returns a report: on bad PTX `ok` is False and `log` holds ptxas's errors with line
     numbers. Extra `options` are passed to nvJitLink as is (e.g. "-maxrregcount=64" is spelled
-    "-Xptxas=-maxrregcount=64"). `compile_ms` is host wall time for the whole link.
+    "-Xptxas=-maxrregcount=64"). `compile_ms` is host wall time for the whole link. With a cache
+    directory configured, a PTX text compiled before (same arch, options and nvJitLink) is read
+    back from it (`cached` is then True).
     """
     try:
         from cuda.bindings import nvjitlink as nj
@@ -159,6 +265,19 @@ def compile_ptx(ptx: str, arch: str = "sm_90", options: tuple[str, ...] = ()) ->
 
     opts = [f"-arch={arch}", "-verbose", *options]
     version = ".".join(str(v) for v in nj.version())
+    root = cache_dir()
+    if root is not None:
+        path = _cache_path(root, ptx, arch, opts, version)
+        hit = _cache_read(path)
+        if hit is not None:
+            return hit
+    report = _link(nj, ptx, arch, opts, version)
+    if root is not None:
+        _cache_write(root, path, report)
+    return report
+
+
+def _link(nj, ptx: str, arch: str, opts: list[str], version: str) -> CompileReport:
     start = time.perf_counter()
     try:
         handle = nj.create(len(opts), opts)

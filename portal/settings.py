@@ -243,6 +243,12 @@ FACTORY_DEFAULT_GPU = envstr("FACTORY_DEFAULT_GPU", "sm_90")
 FACTORY_PROPOSE = envstr("FACTORY_PROPOSE", "factory.loop.propose")
 FACTORY_SHOULD_STOP = envstr("FACTORY_SHOULD_STOP", "factory.loop.should_stop")
 FACTORY_REVIEW = envstr("FACTORY_REVIEW", "factory.agents.review")
+# nvJitLink reports kept on disk by the hash of what was compiled (factory.compile): the agents,
+# the build stage and later jobs read them back instead of compiling the same PTX again. Each
+# host keeps its own; "off" turns it off.
+COMPILE_CACHE_DIR = envstr("COMPILE_CACHE_DIR", str(VAR_DIR / "compile-cache"))
+if COMPILE_CACHE_DIR.strip().lower() in ("", "off", "0", "false", "no"):
+    COMPILE_CACHE_DIR = None
 GPU_BASELINES = envlist(
     "GPU_BASELINES",
     ["customer", "torch_eager", "torch_compile", "torch_compile_max_autotune", "triton", "liger"],

@@ -49,3 +49,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {gpu_reason()}"))
         if "services" in item.keywords and not services_available():
             item.add_marker(skip_services)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compile_cache(tmp_path_factory):
+    """One compile cache for the session, in a temporary directory: tests share what they
+    compiled (as the portal's workers do) and leave nothing in the checkout's var/."""
+    from factory.compile import configure_cache
+
+    configure_cache(tmp_path_factory.mktemp("compile-cache"))
+    yield

@@ -496,7 +496,11 @@ def _compile_rows(report: dict) -> list[tuple[str, str]]:
         ("Stack frame", get("stack_bytes", " B")),
         ("Shared memory", get("smem_bytes", " B")),
         ("Barriers", get("barriers")),
-        ("Compile time", get("compile_ms", " ms")),
+        (
+            "Compile time",
+            get("compile_ms", " ms")
+            + (" (read from the compile cache)" if report.get("cached") else ""),
+        ),
         ("nvJitLink", get("nvjitlink_version")),
     ]
 

@@ -108,3 +108,34 @@ def test_every_pipeline_task_has_a_queue():
     assert {"agents", "build", "gpu.sm_90", "gpu.sm_100", "default"} <= queues
     assert config["task_routes"]["portal.generation_propose"]["queue"] == "agents"
     assert config["task_routes"]["portal.candidate_build"]["queue"] == "build"
+
+
+def _compile_cache_of_a_django_process(**env) -> str:
+    full = {
+        **os.environ,
+        "PTXF_VAR_DIR": "/tmp/ptxf-st",
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+    }
+    full.pop("COMPILE_CACHE_DIR", None)
+    full.update(env)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import django; django.setup(); from factory.compile import cache_dir; "
+            "print(cache_dir())",
+        ],
+        env=full,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_the_portals_processes_keep_compile_reports_under_var_unless_told_otherwise():
+    assert _compile_cache_of_a_django_process() == "/tmp/ptxf-st/compile-cache"
+    assert _compile_cache_of_a_django_process(COMPILE_CACHE_DIR="/srv/cc") == "/srv/cc"
+    assert _compile_cache_of_a_django_process(COMPILE_CACHE_DIR="off") == "None"

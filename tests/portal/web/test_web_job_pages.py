@@ -266,6 +266,12 @@ def test_the_candidate_page_shows_lineage_compile_verification_and_timing(
     Candidate.objects.filter(pk=best.pk).update(predicted_us=42.5)
     html = client.get(reverse("web-candidate", args=[best.code])).content.decode()
     assert "42.50 µs predicted before the GPU" in html
+    assert "compile cache" not in html
+    Candidate.objects.filter(pk=best.pk).update(
+        compile_report={**best.compile_report, "compile_ms": 61.25, "cached": True}
+    )
+    html = client.get(reverse("web-candidate", args=[best.code])).content.decode()
+    assert "61.2 ms (read from the compile cache)" in html
 
 
 def test_a_customer_reads_the_ptx_only_once_it_is_approved(client, customer, engineer, review_job):
