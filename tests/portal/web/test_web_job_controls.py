@@ -31,6 +31,7 @@ def test_a_customer_cancels_their_running_job(client, customer, acme_world):
     assert "The job is cancelled" in page
     assert 'id="cancel"' not in page and 'id="stop"' not in page
     assert "1 not run" in page and "in flight" not in page  # its proposed candidate
+    assert ">stopped</span>" in page and "Proposing" not in page  # its unfinished generation
 
 
 def test_stop_is_offered_only_once_a_kernel_has_passed(
