@@ -279,14 +279,15 @@ def job_stop_early(*, job: Job, user) -> Job:
                 "No kernel has passed verification yet, so there is nothing to review: "
                 "wait for the first GPU results, or cancel the job."
             )
-        locked.claim(
+        if not locked.claim(
             [Job.RUNNING, Job.WAITING_GPU],
             Job.REVIEW,
             stage=Job.STAGE_DONE,
             stop_reason=f"stopped early by {_who(user)}",
             best_candidate=best,
             finished=timezone.now(),
-        )
+        ):  # it stopped meanwhile (SQLite takes no row lock)
+            raise JobControlRefused("The job stopped meanwhile: reload the page.")
         audit_record(actor=user, org=locked.org, verb="job.stop", target=f"job:{locked.code}")
     job.refresh_from_db()
     return job
