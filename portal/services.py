@@ -256,6 +256,9 @@ def job_cancel(*, job: Job, user) -> bool:
         )
         if ok:
             audit_record(actor=user, org=job.org, verb="job.cancel", target=f"job:{job.code}")
+            from portal import tasks
+
+            transaction.on_commit(lambda: tasks.withdraw_gpu_batches(job))
     return ok
 
 
@@ -576,6 +579,8 @@ def gpu_batch_resend(*, job: Job, user) -> GpuBatch:
 
     if not settings.GPU_DISPATCH:
         raise ResendRefused("This portal sends no batches to GPU workers: import a results file.")
+    if job.status not in Job.ACTIVE:
+        raise ResendRefused(f"The job is {job.get_status_display().lower()}: it needs no GPU time.")
     with transaction.atomic():
         batch = (
             GpuBatch.objects.select_for_update()

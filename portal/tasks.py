@@ -93,8 +93,38 @@ def send_to_gpu(batch_id: int) -> None:
         return
     # Sent again (requeue_stuck --gpu): whichever worker had it is presumed gone.
     GpuBatch.objects.filter(pk=batch.pk).update(started=None, worker="", error="")
-    gpu = app.signature(GPU_TASK_NAME, args=(batch.batch,), queue=f"gpu.{batch.arch}")
+    gpu = app.signature(
+        GPU_TASK_NAME,
+        args=(batch.batch,),
+        queue=f"gpu.{batch.arch}",
+        task_id=gpu_task_id(batch.code),  # by the batch, so that a cancel can withdraw it
+    )
     chain(gpu, results_record.s().set(queue="default")).apply_async()
+
+
+def gpu_task_id(batch_code) -> str:
+    return f"gpu-batch-{batch_code}"
+
+
+def withdraw_gpu_batches(job: Job) -> int:
+    """Ask the GPU workers to drop the job's batches that wait in a GPU queue (a cancelled job):
+    Celery's revoke, broadcast to the workers alive now, which then discard the message when
+    they reach it (tests/portal/test_gpu_withdraw.py, on Redis). Best effort: a batch already
+    on a GPU runs to the end (its results are kept as evidence), and a worker that joins later
+    has not heard of the revoke. Returns how many batches were asked to be withdrawn."""
+    codes = list(
+        GpuBatch.objects.filter(
+            job=job, status=GpuBatch.DISPATCHED, started__isnull=True
+        ).values_list("code", flat=True)
+    )
+    if not codes or not settings.GPU_DISPATCH:
+        return 0
+    try:
+        app.control.revoke([gpu_task_id(code) for code in codes])
+    except Exception as exc:  # noqa: BLE001 - the broker unreachable: the batch still runs
+        log.info("could not withdraw the GPU batches of job %s: %s", job.code, exc)
+        return 0
+    return len(codes)
 
 
 @shared_task(name="portal.gpu_batch_taken")

@@ -37,7 +37,9 @@ def worker_env(marker):
     }
 
 
-def start_worker(name, env):
+def start_worker(name, env, *, queue="build", log=None):
+    """A prefork worker with one child on `queue`; its log (at info with `log`, a file) is
+    where a test reads what the worker did with a message."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -47,7 +49,7 @@ def start_worker(name, env):
             "portal",
             "worker",
             "-Q",
-            "build",
+            queue,
             "-P",
             "prefork",
             "-c",
@@ -57,11 +59,13 @@ def start_worker(name, env):
             "--without-gossip",
             "--without-mingle",
             "-l",
-            "warning",
+            "info" if log else "warning",
         ],
         cwd=ROOT,
         env=env,
         start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT if log else None,
     )
 
 

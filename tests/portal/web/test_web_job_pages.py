@@ -209,6 +209,7 @@ def test_an_engineer_sends_a_stopped_batch_to_the_gpu_queue_again(
         message.ack()
         queue.close()
     assert message.headers["task"] == GPU_TASK_NAME
+    assert message.headers["id"] == f"gpu-batch-{batch.code}"  # what a cancel revokes
     assert message.payload[0][0]["batch_id"] == str(batch.code)
     batch.refresh_from_db()
     assert (batch.status, batch.error, batch.worker, batch.started) == (
@@ -225,6 +226,13 @@ def test_an_engineer_sends_a_stopped_batch_to_the_gpu_queue_again(
         page = client.post(resend, follow=True).content.decode()
     assert "is on gpu0@h200-host now" in page and not sent
     assert AuditEvent.objects.filter(verb="gpu_batch.resend").count() == 1
+
+    # A job that stopped needs no GPU time: its batch is not sent again.
+    services.gpu_batch_taken(code=str(batch.code), worker="gpu0@h200-host", error="lost")
+    Job.objects.filter(pk=review_job.pk).update(status=Job.CANCELLED)
+    with django_capture_on_commit_callbacks(execute=True) as sent:
+        page = client.post(resend, follow=True).content.decode()
+    assert "The job is cancelled: it needs no GPU time." in page and not sent
 
 
 def test_a_batch_back_from_the_gpu_is_shown_as_being_recorded(client, customer, review_job):
