@@ -172,6 +172,21 @@ def root(request):
             "api_version": API_VERSION,
             "user": request.user.get_username(),
             "submit": request.build_absolute_uri(reverse("api-jobs")),
+            # What a script can do, relative to this root; JOB, WORKLOAD and CANDIDATE are the
+            # ids the other answers carry.
+            "endpoints": {
+                "GET jobs/": "your organisation's latest jobs",
+                "POST jobs/": "submit a manifest: {manifest, generations?, per_row_length?, "
+                "baseline_source?, baseline_filename?}",
+                "GET jobs/JOB/": "a job's progress",
+                "GET jobs/JOB/results/": "the best kernel's verification, timings and speedups",
+                "GET jobs/JOB/artifact/": "the approved artifact (a zip)",
+                "POST jobs/JOB/stop/": "end the search: the best verified kernel to review",
+                "POST jobs/JOB/cancel/": "stop the job for good",
+                "GET workloads/WORKLOAD/": "a workload and its jobs",
+                "POST workloads/WORKLOAD/jobs/": "another job on it: {generations?}",
+                "GET candidates/CANDIDATE/": "one candidate's evidence",
+            },
         }
     )
 

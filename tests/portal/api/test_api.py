@@ -237,3 +237,24 @@ def test_job_controls_of_another_organisation_are_404_and_change_nothing(
     job.refresh_from_db()
     assert job.status == "running" and acme_world["workload"].jobs.count() == 2
     assert client.get(reverse("api-job-cancel", args=[job.code]), **headers).status_code == 405
+
+
+def test_the_api_root_lists_every_endpoint_and_each_one_answers_its_method(client, customer):
+    import uuid
+
+    from django.urls import resolve
+
+    root = reverse("api-root")
+    body = client.get(root, **_auth(customer)).json()
+    listed = body["endpoints"]
+    assert len(listed) == 10
+    for key in listed:
+        method, path = key.split(" ")
+        for word in ("JOB", "WORKLOAD", "CANDIDATE"):
+            path = path.replace(word, str(uuid.uuid4()))
+        match = resolve(root + path)
+        assert match.url_name.startswith("api-"), key
+        # The method the root names is the one the view takes (an unknown id is a 404 and an
+        # empty submission a 415, never a 405).
+        response = client.generic(method, root + path, **_auth(customer))
+        assert response.status_code in (200, 404, 415), (key, response.status_code)
