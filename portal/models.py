@@ -357,6 +357,11 @@ class Candidate(models.Model):
     ]
     SETTLED = (REJECTED, PASSED, FAILED)
 
+    @property
+    def settled(self) -> bool:
+        """Refused, verified or failed: nothing more will happen to it."""
+        return self.status in self.SETTLED
+
     code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     job = models.ForeignKey(Job, models.CASCADE, related_name="candidates")
     generation = models.ForeignKey(Generation, models.CASCADE, related_name="candidates")

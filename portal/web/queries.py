@@ -228,7 +228,10 @@ def job_progress(job: Job) -> dict:
     done = sum(1 for g in gens if g["status"] == Generation.DONE)
     budget = max(job.max_generations, 1)
     finished = job.status not in Job.ACTIVE
-    fraction = 1.0 if finished else min(0.99, done / budget)
+    # A search that ran its course (budget, plateau, stopped early for review) is complete; a
+    # cancelled or failed one shows how far it got.
+    stopped = job.status in (Job.CANCELLED, Job.FAILED)
+    fraction = min(1.0, done / budget) if stopped else 1.0 if finished else min(0.99, done / budget)
     # Estimate the rest from the generations already done (median, robust to a slow first one
     # that had to warm caches); nothing to say before the first generation is done.
     durations = [g["duration_s"] for g in gens if g["status"] == Generation.DONE]
@@ -247,6 +250,7 @@ def job_progress(job: Job) -> dict:
         "status_label": job.get_status_display(),
         "stage": job.stage,
         "active": job.status in Job.ACTIVE,
+        "stopped": stopped,
         "generations_done": done,
         "max_generations": job.max_generations,
         "fraction": fraction,

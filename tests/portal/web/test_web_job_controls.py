@@ -1,6 +1,8 @@
 """Job controls on the job and workload pages: cancel a job, stop its search early and send the
 best verified kernel so far to review, start another job on a stored workload."""
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -32,6 +34,9 @@ def test_a_customer_cancels_their_running_job(client, customer, acme_world):
     assert 'id="cancel"' not in page and 'id="stop"' not in page
     assert "1 not run" in page and "in flight" not in page  # its proposed candidate
     assert ">stopped</span>" in page and "Proposing" not in page  # its unfinished generation
+    # How far it got (nothing of its budget), not a full bar as for a search that ran its course
+    assert '<div class="progress stopped">' in page and re.search(r"done\s+·\s+0%", page)
+    assert ">Not run</span>" in page and ">Proposed</span>" not in page  # in the table too
 
 
 def test_stop_is_offered_only_once_a_kernel_has_passed(
