@@ -192,11 +192,17 @@ def gpu_queue(job: Job) -> dict:
     open_batches = list(
         GpuBatch.objects.filter(arch=job.target_gpu, status=GpuBatch.DISPATCHED)
         .order_by("dispatched", "id")
-        .values_list("job_id", "started", "worker", "error")[:500]
+        .values_list("job_id", "started", "worker", "error", "job__status")[:500]
     )
-    waiting = [j for j, started, _, error in open_batches if started is None and not error]
-    running = {j: (started, worker) for j, started, worker, _ in open_batches if started}
-    failed = {j: error for j, started, _, error in open_batches if error and not started}
+    # A stopped job's batch that no worker took is withdrawn: not in line any more. One on a
+    # GPU still holds that GPU.
+    waiting = [
+        j
+        for j, started, _, error, status in open_batches
+        if started is None and not error and status in Job.ACTIVE
+    ]
+    running = {j: (started, worker) for j, started, worker, _, _ in open_batches if started}
+    failed = {j: error for j, started, _, error, _ in open_batches if error and not started}
     last_taken = (
         GpuBatch.objects.filter(arch=job.target_gpu, started__isnull=False)
         .order_by("-started")

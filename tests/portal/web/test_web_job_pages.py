@@ -176,6 +176,11 @@ def test_a_sent_batch_waits_in_line_until_a_gpu_worker_says_it_took_it(
     client.force_login(customer)
     html = _queue(client, review_job)[1]
     assert "stopped without results" in html and "TypeError" not in html
+    # A cancelled job's batch that no worker took is out of the line; one on a GPU holds it.
+    services.job_cancel(job=other, user=customer)
+    assert _queue(client, review_job)[0]["waiting"] == 0
+    tasks.gpu_batch_taken(str(GpuBatch.objects.get(job=other).code), "gpu1@h200-host")
+    assert _queue(client, review_job)[0]["running"] == 1
     # A late word about a batch already recorded changes nothing.
     GpuBatch.objects.filter(pk=batch.pk).update(status=GpuBatch.RECORDED)
     assert not services.gpu_batch_taken(code=str(batch.code), worker="gpu1@elsewhere")
