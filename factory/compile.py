@@ -249,14 +249,17 @@ def prune_cache(root: Path, max_entries: int = CACHE_MAX_ENTRIES) -> int:
     return removed
 
 
-def compile_ptx(ptx: str, arch: str = "sm_90", options: tuple[str, ...] = ()) -> CompileReport:
+def compile_ptx(
+    ptx: str, arch: str = "sm_90", options: tuple[str, ...] = (), *, cache: bool = True
+) -> CompileReport:
     """Compile `ptx` for `arch` ("sm_90", "sm_90a", "sm_100") into a cubin with nvJitLink.
 
     Always returns a report: on bad PTX `ok` is False and `log` holds ptxas's errors with line
     numbers. Extra `options` are passed to nvJitLink as is (e.g. "-maxrregcount=64" is spelled
     "-Xptxas=-maxrregcount=64"). `compile_ms` is host wall time for the whole link. With a cache
     directory configured, a PTX text compiled before (same arch, options and nvJitLink) is read
-    back from it (`cached` is then True).
+    back from it (`cached` is then True); `cache=False` compiles afresh and keeps nothing (the
+    cubin a GPU worker times and the one an artifact ships come from the PTX itself).
     """
     try:
         from cuda.bindings import nvjitlink as nj
@@ -265,7 +268,7 @@ def compile_ptx(ptx: str, arch: str = "sm_90", options: tuple[str, ...] = ()) ->
 
     opts = [f"-arch={arch}", "-verbose", *options]
     version = ".".join(str(v) for v in nj.version())
-    root = cache_dir()
+    root = cache_dir() if cache else None
     if root is not None:
         path = _cache_path(root, ptx, arch, opts, version)
         hit = _cache_read(path)

@@ -152,7 +152,7 @@ def _compile(ptx: str, arch: str) -> tuple[dict | None, bytes | None, str]:
         from factory.compile import compile_ptx
     except ImportError:
         return None, None, ""
-    rep = compile_ptx(ptx, arch)
+    rep = compile_ptx(ptx, arch, cache=False)  # the cubin timed here comes from this PTX
     if not rep.ok:
         return rep.to_dict(), None, rep.log.strip()[-2000:] or "nvJitLink refused the PTX"
     return rep.to_dict(), rep.cubin, ""

@@ -77,3 +77,16 @@ def test_pruning_removes_the_oldest_beyond_four_fifths(cache):
     assert C.prune_cache(cache, max_entries=10) == 0
     assert C.prune_cache(cache, max_entries=5) == 2  # down to 4, the newest
     assert _files(cache) == files[2:]
+
+
+def test_the_gpu_worker_and_the_artifact_compile_afresh(cache):
+    """What is timed on the GPU and what a customer downloads come from the PTX, never from a
+    file on this host's disk."""
+    from gpuworker.runner import _compile
+    from portal.artifacts import _default_compile
+
+    C.compile_ptx(PTX)  # in the cache now
+    report, cubin, error = _compile(PTX, "sm_90")
+    assert not error and cubin and report["cached"] is False
+    assert _default_compile(PTX, "sm_90").cached is False
+    assert C.compile_ptx(PTX).cached and len(_files(cache)) == 1
