@@ -238,6 +238,7 @@ def test_an_engineer_sends_a_stopped_batch_to_the_gpu_queue_again(
     with django_capture_on_commit_callbacks(execute=True) as sent:
         page = client.post(resend, follow=True).content.decode()
     assert "The job is cancelled: it needs no GPU time." in page and not sent
+    assert 'id="resend"' not in page  # nor offered
 
 
 def test_a_batch_back_from_the_gpu_is_shown_as_being_recorded(client, customer, review_job):
