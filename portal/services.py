@@ -834,6 +834,22 @@ def generation_finish(*, generation: Generation) -> Generation | None:
             .order_by("score_us")
             .first()
         )
+        if (
+            job.status == Job.REVIEW
+            and overall is not None
+            and overall != job.best_candidate
+            and (job.best_candidate is None or overall.score_us < job.best_candidate.score_us)
+        ):
+            # A batch that was on a GPU when the search was stopped early landed with a faster
+            # verified kernel: that is the best to review (the review page names the kernel it
+            # showed, so a decision is never about one the engineer did not see).
+            audit_record(
+                org=job.org,
+                verb="job.best",
+                target=f"job:{job.code}",
+                data={"candidate": str(overall.code), "score_us": overall.score_us},
+            )
+            job.claim([Job.REVIEW], Job.REVIEW, best_candidate=overall)
         if job.status not in (Job.RUNNING, Job.WAITING_GPU):
             return None
         reason = job_should_stop(job=job, generation=generation)

@@ -565,8 +565,16 @@ def review(request, code):
     all_ok = all(c.ok for c in checks)
     status = 200
     if request.method == "POST":
+        shown = request.POST.get("candidate")
         if j.status != Job.REVIEW:
             form.add_error(None, f"The job is {j.get_status_display().lower()}, not in review.")
+            status = 409
+        elif shown and shown != str(best.code):
+            form.add_error(
+                None,
+                "The best kernel changed while you read: a faster one was verified after the "
+                "search stopped. This page now shows it; decide on it.",
+            )
             status = 409
         elif form.is_valid():
             decision = form.cleaned_data["decision"]

@@ -184,3 +184,61 @@ def test_a_batch_that_lands_after_its_job_was_cancelled_is_kept_as_evidence(
     ]
     assert len({r["ptx_sha256"] for r in kept}) == 3  # each candidate, at each shape
     assert len(kept) == 6 and all(r["status"] == "passed" for r in kept)
+
+
+def test_a_faster_kernel_landing_after_an_early_stop_becomes_the_one_to_review(
+    client, customer, engineer, orgs, settings, tmp_path
+):
+    from tests.portal.web.world import batch_on_the_gpu
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = job_between_generations(job_in_review(orgs[0], customer))  # gen 0: 10, 11, 12 us
+    late = Generation.objects.get(job=job, index=1)
+    Generation.objects.filter(pk=late.pk).update(status=Generation.GPU)
+    results = batch_on_the_gpu(late, base_us=5.0)  # gen 1 on a GPU: 5, 6, 7 us
+    services.job_stop_early(job=job, user=customer)
+    job.refresh_from_db()
+    stopped_best = job.best_candidate
+    assert stopped_best.note == "variant 0"
+
+    client.force_login(engineer)
+    page = client.get(reverse("web-review", args=[job.code]))
+    shown = str(page.context["candidate"].code)
+    assert shown == str(stopped_best.code) and f'name="candidate" value="{shown}"' in (
+        page.content.decode()
+    )
+    services.results_record(results=results)
+    services.generation_finish(generation=Generation.objects.get(pk=late.pk))
+    job.refresh_from_db()
+    assert job.status == Job.REVIEW and job.best_candidate.note == "g1 v0"
+    assert AuditEvent.objects.filter(verb="job.best", target=f"job:{job.code}").exists()
+
+    # The engineer decides on the page they read: refused, and shown the new best.
+    response = client.post(
+        reverse("web-review", args=[job.code]),
+        {"decision": "approve", "comment": "looked at it", "candidate": shown},
+    )
+    assert response.status_code == 409
+    assert "The best kernel changed while you read" in response.content.decode()
+    assert response.context["candidate"] == job.best_candidate
+    job.refresh_from_db()
+    assert job.status == Job.REVIEW and not job.reviews.exists()
+
+
+def test_a_slower_late_batch_leaves_the_kernel_under_review_alone(
+    customer, orgs, settings, tmp_path
+):
+    from tests.portal.web.world import batch_on_the_gpu
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = job_between_generations(job_in_review(orgs[0], customer))
+    late = Generation.objects.get(job=job, index=1)
+    Generation.objects.filter(pk=late.pk).update(status=Generation.GPU)
+    results = batch_on_the_gpu(late, base_us=50.0)
+    services.job_stop_early(job=job, user=customer)
+    best = Job.objects.get(pk=job.pk).best_candidate
+    services.results_record(results=results)
+    services.generation_finish(generation=Generation.objects.get(pk=late.pk))
+    job.refresh_from_db()
+    assert job.best_candidate == best and job.status == Job.REVIEW
+    assert not AuditEvent.objects.filter(verb="job.best").exists()

@@ -53,9 +53,20 @@ def job_on_the_gpu(
         stage=Job.STAGE_GPU,
     )
     generation = Generation.objects.create(job=job, index=0, status=Generation.GPU)
+    results = batch_on_the_gpu(
+        generation, candidates=candidates, failing=failing, flagged=flagged, base_us=base_us
+    )
+    return job, results
+
+
+def batch_on_the_gpu(generation, *, candidates=3, failing=(), flagged=False, base_us=10.0):
+    """`candidates` new candidates of `generation`, in a batch out to a GPU; the results file
+    it will bring back (not yet recorded)."""
+    job = generation.job
     made = []
     for i in range(candidates):
-        ptx = SIMPLE_PTX.replace("//", f"// variant {i}", 1)
+        tag = f"variant {i}" if generation.index == 0 else f"g{generation.index} v{i}"
+        ptx = SIMPLE_PTX.replace("//", f"// {tag}", 1)
         made.append(
             Candidate.objects.create(
                 job=job,
@@ -73,7 +84,7 @@ def job_on_the_gpu(
                 ],
                 launch={"grid": [64, 1, 1], "block": [256, 1, 1], "smem_bytes": 0, "cluster": None},
                 compile_report={"ok": True, "arch": "sm_90", "registers": 10},
-                note=f"variant {i}",
+                note=tag,
             )
         )
     code = uuid.uuid4()
@@ -90,7 +101,7 @@ def job_on_the_gpu(
     results = results_for(batch_doc, failing={str(made[i].code) for i in failing}, base_us=base_us)
     if flagged:
         results["candidates"][0]["flags"] = ["above_copy_ceiling: 5.1 TB/s > 4.28 TB/s"]
-    return job, results
+    return results
 
 
 def job_between_generations(job: Job) -> Job:
