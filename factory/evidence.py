@@ -221,6 +221,10 @@ def _shape_class_of(record: dict) -> str:
 # --- reading evidence ------------------------------------------------------------------------
 
 
+# The portal's statuses of a candidate not yet judged: written, compiled, or out to a GPU.
+UNSETTLED = ("proposed", "compiled", "queued")
+
+
 def passed(records: list[dict]) -> list[dict]:
     return [r for r in records if r.get("status") == "passed" and r.get("median_us")]
 
@@ -354,7 +358,8 @@ def distil_lessons(
                 s["wins"] += 1 if ratio <= 1.05 else 0
     lessons.choices = {k: dict(v) for k, v in stats.items()}
     for r in rel:
-        if r.get("status") != "passed":
+        # A candidate still on its way (or left so by a cancelled job) has not failed anything.
+        if r.get("status") not in ("passed", *UNSETTLED):
             reason = (r.get("reason") or r.get("status") or "unknown").split(":")[0].strip()
             key = f"{r.get('status')}: {reason}"[:120]
             lessons.failures[key] = lessons.failures.get(key, 0) + 1

@@ -112,8 +112,10 @@ def test_lessons_say_which_choices_win_and_which_failed_and_why():
     records.append(
         rec("j", {"block": 64, "vec": 8}, None, status="rejected", reason="spills: 64 bytes stored")
     )
+    # Not yet judged (in flight, or left so by a cancelled job): no failure.
+    records.append(rec("k", {"block": 128, "vec": 8}, None, status="queued", reason=""))
     lessons = distil_lessons(records, family="softmax", gpu="sm_90")
-    assert lessons.records == 8
+    assert lessons.records == 9
     assert lessons.preferred("vec")[0] == 4
     assert lessons.preferred("block")[0] == 256
     assert lessons.failures == {"compile_error: compile error": 1, "rejected: spills": 1}
