@@ -195,3 +195,41 @@ def test_a_cancelled_job_sends_nothing_to_the_gpu(
         tasks.gpu_batch_dispatch.apply(args=[generation.pk])
     assert not GpuBatch.objects.filter(job=job).exists()
     assert Job.objects.get(pk=job.pk).status == Job.CANCELLED
+
+
+def test_another_job_on_a_workload_starts_from_the_first_jobs_winner(
+    upload, customer, django_capture_on_commit_callbacks
+):
+    from factory.evidence import schedule_key
+    from factory.ir import lower
+    from factory.loop import propose
+    from factory.schedules import space
+
+    first = upload()
+    # Make the first job's fastest kernel a layout no job would start from on its own: one of
+    # the schedule space that a job without evidence does not propose.
+    spec = first.workload.spec()
+    fresh = {
+        schedule_key(d.schedule)
+        for seed in (1, 2, 3)
+        for d in propose(spec, generation=0, population=8, evidence=[], seed=seed)
+    }
+    odd = next(
+        s for s in space(lower(spec), list(spec.shapes)) if schedule_key(s.to_dict()) not in fresh
+    )
+    batch = first.batches.get().batch
+    fastest = Candidate.objects.get(code=batch["candidates"][0]["id"])  # results_for: fastest
+    Candidate.objects.filter(pk=fastest.pk).update(schedule=odd.to_dict())
+    with django_capture_on_commit_callbacks(execute=True):
+        services.results_import(results=results_for(batch))
+    first.refresh_from_db()
+    assert first.status == Job.REVIEW and first.best_candidate == fastest
+    winner = schedule_key(odd.to_dict())
+    with django_capture_on_commit_callbacks(execute=True):
+        again = services.job_rerun(workload=first.workload, user=customer, max_generations=1)
+    again.refresh_from_db()
+    assert again.status == Job.WAITING_GPU, again.stop_reason
+    # The "new job starts from what earlier jobs found" of the workload page: the first job's
+    # fastest kernel is among the new job's first proposals.
+    proposed = {schedule_key(c.schedule) for c in again.candidates.all()}
+    assert winner in proposed
