@@ -466,6 +466,37 @@ def samples_figure(samples_by_shape: dict[str, list[float]]) -> dict:
     }
 
 
+def jobs_figure(rows: Iterable[dict]) -> dict:
+    """A workload's jobs side by side: each job's best kernel (its score, the geometric mean of
+    its times over the shapes), oldest job first, so a job run again shows what it gained.
+
+    Each row: ``job`` (a short label), ``best_us`` (None: nothing verified, left out) and
+    ``status``.
+    """
+    timed = [r for r in rows if _finite(r.get("best_us"))]
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "name": "best kernel",
+                "x": [r["job"] for r in timed],
+                "y": [r["best_us"] for r in timed],
+                "text": [r["status"] for r in timed],
+                "marker": {"color": CANDIDATE_COLOUR},
+                "hovertemplate": "job %{x} (%{text})<br>%{y:.2f} µs<extra></extra>",
+            }
+        ]
+        if timed
+        else [],
+        "layout": _layout(
+            "Best kernel per job (geometric mean over the shapes; lower is better)",
+            showlegend=False,
+            xaxis={"title": {"text": "job, oldest first"}, "type": "category"},
+            yaxis={"title": {"text": "µs"}, "rangemode": "tozero"},
+        ),
+    }
+
+
 def is_empty(figure: dict) -> bool:
     return not any(trace.get("x") or trace.get("y") for trace in figure.get("data", []))
 

@@ -186,6 +186,18 @@ def workload(request, code):
         "default_generations": settings.FACTORY_GENERATIONS,
         "searching": any(j.status in Job.ACTIVE for j in jobs),
     }
+    timed = [j for j in reversed(jobs) if j.best_candidate and j.best_candidate.score_us]
+    if len(timed) >= 2:  # one job alone has its own page; two or more compare here
+        context["jobs_chart"] = charts.to_div(
+            charts.jobs_figure(
+                {
+                    "job": str(j.code)[:8],
+                    "best_us": j.best_candidate.score_us,
+                    "status": j.get_status_display(),
+                }
+                for j in timed
+            )
+        )
     context["row_lengths"] = queries.row_lengths(context["spec"])
     return _render(request, "web/workload.html", context, nav="home")
 

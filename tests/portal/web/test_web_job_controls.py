@@ -6,7 +6,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from portal import services
+from portal import charts, services
 from portal.models import AuditEvent, Candidate, Generation, Job
 from tests.portal.web.world import job_between_generations, job_in_review
 
@@ -242,3 +242,30 @@ def test_a_slower_late_batch_leaves_the_kernel_under_review_alone(
     job.refresh_from_db()
     assert job.best_candidate == best and job.status == Job.REVIEW
     assert not AuditEvent.objects.filter(verb="job.best").exists()
+
+
+def test_the_workload_page_compares_its_jobs_best_kernels_once_two_are_timed(
+    client, customer, orgs, settings, tmp_path
+):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    first = job_in_review(orgs[0], customer)  # best 10 us
+    client.force_login(customer)
+    url = reverse("web-workload", args=[first.workload.code])
+    assert 'id="jobs-chart"' not in client.get(url).content.decode()  # one job: its own page
+    second = job_in_review(orgs[0], customer, base_us=7.0)
+    Job.objects.filter(pk=second.pk).update(workload=first.workload)
+    page = client.get(url).content.decode()
+    assert 'id="jobs-chart"' in page and "vendor/plotly.min.js" in page
+    figure = charts.jobs_figure(
+        [
+            {"job": str(first.code)[:8], "best_us": 10.0, "status": "In review"},
+            {"job": "nothing", "best_us": None, "status": "Cancelled"},
+            {"job": str(second.code)[:8], "best_us": 7.0, "status": "In review"},
+        ]
+    )
+    (bars,) = figure["data"]
+    assert bars["x"] == [str(first.code)[:8], str(second.code)[:8]] and bars["y"] == [10.0, 7.0]
+    # The page's chart: both jobs, oldest first, with their best times.
+    drawn = re.search(r'"x":\[("[^]]*")\],"y":\[([^]]*)\]', page)
+    assert drawn.group(1) == f'"{str(first.code)[:8]}","{str(second.code)[:8]}"'
+    assert [float(y) for y in drawn.group(2).split(",")] == pytest.approx([10.0, 7.0])
