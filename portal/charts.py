@@ -482,6 +482,7 @@ def jobs_figure(rows: Iterable[dict]) -> dict:
                 "x": [r["job"] for r in timed],
                 "y": [r["best_us"] for r in timed],
                 "text": [r["status"] for r in timed],
+                "texttemplate": "%{y:.2f} µs<br>%{text}",
                 "marker": {"color": CANDIDATE_COLOUR},
                 "hovertemplate": "job %{x} (%{text})<br>%{y:.2f} µs<extra></extra>",
             }
