@@ -140,6 +140,20 @@ def _print_status(info: dict, out) -> None:
             f"{counts.get('failed', 0)} failed, {counts.get('rejected', 0)} refused)",
             file=out,
         )
+    queue = info.get("gpu_queue") or {}
+    if not info.get("done") and info.get("status") == "waiting_gpu" and queue:
+        if queue.get("mine_running"):
+            where = "on a GPU now"
+        elif queue.get("mine_failed"):
+            where = "the GPU worker stopped without results; an engineer sends it again"
+        elif queue.get("position"):
+            where = f"number {queue['position']} in line"
+        elif not queue.get("dispatch"):
+            where = "waiting for a results file from an air-gapped GPU host"
+        else:
+            where = "waiting for a GPU worker"
+        idle = "; no GPU worker has taken a batch lately" if queue.get("idle") else ""
+        print(f"gpu       gpu.{queue.get('arch', '?')}: {where}{idle}", file=out)
     if info.get("best_score_us"):
         print(f"best      {info['best_score_us']:.3f} us", file=out)
     if info.get("stop_reason"):

@@ -136,3 +136,26 @@ def test_stop_of_a_job_not_searching_prints_the_servers_reason(api, job, capsys)
     code, _ = api("stop", str(job.code))
     assert code == 1
     assert "HTTP 409: The job is in review, not searching." in capsys.readouterr().err
+
+
+def test_status_says_where_a_waiting_jobs_batch_stands_in_the_gpu_queue():
+    def status(**queue):
+        info = {
+            "job": "j",
+            "name": "softmax",
+            "status": "waiting_gpu",
+            "done": False,
+            "gpu_queue": {"arch": "sm_90", "dispatch": True, **queue},
+        }
+        out = io.StringIO()
+        cli._print_status(info, out)
+        return [line for line in out.getvalue().splitlines() if line.startswith("gpu ")]
+
+    assert status(position=2) == ["gpu       gpu.sm_90: number 2 in line"]
+    assert status(mine_running=True) == ["gpu       gpu.sm_90: on a GPU now"]
+    assert status(position=1, idle=True) == [
+        "gpu       gpu.sm_90: number 1 in line; no GPU worker has taken a batch lately"
+    ]
+    assert status(dispatch=False) == [
+        "gpu       gpu.sm_90: waiting for a results file from an air-gapped GPU host"
+    ]
