@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/<uuid:code>/batch/", views.job_batch, name="web-job-batch"),
     path("jobs/<uuid:code>/import/", views.job_import, name="web-job-import"),
     path("jobs/<uuid:code>/resend/", views.job_resend, name="web-job-resend"),
+    path("jobs/<uuid:code>/results.csv", views.job_results_csv, name="web-job-results-csv"),
     path("jobs/<uuid:code>/cancel/", views.job_cancel, name="web-job-cancel"),
     path("jobs/<uuid:code>/stop/", views.job_stop, name="web-job-stop"),
     path("jobs/<uuid:code>/artifact/", views.artifact_download, name="web-artifact-download"),

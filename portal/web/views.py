@@ -17,7 +17,15 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal import charts, services
-from portal.models import ApiToken, Artifact, AuditEvent, GpuBatch, Job, ReviewDecision
+from portal.models import (
+    ApiToken,
+    Artifact,
+    AuditEvent,
+    GpuBatch,
+    Job,
+    ReviewDecision,
+    TimingResult,
+)
 from portal.web import access, catalogue, queries
 from portal.web.delivery import decide_and_deliver
 from portal.web.forms import RerunForm, ReviewForm, TokenForm, UploadForm
@@ -363,6 +371,72 @@ def job_resend(request, code):
     else:
         messages.success(request, f"Batch {str(batch.code)[:8]} is back in the GPU queue.")
     return redirect("web-job", code=j.code)
+
+
+CSV_COLUMNS = (
+    "candidate",
+    "generation",
+    "status",
+    "made_by",
+    "score_us",
+    "shape",
+    "median_us",
+    "ci_low_us",
+    "ci_high_us",
+    "p20_us",
+    "p80_us",
+    "tbps",
+    "reason",
+)
+
+
+@login_required
+@require_GET
+def job_results_csv(request, code):
+    """Every candidate of the job with its time at each shape, one row per (candidate, shape),
+    for a spreadsheet; a candidate without a time has one row with the time columns blank.
+    Each baseline has a row per shape too (its name in the candidate column)."""
+    import csv
+    import io
+
+    from portal.charts import shape_label
+
+    j = access.get_job_for_user(request.user, code)
+    timings: dict[int, list[TimingResult]] = {}
+    for t in (
+        TimingResult.objects.filter(candidate__job=j)
+        .defer("samples_us")
+        .order_by("candidate_id", "dims_key")
+    ):
+        timings.setdefault(t.candidate_id, []).append(t)
+
+    def measured(t: TimingResult | None) -> list:
+        if t is None:
+            return [""] * 7
+        cells = [t.median_us, t.ci_low_us, t.ci_high_us, t.p20_us, t.p80_us, t.tbps]
+        return [shape_label(t.dims)] + ["" if x is None else x for x in cells]
+
+    def text(value: str) -> str:
+        # A spreadsheet runs a cell that starts like a formula: a reason quoting a compiler log
+        # (with the customer's identifiers in it) must stay text.
+        return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CSV_COLUMNS)
+    for c in queries.top_candidates(j):
+        made_by = text(f"{c.role} {c.backend}".strip())
+        score = "" if c.score_us is None else c.score_us
+        for t in timings.get(c.pk) or [None]:
+            head = [str(c.code), c.generation.index, c.status, made_by, score]
+            writer.writerow(head + measured(t) + [text(c.reason)])
+    for b in queries.job_baselines(j):
+        for t in b.timings.values():
+            row = [text(b.name), "", b.status, "baseline", ""] + measured(t) + [text(b.reason)]
+            writer.writerow(row)
+    response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="job-{str(j.code)[:8]}-results.csv"'
+    return response
 
 
 # --- job controls: a customer or an engineer of the job's organisation ---------------------------

@@ -269,3 +269,30 @@ def test_the_workload_page_compares_its_jobs_best_kernels_once_two_are_timed(
     drawn = re.search(r'"x":\[("[^]]*")\],"y":\[([^]]*)\]', page)
     assert drawn.group(1) == f'"{str(first.code)[:8]}","{str(second.code)[:8]}"'
     assert [float(y) for y in drawn.group(2).split(",")] == pytest.approx([10.0, 7.0])
+
+
+def test_a_customer_takes_every_time_away_as_csv(
+    client, customer, outsider, orgs, settings, tmp_path
+):
+    import csv
+    import io
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = job_in_review(orgs[0], customer, failing=(2,))
+    Candidate.objects.filter(job=job, note="variant 2").update(reason="=HYPERLINK(x)")
+    client.force_login(customer)
+    assert 'id="results-csv"' in client.get(reverse("web-job", args=[job.code])).content.decode()
+    response = client.get(reverse("web-job-results-csv", args=[job.code]))
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    assert f"job-{str(job.code)[:8]}-results.csv" in response["Content-Disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    fastest = job.best_candidate
+    mine = [r for r in rows if r["candidate"] == str(fastest.code)]
+    assert sorted(r["shape"] for r in mine) == ["M=4096 N=4096", "M=64 N=1024"]
+    assert all(float(r["median_us"]) == pytest.approx(10.0) for r in mine)
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["median_us"] == ""
+    assert failed[0]["reason"] == "'=HYPERLINK(x)"  # text in a spreadsheet, not a formula
+    assert {r["made_by"] for r in rows if r["candidate"] == "torch_compile"} == {"baseline"}
+    client.force_login(outsider)
+    assert client.get(reverse("web-job-results-csv", args=[job.code])).status_code == 404
