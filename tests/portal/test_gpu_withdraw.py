@@ -2,9 +2,6 @@
 at the cancel discard it when they reach it, instead of spending GPU time on it. Needs real
 PostgreSQL and Redis (PTXF_SERVICES=1) and a real worker on the GPU queue."""
 
-import os
-import signal
-import subprocess
 import uuid
 
 import pytest
@@ -13,7 +10,7 @@ from django.conf import settings
 from portal import services, tasks
 from portal.celery import GPU_TASK_NAME, app
 from portal.models import Generation, GpuBatch, Job
-from tests.portal.test_redelivery import start_worker, wait_for, worker_env
+from tests.portal.test_redelivery import start_worker, stop_worker, wait_for, worker_env
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -58,11 +55,6 @@ def test_a_cancelled_jobs_waiting_batch_is_discarded_by_the_gpu_worker(
         assert wait_for(lambda: discarded in log_path.read_text(), 30), log_path.read_text()
         assert f"Received task: {GPU_TASK_NAME}[{task_id}]" not in log_path.read_text()
     finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
+        stop_worker(worker)
     batch.refresh_from_db()
     assert batch.started is None and batch.status == GpuBatch.DISPATCHED

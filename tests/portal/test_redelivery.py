@@ -69,6 +69,17 @@ def start_worker(name, env, *, queue="build", log=None):
     )
 
 
+def stop_worker(proc) -> None:
+    """SIGTERM to the worker's process group (a warm shutdown), SIGKILL after 20 s."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
 def wait_for(predicate, timeout_s):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -126,12 +137,7 @@ def test_a_task_of_a_worker_killed_mid_task_is_redelivered_and_nothing_is_duplic
         time.sleep(2)  # give a duplicate delivery, if any, the chance to show itself
     finally:
         for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+            stop_worker(proc)
 
     candidate.refresh_from_db()
     assert marker.read_text().count("start") == 2  # ran, was killed, ran again
