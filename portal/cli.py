@@ -152,7 +152,10 @@ def _print_status(info: dict, out) -> None:
             where = "waiting for a results file from an air-gapped GPU host"
         else:
             where = "waiting for a GPU worker"
-        idle = "; no GPU worker has taken a batch lately" if queue.get("idle") else ""
+        idle = ""
+        if queue.get("idle") and queue.get("dispatch", True):
+            when = "lately" if queue.get("last_taken") else "yet"
+            idle = f"; no GPU worker has taken a batch from this queue {when}"
         print(f"gpu       gpu.{queue.get('arch', '?')}: {where}{idle}", file=out)
     if info.get("best_score_us"):
         print(f"best      {info['best_score_us']:.3f} us", file=out)

@@ -154,7 +154,11 @@ def test_status_says_where_a_waiting_jobs_batch_stands_in_the_gpu_queue():
     assert status(position=2) == ["gpu       gpu.sm_90: number 2 in line"]
     assert status(mine_running=True) == ["gpu       gpu.sm_90: on a GPU now"]
     assert status(position=1, idle=True) == [
-        "gpu       gpu.sm_90: number 1 in line; no GPU worker has taken a batch lately"
+        "gpu       gpu.sm_90: number 1 in line; no GPU worker has taken a batch from this queue yet"
+    ]
+    assert status(position=1, idle=True, last_taken="2026-12-05T09:00:00+00:00") == [
+        "gpu       gpu.sm_90: number 1 in line; no GPU worker has taken a batch from this queue "
+        "lately"
     ]
     assert status(dispatch=False) == [
         "gpu       gpu.sm_90: waiting for a results file from an air-gapped GPU host"
