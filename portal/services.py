@@ -239,6 +239,15 @@ class JobControlRefused(ValueError):
     """A job cannot be stopped, cancelled or started again as asked (the message says why)."""
 
 
+def _fastest_verified(candidates) -> Candidate | None:
+    """The fastest candidate of `candidates` (a queryset) that passed verification and was timed."""
+    return (
+        candidates.filter(status=Candidate.PASSED, score_us__isnull=False)
+        .order_by("score_us")
+        .first()
+    )
+
+
 def _who(user) -> str:
     return user.get_username() if user is not None else "the portal"
 
@@ -272,11 +281,7 @@ def job_stop_early(*, job: Job, user) -> Job:
             raise JobControlRefused(
                 f"The job is {locked.get_status_display().lower()}, not searching."
             )
-        best = (
-            locked.candidates.filter(status=Candidate.PASSED, score_us__isnull=False)
-            .order_by("score_us")
-            .first()
-        )
+        best = _fastest_verified(locked.candidates)
         if best is None:
             raise JobControlRefused(
                 "No kernel has passed verification yet, so there is nothing to review: "
@@ -820,20 +825,12 @@ def generation_finish(*, generation: Generation) -> Generation | None:
         if not generation.claim([Generation.GPU], Generation.DONE):
             return None
         job = Job.objects.select_for_update().get(pk=generation.job_id)
-        best = (
-            generation.candidates.filter(status=Candidate.PASSED, score_us__isnull=False)
-            .order_by("score_us")
-            .first()
-        )
+        best = _fastest_verified(generation.candidates)
         generation.best_candidate = best
         generation.best_score_us = best.score_us if best else None
         generation.finished = timezone.now()
         generation.save(update_fields=["best_candidate", "best_score_us", "finished"])
-        overall = (
-            job.candidates.filter(status=Candidate.PASSED, score_us__isnull=False)
-            .order_by("score_us")
-            .first()
-        )
+        overall = _fastest_verified(job.candidates)
         if (
             job.status == Job.REVIEW
             and overall is not None

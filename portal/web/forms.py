@@ -234,9 +234,6 @@ class ReviewForm(forms.Form):
         help_text="What you checked and why you decided. The customer sees this.",
     )
     baseline = forms.CharField(required=False, max_length=64)
-    # The candidate the page showed: a decision is about that kernel, not one that became the
-    # best while the engineer read (a batch that landed after the search was stopped early).
-    candidate = forms.UUIDField(required=False)
     override = forms.BooleanField(
         required=False,
         label="Approve although a check fails (explain in the comment)",

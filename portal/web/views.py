@@ -651,6 +651,8 @@ def review(request, code):
     all_ok = all(c.ok for c in checks)
     status = 200
     if request.method == "POST":
+        # The kernel the page showed (a hidden field): a decision is about that one, not one that
+        # became the best while the engineer read (a batch landing after an early stop).
         shown = request.POST.get("candidate")
         if j.status != Job.REVIEW:
             form.add_error(None, f"The job is {j.get_status_display().lower()}, not in review.")
