@@ -116,3 +116,45 @@ def test_occupancy_follows_the_sm90_register_file():
     assert occupancy_warps(64, 256, 0) == 32
     assert occupancy_warps(255, 1024, 0) == 0
     assert occupancy_warps(32, 256, 100 * 1024) == 16
+
+
+def _generated(workload: str, dims: dict, **change):
+    """The generator's default layout for `workload` at `dims` (with `change`), as a draft."""
+    import dataclasses
+
+    from factory.agents.context import schedule_dict
+    from factory.emit import emit
+    from factory.ir import lower
+    from factory.schedules import default_schedule
+    from factory.spec import load_catalogue
+
+    w = load_catalogue()[workload]
+    ir = lower(dataclasses.replace(w, shapes=(dims,)))
+    schedule = dataclasses.replace(default_schedule(ir, dims), **change)
+    em = emit(ir, schedule)
+    return CandidateDraft(
+        ptx=em.ptx,
+        entry=em.entry,
+        params=tuple(em.params),
+        launch=em.launch,
+        schedule=schedule_dict(schedule),
+        parent_ptx_sha256=None,
+        role="writer",
+        backend="offline",
+        note="the default layout",
+    )
+
+
+def test_the_shifted_tail_of_a_norm_with_a_weight_is_not_refused_for_its_scalar_columns():
+    """At a row length that is not a multiple of 8 the shifted tail moves a norm's rows as
+    vectors, its weight and bias element by element (their alignment changes from
+    row to row). The reviewer warns of those scalar loads and lets the kernel through; the same
+    PTX under another tail would be refused (the check still bites on generated code)."""
+    d = _generated("layernorm", {"M": 16384, "N": 4999}, tail="shifted")
+    assert scalar_vector_opportunities(d.ptx)  # the weight's element loads, as emitted
+    rep = compile_ptx(d.ptx)
+    ok, reason = review(d, rep)
+    assert ok and reason.startswith("warning: scalar") and "shifted tail" in reason
+    other = CandidateDraft(**{**d.__dict__, "schedule": {**d.schedule, "tail": "strided"}})
+    ok, reason = review(other, rep)
+    assert not ok and reason.startswith("scalar global accesses")
