@@ -2,7 +2,7 @@
 the configs its autotuner timed, for comparing with our kernels (a GPU host, no Django).
 
     PYTHONPATH=. python3 -m bench.inductor_dump --out DIR [--ops rmsnorm,add_rmsnorm] [--shape 0]
-        [--impl torch_compile]
+        [--impl torch_compile] [--dims M=16384,N=4999]
 
 Compiles the GPU worker's own max-autotune baseline (or, with --impl, plain torch.compile) of
 each operator (gpuworker.baselines) at a suite shape, runs it a few times, and leaves under
@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--ops", default="rmsnorm,add_rmsnorm,layernorm")
     p.add_argument("--shape", type=int, default=0, help="index into the operator's suite shapes")
+    p.add_argument("--dims", default="", help="other dims instead, e.g. M=16384,N=4999")
     p.add_argument(
         "--impl",
         default="torch_compile_max_autotune",
@@ -53,6 +54,8 @@ def main(argv=None) -> int:
     for op in a.ops.split(","):
         w = catalogue[op][0]
         dims = dict(w.shapes[min(a.shape, len(w.shapes) - 1)])
+        if a.dims:
+            dims = {k: int(v) for k, v in (kv.split("=") for kv in a.dims.split(","))}
         log_path = os.path.join(a.out, f"inductor_{op}.log")
         handler = logging.FileHandler(log_path, mode="w")
         handler.setLevel(logging.DEBUG)

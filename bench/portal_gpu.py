@@ -223,6 +223,14 @@ def report(out: Path, final: dict, results: dict, timeline: Path, facts: dict) -
                 lines.append(
                     f"  - {b['name']} {t['dims']}: median {t['median_us']} us, {t['tbps']} TB/s"
                 )
+        for c in res.get("candidates", []):
+            time_or_reason = (
+                f"{c['score_us']:.1f} us" if c["score_us"] is not None else (c["reason"] or "")
+            )
+            lines.append(
+                f"  - gen {c['generation']} {c['entry']}: {c['status']}"
+                f"{', ' + time_or_reason[:160] if time_or_reason else ''}"
+            )
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 

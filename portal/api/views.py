@@ -395,6 +395,20 @@ def results(request, code):
         }
         for g in progress["generations"]
     ]
+    # Every candidate in a line, so that a client sees what was refused before GPU time and why
+    # without a request per candidate (the PTX and the compile report stay on the candidate).
+    body["candidates"] = [
+        {
+            "candidate": str(c.code),
+            "generation": c.generation.index,
+            "status": c.status,
+            "reason": c.reason,
+            "score_us": c.score_us,
+            "entry": c.entry,
+            "note": c.note,
+        }
+        for c in j.candidates.select_related("generation").order_by("generation__index", "id")
+    ]
     return JsonResponse(body)
 
 

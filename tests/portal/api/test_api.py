@@ -52,6 +52,21 @@ def test_results_carry_verification_timing_baselines_and_speedups(client, custom
     assert body["copy_ceiling_tbps"] == 4.28
 
 
+def test_results_list_every_candidate_with_its_status_and_reason(
+    client, orgs, customer, settings, tmp_path
+):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = job_in_review(orgs[0], customer, candidates=3, failing=(2,))
+    body = client.get(reverse("api-results", args=[job.code]), **_auth(customer)).json()
+    rows = body["candidates"]
+    assert [r["candidate"] for r in rows] == [
+        str(c.code) for c in job.candidates.order_by("generation__index", "id")
+    ]
+    assert [r["status"] for r in rows] == ["passed", "passed", "failed"]
+    assert rows[2]["reason"] and rows[2]["score_us"] is None
+    assert rows[0]["score_us"] == pytest.approx(10.0) and rows[0]["generation"] == 0
+
+
 def test_a_customer_gets_404_for_every_object_of_another_organisation(
     client, outsider, review_job, acme_world
 ):

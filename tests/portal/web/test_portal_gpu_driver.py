@@ -45,3 +45,43 @@ def test_other_shapes_replace_the_catalogue_manifests_own():
     w = load_manifest(with_shapes(text, "16384x5000,7x4999"))
     assert w.shapes == ({"M": 16384, "N": 5000}, {"M": 7, "N": 4999})
     assert w.name == "layernorm"
+
+
+def test_the_report_lists_every_candidate_with_its_time_or_why_it_was_refused(
+    client, customer, orgs, tmp_path, settings
+):
+    """The report is written from the API's results: a refused candidate shows its reason."""
+    import json
+
+    from bench.portal_gpu import report
+    from portal import services
+    from portal.models import Candidate
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = job_in_review(orgs[0], customer, candidates=3)
+    refused = job.candidates.order_by("id").last()
+    Candidate.objects.filter(pk=refused.pk).update(
+        status=Candidate.REJECTED, reason="spills: 8 bytes stored", score_us=None
+    )
+    key, _ = services.api_token_create(user=customer, name="t")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+    results = {str(job.code): client.get(reverse("api-results", args=[job.code]), **auth).json()}
+    final = {str(job.code): client.get(reverse("api-job", args=[job.code]), **auth).json()}
+    timeline = tmp_path / "timeline.jsonl"
+    timeline.write_text(
+        json.dumps(
+            {
+                "t_s": 0.0,
+                "job": str(job.code),
+                "status": "review",
+                "stage": "done",
+                "generations_done": 1,
+                "page": "x",
+            }
+        )
+        + "\n"
+    )
+    report(tmp_path, final, results, timeline, {"catalogue": "softmax"})
+    text = (tmp_path / "report.md").read_text()
+    assert f"gen 0 {refused.entry}: rejected, spills: 8 bytes stored" in text
+    assert text.count(": passed, ") == 2
