@@ -223,7 +223,7 @@ def report(out: Path, final: dict, results: dict, timeline: Path, facts: dict) -
                 lines.append(
                     f"  - {b['name']} {t['dims']}: median {t['median_us']} us, {t['tbps']} TB/s"
                 )
-        for c in res.get("candidates", []):
+        for c in res.get("candidate_results", []):
             time_or_reason = (
                 f"{c['score_us']:.1f} us" if c["score_us"] is not None else (c["reason"] or "")
             )

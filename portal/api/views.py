@@ -179,7 +179,10 @@ def root(request):
                 "POST jobs/": "submit a manifest: {manifest, generations?, per_row_length?, "
                 "baseline_source?, baseline_filename?}",
                 "GET jobs/JOB/": "a job's progress",
-                "GET jobs/JOB/results/": "the best kernel's verification, timings and speedups",
+                "GET jobs/JOB/results/": (
+                    "the best kernel's verification, timings and speedups; every candidate's "
+                    "status with its time or the reason it was refused"
+                ),
                 "GET jobs/JOB/artifact/": "the approved artifact (a zip)",
                 "POST jobs/JOB/stop/": "end the search: the best verified kernel to review",
                 "POST jobs/JOB/cancel/": "stop the job for good",
@@ -397,7 +400,7 @@ def results(request, code):
     ]
     # Every candidate in a line, so that a client sees what was refused before GPU time and why
     # without a request per candidate (the PTX and the compile report stay on the candidate).
-    body["candidates"] = [
+    body["candidate_results"] = [
         {
             "candidate": str(c.code),
             "generation": c.generation.index,

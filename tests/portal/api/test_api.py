@@ -58,7 +58,7 @@ def test_results_list_every_candidate_with_its_status_and_reason(
     settings.MEDIA_ROOT = tmp_path / "media"
     job = job_in_review(orgs[0], customer, candidates=3, failing=(2,))
     body = client.get(reverse("api-results", args=[job.code]), **_auth(customer)).json()
-    rows = body["candidates"]
+    rows = body["candidate_results"]
     assert [r["candidate"] for r in rows] == [
         str(c.code) for c in job.candidates.order_by("generation__index", "id")
     ]
