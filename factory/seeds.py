@@ -9,6 +9,8 @@ Every rule here comes from an H200 sweep (the folders under bench/results named 
 from __future__ import annotations
 
 import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from factory.schedules import (
@@ -32,6 +34,19 @@ def _compiled(ptx: str):
     from factory.compile import compile_ptx
 
     return compile_ptx(ptx)
+
+
+def _compile_ahead(ir, schedules) -> None:
+    """Compile the layouts the screen will ask about next, side by side (nvJitLink releases the
+    GIL while it links), so that its one-at-a-time decisions find them in `_compiled`. A screen
+    of 29 kernels took 4.3 s one after another; the emission itself stays serial."""
+    from factory.emit import emit
+
+    ptxs = [emit(ir, s).ptx for s in dict.fromkeys(schedules)]
+    if len(ptxs) < 2:
+        return
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, len(ptxs))) as pool:
+        list(pool.map(_compiled, ptxs))
 
 
 def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Schedule]:
@@ -72,18 +87,25 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             if base.flat:
                 c = base.chunks * t0 // t if t else 0
             shapes += [(t, c)] if 1 <= c <= (16 if base.flat else 8) else []
-        for t, c in shapes:
-            if not 32 <= t <= 1024 or (t * v * c < n and not base.flat):
-                continue
-            s0 = replace(base, threads_per_row=t, chunks=c, rows_per_block=1 if t > 32 else 4)
-            s0 = fit_tail(ir, s0, [dims])  # before its register cap is found
-            out.append(s0)
+        shapes = [(t, c) for t, c in shapes if 32 <= t <= 1024 and (t * v * c >= n or base.flat)]
+        firsts = [
+            fit_tail(
+                ir,
+                replace(base, threads_per_row=t, chunks=c, rows_per_block=1 if t > 32 else 4),
+                [dims],
+            )
+            for t, c in shapes
+        ]
+        split0 = split_twin(ir, firsts[0], [dims]) if firsts else None
+        _compile_ahead(ir, firsts + ([split0] if split0 is not None else []))
+        for (t, c), s0 in zip(shapes, firsts, strict=True):
+            out.append(s0)  # its tail fitted before its register cap is found
             if t == 32:  # a warp's row alone in its block too: 1-2% faster than four at
                 out.append(replace(s0, rows_per_block=1))  # 16384x768/x1000 (2026-12-04-h200-small)
             occ = _occupancy_variant(ir, s0)
             if occ is not None:
                 out.append(occ)
-            split = split_twin(ir, s0, [dims]) if (t, c) == shapes[0] else None
+            split = split0 if (t, c) == shapes[0] else None
             if split is not None:
                 # The first layout's code split by path, capped where that compiles clean: at
                 # LayerNorm 16384x5000, 82.4 us against 92.7 for the best joined kernel
@@ -111,6 +133,7 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     fitted = []
     for s in (fit_tail(ir, s, [dims]) for s in out):
         fitted += [s] + [t for t in [shifted_twin(ir, s, [dims])] if t is not None]
+    _compile_ahead(ir, [s for s in fitted if is_valid(ir, s, dims)[0]][: 2 * limit])
     picked, regs_of = [], {}
     for s in fitted:
         if s in picked or not is_valid(ir, s, dims)[0]:
@@ -137,10 +160,13 @@ def _occupancy_variant(ir, s: Schedule) -> Schedule | None:
     t = s.threads_per_block
     regs = max(_compiled(emit(ir, s).ptx).registers, 1)
     resident = min(2048 // t, 65536 // (-(-regs // 8) * 8 * t)) * t
-    for threads in range(2048, resident, -256):
-        if threads % t:
-            continue
-        cand = replace(s, min_threads_per_sm=threads)
+    caps = [
+        replace(s, min_threads_per_sm=threads)
+        for threads in range(2048, resident, -256)
+        if threads % t == 0
+    ]
+    _compile_ahead(ir, caps)
+    for cand in caps:
         rep = _compiled(emit(ir, cand).ptx)
         if rep.ok and not rejection_reason(rep, t):
             return cand
