@@ -36,13 +36,26 @@ def _compiled(ptx: str):
     return compile_ptx(ptx)
 
 
-def _compile_ahead(ir, schedules) -> None:
+def _ptx_of(ir):
+    """emit(ir, s).ptx, each schedule emitted once per screen (it asks about a layout up to three
+    times: compiled ahead, its register count, whether it passes)."""
+    from factory.emit import emit
+
+    memo: dict[Schedule, str] = {}
+
+    def ptx(s: Schedule) -> str:
+        if s not in memo:
+            memo[s] = emit(ir, s).ptx
+        return memo[s]
+
+    return ptx
+
+
+def _compile_ahead(ptx_of, schedules) -> None:
     """Compile the layouts the screen will ask about next, side by side (nvJitLink releases the
     GIL while it links), so that its one-at-a-time decisions find them in `_compiled`. A screen
     of 29 kernels took 4.3 s one after another; the emission itself stays serial."""
-    from factory.emit import emit
-
-    ptxs = [emit(ir, s).ptx for s in dict.fromkeys(schedules)]
+    ptxs = [ptx_of(s) for s in dict.fromkeys(schedules)]
     if len(ptxs) < 2:
         return
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, len(ptxs))) as pool:
@@ -53,8 +66,8 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     """A handful of layouts worth timing at `dims`, best guess first, screened on the CPU
     (compiled: no spills, no stack, registers x threads within the register file)."""
     from factory.compile import rejection_reason
-    from factory.emit import emit
 
+    ptx_of = _ptx_of(ir)
     base = default_schedule(ir, dims)
     n = dims[ir.row_dim]
     v = base.vec_elems
@@ -97,12 +110,12 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             for t, c in shapes
         ]
         split0 = split_twin(ir, firsts[0], [dims]) if firsts else None
-        _compile_ahead(ir, firsts + ([split0] if split0 is not None else []))
+        _compile_ahead(ptx_of, firsts + ([split0] if split0 is not None else []))
         for (t, c), s0 in zip(shapes, firsts, strict=True):
             out.append(s0)  # its tail fitted before its register cap is found
             if t == 32:  # a warp's row alone in its block too: 1-2% faster than four at
                 out.append(replace(s0, rows_per_block=1))  # 16384x768/x1000 (2026-12-04-h200-small)
-            occ = _occupancy_variant(ir, s0)
+            occ = _occupancy_variant(ptx_of, s0)
             if occ is not None:
                 out.append(occ)
             split = split0 if (t, c) == shapes[0] else None
@@ -110,14 +123,14 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
                 # The first layout's code split by path, capped where that compiles clean: at
                 # LayerNorm 16384x5000, 82.4 us against 92.7 for the best joined kernel
                 # (bench/results/2026-12-05-h200-split).
-                out.append(_occupancy_variant(ir, split) or split)
+                out.append(_occupancy_variant(ptx_of, split) or split)
         if out and has_col_inputs(ir) and not base.flat:
             # A norm's weight loaded with the row, not after the reduction: one memory latency
             # less per row, which is most of the time of a few rows (a decode batch).
             out.insert(min(2, len(out)), replace(out[0], early_cols=True))
         if ir.online and any(o.role == "row" for o in ir.outputs):
             on = replace(base, online=True)
-            out += [on] + [x for x in [_occupancy_variant(ir, on)] if x is not None]
+            out += [on] + [x for x in [_occupancy_variant(ptx_of, on)] if x is not None]
     online = [
         replace(base, mode="stream", online=True, threads_per_row=t, chunks=c, rows_per_block=1)
         for t, c in ((128, 4), (256, 4), (512, 2), (1024, 2))
@@ -133,12 +146,12 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     fitted = []
     for s in (fit_tail(ir, s, [dims]) for s in out):
         fitted += [s] + [t for t in [shifted_twin(ir, s, [dims])] if t is not None]
-    _compile_ahead(ir, [s for s in fitted if is_valid(ir, s, dims)[0]][: 2 * limit])
+    _compile_ahead(ptx_of, [s for s in fitted if is_valid(ir, s, dims)[0]][: 2 * limit])
     picked, regs_of = [], {}
     for s in fitted:
         if s in picked or not is_valid(ir, s, dims)[0]:
             continue
-        rep = _compiled(emit(ir, s).ptx)
+        rep = _compiled(ptx_of(s))
         if rejection_reason(rep, s.threads_per_block):
             continue
         uncapped = replace(s, min_threads_per_sm=0)
@@ -151,23 +164,22 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     return picked
 
 
-def _occupancy_variant(ir, s: Schedule) -> Schedule | None:
+def _occupancy_variant(ptx_of, s: Schedule) -> Schedule | None:
     """`s` with the registers capped for the most resident threads per SM that compile without
     local memory, when that is more than `s` gets uncapped (more rows in flight per SM)."""
     from factory.compile import rejection_reason
-    from factory.emit import emit
 
     t = s.threads_per_block
-    regs = max(_compiled(emit(ir, s).ptx).registers, 1)
+    regs = max(_compiled(ptx_of(s)).registers, 1)
     resident = min(2048 // t, 65536 // (-(-regs // 8) * 8 * t)) * t
     caps = [
         replace(s, min_threads_per_sm=threads)
         for threads in range(2048, resident, -256)
         if threads % t == 0
     ]
-    _compile_ahead(ir, caps)
+    _compile_ahead(ptx_of, caps)
     for cand in caps:
-        rep = _compiled(emit(ir, cand).ptx)
+        rep = _compiled(ptx_of(cand))
         if rep.ok and not rejection_reason(rep, t):
             return cand
     return None
