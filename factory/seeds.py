@@ -64,7 +64,8 @@ def _compile_ahead(ptx_of, schedules) -> None:
 
 def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Schedule]:
     """A handful of layouts worth timing at `dims`, best guess first, screened on the CPU
-    (compiled: no spills, no stack, registers x threads within the register file)."""
+    (compiled: no spills, no stack, registers x threads within the register file): `limit`
+    layouts, each with its shifted twin where rows are misaligned (a twin is not counted)."""
     from factory.compile import rejection_reason
 
     ptx_of = _ptx_of(ir)
@@ -143,11 +144,27 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         out += online
     if base.mode != "cached":
         out = [base] + out
+    out = [fit_tail(ir, s, [dims]) for s in out]
+    capped = {replace(s, min_threads_per_sm=0) for s in out if s.min_threads_per_sm}
+    twins = [shifted_twin(ir, s, [dims]) for s in out]
+    _compile_ahead(ptx_of, [t for t in twins if t is not None])
     fitted = []
-    for s in (fit_tail(ir, s, [dims]) for s in out):
-        fitted += [s] + [t for t in [shifted_twin(ir, s, [dims])] if t is not None]
-    _compile_ahead(ptx_of, [s for s in fitted if is_valid(ir, s, dims)[0]][: 2 * limit])
+    for s, twin in zip(out, twins, strict=True):
+        fitted.append(s)
+        if twin is None:
+            continue
+        fitted.append(twin)
+        if not s.min_threads_per_sm and s not in capped:
+            # The layout's own cap spilled, but its shifted twin (other code, other registers)
+            # may fit one: LayerNorm 16384x4999 at 128 threads of 5 chunks spills 84 bytes
+            # capped for 768 threads strided and none shifted, the fastest layout of the H200
+            # sweep there (128.8 us, bench/results/2026-12-04-h200-odd run1).
+            occ = _occupancy_variant(ptx_of, twin)
+            if occ is not None:
+                fitted.append(occ)
+    _compile_ahead(ptx_of, [s for s in fitted if is_valid(ir, s, dims)[0]][: 3 * limit])
     picked, regs_of = [], {}
+    layouts = set()  # a shifted twin is its layout again: `limit` counts layouts
     for s in fitted:
         if s in picked or not is_valid(ir, s, dims)[0]:
             continue
@@ -159,7 +176,8 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             continue  # the cap changed nothing: the same machine code as the uncapped one
         regs_of[s] = rep.registers
         picked.append(s)
-        if len(picked) >= limit:
+        layouts.add(replace(s, tail="elements"))
+        if len(layouts) >= limit:
             break
     return picked
 
