@@ -591,6 +591,28 @@ def test_the_seed_layouts_split_the_tight_layout_at_odd_widths_only():
     assert not any(s.split_paths for s in candidate_schedules(ln, {"M": 16384, "N": 4096}))
 
 
+def test_a_shifted_twin_gets_its_own_register_cap_where_its_layouts_spilled():
+    """LayerNorm at 16384x4999: 128 threads of 5 chunks capped for 768 threads an SM spills
+    strided and compiles clean shifted (the H200 sweep's fastest layout there). The seeds carry
+    the shifted one, and count the twins of a layout as one layout."""
+    from factory.compile import compile_ptx, rejection_reason
+    from factory.emit import emit
+    from factory.seeds import CANDIDATES_PER_SHAPE, candidate_schedules
+
+    ln = lower(load_catalogue()["layernorm"])
+    dims = {"M": 16384, "N": 4999}
+    seeds = candidate_schedules(ln, dims)
+    tight = seeds[0]
+    assert (tight.threads_per_row, tight.chunks, tight.tail) == (128, 5, "strided")
+    capped = replace(tight, min_threads_per_sm=768)
+    shifted = replace(capped, tail="shifted")
+    assert rejection_reason(compile_ptx(emit(ln, capped).ptx), 128)  # spills strided
+    assert not rejection_reason(compile_ptx(emit(ln, shifted).ptx), 128)
+    assert shifted in seeds and capped not in seeds
+    layouts = {replace(s, tail="elements") for s in seeds}
+    assert len(layouts) == CANDIDATES_PER_SHAPE < len(seeds)
+
+
 def test_a_split_twin_is_valid_wherever_its_joined_layout_is():
     # split_twin skips the validity pass: is_valid must judge the two alike.
     import random
