@@ -110,18 +110,31 @@ _LATE_DEFAULTS = {**schedules.LATE_DEFAULTS, **ptxedit.LATE_DEFAULTS}
 
 
 # Schedule fields that follow from the rest of the layout and the job's shapes
-# (schedules.fit_tail), so not part of which layout a record names.
+# (schedules.fit_tail), so not part of which layout a record names. One value is a choice, not a
+# fit: a row held in registers walked "shifted" (schedules.shifted_twin) is the twin of the same
+# layout fitted "strided", and either can be the faster, so the two name different layouts.
 _FITTED = ("tail", "flat")
+
+
+def _chosen_tail(schedule: dict) -> bool:
+    return schedule.get("tail") == "shifted" and schedule.get("mode") == "cached"
+
+
+def untailed(schedule: dict) -> dict:
+    """`schedule` without its tail: what names its layout at a shape where its rows are
+    aligned, so that no shifted twin exists there."""
+    return {k: v for k, v in schedule.items() if k != "tail"}
 
 
 def schedule_key(schedule: dict | None) -> str:
     """A stable text key for a schedule dict (None for hand-written PTX)."""
     if schedule is None:
         return "none"
+    chosen = _chosen_tail(schedule)
     plain = {
         k: v
         for k, v in schedule.items()
-        if _LATE_DEFAULTS.get(k, object()) != v and k not in _FITTED
+        if _LATE_DEFAULTS.get(k, object()) != v and (k not in _FITTED or (chosen and k == "tail"))
     }
     return json.dumps(plain, sort_keys=True, default=str)
 

@@ -172,7 +172,12 @@ class Context:
             # twins is indexed once and not at every call.
             self._by_key = {it.key: it for it in items}
             self._by_key_of = len(items)
-        return self._by_key.get(ev.schedule_key(schedule))
+        found = self._by_key.get(ev.schedule_key(schedule))
+        if found is None and schedule.get("tail") == "shifted":
+            # a shifted row from a shape whose rows were misaligned: at this job's shapes it
+            # may have no twin, and its layout is the one fitted here
+            found = self._by_key.get(ev.schedule_key(ev.untailed(schedule)))
+        return found
 
     def tried_keys(self) -> set[str]:
         return {ev.schedule_key(r.get("schedule")) for r in self.job_records if r.get("schedule")}

@@ -131,3 +131,44 @@ def test_the_fitted_tail_does_not_change_which_layout_a_record_names():
     with_tail = {**s.to_dict(), "tail": "vectors"}
     assert schedule_key(with_tail) == schedule_key(s.to_dict())
     assert schedule_key({**with_tail, "chunks": 4}) != schedule_key(s.to_dict())
+
+
+def test_a_shifted_row_in_registers_is_another_layout_than_its_strided_twin():
+    """In registers "strided" is what fit_tail picks and "shifted" the twin the search may pick
+    instead: two layouts. A streamed row takes "shifted" by fit_tail: the same layout."""
+    from factory.evidence import schedule_key, untailed
+    from factory.schedules import Schedule
+
+    cached = Schedule(threads_per_row=128, chunks=5, mode="cached").to_dict()
+    strided, shifted = {**cached, "tail": "strided"}, {**cached, "tail": "shifted"}
+    assert schedule_key(strided) == schedule_key(cached) != schedule_key(shifted)
+    assert schedule_key(untailed(shifted)) == schedule_key(strided)
+    streamed = Schedule(threads_per_row=128, chunks=4, mode="stream").to_dict()
+    assert schedule_key({**streamed, "tail": "shifted"}) == schedule_key(streamed)
+
+
+def test_a_past_shifted_winner_names_its_layout_at_a_shape_without_twins():
+    """A job at 4999 columns recorded a shifted winner; a job at 5000 columns (rows aligned, no
+    shifted twin in its space) finds that layout as fitted there, and a job at 4999 finds the
+    shifted twin itself, not the strided one."""
+    import dataclasses
+
+    from factory.agents.context import build_context, schedule_dict
+    from factory.ir import lower
+    from factory.schedules import default_schedule, fit_tail, shifted_twin
+    from factory.spec import load_catalogue
+
+    w = load_catalogue()["rmsnorm"]
+    odd, even = {"M": 64, "N": 4999}, {"M": 64, "N": 5000}
+    ir = lower(w)
+    base = dataclasses.replace(default_schedule(ir, odd), threads_per_row=128, chunks=5)
+    strided = fit_tail(ir, base, [odd])
+    shifted = shifted_twin(ir, strided, [odd])
+    assert (strided.tail, shifted.tail) == ("strided", "shifted")
+    kw = {"generation": 0, "population": 4, "evidence": [], "seed": 0, "settings": {}}
+    at_odd = build_context(dataclasses.replace(w, shapes=(odd,)), **kw)
+    assert at_odd.item_for(schedule_dict(shifted)).value == shifted
+    assert at_odd.item_for(schedule_dict(strided)).value == strided
+    at_even = build_context(dataclasses.replace(w, shapes=(even,)), **kw)
+    found = at_even.item_for(schedule_dict(shifted))
+    assert found is not None and found.value == fit_tail(ir, shifted, [even])
