@@ -4,7 +4,7 @@
     export PTXF_TOKEN=ptxf_...
     ptxf submit manifest.toml [--baseline kernel.ptx] [--generations 4] [--per-row-length] [--wait]
     ptxf status JOB
-    ptxf results JOB
+    ptxf results JOB [--candidates]
     ptxf download JOB -o kernel.zip
 
 Exit codes: 0 done, 1 refused by the server (the message is printed), 2 bad usage or
@@ -219,6 +219,8 @@ def cmd_results(client: Client, args, out) -> int:
         print(file=out)
         return 0
     _print_status(info, out)
+    if args.candidates:
+        _print_candidates(info.get("candidate_results", []), out)
     best = info.get("best")
     if not best:
         print("no timed candidate yet", file=out)
@@ -247,6 +249,17 @@ def cmd_results(client: Client, args, out) -> int:
     for flag in best.get("flags", []):
         print(f"  flag: {flag}", file=out)
     return 0
+
+
+def _print_candidates(rows: list[dict], out) -> None:
+    """Every candidate: its generation, entry, status, and its time or why it was refused."""
+    print(f"\ncandidates ({len(rows)})", file=out)
+    for c in rows:
+        detail = f"{c['score_us']:9.2f} us" if c.get("score_us") is not None else c.get("reason")
+        print(
+            f"  gen {c['generation']:<3} {c['entry']:<40} {c['status']:<9} {detail or ''}",
+            file=out,
+        )
 
 
 def cmd_cancel(client: Client, args, out) -> int:
@@ -298,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("results", help="a job's best kernel against the baselines")
     p.add_argument("job")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--candidates",
+        action="store_true",
+        help="also every candidate, with its time or the reason it was refused",
+    )
     p.set_defaults(run=cmd_results)
     p = sub.add_parser("cancel", help="cancel an active job (no review)")
     p.add_argument("job")

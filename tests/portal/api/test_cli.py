@@ -163,3 +163,20 @@ def test_status_says_where_a_waiting_jobs_batch_stands_in_the_gpu_queue():
     assert status(dispatch=False) == [
         "gpu       gpu.sm_90: waiting for a results file from an air-gapped GPU host"
     ]
+
+
+def test_results_list_every_candidate_on_request(api, orgs, customer, settings, tmp_path):
+    from portal.models import Candidate
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = job_in_review(orgs[0], customer, candidates=3)
+    refused = job.candidates.order_by("id").last()
+    Candidate.objects.filter(pk=refused.pk).update(
+        status=Candidate.REJECTED, reason="spills: 8 bytes stored", score_us=None
+    )
+    code, out = api("results", str(job.code))
+    assert code == 0 and "candidates (" not in out
+    code, out = api("results", str(job.code), "--candidates")
+    assert code == 0 and "candidates (3)" in out
+    assert f"{refused.entry}" in out and "rejected  spills: 8 bytes stored" in out
+    assert out.count("passed ") == 2
