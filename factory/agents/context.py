@@ -152,7 +152,7 @@ class Context:
     lessons: ev.Lessons | None = None
     _emitted: dict[str, CandidateDraft | None] = field(default_factory=dict)
     _by_key: dict[str, Item] = field(default_factory=dict)
-    _by_key_of: int = -1  # how many items _by_key was built from (keys may repeat: twins)
+    _by_key_of: int = -1  # how many items _by_key was built from (keys may repeat)
     _kind_values: dict = field(default_factory=dict)  # see offline._space_field_values
 
     # --- the spaces ---------------------------------------------------------------------------
@@ -167,9 +167,9 @@ class Context:
             return None
         items = self.items
         if self._by_key_of != len(items):
-            # A layout and its shifted twin share a key (the tail is fitted, not chosen): the
-            # last of them stands for both. Counted by items, not keys, so that a space with
-            # twins is indexed once and not at every call.
+            # Two items whose schedules differ only in a fitted field share a key, and the
+            # last stands for both: counted by items, not keys, so that such a space is
+            # indexed once and not at every call.
             self._by_key = {it.key: it for it in items}
             self._by_key_of = len(items)
         found = self._by_key.get(ev.schedule_key(schedule))
