@@ -216,10 +216,7 @@ def _cache_write(root: Path, path: Path, report: CompileReport) -> None:
     data.pop("cubin")
     data["cubin_b64"] = base64.b64encode(report.cubin).decode() if report.cubin else None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomically(path, json.dumps(data).encode("utf-8"))
     except OSError:
         return
     with _cache_lock:
@@ -229,24 +226,39 @@ def _cache_write(root: Path, path: Path, report: CompileReport) -> None:
         prune_cache(root)
 
 
-def prune_cache(root: Path, max_entries: int = CACHE_MAX_ENTRIES) -> int:
-    """Remove the least recently written reports beyond 80% of `max_entries` once the cache
-    holds more than `max_entries`. Returns how many were removed."""
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so that a reader sees the whole file or none (another process may
+    be writing the same name); raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def remove_oldest(files: list[Path], keep: int) -> int:
+    """Remove all but the `keep` most recently modified of `files`; returns how many went (a
+    file another process removed first is not counted)."""
     try:
-        files = [(f.stat().st_mtime, f) for f in root.glob("??/*.json")]
+        aged = sorted((f.stat().st_mtime, f) for f in files)
     except OSError:
         return 0
-    if len(files) <= max_entries:
-        return 0
-    files.sort()
     removed = 0
-    for _, f in files[: len(files) - int(max_entries * 0.8)]:
+    for _, f in aged[: max(0, len(aged) - keep)]:
         try:
             f.unlink()
             removed += 1
         except OSError:
             pass
     return removed
+
+
+def prune_cache(root: Path, max_entries: int = CACHE_MAX_ENTRIES) -> int:
+    """Remove the least recently written reports beyond 80% of `max_entries` once the cache
+    holds more than `max_entries`. Returns how many were removed."""
+    files = list(root.glob("??/*.json"))
+    if len(files) <= max_entries:
+        return 0
+    return remove_oldest(files, int(max_entries * 0.8))
 
 
 def compile_ptx(

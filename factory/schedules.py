@@ -760,18 +760,15 @@ def _space_read(path: Path) -> tuple[Schedule, ...] | None:
 
 def _space_write(path: Path, schedules: tuple[Schedule, ...]) -> None:
     """Atomically (a reader sees the whole file or none); a failure costs only the saving."""
+    from factory.compile import remove_oldest, write_atomically
+
     names = [f.name for f in fields(Schedule)]
     data = {"fields": names, "rows": [[getattr(s, n) for n in names] for s in schedules]}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1))
-        os.replace(tmp, path)
-        kept = sorted(path.parent.glob("*.space"), key=lambda f: f.stat().st_mtime)
-        for old in kept[: max(0, len(kept) - SPACE_FILES_KEPT)]:
-            old.unlink(missing_ok=True)
+        write_atomically(path, zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1))
     except OSError:
         return
+    remove_oldest(list(path.parent.glob("*.space")), SPACE_FILES_KEPT)
 
 
 def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
