@@ -34,6 +34,11 @@ class GeneratorAPI:
     # whether `space` holds only points that `fits` the job already (then they are not judged
     # twice: that took longer than building the space)
     space_fits: bool = False
+    # rejections([(ptx, threads per block)]) -> why the compile checks would keep each kernel
+    # off a GPU ("" where they would not), compiled on the CPU
+    rejections: Callable | None = None
+    # recap(ir, schedule) -> the schedule under a register cap that compiles clean, or None
+    recap: Callable | None = None
 
 
 def real_generator() -> GeneratorAPI | None:
@@ -55,7 +60,7 @@ def real_generator() -> GeneratorAPI | None:
         except ImportError:
             default_schedule = None
         from factory.schedules import fits_job
-        from factory.seeds import candidate_schedules
+        from factory.seeds import candidate_schedules, compile_rejections, recapped
     except ImportError:
         return None
     return GeneratorAPI(
@@ -67,6 +72,8 @@ def real_generator() -> GeneratorAPI | None:
         candidate_schedules,
         fits_job,
         space_fits=True,
+        rejections=compile_rejections,
+        recap=recapped,
     )
 
 
@@ -154,6 +161,8 @@ class Context:
     _by_key: dict[str, Item] = field(default_factory=dict)
     _by_key_of: int = -1  # how many items _by_key was built from (keys may repeat)
     _kind_values: dict = field(default_factory=dict)  # see offline._space_field_values
+    # what `screened` did this generation: picks kept off the GPU, and picks given another cap
+    screen_counts: dict = field(default_factory=lambda: {"skipped": 0, "recapped": 0})
 
     # --- the spaces ---------------------------------------------------------------------------
 
@@ -266,6 +275,45 @@ class Context:
             )
         self._emitted[item.key] = d
         return d
+
+    def screened(
+        self, pending: list[tuple[Item, CandidateDraft]], exclude: set[str] = frozenset()
+    ) -> list[tuple | None]:
+        """The drafts judged by the compile checks the reviewer applies (spills, stack, the
+        register file), all compiled side by side on the CPU, before they take a slot of the
+        generation: each (item, draft) as it is, or for a generator layout whose register cap
+        spills, the same layout recapped (factory.seeds.recapped: the highest cap that
+        compiles clean, else none) unless its key is in `exclude`; None where neither passes.
+        Kept as they are without a compiler (a fake generator in tests)."""
+        gen = self.generator
+        if gen is None or gen.rejections is None or not pending:
+            return list(pending)
+        threads = [math.prod(d.launch.block) if d.launch else 0 for _, d in pending]
+        why = gen.rejections([(d.ptx, t) for (_, d), t in zip(pending, threads, strict=True)])
+        out: list[tuple | None] = []
+        for (it, d), reason in zip(pending, why, strict=True):
+            if not reason:
+                out.append((it, d))
+                continue
+            other = None
+            if it.kind == "generator" and gen.recap is not None:
+                if not reason.startswith("compile error"):
+                    s = gen.recap(self.ir, it.value)
+                    other = self.item_for(schedule_dict(s)) if s is not None else None
+            if other is not None and other.key in exclude:
+                other = None
+            d2 = self.draft(other, role=d.role, note=d.note, backend=d.backend) if other else None
+            if d2 is not None:
+                # (recap compiled it and found it clean: its compile is cached)
+                self.screen_counts["recapped"] += 1
+                cap = other.schedule.get("min_threads_per_sm")
+                now = f"capped for {cap} threads" if cap else "uncapped"
+                note = f"{d.note}; {now}, since its cap gave {reason}"
+                out.append((other, dataclasses.replace(d2, note=note)))
+            else:
+                self.screen_counts["skipped"] += 1
+                out.append(None)
+        return out
 
 
 def _valid(verdict) -> bool:

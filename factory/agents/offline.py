@@ -220,24 +220,23 @@ class OfflineWriter:
             picks += [(it, "exploration") for it in rest[:n]]
         else:
             picks += [(it, "spread of the space") for it in self._spread(untried, n * 2, rng)]
-        out: list[CandidateDraft] = []
-        seen: set[str] = set()
-        model_picks = 0
-        for it, why in picks:
-            if len(out) >= n:
-                break
-            if it.key in tried or it.key in seen:
-                continue
-            if why == "cost model's pick" and model_picks >= max(1, round(n * 0.75)):
-                continue
-            seen.add(it.key)
-            d = ctx.draft(it, role="writer", note=f"{why}: {_describe(it)}")
-            if d is None or d.ptx_sha256 in tried_ptx:
-                continue
-            tried_ptx.add(d.ptx_sha256)
-            out.append(d)
-            model_picks += why == "cost model's pick"
-        return out
+        model_cap = max(1, round(n * 0.75))
+
+        def admit(pick, taken) -> bool:
+            return pick[1] != "cost model's pick" or (
+                sum(p[1] == "cost model's pick" for p in taken) < model_cap
+            )
+
+        got = _take_screened(
+            ctx,
+            picks,
+            n,
+            tried,
+            tried_ptx,
+            lambda p: ctx.draft(p[0], role="writer", note=f"{p[1]}: {_describe(p[0])}"),
+            admit,
+        )
+        return [d for _, d in got]
 
     @staticmethod
     def _edit_seeds(ctx: Context) -> list[Item]:
@@ -389,19 +388,49 @@ class OfflineTuner:
                         )
         children = [c for c in children if c[0].key not in tried and not _avoided(c[0], plan)]
         children.sort(key=lambda c: ctx.predict_us(c[0]))
-        out, seen = [], set()
-        for it, why, parent in children:
-            if len(out) >= n:
-                break
-            if it.key in seen:
+        got = _take_screened(
+            ctx, children, n, tried, tried_ptx, lambda c: ctx.draft(c[0], role="tuner", note=c[1])
+        )
+        return [dataclasses.replace(d, parent_ptx_sha256=c[2]) for c, d in got]
+
+
+def _take_screened(ctx: Context, picks: list, n: int, tried, tried_ptx, make, admit=None):
+    """Up to n (pick, draft) from `picks` (tuples whose first element is the Item), in order:
+    each untried pick drafted by make(pick) and screened by `Context.screened` in batches of
+    what is still needed (compiled side by side), so that a pick the compile checks would reject
+    gives its slot to the next one instead of costing the generation a candidate (a third
+    generation at LayerNorm 16384x4999 once sent eight kernels that all spilled). `admit(pick,
+    the picks taken so far)` may pass over a pick before it is drafted."""
+    out: list[tuple] = []
+    seen: set[str] = set()
+    i = 0
+    while len(out) < n and i < len(picks):
+        batch: list[tuple] = []
+        while len(batch) < n - len(out) and i < len(picks):
+            pick = picks[i]
+            i += 1
+            it = pick[0]
+            if it.key in tried or it.key in seen:
+                continue
+            if admit is not None and not admit(pick, [p for p, _ in out + batch]):
                 continue
             seen.add(it.key)
-            d = ctx.draft(it, role="tuner", note=why)
+            d = make(pick)
             if d is None or d.ptx_sha256 in tried_ptx:
                 continue
             tried_ptx.add(d.ptx_sha256)
-            out.append(dataclasses.replace(d, parent_ptx_sha256=parent))
-        return out
+            batch.append((pick, d))
+        verdicts = ctx.screened([(p[0], d) for p, d in batch], exclude=tried | seen)
+        for (pick, _), got in zip(batch, verdicts, strict=True):
+            if got is None:
+                continue
+            it, d = got
+            if it is not pick[0]:  # recapped: another point of the space
+                seen.add(it.key)
+                tried_ptx.add(d.ptx_sha256)
+                pick = (it, *pick[1:])
+            out.append((pick, d))
+    return out
 
 
 def _reshapes(value) -> list[tuple[dict, str]]:
@@ -461,4 +490,10 @@ def propose_offline(ctx: Context) -> tuple[list[CandidateDraft], Plan]:
     taken |= {ev.schedule_key(d.schedule) for d in drafts}
     writer = OfflineWriter(explore_fraction=float(ctx.settings.get("explore_fraction", 0.25)))
     drafts += writer.write(ctx, plan, ctx.population - len(drafts), taken)
+    c = ctx.screen_counts
+    if c["skipped"] or c["recapped"]:
+        plan.notes.append(
+            f"compile checks on the CPU: {c['skipped']} picks passed over, "
+            f"{c['recapped']} given the register cap that compiles clean"
+        )
     return drafts[: ctx.population], plan
