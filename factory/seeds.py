@@ -153,6 +153,13 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         fitted.append(s)
         if twin is None:
             continue
+        grouped = _one_chunk_at_a_time(ir, twin, dims)
+        if grouped is not None:
+            # A shifted row loads its columns in the pass that uses them, all chunks at once
+            # unless grouped: one chunk at a time took LayerNorm 16384x4999 at 128 threads of
+            # 5 chunks from 128 registers to 80 and ran 4% faster than the best capped layout,
+            # RMSNorm 9% (bench/results/2026-12-05-h200-colwords, H100).
+            fitted.append(grouped)
         fitted.append(twin)
         if not s.min_threads_per_sm and s not in capped:
             # The layout's own cap spilled, but its shifted twin (other code, other registers)
@@ -176,10 +183,19 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             continue  # the cap changed nothing: the same machine code as the uncapped one
         regs_of[s] = rep.registers
         picked.append(s)
-        layouts.add(replace(s, tail="elements"))
+        layouts.add(replace(s, tail="elements", col_groups=1))
         if len(layouts) >= limit:
             break
     return picked
+
+
+def _one_chunk_at_a_time(ir, s: Schedule, dims) -> Schedule | None:
+    """`s` with its per-column vectors loaded (and its outputs written) one chunk at a time,
+    where it holds the row in registers and loads them in their pass; else None."""
+    if s.mode != "cached" or s.chunks < 2 or s.col_groups != 1 or s.early_cols:
+        return None
+    g = replace(s, col_groups=s.chunks)
+    return g if has_col_inputs(ir) and is_valid(ir, g, dims)[0] else None
 
 
 def _occupancy_variant(ptx_of, s: Schedule) -> Schedule | None:

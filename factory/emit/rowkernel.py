@@ -48,6 +48,7 @@ IDENTITY = {"sum": 0.0, "mean": 0.0, "max": float("-inf"), "min": float("inf")}
 COMBINE = {"sum": "add.f32", "mean": "add.f32", "max": "max.f32", "min": "min.f32"}
 EXPENSIVE_UNARY = {"exp", "log", "tanh", "erf", "sigmoid", "sqrt", "rsqrt"}
 MAX_MATERIALISED_REGS = 64
+COL_WORDS = True  # (experiment toggle) a 2-byte column vector's whole shifted chunks as words
 
 LOAD_PREFIX = {
     "none": "ld.global",
@@ -527,6 +528,15 @@ class RowKernel:
                 low = b.reg("b64")
                 b.op(f"and.b64 {low}, {acc}, 15")
                 b.op(f"setp.eq.u64 {self.shift_ok}, {low}, 0")
+            for t_ in tensors:
+                if t_.role == ROLE_COL and t_.elem_bytes == 2 and COL_WORDS:
+                    # its whole chunks move as 4-byte words (_col_words): a vector that starts
+                    # between two words moves element by element instead, with the rows
+                    odd = b.reg("b64")
+                    b.op(f"and.b64 {odd}, {self.ptr[t_.name]}, 2")
+                    even = b.reg("pred")
+                    b.op(f"setp.eq.u64 {even}, {odd}, 0")
+                    b.op(f"and.pred {self.shift_ok}, {self.shift_ok}, {even}")
         nf = b.reg("f32")
         b.op(f"cvt.rn.f32.u32 {nf}, {self.N}")
         self.inv_n = b.reg("f32")
@@ -1086,12 +1096,18 @@ class RowKernel:
 
             def ragged() -> None:
                 if self.s.tail == "shifted":
-                    sp = self._shifted_step(
-                        cols, self.tptr, regs, chunks, self.n_window, self.shift_lo
-                    )
-                    self._elements(
-                        p, work, regs, range(chunks), fast=False, ptrs=self.tptr, shift=sp
-                    )
+                    # (a row of odd width takes this path every time: the columns in groups
+                    # too, of up to ceil(chunks / groups) chunks)
+                    groups = min(self.s.col_groups if cols else 1, chunks)
+                    per = -(-chunks // groups)
+                    for g, k0 in enumerate(range(0, chunks, per)):
+                        ks = range(k0, min(chunks, k0 + per))
+                        if g:
+                            b.op("fence.acq_rel.cta")
+                        sp = self._shifted_step(
+                            cols, self.tptr, regs, ks, self.n_window, self.shift_lo
+                        )
+                        self._elements(p, work, regs, ks, fast=False, ptrs=self.tptr, shift=sp)
                 else:
                     self._tail(tail)
 
@@ -1141,9 +1157,19 @@ class RowKernel:
         else:
             b.op(f"and.pred {fast}, {fast}, {self.vec_ok}")
         b.op(f"@!{fast} bra {slow}")
+        words = {
+            n: self._col_words(ptrs[n])
+            for n in names
+            if shifted
+            and self.tensors[n].role == ROLE_COL
+            and self.tensors[n].elem_bytes == 2
+            and COL_WORDS
+        }
         for k in range(U):
             for name in names:
-                if shifted and self.tensors[name].role == ROLE_COL:
+                if name in words:
+                    self._load_chunk_col_words(name, words[name], ptrs[name], k, regs[name][k])
+                elif shifted and self.tensors[name].role == ROLE_COL:
                     self._load_chunk_elems(name, ptrs[name], k, regs[name][k])
                 else:
                     self._load_chunk_vec(name, ptrs[name], k, regs[name][k])
@@ -1170,19 +1196,28 @@ class RowKernel:
         b.label(end)
 
     def _shifted_step(
-        self, names, ptrs: dict, regs: dict, chunks: int, n_minus: str, lo: str
-    ) -> list[tuple]:
+        self, names, ptrs: dict, regs: dict, chunks: int | range, n_minus: str, lo: str
+    ) -> list[tuple | None]:
         """The first or last step of a shifted row (or any step of one whose tensors are not
         congruent): per chunk, which of its elements lie in the row (after the `lo` window
         elements before the row's start, within the `n_minus` from this thread's first on),
         and whether all do (one 16-byte load and store; else each element in the row moves
         alone, behind a branch that whole chunks skip); then the chunk's loads. Returns those
-        predicates per chunk, (in the row, whole), for _elements."""
+        predicates per chunk, (in the row, whole), for _elements (None for a chunk not in
+        `chunks`, a count or a range of chunk numbers)."""
         b, V = self.b, self.V
         cols = [n for n in names if self.tensors[n].role == ROLE_COL]
         rows = [n for n in names if n not in cols]
-        preds = []
-        for k in range(chunks):
+        # a 2-byte vector's whole chunks move as words put in place; the rest element by element
+        worded = {
+            n: self._col_words(ptrs[n])
+            for n in cols
+            if self.tensors[n].elem_bytes == 2 and COL_WORDS
+        }
+        single = [n for n in cols if n not in worded]
+        ks = chunks if isinstance(chunks, range) else range(chunks)
+        preds: list[tuple | None] = [None] * ks.start
+        for k in ks:
             rem = self._chunk_rem(n_minus, k)
             whole = b.reg("pred")
             b.op(f"setp.ge.s32 {whole}, {rem}, {V}")
@@ -1204,20 +1239,64 @@ class RowKernel:
             for name in names:
                 for r in regs[name][k]:
                     b.op(f"mov.b32 {r}, 0")
-            for name in cols:  # never aligned: element by element
+            for name in single:  # 4-byte elements: one load each, never a vector
                 self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid)
-            if not rows:
+            if not rows and not worded:
                 continue
-            # a whole chunk moves as 16-byte loads and skips the element loads; a chunk that
-            # straddles the row's start or end (one or two threads a row) takes them
+            # a whole chunk moves as 16-byte loads (a per-column vector's as words) and skips
+            # the element loads; a chunk that straddles the row's start or end (one or two
+            # threads a row) takes them
+            for name, w in worded.items():
+                self._load_chunk_col_words(name, w, ptrs[name], k, regs[name][k], whole)
             for name in rows:
                 self._load_chunk_vec(name, ptrs[name], k, regs[name][k], guard=f"@{whole} ")
             done = b.new_label("shift_loaded")
             b.op(f"@{whole} bra {done}")
-            for name in rows:
+            for name in [*worded, *rows]:
                 self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid)
             b.label(done)
         return preds
+
+    def _col_words(self, base: str) -> tuple[str, str, str]:
+        """For a 2-byte per-column vector under the shifted tail, whose chunks start at any
+        element: (its pointer moved back to the 4-byte word at or before it, whether that
+        moved it (the chunk starts at an odd element: the same for every chunk of the row),
+        the prmt selector that takes a word's upper element and the next word's lower then)."""
+        b = self.b
+        lo = b.reg("b64")
+        b.op(f"and.b64 {lo}, {base}, 2")
+        odd = b.reg("pred")
+        b.op(f"setp.ne.u64 {odd}, {lo}, 0")
+        al = b.reg("b64")
+        b.op(f"sub.s64 {al}, {base}, {lo}")
+        sel = b.reg("b32")
+        b.op(f"selp.b32 {sel}, 21554, 12816, {odd}")  # 0x5432 : 0x3210
+        return al, odd, sel
+
+    def _load_chunk_col_words(self, name, words, base, k: int, dst, whole=None) -> None:
+        """Whole chunk k of a 2-byte per-column vector under the shifted tail (see _col_words):
+        its V/2 words from the word at or before it, plus its last element where it starts at
+        an odd one, then each pair put in place with prmt: V/2 + 1 loads instead of V, each
+        warp load spanning the same 512 bytes (so half the L1 wavefronts). Under `whole`
+        (a predicate) only where it holds."""
+        b = self.b
+        al, odd, sel = words
+        t = self.tensors[name]
+        prefix, pol = self._load_prefix(t)
+        off = k * self._chunk_stride_bytes(t.elem_bytes)
+        guard = f"@{whole} " if whole else ""
+        last_odd = odd
+        if whole:
+            last_odd = b.reg("pred")
+            b.op(f"and.pred {last_odd}, {odd}, {whole}")
+        for i, r in enumerate(dst):
+            b.op(f"{guard}{prefix}.b32 {r}, [{al}+{off + 4 * i}]{pol}")
+        last = b.reg("b32")
+        b.op(f"mov.b32 {last}, 0")
+        b.op(f"@{last_odd} {prefix}.u16 {last}, [{base}+{off + 2 * (self.V - 1)}]{pol}")
+        for i, r in enumerate(dst):
+            nxt = dst[i + 1] if i + 1 < len(dst) else last
+            b.op(f"{guard}prmt.b32 {r}, {r}, {nxt}, {sel}")
 
     def _load_chunk_elems(self, name, base, k: int, dst, preds=None, step=None, zero=False):
         """Chunk k of `name` element by element, `step` bytes apart (the element size unless
