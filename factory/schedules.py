@@ -156,7 +156,7 @@ class Schedule:
         the chunks: a row of odd width (the shifted tail loads its columns in these groups
         too) held in 5 chunks of 128 threads needs 80 registers so instead of 128 for
         LayerNorm, 66 instead of 95 for RMSNorm, and ran 4% and 9% faster at 16384x4999 on
-        the H100 (bench/results/2026-12-05-h200-colwords).
+        the H100 (bench/results/2026-12-05-h100-colwords).
     col_hint: how per-column vectors are loaded: "nc" (the read-only path) or "nc_l2last"
         (L1 and L2 evict-last with the policy operand, as inductor's norms load their weight:
         every row reads the vector, the rows stream by once). Left out of `to_dict` at "nc".

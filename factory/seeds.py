@@ -158,7 +158,7 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             # A shifted row loads its columns in the pass that uses them, all chunks at once
             # unless grouped: one chunk at a time took LayerNorm 16384x4999 at 128 threads of
             # 5 chunks from 128 registers to 80 and ran 4% faster than the best capped layout,
-            # RMSNorm 9% (bench/results/2026-12-05-h200-colwords, H100).
+            # RMSNorm 9% (bench/results/2026-12-05-h100-colwords).
             fitted.append(grouped)
         fitted.append(twin)
         if not s.min_threads_per_sm and s not in capped:
