@@ -48,7 +48,10 @@ IDENTITY = {"sum": 0.0, "mean": 0.0, "max": float("-inf"), "min": float("inf")}
 COMBINE = {"sum": "add.f32", "mean": "add.f32", "max": "max.f32", "min": "min.f32"}
 EXPENSIVE_UNARY = {"exp", "log", "tanh", "erf", "sigmoid", "sqrt", "rsqrt"}
 MAX_MATERIALISED_REGS = 64
-COL_WORDS = True  # (experiment toggle) a 2-byte column vector's whole shifted chunks as words
+# A 2-byte column vector's whole chunks on shifted rows move as 4-byte words put in place
+# (_col_words); False moves them element by element, as bench/results/2026-12-05-h100-colwords
+# does to compare the two.
+COL_WORDS = True
 
 LOAD_PREFIX = {
     "none": "ld.global",
