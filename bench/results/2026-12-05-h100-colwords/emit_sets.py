@@ -8,34 +8,30 @@ one chunk at a time (col_groups = chunks); with `elems`, the weight's chunks ele
     python3 bench/results/2026-12-05-h100-colwords/emit_sets.py DIR [groups] [elems]
 """
 
-import json
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout
+import bench.suite as su  # noqa: E402
 from factory.compile import compile_ptx, rejection_reason  # noqa: E402
 from factory.emit import emit  # noqa: E402
-from factory.ir import lower  # noqa: E402
 from factory.schedules import default_schedule, fit_tail, shifted_twin  # noqa: E402
-from factory.spec import load_catalogue  # noqa: E402
 
-out = Path(sys.argv[1])
-groups = "groups" in sys.argv[2:]
+GROUPS = "groups" in sys.argv[2:]
 if "elems" in sys.argv[2:]:  # the weight's shifted chunks element by element, as before
     import factory.emit.rowkernel as rk
 
     rk.COL_WORDS = False
-out.mkdir(parents=True, exist_ok=True)
-dims = {"M": 16384, "N": 4999}
-manifest = []
-for op in ("layernorm", "rmsnorm", "add_rmsnorm"):
-    ir = lower(load_catalogue()[op])
+
+
+def cands(ir, dims):
     base = default_schedule(ir, dims)
+    out = []
     for t, c in ((128, 5), (256, 3), (512, 2)):
         for r in (1, 2):
             for early in (False, True):
-                for g in (1, c) if groups and not early else (1,):
+                for g in (1, c) if GROUPS and not early else (1,):
                     for cap in (0, 768, 1024, 1280, 1536):
                         s = replace(
                             base,
@@ -49,25 +45,14 @@ for op in ("layernorm", "rmsnorm", "add_rmsnorm"):
                         if s is None:
                             continue
                         s = replace(s, col_groups=g)
-                        em = emit(ir, s)
-                        rep = compile_ptx(em.ptx)
-                        if rejection_reason(rep, s.threads_per_block):
-                            continue
-                        name = f"{op}-16384x4999-{s.tag()}.ptx"
-                        (out / name).write_text(em.ptx)
-                        manifest.append(
-                            {
-                                "op": op,
-                                "dims": dims,
-                                "tag": s.tag(),
-                                "schedule": s.to_dict(),
-                                "file": name,
-                                "entry": em.entry,
-                                "params": [asdict(p) for p in em.params],
-                                "launch": asdict(em.launch),
-                                "registers": rep.registers,
-                                "spill_store_bytes": rep.spill_store_bytes,
-                            }
-                        )
-(out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-print(f"{len(manifest)} kernels written to {out}")
+                        rep = compile_ptx(emit(ir, s).ptx)
+                        if not rejection_reason(rep, s.threads_per_block):
+                            out.append(s)
+    return out
+
+
+su.candidate_schedules = cands
+import bench.probe_tail as pt  # noqa: E402
+
+pt.CASES[:] = [(op, 16384, 4999) for op in ("layernorm", "rmsnorm", "add_rmsnorm")]
+pt.emit_to(Path(sys.argv[1]))
