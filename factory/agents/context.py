@@ -163,6 +163,7 @@ class Context:
     _kind_values: dict = field(default_factory=dict)  # see offline._space_field_values
     # what `screened` did this generation: picks kept off the GPU, and picks given another cap
     screen_counts: dict = field(default_factory=lambda: {"skipped": 0, "recapped": 0})
+    passed_over: list = field(default_factory=list)  # the drafts `screened` turned away
 
     # --- the spaces ---------------------------------------------------------------------------
 

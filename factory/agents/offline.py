@@ -400,7 +400,8 @@ def _take_screened(ctx: Context, picks: list, n: int, tried, tried_ptx, make, ad
     what is still needed (compiled side by side), so that a pick the compile checks would reject
     gives its slot to the next one instead of costing the generation a candidate (a third
     generation at LayerNorm 16384x4999 once sent eight kernels that all spilled). `admit(pick,
-    the picks taken so far)` may pass over a pick before it is drafted."""
+    the picks taken so far)` may pass over a pick before it is drafted. The drafts passed over
+    are kept in `ctx.passed_over` (see propose_offline)."""
     out: list[tuple] = []
     seen: set[str] = set()
     i = 0
@@ -421,8 +422,9 @@ def _take_screened(ctx: Context, picks: list, n: int, tried, tried_ptx, make, ad
             tried_ptx.add(d.ptx_sha256)
             batch.append((pick, d))
         verdicts = ctx.screened([(p[0], d) for p, d in batch], exclude=tried | seen)
-        for (pick, _), got in zip(batch, verdicts, strict=True):
+        for (pick, d), got in zip(batch, verdicts, strict=True):
             if got is None:
+                ctx.passed_over.append(d)
                 continue
             it, d = got
             if it is not pick[0]:  # recapped: another point of the space
@@ -490,6 +492,11 @@ def propose_offline(ctx: Context) -> tuple[list[CandidateDraft], Plan]:
     taken |= {ev.schedule_key(d.schedule) for d in drafts}
     writer = OfflineWriter(explore_fraction=float(ctx.settings.get("explore_fraction", 0.25)))
     drafts += writer.write(ctx, plan, ctx.population - len(drafts), taken)
+    # Slots that no clean pick filled go to the picks passed over: the reviewer rejects them
+    # with their reasons, which the job shows and records (so they are not proposed again),
+    # rather than the generation going out short or empty (a customer kernel whose every edit
+    # spills).
+    drafts += ctx.passed_over[: max(0, ctx.population - len(drafts))]
     c = ctx.screen_counts
     if c["skipped"] or c["recapped"]:
         plan.notes.append(

@@ -91,3 +91,24 @@ def test_a_pick_that_spills_gives_its_slot_to_the_next():
     assert ctx.screen_counts == {"skipped": 1, "recapped": 1}
     for _, d in got:
         assert not _passes_compile_checks(d)
+    # kept aside: propose_offline gives it a slot only where no clean pick filled one, for the
+    # reviewer to reject with its reason (recorded, so not proposed again)
+    assert [d.ptx_sha256 for d in ctx.passed_over] == [
+        ctx.draft(items[0], role="writer", note="").ptx_sha256
+    ]
+
+
+def test_a_generation_short_of_clean_picks_still_goes_out_whole(monkeypatch):
+    # Every pick but one spills and cannot be recapped: the clean one first, then the ones
+    # passed over, so the reviewer records why (an empty generation would say nothing).
+    from factory.agents import offline
+
+    w = _layernorm()
+    ctx = build_context(w, generation=1, population=3, evidence=[], seed=0, settings={"job": "j"})
+    ctx.passed_over = ["spills-1", "spills-2"]
+    plan = Plan("explore", 1, 0, {}, {}, [], "")
+    monkeypatch.setattr(offline.OfflinePlanner, "plan", lambda self, ctx: plan)
+    monkeypatch.setattr(offline.OfflineTuner, "tune", lambda self, ctx, plan, n, taken: [])
+    monkeypatch.setattr(offline.OfflineWriter, "write", lambda self, ctx, p, n, t: ["clean"])
+    drafts, _ = offline.propose_offline(ctx)
+    assert drafts == ["clean", "spills-1", "spills-2"]
