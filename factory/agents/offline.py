@@ -388,9 +388,12 @@ class OfflineTuner:
                         )
         children = [c for c in children if c[0].key not in tried and not _avoided(c[0], plan)]
         children.sort(key=lambda c: ctx.predict_us(c[0]))
-        got = _take_screened(
-            ctx, children, n, tried, tried_ptx, lambda c: ctx.draft(c[0], role="tuner", note=c[1])
-        )
+
+        def make(c):  # (the parent also on a draft turned away: it may still go out)
+            d = ctx.draft(c[0], role="tuner", note=c[1])
+            return dataclasses.replace(d, parent_ptx_sha256=c[2]) if d is not None else None
+
+        got = _take_screened(ctx, children, n, tried, tried_ptx, make)
         return [dataclasses.replace(d, parent_ptx_sha256=c[2]) for c, d in got]
 
 
@@ -496,7 +499,11 @@ def propose_offline(ctx: Context) -> tuple[list[CandidateDraft], Plan]:
     # with their reasons, which the job shows and records (so they are not proposed again),
     # rather than the generation going out short or empty (a customer kernel whose every edit
     # spills).
-    drafts += ctx.passed_over[: max(0, ctx.population - len(drafts))]
+    have = {d.ptx_sha256 for d in drafts}
+    for d in ctx.passed_over:  # (the writer may have turned away one the tuner did too)
+        if len(drafts) < ctx.population and d.ptx_sha256 not in have:
+            have.add(d.ptx_sha256)
+            drafts.append(d)
     c = ctx.screen_counts
     if c["skipped"] or c["recapped"]:
         plan.notes.append(

@@ -105,10 +105,13 @@ def test_a_generation_short_of_clean_picks_still_goes_out_whole(monkeypatch):
 
     w = _layernorm()
     ctx = build_context(w, generation=1, population=3, evidence=[], seed=0, settings={"job": "j"})
-    ctx.passed_over = ["spills-1", "spills-2"]
+    items = ctx.gen_items[:3]
+    clean, spills_1, spills_2 = (ctx.draft(it, role="writer", note="") for it in items)
+    # (the writer turned away the first again after the tuner did: one slot for it)
+    ctx.passed_over = [spills_1, spills_1, spills_2]
     plan = Plan("explore", 1, 0, {}, {}, [], "")
     monkeypatch.setattr(offline.OfflinePlanner, "plan", lambda self, ctx: plan)
     monkeypatch.setattr(offline.OfflineTuner, "tune", lambda self, ctx, plan, n, taken: [])
-    monkeypatch.setattr(offline.OfflineWriter, "write", lambda self, ctx, p, n, t: ["clean"])
+    monkeypatch.setattr(offline.OfflineWriter, "write", lambda self, ctx, p, n, t: [clean])
     drafts, _ = offline.propose_offline(ctx)
-    assert drafts == ["clean", "spills-1", "spills-2"]
+    assert drafts == [clean, spills_1, spills_2]
