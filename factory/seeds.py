@@ -242,5 +242,4 @@ def recapped(ir, s: Schedule) -> Schedule | None:
     base = replace(s, min_threads_per_sm=0)
     if rejection_reason(_compiled(ptx_of(base)), base.threads_per_block):
         return None
-    occ = _occupancy_variant(ptx_of, base)
-    return occ if occ is not None and occ != s else base
+    return _occupancy_variant(ptx_of, base) or base

@@ -532,7 +532,7 @@ class RowKernel:
                 b.op(f"and.b64 {low}, {acc}, 15")
                 b.op(f"setp.eq.u64 {self.shift_ok}, {low}, 0")
             for t_ in tensors:
-                if t_.role == ROLE_COL and t_.elem_bytes == 2 and COL_WORDS:
+                if self._moves_as_words(t_):
                     # its whole chunks move as 4-byte words (_col_words): a vector that starts
                     # between two words moves element by element instead, with the rows
                     odd = b.reg("b64")
@@ -1163,10 +1163,7 @@ class RowKernel:
         words = {
             n: self._col_words(ptrs[n])
             for n in names
-            if shifted
-            and self.tensors[n].role == ROLE_COL
-            and self.tensors[n].elem_bytes == 2
-            and COL_WORDS
+            if shifted and self._moves_as_words(self.tensors[n])
         }
         for k in range(U):
             for name in names:
@@ -1213,9 +1210,7 @@ class RowKernel:
         rows = [n for n in names if n not in cols]
         # a 2-byte vector's whole chunks move as words put in place; the rest element by element
         worded = {
-            n: self._col_words(ptrs[n])
-            for n in cols
-            if self.tensors[n].elem_bytes == 2 and COL_WORDS
+            n: self._col_words(ptrs[n]) for n in cols if self._moves_as_words(self.tensors[n])
         }
         single = [n for n in cols if n not in worded]
         ks = chunks if isinstance(chunks, range) else range(chunks)
@@ -1259,6 +1254,12 @@ class RowKernel:
                 self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid)
             b.label(done)
         return preds
+
+    @staticmethod
+    def _moves_as_words(t: TensorRef) -> bool:
+        """Whether `t`'s whole chunks on a shifted row move as 4-byte words (_col_words): a
+        2-byte per-column vector, while COL_WORDS is on."""
+        return COL_WORDS and t.role == ROLE_COL and t.elem_bytes == 2
 
     def _col_words(self, base: str) -> tuple[str, str, str]:
         """For a 2-byte per-column vector under the shifted tail, whose chunks start at any
