@@ -219,27 +219,26 @@ def _occupancy_variant(ptx_of, s: Schedule) -> Schedule | None:
     return None
 
 
-def compile_rejections(kernels: list[tuple[str, int]]) -> list[str]:
-    """For each (PTX, threads per block): why the compile checks would keep it off a GPU (spills,
-    a stack frame, the register file; factory.compile.rejection_reason), "" where nothing would.
-    Compiled side by side; each text once while it stays among the last 256."""
-    from factory.compile import rejection_reason
-
-    _compile_ahead(lambda ptx: ptx, [ptx for ptx, _ in kernels])
-    return [rejection_reason(_compiled(ptx), threads) for ptx, threads in kernels]
+def compile_reports(ptxs: list[str]) -> list:
+    """The compile report (factory.compile.CompileReport) of each PTX text, compiled side by side;
+    each text once while it stays among the last 256."""
+    _compile_ahead(lambda ptx: ptx, ptxs)
+    return [_compiled(ptx) for ptx in ptxs]
 
 
 def recapped(ir, s: Schedule) -> Schedule | None:
-    """A layout whose register cap spills, under the highest cap that compiles clean (more rows
-    in flight than uncapped), else uncapped where that compiles clean; None otherwise. The
-    tuner's mutants inherit their parent's cap: at LayerNorm 16384x4999 a third generation of
-    eight such mutants all spilled under the cap of 768 threads their parent compiled clean at."""
+    """A layout turned away for its registers, under another register cap: where its own cap
+    spills, the highest cap that compiles clean (more rows in flight than uncapped), else
+    uncapped where that compiles clean; where it has no cap and holds too few warps per SM (the
+    reviewer's register pressure), the highest cap that compiles clean and keeps more threads
+    resident. None otherwise. The tuner's mutants inherit their parent's cap: at LayerNorm
+    16384x4999 a third generation of eight such mutants all spilled under the cap of 768 threads
+    their parent compiled clean at."""
     from factory.compile import rejection_reason
 
-    if not s.min_threads_per_sm:
-        return None
     ptx_of = _ptx_of(ir)
     base = replace(s, min_threads_per_sm=0)
     if rejection_reason(_compiled(ptx_of(base)), base.threads_per_block):
         return None
-    return _occupancy_variant(ptx_of, base) or base
+    occ = _occupancy_variant(ptx_of, base)
+    return occ if occ is not None or not s.min_threads_per_sm else base

@@ -34,9 +34,9 @@ class GeneratorAPI:
     # whether `space` holds only points that `fits` the job already (then they are not judged
     # twice: that took longer than building the space)
     space_fits: bool = False
-    # rejections([(ptx, threads per block)]) -> why the compile checks would keep each kernel
-    # off a GPU ("" where they would not), compiled on the CPU
-    rejections: Callable | None = None
+    # reports([ptx]) -> each kernel's compile report (factory.compile.CompileReport), compiled on
+    # the CPU side by side
+    reports: Callable | None = None
     # recap(ir, schedule) -> the schedule under a register cap that compiles clean, or None
     recap: Callable | None = None
 
@@ -60,7 +60,7 @@ def real_generator() -> GeneratorAPI | None:
         except ImportError:
             default_schedule = None
         from factory.schedules import fits_job
-        from factory.seeds import candidate_schedules, compile_rejections, recapped
+        from factory.seeds import candidate_schedules, compile_reports, recapped
     except ImportError:
         return None
     return GeneratorAPI(
@@ -72,7 +72,7 @@ def real_generator() -> GeneratorAPI | None:
         candidate_schedules,
         fits_job,
         space_fits=True,
-        rejections=compile_rejections,
+        reports=compile_reports,
         recap=recapped,
     )
 
@@ -280,36 +280,38 @@ class Context:
     def screened(
         self, pending: list[tuple[Item, CandidateDraft]], exclude: set[str] = frozenset()
     ) -> list[tuple | None]:
-        """The drafts judged by the compile checks the reviewer applies (spills, stack, the
-        register file), all compiled side by side on the CPU, before they take a slot of the
-        generation: each (item, draft) as it is, or for a generator layout whose register cap
-        spills, the same layout recapped (factory.seeds.recapped: the highest cap that
-        compiles clean, else none) unless its key is in `exclude`; None where neither passes.
-        Kept as they are without a compiler (a fake generator in tests)."""
+        """The drafts judged by the reviewer (factory.agents.review: spills, stack, the register
+        file, warps per SM, ...) on their compile reports, all compiled side by side on the CPU,
+        before they take a slot of the generation: each (item, draft) as it is, or for a
+        generator layout turned away for its registers, the same layout under another register
+        cap (factory.seeds.recapped) where the reviewer passes that and its key is not in
+        `exclude`; None where neither passes. Kept as they are without a compiler (a fake
+        generator in tests)."""
+        from factory.agents.review import review
+
         gen = self.generator
-        if gen is None or gen.rejections is None or not pending:
+        if gen is None or gen.reports is None or not pending:
             return list(pending)
-        threads = [math.prod(d.launch.block) if d.launch else 0 for _, d in pending]
-        why = gen.rejections([(d.ptx, t) for (_, d), t in zip(pending, threads, strict=True)])
+        reports = gen.reports([d.ptx for _, d in pending])
         out: list[tuple | None] = []
-        for (it, d), reason in zip(pending, why, strict=True):
-            if not reason:
+        for (it, d), rep in zip(pending, reports, strict=True):
+            ok, reason = review(d, rep)
+            if ok:
                 out.append((it, d))
                 continue
             other = None
-            if it.kind == "generator" and gen.recap is not None:
-                if not reason.startswith("compile error"):
-                    s = gen.recap(self.ir, it.value)
-                    other = self.item_for(schedule_dict(s)) if s is not None else None
+            if it.kind == "generator" and gen.recap is not None and rep.ok:
+                s = gen.recap(self.ir, it.value)
+                other = self.item_for(schedule_dict(s)) if s is not None else None
             if other is not None and other.key in exclude:
                 other = None
             d2 = self.draft(other, role=d.role, note=d.note, backend=d.backend) if other else None
-            if d2 is not None:
-                # (recap compiled it and found it clean: its compile is cached)
+            if d2 is not None and review(d2, gen.reports([d2.ptx])[0])[0]:
+                # (recap compiled it: its compile is cached)
                 self.screen_counts["recapped"] += 1
                 cap = other.schedule.get("min_threads_per_sm")
                 now = f"capped for {cap} threads" if cap else "uncapped"
-                note = f"{d.note}; {now}, since its cap gave {reason}"
+                note = f"{d.note}; {now}, since it gave {reason}"
                 out.append((other, dataclasses.replace(d2, note=note)))
             else:
                 self.screen_counts["skipped"] += 1

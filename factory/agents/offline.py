@@ -11,7 +11,9 @@
 - The tuner mutates the best measured candidates one field at a time (neighbour values taken from
   the space, so every mutant is valid), reshapes them (more threads per row with fewer rows per
   block or fewer chunks, and the reverse) and recombines the two best field by field.
-Every choice goes through `Context.draft`, so the result is a list of CandidateDrafts.
+Every choice goes through `Context.draft`, so the result is a list of CandidateDrafts, and
+through `Context.screened`: the reviewer judges each pick on its CPU compile before it takes a
+slot, so GPU time goes to kernels that can run.
 """
 
 from __future__ import annotations
@@ -217,7 +219,10 @@ class OfflineWriter:
             picks += [(it, "cost model's pick") for it in ranked[: n_model * self.oversample]]
             rest = ranked[n_model * self.oversample :]
             rng.shuffle(rest)
-            picks += [(it, "exploration") for it in rest[:n]]
+            # (four times the slots: the screen passes over what the reviewer would reject, and
+            # at LayerNorm 16384x4999 the model's first picks spilled, so that n explorations
+            # left slots to the drafts passed over; only what is needed is drafted)
+            picks += [(it, "exploration") for it in rest[: 4 * n]]
         else:
             picks += [(it, "spread of the space") for it in self._spread(untried, n * 2, rng)]
         model_cap = max(1, round(n * 0.75))
@@ -403,20 +408,25 @@ def _take_screened(ctx: Context, picks: list, n: int, tried, tried_ptx, make, ad
     what is still needed (compiled side by side), so that a pick the compile checks would reject
     gives its slot to the next one instead of costing the generation a candidate (a third
     generation at LayerNorm 16384x4999 once sent eight kernels that all spilled). `admit(pick,
-    the picks taken so far)` may pass over a pick before it is drafted. The drafts passed over
+    the picks taken or being judged)` may hold a pick back before it is drafted: it is asked
+    again for the next batch, since the picks judged may be turned away. The drafts passed over
     are kept in `ctx.passed_over` (see propose_offline)."""
     out: list[tuple] = []
     seen: set[str] = set()
-    i = 0
-    while len(out) < n and i < len(picks):
+    queue = list(picks)
+    while len(out) < n:
         batch: list[tuple] = []
-        while len(batch) < n - len(out) and i < len(picks):
-            pick = picks[i]
-            i += 1
+        waiting: list = []  # (in order) for the next batch
+        for pick in queue:
+            if len(batch) >= n - len(out):
+                waiting.append(pick)
+                continue
             it = pick[0]
             if it.key in tried or it.key in seen:
                 continue
             if admit is not None and not admit(pick, [p for p, _ in out + batch]):
+                # (not now: the picks it waits on may yet be turned away)
+                waiting.append(pick)
                 continue
             seen.add(it.key)
             d = make(pick)
@@ -424,6 +434,9 @@ def _take_screened(ctx: Context, picks: list, n: int, tried, tried_ptx, make, ad
                 continue
             tried_ptx.add(d.ptx_sha256)
             batch.append((pick, d))
+        queue = waiting
+        if not batch:
+            break
         verdicts = ctx.screened([(p[0], d) for p, d in batch], exclude=tried | seen)
         for (pick, d), got in zip(batch, verdicts, strict=True):
             if got is None:
@@ -507,7 +520,7 @@ def propose_offline(ctx: Context) -> tuple[list[CandidateDraft], Plan]:
     c = ctx.screen_counts
     if c["skipped"] or c["recapped"]:
         plan.notes.append(
-            f"compile checks on the CPU: {c['skipped']} picks passed over, "
-            f"{c['recapped']} given the register cap that compiles clean"
+            f"the reviewer's checks, compiled on the CPU: {c['skipped']} picks passed over, "
+            f"{c['recapped']} given a register cap that passes"
         )
     return drafts[: ctx.population], plan
