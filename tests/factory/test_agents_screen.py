@@ -179,3 +179,40 @@ def test_a_generation_short_of_clean_picks_still_goes_out_whole(monkeypatch):
     monkeypatch.setattr(offline.OfflineWriter, "write", lambda self, ctx, p, n, t: [clean])
     drafts, _ = offline.propose_offline(ctx)
     assert drafts == [clean, spills_1, spills_2]
+
+
+def test_the_writer_takes_two_model_picks_of_one_layout_at_most(monkeypatch):
+    # The model's favourites cluster: at LayerNorm 16384x4999 its four picks of a third
+    # generation were one layout (128 threads, 8 rows a block) in variants, all ~186 us.
+    w = _layernorm()
+    space = build_context(w, generation=0, population=8, evidence=[], seed=0, settings={})
+    sig = {"family": ev.family_of(w), "signature": ev.signature_of(w), "gpu": "sm_90"}
+    records = [
+        {
+            "job": "j", "status": "passed", "dims": DIMS, "generation": 0,
+            "median_us": 100.0 + i, "bytes": 4 * 16384 * 4999,
+            "schedule": it.schedule, "ptx_sha256": f"p{i}", **sig,
+        }
+        for i, it in enumerate(space.gen_items[::5000][:8])
+    ]  # fmt: skip
+    ctx = build_context(
+        w, generation=1, population=8, evidence=records, seed=0, settings={"job": "j"}
+    )
+    ctx.edit_items = []
+    assert ctx.model.fitted
+    favourite = offline._layout(ctx.gen_items[100])
+    # the model prefers every variant of one layout to anything else
+    monkeypatch.setattr(
+        Context,
+        "predict_us",
+        lambda self, it: 1.0 if offline._layout(it) == favourite else 100.0 + len(it.key) % 7,
+    )
+    n_variants = sum(offline._layout(it) == favourite for it in ctx.gen_items)
+    assert n_variants >= 4
+    plan = Plan("exploit", 4, 0, {}, {}, [], "")
+    drafts = OfflineWriter().write(ctx, plan, 4, set())
+    assert len(drafts) == 4
+    model = [d for d in drafts if d.note.startswith("cost model's pick")]
+    layouts = [offline._layout(ctx.item_for(d.schedule)) for d in model]
+    assert layouts.count(favourite) == 2, [d.note for d in drafts]
+    assert len(model) == 3  # three quarters of the slots: the third of another layout
