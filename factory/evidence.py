@@ -314,9 +314,12 @@ def warm_start_schedules(
 class Lessons:
     """What the evidence teaches about one family / shape class / GPU.
 
-    `choices[field][value]` = {"n", "wins", "mean_rel"}: how often a schedule with that value was
-    within 5% of its job's best, and its mean time relative to the best. `failures` counts reasons
-    (first clause) of records that did not pass. `text` is the same in words, for prompts."""
+    `choices[field][value]` = {"n", "wins", "mean_rel", "pairs", "even"}: how often a schedule
+    with that value was within 5% of its job's best, and its mean time relative to the best;
+    how many one-field pairs it was in (records of one job and shape whose schedules differ in
+    that field only), and in how many it ran within 2% of the other or faster. `failures`
+    counts reasons (first clause) of records that did not pass. `text` is the same in words,
+    for prompts."""
 
     family: str
     gpu: str
@@ -365,10 +368,13 @@ def distil_lessons(
             ratio = float(r["median_us"]) / best_us
             for fname, value in (r.get("schedule") or {}).items():
                 vkey = json.dumps(value, sort_keys=True, default=str)
-                s = stats[fname].setdefault(vkey, {"n": 0, "wins": 0, "mean_rel": 0.0})
+                s = stats[fname].setdefault(
+                    vkey, {"n": 0, "wins": 0, "mean_rel": 0.0, "pairs": 0, "even": 0}
+                )
                 s["mean_rel"] = (s["mean_rel"] * s["n"] + ratio) / (s["n"] + 1)
                 s["n"] += 1
                 s["wins"] += 1 if ratio <= 1.05 else 0
+        _count_pairs(group, stats)
     lessons.choices = {k: dict(v) for k, v in stats.items()}
     for r in rel:
         # A candidate still on its way (or left so by a cancelled job) has not failed anything.
@@ -382,6 +388,28 @@ def distil_lessons(
     ]
     lessons.text = _lessons_text(lessons)
     return lessons
+
+
+def _count_pairs(group: list[dict], stats: dict) -> None:
+    """For records of one job and shape whose schedules differ in one field only, count for each
+    side's value a pair, and an even one where it ran within 2% of the other side or faster.
+    The mean over all records confounds a value with the layouts it was tried on (streaming
+    stores were avoided at LayerNorm 16384x4999 for three slow layouts that had them, while the
+    one-field pairs showed them level); the pairs do not."""
+    scheds = [(r.get("schedule") or {}, float(r["median_us"])) for r in group]
+    for i, (sa, ta) in enumerate(scheds):
+        for sb, tb in scheds[i + 1 :]:
+            diff = [k for k in sa.keys() | sb.keys() if sa.get(k) != sb.get(k)]
+            if len(diff) != 1:
+                continue
+            f = diff[0]
+            for sch, mine, other in ((sa, ta, tb), (sb, tb, ta)):
+                if f not in sch:  # (a field left at its default is not written)
+                    continue
+                s = stats[f].get(json.dumps(sch[f], sort_keys=True, default=str))
+                if s is not None:
+                    s["pairs"] += 1
+                    s["even"] += 1 if mine <= 1.02 * other else 0
 
 
 def _lessons_text(lessons: Lessons) -> str:

@@ -76,10 +76,12 @@ class OfflinePlanner:
         prefer, avoid = {}, {}
         if ctx.lessons:
             for fname, stats in ctx.lessons.choices.items():
+                # (never winning and slow on average, unless a one-field pair showed it level:
+                # then the layouts it was tried on were slow, not the value)
                 bad = [
                     json.loads(v)
                     for v, s in stats.items()
-                    if s["n"] >= 3 and s["wins"] == 0 and s["mean_rel"] > 1.5
+                    if s["n"] >= 3 and s["wins"] == 0 and s["mean_rel"] > 1.5 and not s.get("even")
                 ]
                 if bad:
                     avoid[fname] = bad

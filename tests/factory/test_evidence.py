@@ -123,6 +123,62 @@ def test_lessons_say_which_choices_win_and_which_failed_and_why():
     assert distil_lessons([], family="x").text.startswith("No evidence yet")
 
 
+def test_one_field_pairs_tell_a_slow_value_from_the_slow_layouts_it_was_tried_on():
+    # Streaming stores on three slow layouts never win and average 2.7x the best, but beside
+    # the same layout without them (one field apart) they ran level: the layouts were slow.
+    records = [
+        rec("j", {"t": 128, "store": "none"}, 100.0),
+        rec("j", {"t": 256, "store": "none"}, 200.0),
+        rec("j", {"t": 256, "store": "cs"}, 201.0),
+        rec("j", {"t": 32, "store": "cs"}, 210.0),
+        rec("j", {"t": 64, "store": "cs"}, 400.0),
+        # another shape of the job: a group of its own, no pair across groups
+        rec("j", {"t": 128, "store": "cs"}, 50.0, dims={"M": 64, "N": 4096}),
+    ]
+    cs = distil_lessons(records[:5], family="softmax")
+    cs = cs.choices["store"]['"cs"']
+    assert (cs["n"], cs["wins"], cs["pairs"], cs["even"]) == (3, 0, 1, 1)
+    assert cs["mean_rel"] > 1.5
+    # 4% slower beside its partner: a pair, not an even one
+    slower = [dict(r) for r in records[:5]]
+    slower[2]["median_us"] = 208.0
+    cs = distil_lessons(slower, family="softmax").choices["store"]['"cs"']
+    assert (cs["pairs"], cs["even"]) == (1, 0)
+    # a partner at another shape is no pair
+    alone = [records[0], records[3], records[4], records[5]]
+    cs = distil_lessons(alone, family="softmax").choices["store"]['"cs"']
+    assert cs["pairs"] == 0
+
+
+def test_the_planner_avoids_a_value_only_where_no_pair_showed_it_level():
+    from factory.agents.context import build_context
+    from factory.agents.offline import OfflinePlanner
+    from factory.spec import load_catalogue
+
+    w = load_catalogue()["layernorm"]
+    dims = dict(w.shapes[0])
+
+    def lay(t, store, us):
+        r = rec("j", {"threads_per_row": t, "store_hint": store}, us, dims=dims, family="norm")
+        return r | {"signature": signature_of(w), "workload_sha256": w.sha256}
+
+    slow = [
+        lay(128, "none", 100.0),
+        lay(32, "cs", 210.0),
+        lay(64, "cs", 400.0),
+        lay(256, "cs", 201.0),
+    ]
+
+    def avoided(records):
+        ctx = build_context(
+            w, generation=1, population=8, evidence=records, seed=0, settings={"job": "j"}
+        )
+        return OfflinePlanner().plan(ctx).avoid.get("store_hint", [])
+
+    assert avoided(slow) == ["cs"]
+    assert avoided([*slow, lay(256, "none", 200.0)]) == []
+
+
 def test_the_fitted_tail_does_not_change_which_layout_a_record_names():
     from factory.evidence import schedule_key
     from factory.schedules import Schedule

@@ -45,9 +45,12 @@ def test_a_family_opens_with_lessons_choices_the_fastest_and_the_failures(
     assert view["jobs"] == 2 and view["records"] > 0
     assert view["top"] and view["top"][0]["what"].startswith("ct128")  # base_us 10: the fastest
     assert any(c["field"] == "threads_per_row" for c in view["choices"])
+    # (each layout here differs from the others in two fields: no one-field pair to show)
+    assert all(c["pairs"] == 0 for c in view["choices"])
     assert view["failures"] and view["failures"][0][1] == 1
     html = page.content.decode()
     assert "Lessons the planner and the prompts read" in html and "threads_per_row" in html
+    assert "Level in one-field pairs" in html
     assert "Generator kernels by tag:" in html and "t threads per row" in html  # the legend
     # a filter that matches nothing leaves an empty view, not an error
     page = client.get(
