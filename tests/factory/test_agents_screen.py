@@ -30,6 +30,29 @@ def _passes_compile_checks(d) -> str:
     return "" if ok else reason
 
 
+def _second_generation():
+    """The second generation's context of a LayerNorm 16384x4999 job whose first measured eight
+    points spread over the space: the cost model fitted, the generator's slots alone (edits of
+    the catalogue's kernel aside)."""
+    w = _layernorm()
+    space = build_context(w, generation=0, population=8, evidence=[], seed=0, settings={})
+    sig = {"family": ev.family_of(w), "signature": ev.signature_of(w), "gpu": "sm_90"}
+    records = [
+        {
+            "job": "j", "status": "passed", "dims": DIMS, "generation": 0,
+            "median_us": 100.0 + i, "bytes": 4 * 16384 * 4999,
+            "schedule": it.schedule, "ptx_sha256": f"p{i}", **sig,
+        }
+        for i, it in enumerate(space.gen_items[::5000][:8])
+    ]  # fmt: skip
+    ctx = build_context(
+        w, generation=1, population=8, evidence=records, seed=0, settings={"job": "j"}
+    )
+    assert ctx.model.fitted and ctx.job_records
+    ctx.edit_items = []
+    return ctx
+
+
 def test_the_tuner_sends_no_mutant_that_spills_under_its_parents_cap():
     # A layout with its registers capped, as LayerNorm 16384x4999's fastest on the H100 once was
     # (128 threads of 5 chunks, shifted, capped for 768 threads): most of its one-field mutants
@@ -131,22 +154,7 @@ def test_the_writer_looks_past_the_picks_the_screen_turns_away(monkeypatch):
     # At LayerNorm 16384x4999 the cost model's first picks spilled, and with one exploration
     # pick per slot the writer ran out: the slots went to drafts the reviewer then rejected.
     # Here the screen turns away the first twelve drafts it is shown, whatever they are.
-    w = _layernorm()
-    space = build_context(w, generation=0, population=8, evidence=[], seed=0, settings={})
-    sig = {"family": ev.family_of(w), "signature": ev.signature_of(w), "gpu": "sm_90"}
-    records = [
-        {
-            "job": "j", "status": "passed", "dims": DIMS, "generation": 0,
-            "median_us": 100.0 + i, "bytes": 4 * 16384 * 4999,
-            "schedule": it.schedule, "ptx_sha256": f"p{i}", **sig,
-        }
-        for i, it in enumerate(space.gen_items[::5000][:8])
-    ]  # fmt: skip
-    ctx = build_context(
-        w, generation=1, population=8, evidence=records, seed=0, settings={"job": "j"}
-    )
-    assert ctx.model.fitted and ctx.job_records
-    ctx.edit_items = []  # (the generator's slots alone: edits of the catalogue's kernel aside)
+    ctx = _second_generation()
     shown: list = []
 
     def screened(self, pending, exclude=frozenset()):
@@ -184,22 +192,7 @@ def test_a_generation_short_of_clean_picks_still_goes_out_whole(monkeypatch):
 def test_the_writer_takes_two_model_picks_of_one_layout_at_most(monkeypatch):
     # The model's favourites cluster: at LayerNorm 16384x4999 its four picks of a third
     # generation were one layout (128 threads, 8 rows a block) in variants, all ~186 us.
-    w = _layernorm()
-    space = build_context(w, generation=0, population=8, evidence=[], seed=0, settings={})
-    sig = {"family": ev.family_of(w), "signature": ev.signature_of(w), "gpu": "sm_90"}
-    records = [
-        {
-            "job": "j", "status": "passed", "dims": DIMS, "generation": 0,
-            "median_us": 100.0 + i, "bytes": 4 * 16384 * 4999,
-            "schedule": it.schedule, "ptx_sha256": f"p{i}", **sig,
-        }
-        for i, it in enumerate(space.gen_items[::5000][:8])
-    ]  # fmt: skip
-    ctx = build_context(
-        w, generation=1, population=8, evidence=records, seed=0, settings={"job": "j"}
-    )
-    ctx.edit_items = []
-    assert ctx.model.fitted
+    ctx = _second_generation()
     favourite = offline._layout(ctx.gen_items[100])
     # the model prefers every variant of one layout to anything else
     monkeypatch.setattr(
