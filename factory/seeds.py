@@ -198,9 +198,10 @@ def _one_chunk_at_a_time(ir, s: Schedule, dims) -> Schedule | None:
     return g if has_col_inputs(ir) and is_valid(ir, g, dims)[0] else None
 
 
-def _occupancy_variant(ptx_of, s: Schedule) -> Schedule | None:
-    """`s` with the registers capped for the most resident threads per SM that compile without
-    local memory, when that is more than `s` gets uncapped (more rows in flight per SM)."""
+def _occupancy_variant(ptx_of, s: Schedule, below: int = 2304) -> Schedule | None:
+    """`s` with the registers capped for the most resident threads per SM (fewer than `below`)
+    that compile without local memory, when that is more than `s` gets uncapped (more rows in
+    flight per SM)."""
     from factory.compile import rejection_reason
 
     t = s.threads_per_block
@@ -209,7 +210,7 @@ def _occupancy_variant(ptx_of, s: Schedule) -> Schedule | None:
     caps = [
         replace(s, min_threads_per_sm=threads)
         for threads in range(2048, resident, -256)
-        if threads % t == 0
+        if threads % t == 0 and threads < below
     ]
     _compile_ahead(ptx_of, caps)
     for cand in caps:
@@ -240,5 +241,6 @@ def recapped(ir, s: Schedule) -> Schedule | None:
     base = replace(s, min_threads_per_sm=0)
     if rejection_reason(_compiled(ptx_of(base)), base.threads_per_block):
         return None
-    occ = _occupancy_variant(ptx_of, base)
+    # (a cap that spilled leaves fewer registers than any below it: only those are tried)
+    occ = _occupancy_variant(ptx_of, base, below=s.min_threads_per_sm or 2304)
     return occ if occ is not None or not s.min_threads_per_sm else base

@@ -82,7 +82,7 @@ def test_the_tuner_sends_no_mutant_that_spills_under_its_parents_cap():
     recapped = [d for d in drafts if "since it gave spills" in d.note]
     assert recapped, [d.note for d in drafts]
     for d in recapped:
-        assert d.schedule.get("min_threads_per_sm", 0) != 768
+        assert d.schedule.get("min_threads_per_sm", 0) < 768  # (above it: fewer registers)
         assert d.parent_ptx_sha256 == "p1"
     assert ctx.screen_counts["recapped"] == len(recapped)
 
@@ -101,7 +101,7 @@ def test_a_pick_that_spills_gives_its_slot_to_the_next():
     assert all(items) and len({it.key for it in items}) == 3
     assert "spills" in _passes_compile_checks(ctx.draft(items[0], role="tuner", note=""))
     fix = recapped(ir, spills)
-    assert fix is not None and fix.min_threads_per_sm != 768
+    assert fix is not None and fix.min_threads_per_sm < 768
     fix_key = ctx.item_for(fix.to_dict()).key
     assert fix_key in by_key
 
