@@ -168,7 +168,7 @@ class OfflineWriter:
         picks: list[tuple[Item, str]] = []
         # The model's order of the untried space (predicting every item once: thousands of them)
         fitted = ctx.model is not None and ctx.model.fitted
-        ranked = sorted(untried, key=ctx.predict_us) if fitted else []
+        ranked = ctx.ranked(untried) if fitted else []
         if plan.strategy == "warm_start":
             warm = [
                 it

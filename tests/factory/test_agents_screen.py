@@ -194,12 +194,13 @@ def test_the_writer_takes_two_model_picks_of_one_layout_at_most(monkeypatch):
     # generation were one layout (128 threads, 8 rows a block) in variants, all ~186 us.
     ctx = _second_generation()
     favourite = offline._layout(ctx.gen_items[100])
+
     # the model prefers every variant of one layout to anything else
-    monkeypatch.setattr(
-        Context,
-        "predict_us",
-        lambda self, it: 1.0 if offline._layout(it) == favourite else 100.0 + len(it.key) % 7,
-    )
+    def guess(it):
+        return 1.0 if offline._layout(it) == favourite else 100.0 + len(it.key) % 7
+
+    monkeypatch.setattr(Context, "predict_us", lambda self, it: guess(it))
+    monkeypatch.setattr(Context, "ranked", lambda self, items: sorted(items, key=guess))
     n_variants = sum(offline._layout(it) == favourite for it in ctx.gen_items)
     assert n_variants >= 4
     plan = Plan("exploit", 4, 0, {}, {}, [], "")

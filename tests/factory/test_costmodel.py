@@ -85,3 +85,23 @@ def test_ridge_shrinkage_is_chosen_by_leave_one_out_error_from_the_grid():
     model = CostModel().fit(records)
     assert model.chosen_lambda in LAMBDAS
     assert model.score(records) > 0.9
+
+
+def test_predicting_many_schedules_at_once_gives_each_ones_prediction():
+    rows = records()
+    for r in rows:  # row-layout fields too, so that the layout's share varies
+        s = r["schedule"]
+        s |= {"threads_per_row": s["block"], "vec_elems": s["vec"], "mode": "cached"}
+    m = CostModel(dim_order=["M", "N"]).fit(rows)
+    assert m.fitted
+    # schedules the fit saw, values it did not (no one-hot share), and a field left out
+    scheds = [r["schedule"] for r in rows] + [
+        {"block": 64, "vec": 3, "cache": "cs", "threads_per_row": 64, "chunks": 2},
+        {"block": 128},
+    ]
+    dims, nbytes = {"M": 1024, "N": 4096}, 8 * 1024 * 4096
+    many = m.predict_many(scheds, dims, nbytes)
+    one = [m.predict_us(s, dims, nbytes) for s in scheds]
+    assert np.allclose(many, one, rtol=1e-12, atol=0)
+    assert len(set(np.round(many, 6))) > 10  # (not one value for all)
+    assert CostModel().predict_many(scheds[:3], dims, nbytes) == [roofline_us(nbytes)] * 3
