@@ -160,6 +160,11 @@ def layout_features(s: dict, rows: float, row_len: float) -> list[float]:
     ]
 
 
+def _scaled(prior_us: float, log_ratio: float) -> float:
+    """The roofline prior times the predicted ratio, its log clamped to [-5, 20]."""
+    return prior_us * math.exp(max(min(log_ratio, 20.0), -5.0))
+
+
 @dataclass
 class CostModel:
     """Ridge regression over schedule and shape features. Unfitted (or fitted on too little
@@ -236,7 +241,7 @@ class CostModel:
             return prior
         xs = (self._features(schedule, dims) - self.mean) / self.scale
         log_ratio = self.bias + float(xs @ self.weights)
-        return prior * math.exp(max(min(log_ratio, 20.0), -5.0))
+        return _scaled(prior, log_ratio)
 
     def predict_many(
         self, schedules: list[dict], dims: dict, bytes_moved: float | None
@@ -268,7 +273,7 @@ class CostModel:
             log_ratio = base + share
             for k, values in hot.items():
                 log_ratio += values.get(_encode(s.get(k)), 0.0)
-            out.append(prior * math.exp(max(min(log_ratio, 20.0), -5.0)))
+            out.append(_scaled(prior, log_ratio))
         return out
 
     def predict_records(self, records: list[dict]) -> list[float]:

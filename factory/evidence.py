@@ -367,7 +367,7 @@ def distil_lessons(
         for r in group:
             ratio = float(r["median_us"]) / best_us
             for fname, value in (r.get("schedule") or {}).items():
-                vkey = json.dumps(value, sort_keys=True, default=str)
+                vkey = _value_key(value)
                 s = stats[fname].setdefault(
                     vkey, {"n": 0, "wins": 0, "mean_rel": 0.0, "pairs": 0, "even": 0}
                 )
@@ -390,6 +390,11 @@ def distil_lessons(
     return lessons
 
 
+def _value_key(value) -> str:
+    """A schedule value as the key of Lessons.choices (JSON)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def _count_pairs(group: list[dict], stats: dict) -> None:
     """For records of one job and shape whose schedules differ in one field only, count for each
     side's value a pair, and an even one where it ran within 2% of the other side or faster.
@@ -406,7 +411,7 @@ def _count_pairs(group: list[dict], stats: dict) -> None:
             for sch, mine, other in ((sa, ta, tb), (sb, tb, ta)):
                 if f not in sch:  # (a field left at its default is not written)
                     continue
-                s = stats[f].get(json.dumps(sch[f], sort_keys=True, default=str))
+                s = stats[f].get(_value_key(sch[f]))
                 if s is not None:
                     s["pairs"] += 1
                     s["even"] += 1 if mine <= 1.02 * other else 0

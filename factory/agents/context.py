@@ -13,6 +13,7 @@ from typing import Any
 
 from factory import evidence as ev
 from factory.agents.ptxedit import PtxEdit, apply_edit, edit_space
+from factory.agents.review import review
 from factory.agents.types import CandidateDraft, ptx_sha256
 from factory.costmodel import CostModel
 from factory.spec.expr import DTYPE_BYTES
@@ -299,8 +300,6 @@ class Context:
         cap (factory.seeds.recapped) where the reviewer passes that and its key is not in
         `exclude`; None where neither passes. Kept as they are without a compiler (a fake
         generator in tests)."""
-        from factory.agents.review import review
-
         gen = self.generator
         if gen is None or gen.reports is None or not pending:
             return list(pending)

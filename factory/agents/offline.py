@@ -222,10 +222,12 @@ class OfflineWriter:
             per_layout: dict = {}
             model_picks, rest = [], []
             for it in ranked:
+                if len(model_picks) >= n_model * self.oversample:
+                    rest.append(it)
+                    continue
                 lay = _layout(it)
                 k = per_layout[lay] = per_layout.get(lay, 0) + 1
-                room = len(model_picks) < n_model * self.oversample
-                (model_picks if room and (lay is None or k <= self.oversample) else rest).append(it)
+                (model_picks if lay is None or k <= self.oversample else rest).append(it)
             picks += [(it, "cost model's pick") for it in model_picks]
             rng.shuffle(rest)
             # (four times the slots: the screen passes over what the reviewer would reject, and
