@@ -108,12 +108,18 @@ def wait_for_line(path: Path, needle: str, proc: subprocess.Popen, timeout_s: fl
 
 
 def with_shapes(manifest: str, shapes: str) -> str:
-    """The catalogue manifest (its [[shapes]] tables last, rows M by row length N) with other
-    shapes: "16384x5000,1x4999"."""
+    """The catalogue manifest (its [[shapes]] tables last) with other shapes, rows by row
+    length under the operator's own dim names: "16384x5000,1x4999" (cross-entropy's 4096x50257
+    is M = 4096, V = 50257)."""
+    from factory.ir import lower
+    from factory.spec import load_manifest
+
+    ir = lower(load_manifest(manifest))
+    (batch,) = ir.batch_dims
     head = manifest[: manifest.index("[[shapes]]")]
     for shape in shapes.split(","):
         m, n = (int(x) for x in shape.lower().split("x"))
-        head += f"[[shapes]]\nM = {m}\nN = {n}\n\n"
+        head += f"[[shapes]]\n{batch} = {m}\n{ir.row_dim} = {n}\n\n"
     return head
 
 

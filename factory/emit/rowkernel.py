@@ -123,6 +123,28 @@ class _Ctx:
         self.memo: dict = {}
 
 
+class _ShiftChunk:
+    """One chunk of a shifted step (see RowKernel._shifted_step): `whole`, a predicate that
+    every element lies in the row, and valid(), which emits, where it is called, a predicate
+    per element that it does (the loads find them only on the branch that straddling chunks
+    take)."""
+
+    def __init__(self, b, rem: str, lo: str | None, whole: str, V: int):
+        self.b, self.rem, self.lo, self.whole, self.V = b, rem, lo, whole, V
+
+    def valid(self) -> list[str]:
+        b, out = self.b, []
+        for j in range(self.V):
+            v = b.reg("pred")
+            b.op(f"setp.gt.s32 {v}, {self.rem}, {j}")
+            if self.lo is not None:  # the row's first chunk: the window's places before it
+                after = b.reg("pred")
+                b.op(f"setp.le.s32 {after}, {self.lo}, {j}")
+                b.op(f"and.pred {v}, {v}, {after}")
+            out.append(v)
+        return out
+
+
 class RowKernel:
     def __init__(self, ir: KernelIR, s: Schedule, arch: str = "sm_90"):
         if s.family != "row":
@@ -1103,12 +1125,13 @@ class RowKernel:
                     # too, of up to ceil(chunks / groups) chunks)
                     groups = min(self.s.col_groups if cols else 1, chunks)
                     per = -(-chunks // groups)
+                    words = self._worded(cols, self.tptr)  # once a pass, not once a group
                     for g, k0 in enumerate(range(0, chunks, per)):
                         ks = range(k0, min(chunks, k0 + per))
                         if g:
                             b.op("fence.acq_rel.cta")
                         sp = self._shifted_step(
-                            cols, self.tptr, regs, ks, self.n_window, self.shift_lo
+                            cols, self.tptr, regs, ks, self.n_window, self.shift_lo, words
                         )
                         self._elements(p, work, regs, ks, fast=False, ptrs=self.tptr, shift=sp)
                 else:
@@ -1196,25 +1219,30 @@ class RowKernel:
         b.label(end)
 
     def _shifted_step(
-        self, names, ptrs: dict, regs: dict, chunks: int | range, n_minus: str, lo: str
-    ) -> list[tuple | None]:
+        self,
+        names,
+        ptrs: dict,
+        regs: dict,
+        chunks: int | range,
+        n_minus: str,
+        lo: str,
+        words: dict | None = None,
+    ) -> list[_ShiftChunk | None]:
         """The first or last step of a shifted row (or any step of one whose tensors are not
         congruent): per chunk, which of its elements lie in the row (after the `lo` window
         elements before the row's start, within the `n_minus` from this thread's first on),
         and whether all do (one 16-byte load and store; else each element in the row moves
-        alone, behind a branch that whole chunks skip); then the chunk's loads. Returns those
-        predicates per chunk, (in the row, whole), for _elements (None for a chunk not in
-        `chunks`, a count or a range of chunk numbers)."""
+        alone, behind a branch that whole chunks skip); then the chunk's loads. Returns a
+        _ShiftChunk per chunk, for _elements (None for a chunk not in `chunks`, a count or a
+        range of chunk numbers)."""
         b, V = self.b, self.V
         cols = [n for n in names if self.tensors[n].role == ROLE_COL]
         rows = [n for n in names if n not in cols]
         # a 2-byte vector's whole chunks move as words put in place; the rest element by element
-        worded = {
-            n: self._col_words(ptrs[n]) for n in cols if self._moves_as_words(self.tensors[n])
-        }
+        worded = words if words is not None else self._worded(cols, ptrs)
         single = [n for n in cols if n not in worded]
         ks = chunks if isinstance(chunks, range) else range(chunks)
-        preds: list[tuple | None] = [None] * ks.start
+        preds: list[_ShiftChunk | None] = [None] * ks.start
         for k in ks:
             rem = self._chunk_rem(n_minus, k)
             whole = b.reg("pred")
@@ -1224,36 +1252,34 @@ class RowKernel:
                 b.op(f"setp.le.s32 {first_in}, {lo}, 0")
                 b.op(f"and.pred {whole}, {whole}, {first_in}")
             b.op(f"and.pred {whole}, {whole}, {self.shift_ok}")
-            valid = []
-            for j in range(V):
-                v = b.reg("pred")
-                b.op(f"setp.gt.s32 {v}, {rem}, {j}")
-                if k == 0:
-                    after = b.reg("pred")
-                    b.op(f"setp.le.s32 {after}, {lo}, {j}")
-                    b.op(f"and.pred {v}, {v}, {after}")
-                valid.append(v)
-            preds.append((valid, whole))
-            for name in names:
-                for r in regs[name][k]:
-                    b.op(f"mov.b32 {r}, 0")
-            for name in single:  # 4-byte elements: one load each, never a vector
-                self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid)
+            sc = _ShiftChunk(b, rem, lo if k == 0 else None, whole, V)
+            preds.append(sc)
+            if single:  # 4-byte elements: one load each, never a vector
+                valid = sc.valid()
+                for name in single:
+                    self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid, zero=True)
             if not rows and not worded:
                 continue
-            # a whole chunk moves as 16-byte loads (a per-column vector's as words) and skips
-            # the element loads; a chunk that straddles the row's start or end (one or two
-            # threads a row) takes them
+            # a whole chunk moves as 16-byte loads (a per-column vector's as words); a chunk
+            # that straddles the row's start or end (one or two threads a row) branches to the
+            # element loads, which set every register of the chunk (zeros outside the row)
+            elems, done = b.new_label("shift_elems"), b.new_label("shift_loaded")
+            b.op(f"@!{whole} bra {elems}")
             for name, w in worded.items():
-                self._load_chunk_col_words(name, w, ptrs[name], k, regs[name][k], whole)
+                self._load_chunk_col_words(name, w, ptrs[name], k, regs[name][k])
             for name in rows:
-                self._load_chunk_vec(name, ptrs[name], k, regs[name][k], guard=f"@{whole} ")
-            done = b.new_label("shift_loaded")
-            b.op(f"@{whole} bra {done}")
+                self._load_chunk_vec(name, ptrs[name], k, regs[name][k])
+            b.op(f"bra.uni {done}")
+            b.label(elems)
+            valid = sc.valid()
             for name in [*worded, *rows]:
-                self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid)
+                self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid, zero=True)
             b.label(done)
         return preds
+
+    def _worded(self, cols, ptrs: dict) -> dict:
+        """_col_words of each of `cols` that moves as words on a shifted row."""
+        return {n: self._col_words(ptrs[n]) for n in cols if self._moves_as_words(self.tensors[n])}
 
     @staticmethod
     def _moves_as_words(t: TensorRef) -> bool:
@@ -1354,8 +1380,8 @@ class RowKernel:
         for k in ks:
             preds = sk = None
             if shift is not None:
-                sk = shift[k]  # (in the row, whole chunk) of a shifted step
-                preds = sk[0]
+                sk = shift[k]  # a chunk of a shifted step
+                preds = sk.valid()
             elif not fast:
                 preds = self._chunk_preds(self._chunk_rem(n_minus, k), vec)
             out_vals: dict[str, list[str]] = {o.name: [] for o in outs}
@@ -1394,14 +1420,14 @@ class RowKernel:
             if fast or vec or sk:
                 for o in outs:
                     # one predicate for the whole chunk
-                    pred = sk[1] if sk else preds[0] if vec else None
+                    pred = sk.whole if sk else preds[0] if vec else None
                     self._store_chunk_vec(o, ptrs[o.name], k, out_vals[o.name], pred)
             if sk and outs:  # a shifted chunk that is not whole: its elements alone
                 done = b.new_label("shift_stored")
-                b.op(f"@{sk[1]} bra {done}")
+                b.op(f"@{sk.whole} bra {done}")
                 for o in outs:
                     for j, v in enumerate(out_vals[o.name]):
-                        self._store_elem(o, ptrs[o.name], k, j, v, sk[0][j])
+                        self._store_elem(o, ptrs[o.name], k, j, v, preds[j])
                 b.label(done)
             if not fast and self.packed_pairs and k != ks[-1]:
                 # the tail's groups one chunk at a time, so that the tail does not hold every

@@ -45,6 +45,9 @@ def test_other_shapes_replace_the_catalogue_manifests_own():
     w = load_manifest(with_shapes(text, "16384x5000,7x4999"))
     assert w.shapes == ({"M": 16384, "N": 5000}, {"M": 7, "N": 4999})
     assert w.name == "layernorm"
+    # an operator's own dim names: cross-entropy's rows are M by a vocabulary of V
+    text = (settings.BASE_DIR / "factory" / "catalogue" / "cross_entropy.toml").read_text()
+    assert load_manifest(with_shapes(text, "4096x50257")).shapes == ({"M": 4096, "V": 50257},)
 
 
 def test_the_report_lists_every_candidate_with_its_time_or_why_it_was_refused(
