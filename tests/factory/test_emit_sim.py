@@ -992,3 +992,31 @@ def test_sums_that_take_zero_padding_as_it_is():
     # erf as emitted (a rational approximation) is not exactly 0 at 0
     text = catalogue_manifest("rmsnorm").replace("mean(x * x,", "mean(erf(x) * erf(x),")
     assert padded("rmsnorm", load_manifest(text)) == [False]
+
+
+def test_shifted_rows_of_four_byte_elements_zero_the_places_outside_the_row():
+    # fp32 rows of 203 (812 bytes: every row at another offset within 16 bytes): a chunk that
+    # straddles a row's end loads element by element, and the places past the end must read 0
+    # (a max over them would take whatever the registers held)
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_generator_gpu import STORAGE, make_inputs, to_f64
+    from test_ir_examples import EXAMPLES, eval64
+
+    ir = EXAMPLES["softmax_fp32"]()
+    s = replace(default_schedule(ir, {"M": 5, "N": 256}), threads_per_row=32, chunks=2)
+    s = replace(s, tail="shifted", vec_elems=4)
+    dims = {"M": 5, "N": 203}
+    assert is_valid(ir, s, dims)[0]
+    em = emit(ir, s)
+    assert "$L_shift_elems_" in em.ptx
+    host, f64 = make_inputs(ir, dims, np.random.default_rng(203))
+    arrays = dict(host) | {o.name: np.full((5, 203), np.nan, STORAGE[o.dtype]) for o in ir.outputs}
+    out = run_kernel(em, dims, arrays)
+    for o in ir.outputs:
+        got = to_f64(np.frombuffer(out[o.name], dtype=STORAGE[o.dtype]).reshape(5, 203), o.dtype)
+        want = np.broadcast_to(eval64(o.node, f64), (5, 203))
+        assert np.isfinite(got).all()
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
