@@ -1242,7 +1242,7 @@ class RowKernel:
         worded = words if words is not None else self._worded(cols, ptrs)
         single = [n for n in cols if n not in worded]
         ks = chunks if isinstance(chunks, range) else range(chunks)
-        preds: list[_ShiftChunk | None] = [None] * ks.start
+        steps: list[_ShiftChunk | None] = [None] * ks.start
         for k in ks:
             rem = self._chunk_rem(n_minus, k)
             whole = b.reg("pred")
@@ -1253,7 +1253,7 @@ class RowKernel:
                 b.op(f"and.pred {whole}, {whole}, {first_in}")
             b.op(f"and.pred {whole}, {whole}, {self.shift_ok}")
             sc = _ShiftChunk(b, rem, lo if k == 0 else None, whole, V)
-            preds.append(sc)
+            steps.append(sc)
             if single:  # 4-byte elements: one load each, never a vector
                 valid = sc.valid()
                 for name in single:
@@ -1275,7 +1275,7 @@ class RowKernel:
             for name in [*worded, *rows]:
                 self._load_chunk_elems(name, ptrs[name], k, regs[name][k], valid, zero=True)
             b.label(done)
-        return preds
+        return steps
 
     def _worded(self, cols, ptrs: dict) -> dict:
         """_col_words of each of `cols` that moves as words on a shifted row."""
@@ -1371,7 +1371,7 @@ class RowKernel:
     ) -> None:
         """Per-element work of a pass over the chunks numbered `ks`, whose inputs are in
         `regs`: whole chunks (fast), or a tail's (vec: see _tail; shift: a shifted step's
-        predicates per chunk, from _shifted_step)."""
+        _ShiftChunk per chunk, from _shifted_step)."""
         b, V = self.b, self.V
         reds, accs, pairs, pair_accs, outs, mats = work
         pair_vals: list[list[str]] = [[] for _ in pairs]
