@@ -225,8 +225,8 @@ class Context:
             for d in self.dims_list
         )
 
-    def ranked(self, items: list[Item]) -> list[Item]:
-        """`items` in the order of predict_us, fastest first (computed together: see
+    def ranked(self, items: list[Item]) -> list[tuple[Item, float]]:
+        """`items` with their predict_us, fastest first (computed together: see
         CostModel.predict_many)."""
         model = self.model or CostModel()
         total = [0.0] * len(items)
@@ -235,7 +235,7 @@ class Context:
             us = model.predict_many(scheds, d, workload_bytes(self.workload, d))
             total = [a + b for a, b in zip(total, us, strict=True)]
         order = sorted(range(len(items)), key=total.__getitem__)
-        return [items[i] for i in order]
+        return [(items[i], total[i]) for i in order]
 
     def _fitted_prediction(self, item: Item) -> float | None:
         """What a draft records as the model's prediction: None until the model is fitted (the
