@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -49,6 +50,30 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"needs a GPU: {gpu_reason()}"))
         if "services" in item.keywords and not services_available():
             item.add_marker(skip_services)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _broker_folders(tmp_path_factory):
+    """Where no broker is configured, the portal's Celery app uses the filesystem transport in
+    the checkout's var/broker, where the tasks that tests publish (those not run eagerly) would
+    wait for the next `./scripts/up` of that checkout, whose workers would then run them on its
+    own jobs (ids count from 1 in both). The tests' messages go to a temporary folder."""
+    celery = sys.modules.get("portal.celery")
+    if celery is None or celery.app.conf.broker_url != "filesystem://":
+        yield
+        return
+    root = tmp_path_factory.mktemp("broker")
+    options = dict(celery.app.conf.broker_transport_options)
+    for key, sub in [
+        ("data_folder_in", "messages"),
+        ("data_folder_out", "messages"),
+        ("processed_folder", "processed"),
+        ("control_folder", "control"),
+    ]:
+        (root / sub).mkdir(exist_ok=True)
+        options[key] = str(root / sub)
+    celery.app.conf.broker_transport_options = options
+    yield
 
 
 @pytest.fixture(scope="session", autouse=True)

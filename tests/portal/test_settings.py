@@ -102,6 +102,17 @@ def test_without_a_broker_url_celery_uses_the_filesystem_transport():
     assert config["broker_transport_options"]["data_folder_in"].endswith("broker/messages")
 
 
+def test_tasks_the_tests_publish_stay_out_of_the_checkouts_broker_folder():
+    # (tests/conftest.py: else the next `./scripts/up` here would run them on its own jobs)
+    from portal.celery import app, broker_dir
+
+    if app.conf.broker_url != "filesystem://":
+        pytest.skip("a broker is configured (CI's Redis database for tests)")
+    folders = [v for k, v in app.conf.broker_transport_options.items() if "folder" in k]
+    assert len(folders) == 4
+    assert not any(f.startswith(str(broker_dir())) for f in folders)
+
+
 def test_every_pipeline_task_has_a_queue():
     config = celery_config({})
     queues = {q.name for q in config["task_queues"]}
