@@ -30,6 +30,9 @@ from factory.spec import expr as E
 
 NUM_SMS = 132  # H100 SXM / H200; the persistent grid is sized from it
 MAX_THREADS_PER_BLOCK = 1024
+# Rows of at most 128 bf16 (64 fp32) elements take fewer than a warp's threads: 4 lanes of 16
+# bytes each cover 32 bf16 elements.
+MIN_THREADS_PER_ROW = 4
 REGISTER_BUDGET_PER_THREAD = 128  # our estimate's cap: beyond it occupancy drops below 2 blocks
 
 MODES = ("cached", "stream")
@@ -85,7 +88,8 @@ class Schedule:
     """One layout of the row kernel.
 
     threads_per_row: threads that share one row (32 = a warp; more = several warps, reduced
-        through shared memory).
+        through shared memory; 4, 8 or 16 for rows of at most 128 bf16 elements, several rows
+        to a warp, each reduced over its own lanes).
     rows_per_block: row groups per block (block size = threads_per_row * rows_per_block).
         Multi-warp groups of one block meet at the block barrier (so not with a persistent
         grid, where each group would need its own named barrier).
@@ -541,8 +545,12 @@ def is_valid(
         if s.threads_per_row // s.cluster_blocks < 256:
             return False, "a cluster is for rows past one block: at least 256 threads a block"
     top = MAX_THREADS_PER_BLOCK * s.cluster_blocks
-    if not _pow2(s.threads_per_row) or not 32 <= s.threads_per_row <= top:
-        return False, f"threads_per_row must be a power of two in [32, {top}]"
+    if not _pow2(s.threads_per_row) or not MIN_THREADS_PER_ROW <= s.threads_per_row <= top:
+        return False, f"threads_per_row must be a power of two in [{MIN_THREADS_PER_ROW}, {top}]"
+    if s.threads_per_row < 32:
+        reason = _sub_warp_reason(ir, s, dims)
+        if reason:
+            return False, reason
     if not _pow2(s.vec_elems) or s.vec_elems > 16:
         return False, "vec_elems must be a power of two <= 16"
     if s.chunks < 1 or s.chunks > 16:
@@ -624,7 +632,8 @@ def is_valid(
             capacity -= s.vec_elems - 1
         if n > capacity and not s.flat and check:  # flat: tiles, whatever the row length
             return False, f"row of {n} exceeds the register capacity {capacity}"
-        if n <= capacity // 2 and not s.flat and check:
+        smallest = s.threads_per_row == MIN_THREADS_PER_ROW and s.chunks == 1
+        if n <= capacity // 2 and not s.flat and check and not smallest:
             return False, f"row of {n} fills under half of the capacity {capacity}"
         regs = estimate_registers(ir, s)
         if regs > REGISTER_BUDGET_PER_THREAD:
@@ -633,6 +642,22 @@ def is_valid(
         if n < per_pass * s.chunks:
             return False, "stream mode on a row shorter than one iteration"
     return True, ""
+
+
+def _sub_warp_reason(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> str:
+    """Why a layout of fewer than 32 threads per row does not fit ("" where it does). Such rows
+    share a warp (32 / threads_per_row of them), so each warp must be whole and no row may
+    leave a loop its warp's other rows stay in (no persistent grid); they are for rows a warp
+    would hold in under half of its 16-byte chunks (a row of at most 128 bf16 or 64 fp32
+    elements), held in registers."""
+    if (s.threads_per_row * s.rows_per_block) % 32:
+        return "rows under a warp need whole warps per block (threads_per_row x rows_per_block)"
+    if s.persistent_blocks_per_sm or s.mode != "cached" or s.flat:
+        return "rows under a warp are held in registers (cached), without a persistent grid"
+    n = int(dims[ir.row_dim])
+    if n * ir.min_elem_bytes() > 32 * 16 // 2:
+        return f"a row of {n} fills a warp's 16-byte chunks past half: a warp or more per row"
+    return ""
 
 
 def _modes_for(ir: KernelIR) -> list[tuple[str, bool]]:
@@ -788,9 +813,12 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
     packed_options = [False, True] if packed_pairs(ir) else [False]
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
+    # Rows under a warp (threads_per_row 4-16) share warps: their blocks hold 32 to 512 threads.
+    short = all(int(d[ir.row_dim]) * ir.min_elem_bytes() <= 32 * 16 // 2 for d in dims_list)
+    threads = (4, 8, 16) if short else ()
     for t, r, v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
-        (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
-        (1, 2, 4, 8),
+        threads + (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
+        (1, 2, 4, 8, 16, 32, 64, 128),
         vecs,
         range(1, 9),
         _modes_for(ir),
@@ -805,6 +833,8 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
         packed_options,
     ):
         mode, online = mode_online
+        if (r > 8 and t >= 32) or (t < 32 and (t * r < 32 or t * r > 512)):
+            continue  # (rows per block past 8 only for rows under a warp)
         if pk and not online:  # packed_max is an option of the online max/sum only
             continue
         if grp == 4 and c % 4 and c > 1:
@@ -883,6 +913,22 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
             chunks=4,
             mode="stream",
             online=True,
+            fast_math=fm,
+        )
+    if n * eb <= 32 * 16 // 2:
+        # A short row (at most 128 bf16): one 16-byte chunk per thread, the fewest threads that
+        # cover it, 256 threads a block
+        threads = MIN_THREADS_PER_ROW
+        while threads * v < n:
+            threads *= 2
+        return Schedule(
+            threads_per_row=threads,
+            rows_per_block=256 // threads,
+            vec_elems=v,
+            chunks=1,
+            mode="cached",
+            online=False,
+            load_hint="nc_l2last",
             fast_math=fm,
         )
     chunks = 4

@@ -19,7 +19,10 @@ one predicate.
 
 Reductions: per-thread accumulators, a butterfly over the warp (shfl.sync.bfly), then, when a row
 spans W > 1 warps, one shared-memory slot per warp and a named barrier per row group; every thread
-ends with the row's value. max(F) and sum(exp(F - max F)) can run as one online pass.
+ends with the row's value. A row of T < 32 threads shares its warp with 32 / T others and its
+butterfly stays within its T lanes; a row group past the last row works on the last row with its
+stores off, so that every lane of a warp reaches each shuffle. max(F) and sum(exp(F - max F))
+can run as one online pass.
 """
 
 from __future__ import annotations
@@ -157,6 +160,15 @@ class RowKernel:
         self.R = s.rows_per_block
         self.V = s.vec_elems
         self.W = max(1, self.TB // 32)  # warps of one row in one block
+        # Rows shorter than a warp needs: a warp holds 32 / T rows, each reduced by a butterfly
+        # over its own T lanes (xor offsets below T stay inside the row's aligned lanes).
+        self.bfly = [o for o in (16, 8, 4, 2, 1) if o < self.TB]
+        if self.TB < 32 and (
+            (self.TB * self.R) % 32 or s.persistent_blocks_per_sm or s.prefetch_rows
+        ):
+            # every lane of a warp must reach each shuffle (full mask): whole warps, and no
+            # row loop whose exit differs between the rows of one warp
+            raise EmitError("rows under a warp need whole warps per block and no persistent grid")
         if self.C > 1 and (self.R != 1 or s.persistent_blocks_per_sm or int(arch[3:]) < 90):
             raise EmitError("a cluster row needs sm_90+, one row per block, no persistent grid")
         if self.C > 1 and self.W < 2:
@@ -490,10 +502,12 @@ class RowKernel:
         # Several multi-warp row groups in a block without a persistent grid share the block
         # barrier: every group makes the same passes (all rows have N elements), so they meet
         # at every barrier. A group past the last row works on the last row with its stores
-        # switched off (row_ok), so that it still arrives at each barrier.
+        # switched off (row_ok), so that it still arrives at each barrier. Rows under a warp
+        # do the same, so that every lane of a warp reaches each shuffle.
         self.shared_bar = self.R > 1 and self.TB > 32 and not self.s.persistent_blocks_per_sm
+        self.clamped = self.shared_bar or (self.R > 1 and self.TB < 32)
         self.row_ok = None
-        if self.R == 1 or self.TB == 32 or self.shared_bar:
+        if self.R == 1 or self.TB <= 32 or self.shared_bar:
             # The block barrier. An immediate id matters: a barrier id held in a register makes
             # ptxas reserve all 16 barriers, and the SM then holds far fewer blocks at once.
             self.bar = "bar.sync 0"
@@ -610,7 +624,7 @@ class RowKernel:
             b.op(f"shr.u32 {ctaid}, {ctaid}, {self.C.bit_length() - 1}")
         self.row = b.reg("b32")
         b.op(f"mad.lo.u32 {self.row}, {ctaid}, {self.R}, {g}")
-        if self.shared_bar:
+        if self.clamped:
             self.row_ok = b.reg("pred")
             b.op(f"setp.lt.u32 {self.row_ok}, {self.row}, {rows}")
             last = b.reg("b32")
@@ -1624,7 +1638,7 @@ class RowKernel:
                 b.comment(f"{r.op}: this thread's {len(parts)} partials, by a tree")
                 self._tree(COMBINE[r.op], parts, dst=a)
         b.comment("row reduction: warp butterfly" + (", then across warps" if self.W > 1 else ""))
-        for off in (16, 8, 4, 2, 1):
+        for off in self.bfly:
             for r, a in zip(reds, accs, strict=True):
                 o = b.reg("f32")
                 b.op(f"shfl.sync.bfly.b32 {o}, {a}, {off}, 31, -1")
@@ -1756,7 +1770,7 @@ class RowKernel:
         if not moms:
             return
         b.comment("mean and variance across the row: Chan's merge, lower lane first")
-        for off in (16, 8, 4, 2, 1):
+        for off in self.bfly:
             up = b.reg("pred")
             bit = b.reg("b32")
             b.op(f"and.b32 {bit}, {self.lane}, {off}")

@@ -500,7 +500,7 @@ def test_the_default_takes_the_fewest_chunks_that_cover_the_row():
     assert layout[3072] == (128, 3, "elements")  # filled, where 4 chunks left a quarter idle
     assert layout[5000] == (256, 3, "vectors")  # 6144 places for 5000, not 8192
     assert layout[768] == (32, 3, "elements")
-    assert layout[100] == (32, 1, "strided")
+    assert layout[100] == (16, 1, "strided")  # a short row: 16 threads, two rows a warp
     # an elementwise row walked as tiles keeps the power-of-two tile
     silu = lower(load_catalogue()["silu_mul"])
     s = default_schedule(silu, {"M": 64, "N": 4999})
@@ -672,3 +672,58 @@ def test_a_shifted_rows_whole_chunks_load_unpredicated_and_skip_the_element_pred
     assert len(steps) >= 10
     for _, _, whole_path in steps:
         assert "ld.global" in whole_path and "setp" not in whole_path
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "layernorm", "cross_entropy"])
+def test_rows_under_a_warp_take_fewer_threads_and_share_warps(name):
+    # A row of 64 or 128 bf16 (a router's softmax over 64 experts, a norm over a 128-wide head)
+    # fills under half of a warp's 16-byte chunks: the space was empty there.
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+
+    ir = lower(load_catalogue()[name])
+    for n, t in [(64, 8), (128, 16), (100, 16), (20, 4)]:
+        dims = {ir.batch_dims[0]: 65536, ir.row_dim: n}
+        if n == 64:
+            sp = space(ir, [dims])
+            assert sp and all(s.threads_per_row < 32 for s in sp)
+            assert all(s.mode == "cached" and not s.persistent_blocks_per_sm for s in sp)
+            assert all(s.threads_per_block % 32 == 0 for s in sp)
+        s = default_schedule(ir, dims)
+        assert (s.threads_per_row, s.chunks, s.threads_per_block) == (t, 1, 256)
+        assert is_valid(ir, s, dims)[0]
+        em = emit(ir, s)
+        assert em.launch.block == (256, 1, 1)
+        # a butterfly over the row's own lanes only: no shuffle across rows
+        offsets = {int(ln.split(",")[2]) for ln in em.ptx.splitlines() if "shfl.sync.bfly" in ln}
+        assert offsets == {o for o in (16, 8, 4, 2, 1) if o < t}
+        rep = compile_ptx(em.ptx)
+        assert rep.ok and not rep.spill_store_bytes
+    # a row a warp's chunks fill past half keeps a warp or more
+    long = {ir.batch_dims[0]: 65536, ir.row_dim: 4096}
+    wide = replace(default_schedule(ir, long), threads_per_row=16, rows_per_block=2, mode="cached")
+    ok, why = is_valid(ir, wide, long)
+    assert not ok and "a warp or more" in why
+    assert all(
+        s.threads_per_row >= 32 for s in space(ir, [{ir.batch_dims[0]: 64, ir.row_dim: 200}])
+    )
+
+
+def test_rows_under_a_warp_need_whole_warps_and_no_row_loop():
+    from factory.emit import emit
+    from factory.emit.ptx import EmitError
+
+    ir = lower(load_catalogue()["rmsnorm"])
+    dims = {"M": 4096, "N": 64}
+    s = default_schedule(ir, dims)
+    for bad, word in [
+        (replace(s, rows_per_block=2), "whole warps"),
+        (replace(s, persistent_blocks_per_sm=2), "persistent"),
+        (replace(s, mode="stream"), "cached"),
+    ]:
+        ok, why = is_valid(ir, bad, dims)
+        assert not ok and word in why, why
+    with pytest.raises(EmitError, match="whole warps"):
+        emit(ir, replace(s, rows_per_block=2))
+    with pytest.raises(EmitError, match="persistent"):
+        emit(ir, replace(s, persistent_blocks_per_sm=2))

@@ -1020,3 +1020,43 @@ def test_shifted_rows_of_four_byte_elements_zero_the_places_outside_the_row():
         want = np.broadcast_to(eval64(o.node, f64), (5, 203))
         assert np.isfinite(got).all()
         assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
+
+
+@pytest.mark.parametrize(
+    "name", ["softmax", "layernorm", "add_rmsnorm", "cross_entropy", "masked_softmax", "row_max"]
+)
+def test_rows_under_a_warp_compute_the_reference_and_every_lane_reaches_each_shuffle(name):
+    """Several rows share a warp (4-16 threads each): each reduces over its own lanes. With 7
+    rows, the last block's groups past the end work on the last row with their stores off, so
+    that every lane of the warp reaches each shuffle (the interpreter refuses a shuffle from
+    part of a warp). Rows at the layout's length, with a tail, and longer than it holds (the
+    stream path of the same kernel)."""
+    ir = lower(load_catalogue()[name])
+    cases = [(64, 8, 4, {}), (37, 4, 8, {}), (100, 16, 2, {"tail": "strided"}), (5, 4, 8, {})]
+    if ir.online:
+        cases.append((60, 8, 4, {"online": True}))
+    for n, t, r, kw in cases:
+        for length in (n, 300):
+            dims = {ir.batch_dims[0]: 7, ir.row_dim: length}
+            s = default_schedule(ir, {ir.batch_dims[0]: 7, ir.row_dim: n})
+            s = replace(s, threads_per_row=t, rows_per_block=r, **kw)
+            check(name, s, dims, seed=n + length)
+
+
+def test_the_interpreter_catches_rows_under_a_warp_that_reduce_across_rows():
+    w = load_catalogue()["rmsnorm"]
+    ir = lower(w)
+    dims = {"M": 4, "N": 64}
+    s = replace(default_schedule(ir, dims), rows_per_block=4)
+    em = emit(ir, s)
+    assert "shfl.sync.bfly.b32" in em.ptx and ", 8, 31, -1" not in em.ptx
+    # a butterfly over the whole warp sums the four rows that share it
+    wrong = em.ptx.replace(", 4, 31, -1;", ", 8, 31, -1;")
+    assert wrong != em.ptx
+    inputs = random_inputs(w, dims, 0)
+    out = run_kernel(
+        replace(em, ptx=wrong), dims, dict(inputs) | {"y": np.full((4, 64), 0xFFFF, np.uint16)}
+    )
+    got = to_float64(np.frombuffer(out["y"], dtype=np.uint16).reshape(4, 64), "bf16")
+    want = reference(w, inputs, dims)["y"]
+    assert np.abs(got - want).max() > 0.05

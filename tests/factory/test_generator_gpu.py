@@ -435,6 +435,36 @@ def test_the_catalogue_matches_its_float64_reference_at_suite_and_heldout_shapes
     assert not failures, failures[:5]
 
 
+def short_row_cases():
+    """Rows under a warp (4-16 threads each, several rows a warp): every catalogue operator's
+    default layout at rows of 64, 100 and 128 elements, and the first uncapped layout of each
+    width in its space there, at 4099 rows (the last block's groups past the end switch their
+    stores off); each layout also at rows of 300 (the stream path of a layout for short rows)
+    and of 5."""
+    from factory.schedules import space
+
+    for _name, (w, ir) in _catalogue().items():
+        for n in (64, 100, 128):
+            dims = {ir.batch_dims[0]: 4099, ir.row_dim: n}
+            layouts = [default_schedule(ir, dims)]
+            for t in (4, 8, 16):  # the first uncapped layout of each width in the space
+                sp = [s for s in space(ir, [dims]) if s.threads_per_row == t]
+                layouts += [s for s in sp if not s.min_threads_per_sm][:1]
+            for s in dict.fromkeys(layouts):
+                for length in (n, 300, 5):
+                    yield w, ir, s, {ir.batch_dims[0]: 4099, ir.row_dim: length}
+
+
+@pytest.mark.gpu
+def test_rows_under_a_warp_match_the_float64_reference(gpu):
+    failures = []
+    for w, ir, s, dims in short_row_cases():
+        rec = check_catalogue_case(gpu, w, ir, s, dims)
+        if not rec["passed"]:
+            failures.append(rec)
+    assert not failures, failures[:5]
+
+
 def main() -> int:
     out_dir = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
     gpu = Gpu()
@@ -443,6 +473,8 @@ def main() -> int:
     if "--catalogue" in sys.argv:
         for w, ir, s, dims, rows in catalogue_cases():
             recs.append(check_catalogue_case(gpu, w, ir, s, dims, sample_rows=rows))
+        for w, ir, s, dims in short_row_cases():
+            recs.append(check_catalogue_case(gpu, w, ir, s, dims))
     fails = [r for r in recs if not r["passed"]]
     for r in fails[:60]:
         print("FAIL", r["op"], r["schedule"], r["dims"], r["reason"][:200])
