@@ -227,3 +227,21 @@ def test_a_norm_is_also_tried_with_its_weight_loaded_beside_the_row(name):
     # an operator without a per-column vector gets none
     _, _, sm = CATALOGUE["softmax"]
     assert not any(s.early_cols for s in suite.candidate_schedules(sm, {"M": 64, "N": 4096}))
+
+
+@pytest.mark.parametrize(
+    ("name", "n", "widths"),
+    [("softmax", 64, {8, 4}), ("rmsnorm", 128, {16, 8}), ("layernorm", 100, {16})],
+)
+def test_rows_under_a_warp_get_starting_layouts_of_fewer_threads(name, n, widths):
+    # (the screen kept none at rows of 64-128 before: every layout had a warp or more a row)
+    w, manifest, ir = CATALOGUE[name]
+    dims = {ir.batch_dims[0]: 262144, ir.row_dim: n}
+    picked = suite.candidate_schedules(ir, dims)
+    assert len(picked) >= 4 and picked[0] == default_schedule(ir, dims)
+    assert {s.threads_per_row for s in picked} == widths
+    assert {s.threads_per_block for s in picked} == {128, 256}
+    for s in picked:
+        assert s.threads_per_row < 32 and is_valid(ir, s, dims)[0], s.tag()
+        rep = suite.compile_cached(emit(ir, s).ptx)
+        assert rep.ok and rejection_reason(rep, s.threads_per_block) == "", s.tag()
