@@ -54,6 +54,9 @@ def test_the_job_page_shows_progress_charts_and_the_speedup(client, customer, re
     assert sources and not [u for u in sources if u.startswith(("http:", "https:", "//"))]
     assert "2.00×" in html or "1.9" in html  # torch_compile at 2x base, best candidate at base
     assert response.context["candidates"].paginator.count == 3
+    # each candidate's kernel by its name (the layout's tag), its writer's note on hover
+    best = Candidate.objects.get(pk=review_job.best_candidate_id)
+    assert best.entry and f">{best.entry}</td>" in html
     assert 'id="gpu-queue"' not in html  # done with the GPU: no queue to stand in
 
 
