@@ -33,6 +33,7 @@ MAX_THREADS_PER_BLOCK = 1024
 # Rows of at most 128 bf16 (64 fp32) elements take fewer than a warp's threads: 4 lanes of 16
 # bytes each cover 32 bf16 elements.
 MIN_THREADS_PER_ROW = 4
+SHORT_ROW_BYTES = 32 * 16 // 2  # half of what one warp's 16-byte chunks hold
 REGISTER_BUDGET_PER_THREAD = 128  # our estimate's cap: beyond it occupancy drops below 2 blocks
 
 MODES = ("cached", "stream")
@@ -655,9 +656,14 @@ def _sub_warp_reason(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> str:
     if s.persistent_blocks_per_sm or s.mode != "cached" or s.flat:
         return "rows under a warp are held in registers (cached), without a persistent grid"
     n = int(dims[ir.row_dim])
-    if n * ir.min_elem_bytes() > 32 * 16 // 2:
+    if not short_row(ir, n):
         return f"a row of {n} fills a warp's 16-byte chunks past half: a warp or more per row"
     return ""
+
+
+def short_row(ir: KernelIR, n: int) -> bool:
+    """Whether a row of n elements is one for fewer threads than a warp (see Schedule)."""
+    return int(n) * ir.min_elem_bytes() <= SHORT_ROW_BYTES
 
 
 def _modes_for(ir: KernelIR) -> list[tuple[str, bool]]:
@@ -814,7 +820,7 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     # Rows under a warp (threads_per_row 4-16) share warps: their blocks hold 32 to 512 threads.
-    short = all(int(d[ir.row_dim]) * ir.min_elem_bytes() <= 32 * 16 // 2 for d in dims_list)
+    short = all(short_row(ir, d[ir.row_dim]) for d in dims_list)
     threads = (4, 8, 16) if short else ()
     for t, r, v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
         threads + (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
@@ -915,7 +921,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
             online=True,
             fast_math=fm,
         )
-    if n * eb <= 32 * 16 // 2:
+    if short_row(ir, n):
         # A short row (at most 128 bf16): one 16-byte chunk per thread, the fewest threads that
         # cover it, 256 threads a block
         threads = MIN_THREADS_PER_ROW
