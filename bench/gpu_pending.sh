@@ -466,8 +466,22 @@ shift)
         --deadline-s "${DEADLINE:-200}" >"$OUT/shift.txt" 2>&1
     grep -A12 "^| case | old" "$OUT/shift.txt"
     ;;
+shortrows)
+    # ~7 min: rows under a warp (a330e1e, ff13d7a; never run on a GPU when they landed): their
+    # GPU test (every catalogue operator at rows of 64, 100 and 128 and 4099 rows), then the
+    # starting layouts at router/head widths timed beside torch.compile. Emitted here, so it
+    # needs no carried set (C= other cases).
+    timeout "${TESTS_S:-300}" python3 -m pytest tests/factory/test_generator_gpu.py -m gpu \
+        -o addopts="" -p no:cacheprovider -q -rf -k under_a_warp >"$OUT/pytest.txt" 2>&1
+    tail -6 "$OUT/pytest.txt"
+    C=${C:-softmax:262144x64,rmsnorm:262144x128,layernorm:65536x100,cross_entropy:262144x64,add_rmsnorm:262144x128}
+    python3 bench/probe_tail.py --emit-to /tmp/short --cases "$C" | tail -1
+    python3 -m bench.probe_tail --out "$OUT/short" --sets short=/tmp/short --cases "$C" \
+        --baselines torch_eager,torch_compile --deadline-s "${DEADLINE:-240}" >"$OUT/short.txt" 2>&1
+    tail -40 "$OUT/short.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|ties" >&2
     exit 2
     ;;
 esac
