@@ -87,25 +87,27 @@ def emit_to(out: Path, tail: str | None = None) -> None:
             scheds = list(dict.fromkeys(t for t in twins if is_valid(ir, t, dims)[0]))
         for s in scheds:
             em = emit(ir, s)
-            rep = compile_ptx(em.ptx)
-            name = f"{op}-{m}x{n}-{s.tag()}.ptx"
-            (out / name).write_text(em.ptx)
-            manifest.append(
-                {
-                    "op": op,
-                    "dims": dims,
-                    "tag": s.tag(),
-                    "schedule": s.to_dict(),
-                    "file": name,
-                    "entry": em.entry,
-                    "params": [asdict(p) for p in em.params],
-                    "launch": asdict(em.launch),
-                    "registers": rep.registers,
-                    "spill_store_bytes": rep.spill_store_bytes,
-                }
-            )
+            manifest.append(write_kernel(out, op, m, n, dims, s, em, compile_ptx(em.ptx)))
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"{len(manifest)} kernels written to {out}")
+
+
+def write_kernel(out: Path, op: str, m: int, n: int, dims: dict, s, em, rep) -> dict:
+    """Write one emitted kernel's PTX into `out`; its manifest record (what run mode reads)."""
+    name = f"{op}-{m}x{n}-{s.tag()}.ptx"
+    (out / name).write_text(em.ptx)
+    return {
+        "op": op,
+        "dims": dims,
+        "tag": s.tag(),
+        "schedule": s.to_dict(),
+        "file": name,
+        "entry": em.entry,
+        "params": [asdict(p) for p in em.params],
+        "launch": asdict(em.launch),
+        "registers": rep.registers,
+        "spill_store_bytes": rep.spill_store_bytes,
+    }
 
 
 def _emitted(rec: dict, ptx: str):

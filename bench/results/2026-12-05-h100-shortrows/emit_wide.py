@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
+from bench.probe_tail import write_kernel  # noqa: E402
 from factory.compile import compile_ptx  # noqa: E402
 from factory.emit import emit  # noqa: E402
 from factory.ir import lower  # noqa: E402
@@ -53,24 +54,8 @@ def main(out: Path) -> None:
         for s in dict.fromkeys(picks):
             em = emit(ir, s)
             rep = compile_ptx(em.ptx)
-            if not rep.ok or rep.spill_store_bytes:
-                continue
-            name = f"{op}-{m}x{n}-{s.tag()}.ptx"
-            (out / name).write_text(em.ptx)
-            manifest.append(
-                {
-                    "op": op,
-                    "dims": dims,
-                    "tag": s.tag(),
-                    "schedule": s.to_dict(),
-                    "file": name,
-                    "entry": em.entry,
-                    "params": [asdict(p) for p in em.params],
-                    "launch": asdict(em.launch),
-                    "registers": rep.registers,
-                    "spill_store_bytes": rep.spill_store_bytes,
-                }
-            )
+            if rep.ok and not rep.spill_store_bytes:
+                manifest.append(write_kernel(out, op, m, n, dims, s, em, rep))
         cases.append(f"{op}:{m}x{n}")
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     (out / "cases").write_text(",".join(cases))
