@@ -653,7 +653,7 @@ def _sub_warp_reason(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> str:
     elements), held in registers."""
     if (s.threads_per_row * s.rows_per_block) % 32:
         return "rows under a warp need whole warps per block (threads_per_row x rows_per_block)"
-    if s.persistent_blocks_per_sm or s.mode != "cached" or s.flat:
+    if s.persistent_blocks_per_sm or s.mode != "cached":
         return "rows under a warp are held in registers (cached), without a persistent grid"
     n = int(dims[ir.row_dim])
     if not short_row(ir, n):
@@ -822,9 +822,14 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
     # Rows under a warp (threads_per_row 4-16) share warps: their blocks hold 32 to 512 threads.
     short = all(short_row(ir, d[ir.row_dim]) for d in dims_list)
     threads = (4, 8, 16) if short else ()
-    for t, r, v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
-        threads + (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
-        (1, 2, 4, 8, 16, 32, 64, 128),
+    layouts = [
+        (t, r)
+        for t in threads + (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+        for r in (1, 2, 4, 8, 16, 32, 64, 128)
+        if (r <= 8 if t >= 32 else 32 <= t * r <= 512)
+    ]
+    for (t, r), v, c, mode_online, lh, sh, fm, keep, late, mom, early, grp, pk in itertools.product(
+        layouts,
         vecs,
         range(1, 9),
         _modes_for(ir),
@@ -839,8 +844,6 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
         packed_options,
     ):
         mode, online = mode_online
-        if (r > 8 and t >= 32) or (t < 32 and (t * r < 32 or t * r > 512)):
-            continue  # (rows per block past 8 only for rows under a warp)
         if pk and not online:  # packed_max is an option of the online max/sum only
             continue
         if grp == 4 and c % 4 and c > 1:
