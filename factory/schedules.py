@@ -666,6 +666,18 @@ def short_row(ir: KernelIR, n: int) -> bool:
     return int(n) * ir.min_elem_bytes() <= SHORT_ROW_BYTES
 
 
+def narrow_vec(ir: KernelIR, dims_list: list[dict[str, int]]) -> int:
+    """The elements of an 8-byte chunk of the narrowest tensor, where every row of `dims_list`
+    is short (under a warp) and a multiple of it but not of a 16-byte chunk (100 bf16: 200-byte
+    rows, every other one off a 16-byte boundary, all on an 8-byte one): there 8-byte chunks
+    start every row aligned and need no tail but the last chunk's; else 0."""
+    v = 8 // ir.min_elem_bytes()
+    rows = [int(d[ir.row_dim]) for d in dims_list]
+    if not rows or not all(short_row(ir, n) for n in rows):
+        return 0
+    return v if all(n % v == 0 for n in rows) and any(n % (2 * v) for n in rows) else 0
+
+
 def _modes_for(ir: KernelIR) -> list[tuple[str, bool]]:
     out = [("cached", False), ("stream", False)]
     if ir.online:
@@ -810,7 +822,10 @@ def _space_write(path: Path, schedules: tuple[Schedule, ...]) -> None:
 def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule]:
     fast_options = [True, False] if fast_math_allowed(ir) else [False]
     keep_options = [True, False] if ir.online else [True]
-    vecs = sorted({16 // ir.min_elem_bytes(), 32 // ir.min_elem_bytes()})
+    # (8-byte chunks too where they, not 16-byte ones, start every short row aligned)
+    vecs = sorted(
+        {16 // ir.min_elem_bytes(), 32 // ir.min_elem_bytes(), narrow_vec(ir, dims_list)} - {0}
+    )
     late_options = [False, True] if has_early_outputs(ir) else [False]
     moment_options = [False, True] if ir.moments else [False]
     early_options = [False, True] if has_col_inputs(ir) else [False]

@@ -709,6 +709,26 @@ def test_rows_under_a_warp_take_fewer_threads_and_share_warps(name):
     )
 
 
+def test_short_rows_off_a_16_byte_boundary_also_take_8_byte_chunks():
+    # 100 bf16 = 200 bytes: every other row starts 8 bytes past a 16-byte boundary, so 16-byte
+    # chunks walk it with the strided tail (2-byte loads); 8-byte chunks start every row aligned
+    from factory.schedules import narrow_vec
+
+    ir = lower(load_catalogue()["layernorm"])
+    for n, want in [(100, 4), (36, 4), (128, 0), (96, 0), (98, 0), (4100, 0)]:
+        dims = [{"M": 4096, "N": n}]
+        assert narrow_vec(ir, dims) == want, n
+        vecs = {s.vec_elems for s in space(ir, dims)}
+        assert (4 in vecs) == bool(want), n
+    assert narrow_vec(ir, [{"M": 64, "N": 100}, {"M": 64, "N": 96}]) == 4
+    assert narrow_vec(ir, [{"M": 64, "N": 100}, {"M": 64, "N": 200}]) == 0  # 200: a warp
+    assert all(
+        s.tail in ("elements", "vectors")
+        for s in space(ir, [{"M": 4096, "N": 100}])
+        if s.vec_elems == 4
+    )
+
+
 def test_rows_under_a_warp_need_whole_warps_and_no_row_loop():
     from factory.emit import emit
     from factory.emit.ptx import EmitError

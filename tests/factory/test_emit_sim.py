@@ -1033,6 +1033,10 @@ def test_rows_under_a_warp_compute_the_reference_and_every_lane_reaches_each_shu
     stream path of the same kernel)."""
     ir = lower(load_catalogue()[name])
     cases = [(64, 8, 4, {}), (37, 4, 8, {}), (100, 16, 2, {"tail": "strided"}), (5, 4, 8, {})]
+    # 8-byte chunks, which start every row of 100 bf16 aligned (200-byte rows)
+    cases += [
+        (100, t, 32 // t, {"vec_elems": 4, "chunks": 32 // t, "tail": "vectors"}) for t in (8, 16)
+    ]
     if ir.online:
         cases.append((60, 8, 4, {"online": True}))
     for n, t, r, kw in cases:

@@ -231,7 +231,7 @@ def test_a_norm_is_also_tried_with_its_weight_loaded_beside_the_row(name):
 
 @pytest.mark.parametrize(
     ("name", "n", "widths"),
-    [("softmax", 64, {8, 4}), ("rmsnorm", 128, {16, 8}), ("layernorm", 100, {16})],
+    [("softmax", 64, {8, 4}), ("rmsnorm", 128, {16, 8}), ("layernorm", 100, {16, 8})],
 )
 def test_rows_under_a_warp_get_starting_layouts_of_fewer_threads(name, n, widths):
     # (the screen kept none at rows of 64-128 before: every layout had a warp or more a row)
@@ -241,6 +241,9 @@ def test_rows_under_a_warp_get_starting_layouts_of_fewer_threads(name, n, widths
     assert len(picked) >= 4 and picked[0] == default_schedule(ir, dims)
     assert {s.threads_per_row for s in picked} == widths
     assert {s.threads_per_block for s in picked} == {128, 256}
+    # rows of 100 bf16 (200 bytes) also in 8-byte chunks, which start each one aligned
+    narrow = {(s.threads_per_row, s.chunks, s.tail) for s in picked if s.vec_elems == 4}
+    assert narrow == ({(16, 2, "vectors"), (8, 4, "vectors")} if n == 100 else set())
     for s in picked:
         assert s.threads_per_row < 32 and is_valid(ir, s, dims)[0], s.tag()
         rep = suite.compile_cached(emit(ir, s).ptx)
