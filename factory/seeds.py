@@ -21,7 +21,6 @@ from factory.schedules import (
     fit_tail,
     has_col_inputs,
     is_valid,
-    narrow_vec,
     shifted_twin,
     split_twin,
 )
@@ -131,27 +130,6 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
                 # LayerNorm 16384x5000, 82.4 us against 92.7 for the best joined kernel
                 # (bench/results/2026-12-05-h200-split).
                 out.append(_occupancy_variant(ptx_of, split) or split)
-        nv = narrow_vec(ir, [dims])
-        if nv:
-            # Short rows that 16-byte chunks leave misaligned (100 bf16: every other row starts
-            # off a 16-byte boundary and takes the strided tail) in 8-byte chunks, which start
-            # every row aligned: at 16 and 8 threads a row, after the default.
-            narrow = [
-                fit_tail(
-                    ir,
-                    replace(
-                        base,
-                        vec_elems=nv,
-                        threads_per_row=t,
-                        chunks=fewest_chunks(n, t, nv),
-                        rows_per_block=_rows_per_block(t),
-                    ),
-                    [dims],
-                )
-                for t in (16, 8)
-                if fewest_chunks(n, t, nv) <= 8
-            ]
-            out[1:1] = narrow
         if out and has_col_inputs(ir) and not base.flat:
             # A norm's weight loaded with the row, not after the reduction: one memory latency
             # less per row, which is most of the time of a few rows (a decode batch).

@@ -682,7 +682,8 @@ def test_rows_under_a_warp_take_fewer_threads_and_share_warps(name):
     from factory.emit import emit
 
     ir = lower(load_catalogue()[name])
-    for n, t in [(64, 8), (128, 16), (100, 16), (20, 4)]:
+    # (rows of 100 and 20 bf16, off a 16-byte boundary, take 8-byte chunks, four a thread)
+    for n, t, c in [(64, 8, 1), (128, 16, 1), (100, 8, 4), (20, 4, 2)]:
         dims = {ir.batch_dims[0]: 65536, ir.row_dim: n}
         if n == 64:
             sp = space(ir, [dims])
@@ -690,7 +691,8 @@ def test_rows_under_a_warp_take_fewer_threads_and_share_warps(name):
             assert all(s.mode == "cached" and not s.persistent_blocks_per_sm for s in sp)
             assert all(s.threads_per_block % 32 == 0 for s in sp)
         s = default_schedule(ir, dims)
-        assert (s.threads_per_row, s.chunks, s.threads_per_block) == (t, 1, 256)
+        assert (s.threads_per_row, s.chunks, s.threads_per_block) == (t, c, 256)
+        assert s.vec_elems == (4 if n % 8 else 8)
         assert is_valid(ir, s, dims)[0]
         em = emit(ir, s)
         assert em.launch.block == (256, 1, 1)

@@ -1,0 +1,84 @@
+"""A slice of the schedule space around the default layout, emitted into DIR (a probe_tail
+--sets folder) for timing side by side:
+
+    python3 -m bench.emit_slice DIR --cases layernorm:1048576x100,rmsnorm:1048576x100
+        [--caps 0,2048] [--warp-rows 4,8]
+
+Per case: every layout of the space that differs from the default only in threads per row,
+rows per block, chunks, tail and a register cap among --caps (threads per SM; 0 uncapped),
+without split paths, that compiles without spills; with --warp-rows, also a warp per row of one
+chunk at those rows a block (the layout a job took at rows under a warp before a330e1e, as a
+control, outside the space). Writes DIR/manifest.json and DIR/cases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.probe_tail import write_kernel  # noqa: E402
+from factory.compile import compile_ptx  # noqa: E402
+from factory.emit import emit  # noqa: E402
+from factory.ir import lower  # noqa: E402
+from factory.schedules import default_schedule, space  # noqa: E402
+from factory.spec import load_catalogue  # noqa: E402
+
+FREE = ("threads_per_row", "rows_per_block", "chunks", "tail", "min_threads_per_sm")
+
+
+def parse_cases(text: str) -> list[tuple[str, int, int]]:
+    """'op:MxN,...' as (op, rows, row length) triples."""
+    out = []
+    for part in filter(None, text.split(",")):
+        op, shape = part.split(":")
+        m, n = shape.lower().split("x")
+        out.append((op, int(m), int(n)))
+    return out
+
+
+def slice_of(ir, dims: dict[str, int], caps=(0, 2048), warp_rows=()) -> list:
+    base = default_schedule(ir, dims)
+    fixed = {k: v for k, v in asdict(base).items() if k not in FREE}
+    picks = [
+        s
+        for s in space(ir, [dims])
+        if all(getattr(s, k) == v for k, v in fixed.items())
+        and s.min_threads_per_sm in caps
+        and not s.split_paths
+    ]
+    warp = replace(base, threads_per_row=32, chunks=1)
+    picks += [replace(warp, rows_per_block=r) for r in warp_rows]
+    return list(dict.fromkeys(picks))
+
+
+def main(out: Path, cases, caps=(0, 2048), warp_rows=()) -> None:
+    cat = load_catalogue()
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = []
+    for op, m, n in cases:
+        ir = lower(cat[op])
+        dims = {ir.row_dim: n, **{d: m for d in ir.batch_dims}}
+        for s in slice_of(ir, dims, caps, warp_rows):
+            em = emit(ir, s)
+            rep = compile_ptx(em.ptx)
+            if rep.ok and not rep.spill_store_bytes:
+                manifest.append(write_kernel(out, op, m, n, dims, s, em, rep))
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    (out / "cases").write_text(",".join(f"{op}:{m}x{n}" for op, m, n in cases))
+    print(f"{len(manifest)} kernels written to {out}")
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", type=Path)
+    p.add_argument("--cases", required=True, help="op:MxN,...")
+    p.add_argument("--caps", default="0,2048", help="register caps (threads per SM; 0: none)")
+    p.add_argument("--warp-rows", default="", help="also a warp per row at these rows a block")
+    a = p.parse_args()
+    ints = lambda t: tuple(int(x) for x in t.split(",") if x)  # noqa: E731
+    main(a.out, parse_cases(a.cases), ints(a.caps), ints(a.warp_rows))
