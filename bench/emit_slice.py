@@ -2,13 +2,15 @@
 --sets folder) for timing side by side:
 
     python3 -m bench.emit_slice DIR --cases layernorm:1048576x100,rmsnorm:1048576x100
-        [--caps 0,2048] [--warp-rows 4,8]
+        [--caps 0,2048] [--warp-rows 4,8] [--neighbours]
 
 Per case: every layout of the space that differs from the default only in threads per row,
 rows per block, chunks, tail and a register cap among --caps (threads per SM; 0 uncapped),
 without split paths, that compiles without spills; with --warp-rows, also a warp per row of one
 chunk at those rows a block (the layout a job took at rows under a warp before a330e1e, as a
-control, outside the space). Writes DIR/manifest.json and DIR/cases.
+control, outside the space); with --neighbours, also every point of the space that differs from
+the default in one field (hints, register caps, early columns, ...). Writes DIR/manifest.json
+and DIR/cases.
 """
 
 from __future__ import annotations
@@ -41,29 +43,33 @@ def parse_cases(text: str) -> list[tuple[str, int, int]]:
     return out
 
 
-def slice_of(ir, dims: dict[str, int], caps=(0, 2048), warp_rows=()) -> list:
+def slice_of(ir, dims: dict[str, int], caps=(0, 2048), warp_rows=(), neighbours=False) -> list:
     base = default_schedule(ir, dims)
     fixed = {k: v for k, v in asdict(base).items() if k not in FREE}
+    sp = space(ir, [dims])
     picks = [
         s
-        for s in space(ir, [dims])
+        for s in sp
         if all(getattr(s, k) == v for k, v in fixed.items())
         and s.min_threads_per_sm in caps
         and not s.split_paths
     ]
+    if neighbours:  # the points of the space that differ from the default in one field
+        b = asdict(base)
+        picks += [s for s in sp if sum(v != b[k] for k, v in asdict(s).items()) == 1]
     warp = replace(base, threads_per_row=32, chunks=1)
     picks += [replace(warp, rows_per_block=r) for r in warp_rows]
     return list(dict.fromkeys(picks))
 
 
-def main(out: Path, cases, caps=(0, 2048), warp_rows=()) -> None:
+def main(out: Path, cases, caps=(0, 2048), warp_rows=(), neighbours=False) -> None:
     cat = load_catalogue()
     out.mkdir(parents=True, exist_ok=True)
     manifest = []
     for op, m, n in cases:
         ir = lower(cat[op])
         dims = {ir.row_dim: n, **{d: m for d in ir.batch_dims}}
-        for s in slice_of(ir, dims, caps, warp_rows):
+        for s in slice_of(ir, dims, caps, warp_rows, neighbours):
             em = emit(ir, s)
             rep = compile_ptx(em.ptx)
             if rep.ok and not rep.spill_store_bytes:
@@ -79,6 +85,9 @@ if __name__ == "__main__":
     p.add_argument("--cases", required=True, help="op:MxN,...")
     p.add_argument("--caps", default="0,2048", help="register caps (threads per SM; 0: none)")
     p.add_argument("--warp-rows", default="", help="also a warp per row at these rows a block")
+    p.add_argument(
+        "--neighbours", action="store_true", help="also the default's one-field neighbours"
+    )
     a = p.parse_args()
     ints = lambda t: tuple(int(x) for x in t.split(",") if x)  # noqa: E731
-    main(a.out, parse_cases(a.cases), ints(a.caps), ints(a.warp_rows))
+    main(a.out, parse_cases(a.cases), ints(a.caps), ints(a.warp_rows), a.neighbours)
