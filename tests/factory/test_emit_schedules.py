@@ -492,7 +492,7 @@ def test_the_default_takes_the_fewest_chunks_that_cover_the_row():
     ir = lower(load_catalogue()["rmsnorm"])
     layout = {
         n: (s.threads_per_row, s.chunks, s.tail)
-        for n in (4096, 8192, 3072, 5000, 768, 100)
+        for n in (4096, 8192, 3072, 5000, 768, 100, 120)
         for s in [default_schedule(ir, {"M": 64, "N": n})]
     }
     assert layout[4096] == (128, 4, "elements")  # powers of two: as before
@@ -500,7 +500,9 @@ def test_the_default_takes_the_fewest_chunks_that_cover_the_row():
     assert layout[3072] == (128, 3, "elements")  # filled, where 4 chunks left a quarter idle
     assert layout[5000] == (256, 3, "vectors")  # 6144 places for 5000, not 8192
     assert layout[768] == (32, 3, "elements")
-    assert layout[100] == (16, 1, "strided")  # a short row: 16 threads, two rows a warp
+    assert layout[120] == (16, 1, "vectors")  # a short row: 16 threads, two rows a warp
+    # a short row off a 16-byte boundary (200 bytes): 8 threads of four 8-byte chunks
+    assert layout[100] == (8, 4, "vectors")
     # an elementwise row walked as tiles keeps the power-of-two tile
     silu = lower(load_catalogue()["silu_mul"])
     s = default_schedule(silu, {"M": 64, "N": 4999})
