@@ -206,9 +206,12 @@ def run(args) -> int:
         print(f"{op} {m}x{n}: {line}", flush=True)
         del inputs, outputs
         torch.cuda.empty_cache()
+        # after every case, so that a call cut short keeps the cases it finished
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "tail.json").write_text(json.dumps({"environment": env, "cases": cases}, indent=1))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "tail.json").write_text(json.dumps({"environment": env, "cases": cases}, indent=1))
     (out / "tail.md").write_text(table(cases, list(books), ceiling))
     print(table(cases, list(books), ceiling))
     return 0
