@@ -480,8 +480,20 @@ shortrows)
         --baselines torch_eager,torch_compile --deadline-s "${DEADLINE:-240}" >"$OUT/short.txt" 2>&1
     tail -40 "$OUT/short.txt"
     ;;
+narrow)
+    # ~5 min, not yet run: the slice of the space around the 8-byte default for short rows off
+    # a 16-byte boundary (c212bb9: threads, rows a block, chunks, and every one-field neighbour:
+    # hints, register caps, early columns, ...) beside torch.compile, where run1 of
+    # bench/results/2026-12-05-h100-narrow left LayerNorm 0.78x and RMSNorm 0.87x of it.
+    # Emitted here (C= other cases); probe_tail keeps every finished case if the call is cut.
+    C=${C:-layernorm:1048576x100,rmsnorm:1048576x100,softmax:1048576x100}
+    python3 -m bench.emit_slice /tmp/narrow --caps 0 --neighbours --cases "$C" | tail -1
+    python3 -m bench.probe_tail --out "$OUT/narrow" --sets narrow=/tmp/narrow --cases "$C" \
+        --baselines torch_eager,torch_compile --deadline-s "${DEADLINE:-240}" >"$OUT/narrow.txt" 2>&1
+    tail -60 "$OUT/narrow.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|ties" >&2
     exit 2
     ;;
 esac
