@@ -832,6 +832,7 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
     # (and one chunk at a time where 4 does not divide the chunks: below, per chunk count)
     group_options = [1, 4] if has_col_inputs(ir) else [1]
     packed_options = [False, True] if packed_pairs(ir) else [False]
+    rows = [int(d[ir.row_dim]) for d in dims_list]
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     # Rows under a warp (threads_per_row 4-16) share warps: their blocks hold 32 to 512 threads.
@@ -865,6 +866,8 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
             grp = c  # 4 groups need chunks that 4 divides: here one chunk at a time
         if c & (c - 1) and c not in _fewest_chunks(ir, t, v, dims_list):
             continue  # 3, 5, 6 or 7 chunks: only as the fewest that cover a row of the job
+        if _never_fits(mode, t * v * c, t == MIN_THREADS_PER_ROW and c == 1, rows):
+            continue  # is_valid would refuse every variant below by the row's length alone
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
             s = Schedule(
@@ -894,6 +897,18 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
                     if x is not None:
                         out += [x] + [y for y in [split_twin(ir, x, dims_list)] if y is not None]
     return out
+
+
+def _never_fits(mode: str, capacity: int, smallest: bool, rows: list[int]) -> bool:
+    """Whether is_valid refuses a layout of `capacity` elements per row pass (threads x vector x
+    chunks) at every row length of `rows` by that length alone, whatever its other fields, so
+    that fits_job refuses it too: held in registers, a row past the capacity or filling under
+    half of it (but for the smallest layout); streamed, a row shorter than one iteration. (The
+    shifted tail, which holds V - 1 elements less, is fitted after fits_job.) Building the space
+    skips such layouts before constructing their variants: most points of a short row's space."""
+    if mode == "cached":
+        return all(n > capacity or (n <= capacity // 2 and not smallest) for n in rows)
+    return all(n < capacity for n in rows)
 
 
 def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:

@@ -751,3 +751,23 @@ def test_rows_under_a_warp_need_whole_warps_and_no_row_loop():
         emit(ir, replace(s, rows_per_block=2))
     with pytest.raises(EmitError, match="persistent"):
         emit(ir, replace(s, persistent_blocks_per_sm=2))
+
+
+def test_the_space_skips_only_layouts_that_no_row_of_the_job_fits(monkeypatch):
+    # _build_space skips a (threads, vector, chunks, mode) whose capacity every row of the job
+    # overflows or fills under half before constructing its variants; the space must be the
+    # same point for point as building every variant and asking fits_job
+    from factory import schedules as S
+
+    cases = [
+        ("rmsnorm", [{"M": 64, "N": 128}]),  # rows under a warp: most pairs never fit
+        ("layernorm", [{"M": 64, "N": 36}]),  # 8-byte chunks too
+        ("silu_mul", [{"M": 64, "N": 4999}]),
+        ("cross_entropy", [{"M": 4096, "V": 32000}, {"M": 64, "V": 1000}]),  # streamed
+    ]
+    cat = load_catalogue()
+    fast = {name: S._build_space(lower(cat[name]), dims) for name, dims in cases}
+    monkeypatch.setattr(S, "_never_fits", lambda *a: False)
+    for name, dims in cases:
+        full = S._build_space(lower(cat[name]), dims)
+        assert full == fast[name] and full, name
