@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.probe_tail import write_kernel  # noqa: E402
+from bench.probe_tail import parse_cases, write_kernel  # noqa: E402
 from factory.compile import compile_ptx  # noqa: E402
 from factory.emit import emit  # noqa: E402
 from factory.ir import lower  # noqa: E402
@@ -31,16 +31,6 @@ from factory.schedules import default_schedule, space  # noqa: E402
 from factory.spec import load_catalogue  # noqa: E402
 
 FREE = ("threads_per_row", "rows_per_block", "chunks", "tail", "min_threads_per_sm")
-
-
-def parse_cases(text: str) -> list[tuple[str, int, int]]:
-    """'op:MxN,...' as (op, rows, row length) triples."""
-    out = []
-    for part in filter(None, text.split(",")):
-        op, shape = part.split(":")
-        m, n = shape.lower().split("x")
-        out.append((op, int(m), int(n)))
-    return out
 
 
 def slice_of(ir, dims: dict[str, int], caps=(0, 2048), warp_rows=(), neighbours=False) -> list:

@@ -110,6 +110,16 @@ def write_kernel(out: Path, op: str, m: int, n: int, dims: dict, s, em, rep) -> 
     }
 
 
+def parse_cases(text: str) -> list[tuple[str, int, int]]:
+    """'op:MxN,...' as (op, rows, row length) triples."""
+    out = []
+    for part in filter(None, text.split(",")):
+        op, shape = part.split(":")
+        m, n = shape.lower().split("x")
+        out.append((op, int(m), int(n)))
+    return out
+
+
 def _emitted(rec: dict, ptx: str):
     from factory.emit import Emitted
     from factory.spec.types import KernelParam, Launch
@@ -146,6 +156,8 @@ def run(args) -> int:
     ceiling = bench.copy_ceiling_tbps()
     env = environment() | {"copy_ceiling_tbps": ceiling, "order": args.order}
     print(f"copy ceiling {ceiling:.3f} TB/s", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     cases = []
     for op, m, n in CASES:
         if time.time() - t0 > args.deadline_s:
@@ -207,11 +219,7 @@ def run(args) -> int:
         del inputs, outputs
         torch.cuda.empty_cache()
         # after every case, so that a call cut short keeps the cases it finished
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         (out / "tail.json").write_text(json.dumps({"environment": env, "cases": cases}, indent=1))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     (out / "tail.md").write_text(table(cases, list(books), ceiling))
     print(table(cases, list(books), ceiling))
     return 0
@@ -288,10 +296,7 @@ def main(argv=None) -> int:
     p.add_argument("--cases", help="op:MxN,... instead of CASES (emit and run alike)")
     args = p.parse_args(argv)
     if args.cases:
-        CASES[:] = [
-            (op, int(mn.split("x")[0]), int(mn.split("x")[1]))
-            for op, mn in (c.split(":") for c in args.cases.split(","))
-        ]
+        CASES[:] = parse_cases(args.cases)
     if args.emit_to:
         emit_to(Path(args.emit_to), args.tail)
         return 0

@@ -836,8 +836,7 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
     out = []
     # Past 1024 threads a row takes a cluster of 1024-thread blocks (2, 4 or 8 of them).
     # Rows under a warp (threads_per_row 4-16) share warps: their blocks hold 32 to 512 threads.
-    short = all(short_row(ir, d[ir.row_dim]) for d in dims_list)
-    threads = (4, 8, 16) if short else ()
+    threads = (4, 8, 16) if all(short_row(ir, n) for n in rows) else ()
     layouts = [
         (t, r)
         for t in threads + (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -954,38 +953,24 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
             online=True,
             fast_math=fm,
         )
-    nv = narrow_vec(ir, [dims])
-    if nv:
-        # A short row that 16-byte chunks leave misaligned (100 bf16): four 8-byte chunks per
-        # thread, the fewest threads that cover it, 256 threads a block. On an H100 8 threads
-        # of four 8-byte chunks beat every 16-byte layout timed at rows of 100 by 1.1-2.1x
-        # (LayerNorm 1048576x100: 183 us against 253-383; RMSNorm 155 against 190-257;
-        # softmax 162 against 180-250), and 16 threads of two by 1.07-1.18x
-        # (bench/results/2026-12-05-h100-narrow).
-        threads = MIN_THREADS_PER_ROW
-        while threads * nv * 4 < n:
-            threads *= 2
-        return Schedule(
-            threads_per_row=threads,
-            rows_per_block=256 // threads,
-            vec_elems=nv,
-            chunks=fewest_chunks(n, threads, nv),
-            mode="cached",
-            online=False,
-            load_hint="nc_l2last",
-            fast_math=fm,
-        )
     if short_row(ir, n):
         # A short row (at most 128 bf16): one 16-byte chunk per thread, the fewest threads that
-        # cover it, 256 threads a block
+        # cover it, 256 threads a block. One that 16-byte chunks leave misaligned (100 bf16)
+        # takes four 8-byte chunks per thread instead: on an H100 8 threads of four 8-byte
+        # chunks beat every 16-byte layout timed at rows of 100 by 1.1-2.1x (LayerNorm
+        # 1048576x100: 183 us against 253-383; RMSNorm 155 against 190-257; softmax 162
+        # against 180-250), and 16 threads of two by 1.07-1.18x
+        # (bench/results/2026-12-05-h100-narrow).
+        nv = narrow_vec(ir, [dims])
+        v, per_thread = (nv, 4) if nv else (v, 1)
         threads = MIN_THREADS_PER_ROW
-        while threads * v < n:
+        while threads * v * per_thread < n:
             threads *= 2
         return Schedule(
             threads_per_row=threads,
             rows_per_block=256 // threads,
             vec_elems=v,
-            chunks=1,
+            chunks=fewest_chunks(n, threads, v),
             mode="cached",
             online=False,
             load_hint="nc_l2last",
