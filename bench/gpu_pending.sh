@@ -485,9 +485,11 @@ narrow)
     # a 16-byte boundary (c212bb9: threads, rows a block, chunks, and every one-field neighbour:
     # hints, register caps, early columns, ...) beside torch.compile, where run1 of
     # bench/results/2026-12-05-h100-narrow left LayerNorm 0.78x and RMSNorm 0.87x of it.
+    # With --controls: the "vectors" tail the default had before the "stream" tail, and the
+    # row loop of a persistent grid (prefetch, columns held across rows) beside it.
     # Emitted here (C= other cases); probe_tail keeps every finished case if the call is cut.
     C=${C:-layernorm:1048576x100,rmsnorm:1048576x100,softmax:1048576x100}
-    python3 -m bench.emit_slice /tmp/narrow --caps 0 --neighbours --cases "$C" | tail -1
+    python3 -m bench.emit_slice /tmp/narrow --caps 0 --neighbours --controls --cases "$C" | tail -1
     python3 -m bench.probe_tail --out "$OUT/narrow" --sets narrow=/tmp/narrow --cases "$C" \
         --baselines torch_eager,torch_compile --deadline-s "${DEADLINE:-240}" >"$OUT/narrow.txt" 2>&1
     tail -60 "$OUT/narrow.txt"

@@ -140,8 +140,9 @@ class Schedule:
     early_cols: "cached" mode without prefetch: per-column vectors (RMSNorm's weight) are
         loaded with the row, before the reduction, instead of by the pass that reads them after
         it, so no load latency sits between the reduction and the stores (more registers held
-        through the reduction; on the H200, RMSNorm 65.8 -> 64.7 us at 16384x4096). Left out of
-        `to_dict` when False.
+        through the reduction; on the H200, RMSNorm 65.8 -> 64.7 us at 16384x4096). Rows under
+        a warp in a persistent grid (holds_cols): loaded once, before the first row, and held
+        across every row of the thread, prefetched or not. Left out of `to_dict` when False.
     moments: a mean and the mean squared deviation from it (LayerNorm) in one pass: each
         thread's elements give (count, mean, squared deviations), merged across the row by
         Chan's update, instead of a second pass and a second reduction across the row (one
@@ -206,8 +207,14 @@ class Schedule:
         element by element (from L1). Row tensors of one element size; rows whose tensors are not
         congruent modulo 16 bytes move element by element at run time. `fit_tail` picks it for
         streamed rows (1.1-2.9x faster there on the H200); rows held in registers are fitted
-        "strided", with a shifted twin in the space (see fit_tail). Left out of `to_dict` at
-        "elements".
+        "strided", with a shifted twin in the space (see fit_tail). "stream": a row held in
+        registers is whole chunks or whole vectors, as under "vectors", and any other row (a
+        length that is not a multiple of vec_elems, a misaligned pointer) takes the long-row
+        path, which streams it: the kernel holds no registers for an element tail, which is
+        what sets the count of a short row's kernel (LayerNorm at 8 threads of four 8-byte
+        chunks: 64 registers, 55 without it; RMSNorm 47 -> 40). `fit_tail` picks it for rows
+        under a warp where every row of the job is a multiple of vec_elems. Left out of
+        `to_dict` at "elements".
     flat: for an elementwise operator (every input and output a row tensor, no reduction, no
         gather), the rows are one contiguous run of M*N elements, so the kernel walks that run
         in tiles of the layout's capacity (threads_per_row * vec_elems * chunks), one tile a
@@ -311,7 +318,7 @@ class Schedule:
         if self.packed_max:
             s += "b"
         if self.tail != "elements":
-            s += {"vectors": "u", "strided": "z", "shifted": "y"}[self.tail]
+            s += {"vectors": "u", "strided": "z", "shifted": "y", "stream": "n"}[self.tail]
         if self.flat:
             s += "j"
         if self.split_paths:
@@ -331,7 +338,8 @@ TAG_LEGEND = (
     "that many groups of chunks, h per-column vectors loaded with the evict-last policies, a "
     "partial accumulators per thread, q gathered elements loaded when the row starts, b the "
     "online max taken on packed 16-bit pairs, u / z / y the row's tail moved as whole vectors / "
-    "as strided elements / a misaligned row walked from an aligned address, j rows "
+    "as strided elements / a misaligned row walked from an aligned address, n whole vectors "
+    "held and any other row streamed, j rows "
     "walked as one run of tiles, i one copy of the row's code per path; after "
     "the underscore, the load hint (nl ld.global.nc, no plain, nc nc without L1 allocation, ev "
     "evict-first, np nc with 256-byte L2 prefetch, el / ef nc with the L2 evict-last / "
@@ -377,7 +385,7 @@ def tail_runs(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> bool:
     return n % step != 0
 
 
-TAILS = ("elements", "vectors", "strided", "shifted")
+TAILS = ("elements", "vectors", "strided", "shifted", "stream")
 
 
 def shift_ok(ir: KernelIR, s: Schedule) -> bool:
@@ -421,7 +429,9 @@ def flat_ok(ir: KernelIR, s: Schedule) -> bool:
 
 
 def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Schedule:
-    """`s` with the tail its rows at `dims_list` take: "vectors" where any of them takes the
+    """`s` with the tail its rows at `dims_list` take: for rows under a warp held in registers
+    whose every length is a multiple of vec_elems, "stream" (whole vectors in registers, any
+    other row streamed: fewer registers); "vectors" where any of them takes the
     tail with whole vectors; else, for a row in registers, "strided" where any has a length
     that is not a multiple of vec_elems; else "elements" (the PTX as it was before the tail had
     options). On the H200 the strided tail made every cached layout at 16384x4999 faster
@@ -442,6 +452,8 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
     misaligned = any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list)
     if misaligned and flat_ok(ir, s):
         return replace(s, flat=True, tail="elements")  # the last tile's tail only
+    if s.mode == "cached" and s.threads_per_row < 32 and not misaligned:
+        return replace(s, tail="stream")  # rows under a warp: no element tail in registers
     if any(tail_runs(ir, s, d) for d in dims_list):
         return replace(s, tail="vectors")
     if misaligned and s.mode == "cached":
@@ -576,8 +588,16 @@ def is_valid(
             False,
             "late_stores needs the cached mode and a row output ready before the last pass",
         )
-    if s.early_cols and (s.mode != "cached" or s.prefetch_rows or not has_col_inputs(ir)):
-        return False, "early_cols needs the cached mode without prefetch and a per-column input"
+    if s.early_cols and (
+        s.mode != "cached" or (s.prefetch_rows and not holds_cols(s)) or not has_col_inputs(ir)
+    ):
+        return (
+            False,
+            "early_cols needs the cached mode, a per-column input and no prefetch (but for rows "
+            "under a warp in a persistent grid, which hold the columns across rows)",
+        )
+    if s.tail == "stream" and (s.mode != "cached" or s.flat):
+        return False, "the stream tail is for rows held in registers (cached), not tiles"
     if s.split_paths and (s.mode != "cached" or s.flat or s.prefetch_rows):
         return False, "split_paths needs the cached mode, not flat, without prefetched rows"
     if s.tail not in TAILS:
@@ -647,18 +667,31 @@ def is_valid(
 
 def _sub_warp_reason(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> str:
     """Why a layout of fewer than 32 threads per row does not fit ("" where it does). Such rows
-    share a warp (32 / threads_per_row of them), so each warp must be whole and no row may
-    leave a loop its warp's other rows stay in (no persistent grid); they are for rows a warp
+    share a warp (32 / threads_per_row of them), so each warp must be whole (in a persistent
+    grid the warp leaves its row loop as one, see holds_cols); they are for rows a warp
     would hold in under half of its 16-byte chunks (a row of at most 128 bf16 or 64 fp32
     elements), held in registers."""
     if (s.threads_per_row * s.rows_per_block) % 32:
         return "rows under a warp need whole warps per block (threads_per_row x rows_per_block)"
-    if s.persistent_blocks_per_sm or s.mode != "cached":
-        return "rows under a warp are held in registers (cached), without a persistent grid"
+    if s.mode != "cached":
+        return "rows under a warp are held in registers (cached)"
     n = int(dims[ir.row_dim])
     if not short_row(ir, n):
         return f"a row of {n} fills a warp's 16-byte chunks past half: a warp or more per row"
     return ""
+
+
+def holds_cols(s: Schedule) -> bool:
+    """Whether early_cols means per-column vectors loaded once, before the first row, and held
+    in registers across every row the thread works on: rows under a warp in a persistent grid
+    (a short row's columns are a few registers; the shifted tail moves them with each row, so
+    not there). Elsewhere early_cols loads them with each row."""
+    return (
+        s.early_cols
+        and s.threads_per_row < 32
+        and bool(s.persistent_blocks_per_sm)
+        and s.tail != "shifted"
+    )
 
 
 def short_row(ir: KernelIR, n: int) -> bool:

@@ -42,7 +42,7 @@ from factory.ir import (
     TensorRef,
     reduction_aliases,
 )
-from factory.schedules import NUM_SMS, Schedule, packed_pairs
+from factory.schedules import NUM_SMS, Schedule, holds_cols, packed_pairs
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
@@ -163,12 +163,10 @@ class RowKernel:
         # Rows shorter than a warp needs: a warp holds 32 / T rows, each reduced by a butterfly
         # over its own T lanes (xor offsets below T stay inside the row's aligned lanes).
         self.bfly = [o for o in (16, 8, 4, 2, 1) if o < self.TB]
-        if self.TB < 32 and (
-            (self.TB * self.R) % 32 or s.persistent_blocks_per_sm or s.prefetch_rows
-        ):
-            # every lane of a warp must reach each shuffle (full mask): whole warps, and no
-            # row loop whose exit differs between the rows of one warp
-            raise EmitError("rows under a warp need whole warps per block and no persistent grid")
+        if self.TB < 32 and (self.TB * self.R) % 32:
+            # every lane of a warp must reach each shuffle (full mask): whole warps (and in a
+            # persistent grid a row loop the warp leaves as one: _clamp_row)
+            raise EmitError("rows under a warp need whole warps per block")
         if self.C > 1 and (self.R != 1 or s.persistent_blocks_per_sm or int(arch[3:]) < 90):
             raise EmitError("a cluster row needs sm_90+, one row per block, no persistent grid")
         if self.C > 1 and self.W < 2:
@@ -176,6 +174,7 @@ class RowKernel:
             raise EmitError("a cluster row needs at least two warps per block")
         self.fast = s.fast_math
         self.path = None  # under split_paths, the path whose copy of the row is being emitted
+        self.mode = "cached"  # the row path being emitted (_row_body sets it)
         self.level = ir.level
         for t in ir.inputs:
             if t.role in (ROLE_ROW, ROLE_COL) and t.elem_bytes not in (2, 4):
@@ -321,16 +320,26 @@ class RowKernel:
         params += tuple(KernelParam(kind="dim", ptx_type="u32", name=d) for d in dims)
 
         self._prologue(tensors, dims)
+        self.col_held = {}
+        if holds_cols(s):
+            self._hold_cols()
         self.prefetch = s.mode == "cached" and s.prefetch_rows
         if self.prefetch:
             self._prefetch_first_row()
         loop, done, next_row = b.new_label("row"), b.new_label("done"), b.new_label("next")
         b.label(loop)
         p = self.flat_done
-        if p is None:
+        if self.row_raw:
+            p, lead = b.reg("pred"), b.reg("b32")
+            b.comment("the warp's first row: all its lanes leave the loop together")
+            b.op(f"sub.u32 {lead}, {self.row_raw}, {self.warp_lead}")
+            b.op(f"setp.ge.u32 {p}, {lead}, {self.rows}")
+        elif p is None:
             p = b.reg("pred")
             b.op(f"setp.ge.u32 {p}, {self.row}, {self.rows}")
         b.op(f"@{p} bra {done}")
+        if self.row_raw:
+            self._clamp_row()
         self._row_pointers(tensors)
         if s.flat:
             b.comment("a tile is never longer than the registers hold")
@@ -343,6 +352,9 @@ class RowKernel:
             pl = b.reg("pred")
             b.op(f"setp.gt.u32 {pl}, {self.N}, {capacity}")
             b.op(f"@{pl} bra {stream_label}")
+            if s.tail == "stream":
+                b.comment("a row not of whole vectors streams too: no element tail in registers")
+                b.op(f"@!{self.vec_ok} bra {stream_label}")
             b.comment(f"the row fits in registers (N <= {capacity})")
             if s.split_paths:
                 self._split_row_bodies(next_row)
@@ -358,7 +370,8 @@ class RowKernel:
             if self.W > 1 and self.red_items_total:
                 b.comment("shared reduction slots are reused by the next row")
                 b.op(self.bar)
-            b.op(f"add.u32 {self.row}, {self.row}, {self.row_stride}")
+            counter = self.row_raw or self.row
+            b.op(f"add.u32 {counter}, {counter}, {self.row_stride}")
             b.op(f"bra.uni {loop}")
         else:
             # One row group per block (the grid covers every row): no loop, so nothing has to
@@ -408,6 +421,9 @@ class RowKernel:
         copy("fast", "whole chunks")
         b.op(f"bra.uni {next_row}")
         b.label(ragged)
+        if self.s.tail == "stream":  # (a row not of whole vectors streams: no element copy)
+            copy("vectors", "vectors")
+            return
         if self.s.tail == "vectors":
             elems = b.new_label("row_elems")
             b.op(f"@!{self.vec_ok} bra {elems}")
@@ -624,12 +640,22 @@ class RowKernel:
             b.op(f"shr.u32 {ctaid}, {ctaid}, {self.C.bit_length() - 1}")
         self.row = b.reg("b32")
         b.op(f"mad.lo.u32 {self.row}, {ctaid}, {self.R}, {g}")
+        self.row_raw = None  # rows under a warp in a row loop: the row before clamping
         if self.clamped:
             self.row_ok = b.reg("pred")
-            b.op(f"setp.lt.u32 {self.row_ok}, {self.row}, {rows}")
             last = b.reg("b32")
             b.op(f"sub.u32 {last}, {rows}, 1")
-            b.op(f"min.u32 {self.row}, {self.row}, {last}")
+            if self.s.persistent_blocks_per_sm:
+                # Rows under a warp in a persistent grid: the warp loops while its first row
+                # is a row, each group past the last row on the last row with its stores off
+                # (_clamp_row, at the top of every iteration), so that all the warp's lanes
+                # leave the loop together and reach every shuffle until then.
+                self.row_raw, self.row, self.row_last = self.row, b.reg("b32"), last
+                self.warp_lead = b.reg("b32")  # groups of this warp before this one
+                b.op(f"and.b32 {self.warp_lead}, {g}, {32 // TB - 1}")
+            else:
+                b.op(f"setp.lt.u32 {self.row_ok}, {self.row}, {rows}")
+                b.op(f"min.u32 {self.row}, {self.row}, {last}")
         nct = b.reg("b32")
         b.op(f"mov.u32 {nct}, %nctaid.x")
         if self.C > 1:
@@ -638,7 +664,10 @@ class RowKernel:
         b.op(f"mul.lo.u32 {self.row_stride}, {nct}, {self.R}")
         self.is_t0 = b.reg("pred")
         b.op(f"setp.eq.u32 {self.is_t0}, {t}, 0")
-        if self.row_ok:  # the row's first thread writes its per-row outputs
+        if self.row_raw:
+            self.t_zero, self.is_t0 = self.is_t0, b.reg("pred")
+            self._clamp_row()
+        elif self.row_ok:  # the row's first thread writes its per-row outputs
             b.op(f"and.pred {self.is_t0}, {self.is_t0}, {self.row_ok}")
         self.lane0 = b.reg("pred")
         b.op(f"setp.eq.u32 {self.lane0}, {lane}, 0")
@@ -653,6 +682,29 @@ class RowKernel:
             self.red_write = b.reg("b32")
             b.op(f"add.u32 {self.red_write}, {gb}, {wb}")
         b.blank()
+
+    def _clamp_row(self) -> None:
+        """This iteration's row of a persistent loop over rows under a warp: the last row, with
+        its stores off, for a group past it (row_ok; is_t0 writes per-row outputs)."""
+        b = self.b
+        b.op(f"setp.lt.u32 {self.row_ok}, {self.row_raw}, {self.rows}")
+        b.op(f"min.u32 {self.row}, {self.row_raw}, {self.row_last}")
+        b.op(f"and.pred {self.is_t0}, {self.t_zero}, {self.row_ok}")
+
+    def _hold_cols(self) -> None:
+        """holds_cols: every per-column vector the kernel reads, loaded into registers once,
+        before the first row (whole chunks or the tail, as a row's loads: both depend on N
+        only); the cached passes of every row read them there."""
+        names = [t.name for t in self.ir.inputs if t.role == ROLE_COL]
+        self.col_held = self._alloc_chunk_regs(names, self.s.chunks)
+        if names:
+            b = self.b
+            b.comment("per-column vectors, held in registers across every row")
+            skip = b.new_label("cols_held")
+            if self.s.tail == "stream":  # (rows not of whole vectors stream, reading them there)
+                b.op(f"@!{self.vec_ok} bra {skip}")
+            self._cached_loads(self.col_held, names, self.s.chunks, self.tptr)
+            b.label(skip)
 
     def _flat_tiles(self, rows: str) -> None:
         """Schedule.flat: the M*N elements as one run in tiles of the capacity K, tile i the
@@ -787,9 +839,9 @@ class RowKernel:
         if mode == "cached" and self.prefetch:
             # This row is already in registers (loaded one iteration earlier); start the next
             # row's loads now, so they are in flight while this row is reduced and stored.
-            held = self.buf_a
+            held = dict(self.buf_a) | self.col_held
             nxt = b.reg("b32")
-            b.op(f"add.u32 {nxt}, {self.row}, {self.row_stride}")
+            b.op(f"add.u32 {nxt}, {self.row_raw or self.row}, {self.row_stride}")
             pn = b.reg("pred")
             self.has_next_row = pn
             b.op(f"setp.lt.u32 {pn}, {nxt}, {self.rows}")
@@ -803,11 +855,13 @@ class RowKernel:
             # pass that reads them (they stay in L1/L2 across rows, and holding them from the
             # start would cost registers for the whole row).
             row_names = [n for n in used_inputs if self.tensors[n].role == ROLE_ROW]
-            if s.early_cols:
-                # ...unless early_cols: then they come with the row, off the reduction's path.
+            if s.early_cols and not self.col_held:
+                # ...unless early_cols: then they come with the row, off the reduction's path
+                # (or are held from before the first row: holds_cols).
                 row_names += [n for n in used_inputs if self.tensors[n].role == ROLE_COL]
             held = self._alloc_chunk_regs(row_names, chunks)
             self._cached_loads(held, row_names, chunks, self.tptr)
+            held |= self.col_held
 
         if s.early_gather:
             # Gathered elements depend only on the row's index inputs: their loads go out now,
@@ -931,6 +985,8 @@ class RowKernel:
         pl = b.reg("pred")
         b.op(f"setp.gt.u32 {pl}, {self.N}, {self.T * self.V * chunks}")
         b.op(f"@{pl} bra {skip}")
+        if self.s.tail == "stream":  # (such a row streams)
+            b.op(f"@!{self.vec_ok} bra {skip}")
         self._cached_loads(self.buf_a, self.prefetch_names, chunks, self._row_tptrs(self.row))
         b.label(skip)
 
@@ -999,8 +1055,12 @@ class RowKernel:
         tail also emit_tail(True), taken at run time where the row is of whole vectors (N a multiple
         of V and every row-wise pointer aligned, so each chunk is whole or past the row's end).
         A branch, not predicates on both: predicated twins would hold both ways' registers at
-        once (32 more at 4 chunks of bf16)."""
-        if self.s.tail != "vectors" or self.path == "tail":
+        once (32 more at 4 chunks of bf16). Under the "stream" tail a row in registers is of
+        whole vectors (others stream): only emit_tail(True); streamed, as "vectors"."""
+        if self.s.tail == "stream" and self.mode == "cached":
+            emit_tail(True)
+            return
+        if self.s.tail not in ("vectors", "stream") or self.path == "tail":
             emit_tail(False)
             return
         if self.path == "vectors":  # a split row's path of whole vectors

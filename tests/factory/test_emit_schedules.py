@@ -500,9 +500,11 @@ def test_the_default_takes_the_fewest_chunks_that_cover_the_row():
     assert layout[3072] == (128, 3, "elements")  # filled, where 4 chunks left a quarter idle
     assert layout[5000] == (256, 3, "vectors")  # 6144 places for 5000, not 8192
     assert layout[768] == (32, 3, "elements")
-    assert layout[120] == (16, 1, "vectors")  # a short row: 16 threads, two rows a warp
+    # a short row: 16 threads, two rows a warp; whole vectors in registers, any other row
+    # streamed (no element tail in registers)
+    assert layout[120] == (16, 1, "stream")
     # a short row off a 16-byte boundary (200 bytes): 8 threads of four 8-byte chunks
-    assert layout[100] == (8, 4, "vectors")
+    assert layout[100] == (8, 4, "stream")
     # an elementwise row walked as tiles keeps the power-of-two tile
     silu = lower(load_catalogue()["silu_mul"])
     s = default_schedule(silu, {"M": 64, "N": 4999})
@@ -690,7 +692,9 @@ def test_rows_under_a_warp_take_fewer_threads_and_share_warps(name):
         if n == 64:
             sp = space(ir, [dims])
             assert sp and all(s.threads_per_row < 32 for s in sp)
-            assert all(s.mode == "cached" and not s.persistent_blocks_per_sm for s in sp)
+            assert all(s.mode == "cached" for s in sp)
+            # (a row loop in a persistent grid, the warp leaving it as one: _clamp_row)
+            assert any(s.persistent_blocks_per_sm and s.prefetch_rows for s in sp)
             assert all(s.threads_per_block % 32 == 0 for s in sp)
         s = default_schedule(ir, dims)
         assert (s.threads_per_row, s.chunks, s.threads_per_block) == (t, c, 256)
@@ -726,14 +730,12 @@ def test_short_rows_off_a_16_byte_boundary_also_take_8_byte_chunks():
         assert (4 in vecs) == bool(want), n
     assert narrow_vec(ir, [{"M": 64, "N": 100}, {"M": 64, "N": 96}]) == 4
     assert narrow_vec(ir, [{"M": 64, "N": 100}, {"M": 64, "N": 200}]) == 0  # 200: a warp
-    assert all(
-        s.tail in ("elements", "vectors")
-        for s in space(ir, [{"M": 4096, "N": 100}])
-        if s.vec_elems == 4
-    )
+    narrow = [s for s in space(ir, [{"M": 4096, "N": 100}]) if s.vec_elems == 4]
+    # under a warp: whole vectors in registers, other rows streamed; a warp a row: "vectors"
+    assert all(s.tail == ("stream" if s.threads_per_row < 32 else "vectors") for s in narrow)
 
 
-def test_rows_under_a_warp_need_whole_warps_and_no_row_loop():
+def test_rows_under_a_warp_need_whole_warps_and_leave_a_row_loop_as_one():
     from factory.emit import emit
     from factory.emit.ptx import EmitError
 
@@ -742,15 +744,49 @@ def test_rows_under_a_warp_need_whole_warps_and_no_row_loop():
     s = default_schedule(ir, dims)
     for bad, word in [
         (replace(s, rows_per_block=2), "whole warps"),
-        (replace(s, persistent_blocks_per_sm=2), "persistent"),
         (replace(s, mode="stream"), "cached"),
+        (replace(s, tail="shifted", prefetch_rows=True, persistent_blocks_per_sm=2), "prefetch"),
     ]:
         ok, why = is_valid(ir, bad, dims)
         assert not ok and word in why, why
     with pytest.raises(EmitError, match="whole warps"):
         emit(ir, replace(s, rows_per_block=2))
-    with pytest.raises(EmitError, match="persistent"):
-        emit(ir, replace(s, persistent_blocks_per_sm=2))
+    # In a persistent grid the warp loops while its first row is a row: the exit test reads
+    # the warp's first row, and every later group works on a clamped row with stores off.
+    loop = replace(s, persistent_blocks_per_sm=2, prefetch_rows=True, early_cols=True)
+    assert is_valid(ir, loop, dims) == (True, "")
+    ptx = emit(ir, loop).ptx
+    assert "the warp's first row: all its lanes leave the loop together" in ptx
+    assert "per-column vectors, held in registers across every row" in ptx
+    # without prefetch, early_cols still holds the columns across rows; with a warp per row
+    # (one row group a warp) early_cols and prefetch stay exclusive
+    assert "held in registers across" in emit(ir, replace(loop, prefetch_rows=False)).ptx
+    long = {"M": 4096, "N": 4096}
+    wide = replace(default_schedule(ir, long), persistent_blocks_per_sm=2, prefetch_rows=True)
+    assert not is_valid(ir, replace(wide, early_cols=True), long)[0]
+
+
+def test_rows_under_a_warp_hold_no_element_tail_in_registers():
+    # The "stream" tail: a row of whole vectors in registers, any other row streamed. The
+    # element tail was what set a short row's register count.
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+
+    for name in ("layernorm", "rmsnorm", "softmax"):
+        ir = lower(load_catalogue()[name])
+        dims = {"M": 1048576, "N": 100}
+        s = default_schedule(ir, dims)
+        assert s.tail == "stream" and is_valid(ir, s, dims)[0]
+        ours = compile_ptx(emit(ir, s).ptx)
+        before = compile_ptx(emit(ir, replace(s, tail="vectors")).ptx)
+        assert ours.ok and not ours.spill_store_bytes
+        assert ours.registers < before.registers, name
+    # rows that are not all whole vectors keep their tail; streamed rows cannot take it
+    ir = lower(load_catalogue()["rmsnorm"])
+    assert default_schedule(ir, {"M": 64, "N": 37}).tail != "stream"
+    s = default_schedule(ir, {"M": 64, "N": 64})
+    ok, why = is_valid(ir, replace(s, mode="stream"), {"M": 64, "N": 64})
+    assert not ok
 
 
 def test_the_space_skips_only_layouts_that_no_row_of_the_job_fits(monkeypatch):

@@ -1064,3 +1064,67 @@ def test_the_interpreter_catches_rows_under_a_warp_that_reduce_across_rows():
     got = to_float64(np.frombuffer(out["y"], dtype=np.uint16).reshape(4, 64), "bf16")
     want = reference(w, inputs, dims)["y"]
     assert np.abs(got - want).max() > 0.05
+
+
+@pytest.mark.parametrize(
+    "name", ["layernorm", "rmsnorm", "softmax", "add_rmsnorm", "cross_entropy"]
+)
+def test_rows_under_a_warp_in_a_persistent_grid_leave_the_row_loop_as_one_warp(name):
+    """A grid of one or two blocks loops over 7 or 37 rows: the last pass of a warp has groups
+    past the last row, which work on it with their stores off, so that every lane reaches each
+    shuffle (the interpreter refuses a shuffle from part of a warp); with the next row
+    prefetched or not, and per-column vectors held across rows (early_cols) or not."""
+    ir = lower(load_catalogue()[name])
+    cols = any(t.role == "col" for t in ir.inputs)
+    for n, kw in [(100, {"vec_elems": 4, "chunks": 4}), (64, {}), (300, {})]:
+        base = default_schedule(ir, {ir.batch_dims[0]: 64, ir.row_dim: min(n, 100)})
+        for prefetch, early in [(False, False), (True, False), (False, True), (True, True)]:
+            if early and not cols:
+                continue
+            s = replace(
+                base,
+                threads_per_row=8,
+                rows_per_block=4,
+                persistent_blocks_per_sm=1,
+                prefetch_rows=prefetch,
+                early_cols=early,
+                **kw,
+            )
+            for m, grid in [(7, 1), (37, 2)]:
+                dims = {ir.batch_dims[0]: m, ir.row_dim: n}
+                check(name, s, dims, seed=n + m, grid=grid)
+
+
+def test_the_interpreter_catches_a_warp_whose_rows_leave_the_loop_apart():
+    w = load_catalogue()["rmsnorm"]
+    ir = lower(w)
+    dims = {"M": 7, "N": 64}
+    s = replace(default_schedule(ir, dims), rows_per_block=4, persistent_blocks_per_sm=1)
+    em = emit(ir, s)
+    lines = em.ptx.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "leave the loop together" in ln) + 1
+    # the exit test on each group's own row instead of the warp's first row
+    op, dst, src, _lead = lines[at].replace(",", " ").replace(";", " ").split()
+    assert op == "sub.u32"
+    lines[at] = f"    mov.u32 {dst}, {src};"
+    wrong = replace(em, ptx="\n".join(lines) + "\n")
+    inputs = random_inputs(w, dims, 0)
+    arrays = dict(inputs) | {"y": np.full((7, 64), 0xFFFF, np.uint16)}
+    with pytest.raises(AssertionError, match="shuffle|lanes|warp"):
+        run_kernel(wrong, dims, arrays, grid=1)
+    run_kernel(em, dims, arrays, grid=1)  # (the kernel as emitted runs)
+
+
+@pytest.mark.parametrize("name", ["layernorm", "softmax", "add_rmsnorm"])
+def test_the_stream_tail_streams_rows_not_of_whole_vectors(name):
+    """Tail "stream" holds only whole vectors in registers: a row whose length is not a multiple
+    of the vector, or whose tensors are not 16-byte aligned, takes the long-row path."""
+    ir = lower(load_catalogue()[name])
+    s = default_schedule(ir, {ir.batch_dims[0]: 64, ir.row_dim: 100})
+    assert s.tail == "stream" and s.threads_per_row == 8
+    for n in (100, 102, 37, 4):
+        check(name, s, {ir.batch_dims[0]: 5, ir.row_dim: n}, seed=n)
+    first = ir.inputs[0].name
+    check(name, s, {ir.batch_dims[0]: 5, ir.row_dim: 100}, seed=1, skew={first: 8})
+    loop = replace(s, persistent_blocks_per_sm=1, prefetch_rows=True)
+    check(name, loop, {ir.batch_dims[0]: 9, ir.row_dim: 100}, seed=2, grid=1, skew={first: 8})

@@ -243,7 +243,7 @@ def test_rows_under_a_warp_get_starting_layouts_of_fewer_threads(name, n, widths
     assert {s.threads_per_block for s in picked} == {128, 256}
     # rows of 100 bf16 (200 bytes) also in 8-byte chunks, which start each one aligned
     narrow = {(s.threads_per_row, s.chunks, s.tail) for s in picked if s.vec_elems == 4}
-    assert narrow == ({(16, 2, "vectors"), (8, 4, "vectors")} if n == 100 else set())
+    assert narrow == ({(16, 2, "stream"), (8, 4, "stream")} if n == 100 else set())
     for s in picked:
         assert s.threads_per_row < 32 and is_valid(ir, s, dims)[0], s.tag()
         rep = suite.compile_cached(emit(ir, s).ptx)
