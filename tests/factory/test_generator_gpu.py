@@ -439,20 +439,27 @@ def short_row_cases():
     """Rows under a warp (4-16 threads each, several rows a warp): every catalogue operator's
     default layout at rows of 64, 100 and 128 elements, and the first uncapped layout of each
     width in its space there, at 4099 rows (the last block's groups past the end switch their
-    stores off); each layout also at rows of 300 (the stream path of a layout for short rows)
-    and of 5."""
-    from factory.schedules import space
+    stores off), and the default looping at 20483 rows in a persistent grid of two blocks per
+    SM (the warp leaving the loop as one), the next row prefetched and per-column vectors held
+    across rows; each layout also at rows of 300 (the stream path of a layout for short rows)
+    and of 5 (not of whole vectors: streamed under the "stream" tail)."""
+    from factory.schedules import holds_cols, space
 
     for _name, (w, ir) in _catalogue().items():
         for n in (64, 100, 128):
             dims = {ir.batch_dims[0]: 4099, ir.row_dim: n}
-            layouts = [default_schedule(ir, dims)]
+            base = default_schedule(ir, dims)
+            loop = replace(base, persistent_blocks_per_sm=2, prefetch_rows=True, early_cols=True)
+            if not holds_cols(loop) or not is_valid(ir, loop, dims)[0]:
+                loop = replace(loop, early_cols=False)
+            layouts = [base, loop]  # (the loop at 20483 rows: 2.4 passes of its 264 blocks)
             for t in (4, 8, 16):  # the first uncapped layout of each width in the space
                 sp = [s for s in space(ir, [dims]) if s.threads_per_row == t]
                 layouts += [s for s in sp if not s.min_threads_per_sm][:1]
             for s in dict.fromkeys(layouts):
+                m = 20483 if s.persistent_blocks_per_sm else 4099
                 for length in (n, 300, 5):
-                    yield w, ir, s, {ir.batch_dims[0]: 4099, ir.row_dim: length}
+                    yield w, ir, s, {ir.batch_dims[0]: m, ir.row_dim: length}
 
 
 @pytest.mark.gpu
