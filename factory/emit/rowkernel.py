@@ -15,7 +15,8 @@ How the tail path moves a row is the schedule's `tail`: element by element, each
 predicate, a thread's elements consecutive ("elements") or strided T apart so that a warp's
 accesses are ("strided"); or "vectors": the element tail, and beside it, where N is a multiple
 of V and the rows are aligned, each chunk whole or past the row's end, moved as one vector under
-one predicate.
+one predicate; or "stream": that vector tail alone in registers, a row it cannot serve taking the
+stream path (no registers held for an element tail).
 
 Reductions: per-thread accumulators, a butterfly over the warp (shfl.sync.bfly), then, when a row
 spans W > 1 warps, one shared-memory slot per warp and a named barrier per row group; every thread
