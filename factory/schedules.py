@@ -902,6 +902,11 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
             continue  # is_valid would refuse every variant below by the row's length alone
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
+            if p and t < 32:
+                # rows under a warp looping in a persistent grid: 1.05-1.5x slower than the
+                # same layout without the loop in all 20 timed (prefetched or not, columns
+                # held or not; bench/results/2026-12-06-h100-narrow), so not searched
+                continue
             s = Schedule(
                 threads_per_row=t,
                 rows_per_block=r,
@@ -950,6 +955,13 @@ def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     s = fit_tail(ir, _default_layout(ir, dims), [dims])
     if s.flat:  # tiles are independent of the row's length: the power-of-two layout
         s = replace(s, chunks=4)
+    if s.threads_per_row < 32:
+        # A short row its chunks do not fill takes one copy of the row's code per path, chosen
+        # once per row: joined, the path is chosen per thread at every pass, and a row's first
+        # thread (whole chunks) and the others (the tail) split every warp. On an H100 at
+        # 1048576x100, 8 threads of four 8-byte chunks: LayerNorm 172.4 -> 153.1 us, RMSNorm
+        # 152.0 -> 138.0, softmax 159.4 -> 141.9 (bench/results/2026-12-06-h100-narrow).
+        s = split_twin(ir, s, [dims]) or s
     return s
 
 
