@@ -481,10 +481,12 @@ shortrows)
     tail -40 "$OUT/short.txt"
     ;;
 narrow)
-    # ~5 min, not yet run: the slice of the space around the 8-byte default for short rows off
-    # a 16-byte boundary (c212bb9: threads, rows a block, chunks, and every one-field neighbour:
-    # hints, register caps, early columns, ...) beside torch.compile, where run1 of
-    # bench/results/2026-12-05-h100-narrow left LayerNorm 0.78x and RMSNorm 0.87x of it.
+    # ~70 s for the three cases: the slice of the space around the 8-byte default for short
+    # rows off a 16-byte boundary (threads, rows a block, chunks, and every one-field
+    # neighbour: hints, register caps, early columns, ...) beside torch.compile. Ran at
+    # c1a1b76 (bench/results/2026-12-06-h100-narrow run1); not yet around 6aa0edd's split
+    # default, whose neighbours include a register cap (LayerNorm split at 1536 threads per
+    # SM: 40 registers, no spill, against 55).
     # With --controls: the "vectors" tail the default had before the "stream" tail, and the
     # row loop of a persistent grid (prefetch, columns held across rows) beside it.
     # Emitted here (C= other cases); probe_tail keeps every finished case if the call is cut.
