@@ -212,7 +212,7 @@ class Schedule:
         length that is not a multiple of vec_elems, a misaligned pointer) takes the long-row
         path, which streams it: the kernel holds no registers for an element tail, which is
         what sets the count of a short row's kernel (LayerNorm at 8 threads of four 8-byte
-        chunks: 64 registers, 55 without it; RMSNorm 47 -> 40). `fit_tail` picks it for rows
+        chunks: 64 registers, 48 without it; RMSNorm 47 -> 38). `fit_tail` picks it for rows
         under a warp where every row of the job is a multiple of vec_elems. Left out of
         `to_dict` at "elements".
     flat: for an elementwise operator (every input and output a row tensor, no reduction, no
@@ -903,7 +903,7 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
             if p and t < 32:
-                # rows under a warp looping in a persistent grid: 1.05-1.5x slower than the
+                # rows under a warp looping in a persistent grid: 1.08-1.43x slower than the
                 # same layout without the loop in all 20 timed (prefetched or not, columns
                 # held or not; bench/results/2026-12-06-h100-narrow), so not searched
                 continue
