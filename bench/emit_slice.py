@@ -4,17 +4,16 @@
     python3 -m bench.emit_slice DIR --cases layernorm:1048576x100,rmsnorm:1048576x100
         [--caps 0,2048] [--warp-rows 4,8] [--neighbours] [--controls]
 
-Per case: every layout of the space that differs from the default only in threads per row,
-rows per block, chunks, tail and a register cap among --caps (threads per SM; 0 uncapped),
-without split paths, that compiles without spills; with --warp-rows, also a warp per row of one
-chunk at those rows a block (the layout a job took at rows under a warp before a330e1e, as a
+Per case: every layout of the space that differs from the default only in threads per row, rows
+per block, chunks, tail and a register cap among --caps (threads per SM; 0 uncapped), with the
+default's split_paths, that compiles without spills; with --warp-rows, also a warp per row of
+one chunk at those rows a block (the layout a job took at rows under a warp before a330e1e, as a
 control, outside the space); with --neighbours, also every point of the space that differs from
 the default in one field (hints, register caps, early columns, ...); with --controls, where the
-default holds short rows in registers, also the default with the "vectors" tail (an element
-tail in registers, as every short row had before the "stream" tail) and looping over rows in a
-persistent grid of 2 or 4 blocks per SM, with and without the next row prefetched and the
-per-column vectors held across rows (early_cols), uncapped. Writes DIR/manifest.json
-and DIR/cases.
+default holds short rows in registers, also the default with the "vectors" tail (an element tail
+in registers, as every short row had before the "stream" tail) and looping over rows in a
+persistent grid of 2 or 4 blocks per SM, with and without the next row prefetched and the per-
+column vectors held across rows (early_cols), uncapped. Writes DIR/manifest.json and DIR/cases.
 """
 
 from __future__ import annotations
@@ -64,7 +63,6 @@ def slice_of(
         for s in sp
         if all(getattr(s, k) == v for k, v in fixed.items())
         and s.min_threads_per_sm in caps
-        and not s.split_paths
     ]
     if neighbours:  # the points of the space that differ from the default in one field
         b = asdict(base)
