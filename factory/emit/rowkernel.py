@@ -601,11 +601,14 @@ class RowKernel:
         b.op(f"sub.s32 {self.n_minus_tv}, {self.N}, {self.tv}")
         # Cached mode: every chunk of this thread whole and aligned (the same for every row).
         # Under the "strided" tail a thread's tail elements are other threads' whole-chunk
-        # elements, so the row's threads take one path: the last thread's.
+        # elements, so the row's threads take one path: the last thread's. So do the threads
+        # of a row under a warp: the warp's rows are of one length, so a choice per thread
+        # would send each of its rows down both paths, one after the other (at rows of 100
+        # in 8 threads of four 8-byte chunks, thread 0's chunks are whole, the others' not).
         chunks = self.s.chunks
         self.fast_cached = b.reg("pred")
         self.n_minus_last = self.n_minus_tv
-        if self.s.tail == "strided":
+        if self.s.tail == "strided" or T < 32:
             self.n_minus_last = b.reg("b32")
             b.op(f"sub.s32 {self.n_minus_last}, {self.N}, {(T - 1) * V}")
         b.op(f"setp.ge.s32 {self.fast_cached}, {self.n_minus_last}, {(chunks - 1) * T * V + V}")
@@ -1243,8 +1246,10 @@ class RowKernel:
         n_minus = b.reg("b32")
         b.op(f"sub.s32 {n_minus}, {self.n_window if shifted else self.n_minus_tv}, {col}")
         fast = b.reg("pred")
-        last = n_minus  # this thread's elements left; under "strided" the last thread's
-        if self.s.tail == "strided":
+        # this thread's elements left; under "strided", and in a row under a warp (as
+        # fast_cached), the row's last thread's
+        last = n_minus
+        if self.s.tail == "strided" or (T < 32 and not shifted):
             last = b.reg("b32")
             b.op(f"sub.s32 {last}, {self.n_minus_last}, {col}")
         b.op(f"setp.ge.s32 {fast}, {last}, {(U - 1) * T * V + V}")

@@ -163,6 +163,7 @@ class Thread:
         self.pc = 0
         self.done = False
         self.steps = 0
+        self.taken: list[int] = []  # where each branch taken went: lanes that differ diverged
 
     def val(self, tok: str, bits: int = 32):
         if tok.startswith("%"):
@@ -212,6 +213,7 @@ class Thread:
                 continue
             if op.startswith("bra"):
                 self.pc = self.k.labels[a[0]]
+                self.taken.append(self.pc)
                 continue
             if op == "ret":
                 self.done = True
@@ -451,7 +453,9 @@ class Thread:
             self.mem.write(ad + i * n, n, self.val(s))
 
 
-def run_blocks(k: Kernel, ctaids: list[int], nctaid: int, ntid: int, params: dict, mem: Memory):
+def run_blocks(
+    k: Kernel, ctaids: list[int], nctaid: int, ntid: int, params: dict, mem: Memory
+) -> list[Thread]:
     """Run the blocks of one cluster together (one block when the kernel has no cluster):
     warps meet at shuffles, a block's threads at bar.sync, all the cluster's at its barrier."""
     smems = [bytearray(4 * max(k.shared_words, 1)) for _ in ctaids]
@@ -498,15 +502,22 @@ def run_blocks(k: Kernel, ctaids: list[int], nctaid: int, ntid: int, params: dic
             runnable = sorted(live)
         if not runnable and live:
             raise AssertionError(f"deadlock: {sorted(waiting.items())[:4]}")
+    return threads
 
 
 def run_kernel(
-    em, dims: dict, arrays: dict[str, np.ndarray], grid: int | None = None, skew: dict = {}
+    em,
+    dims: dict,
+    arrays: dict[str, np.ndarray],
+    grid: int | None = None,
+    skew: dict = {},
+    warps: list | None = None,
 ):
     """Launch the emitted kernel over `arrays` (storage form; outputs pre-filled) at `dims`;
     `grid` overrides the launch's block count (every kernel strides over rows, so fewer blocks
     than rows makes each block loop, which is where a next-row prefetch does its work); `skew`
-    places the named tensors that many bytes past a 256-byte boundary."""
+    places the named tensors that many bytes past a 256-byte boundary. `warps`, when given,
+    receives each warp's lanes' branch traces (Thread.taken), a list of lists."""
     k = Kernel(em.ptx)
     mem = Memory()
     params = {}
@@ -521,7 +532,9 @@ def run_kernel(
     size = em.launch.cluster[0] if em.launch.cluster else 1
     assert grid % size == 0, "the grid is not a multiple of the cluster"
     for c in range(0, grid, size):
-        run_blocks(k, list(range(c, c + size)), grid, em.launch.block[0], params, mem)
+        threads = run_blocks(k, list(range(c, c + size)), grid, em.launch.block[0], params, mem)
+        if warps is not None:
+            warps += [[t.taken for t in threads[w : w + 32]] for w in range(0, len(threads), 32)]
     return {name: mem.get(name) for name in arrays}
 
 
@@ -537,6 +550,7 @@ def check(
     inputs: dict | None = None,
     workload=None,
     skew: dict = {},
+    warps: list | None = None,
 ):
     w = workload or load_catalogue()[name]
     ir = lower(w)
@@ -550,7 +564,7 @@ def check(
             arrays[o.name] = np.full(shape, np.nan, dtype=np.float32)
         else:  # all ones: a NaN in either 16-bit format
             arrays[o.name] = np.full(shape, 0xFFFF, dtype=np.uint16).view(dt)
-    out = run_kernel(em, dims, arrays, grid, skew)
+    out = run_kernel(em, dims, arrays, grid, skew, warps)
     ref = reference(w, inputs, dims)
     for o in w.outputs:
         got = np.frombuffer(out[o.name], dtype=arrays[o.name].dtype).reshape(arrays[o.name].shape)
@@ -1113,6 +1127,24 @@ def test_the_interpreter_catches_a_warp_whose_rows_leave_the_loop_apart():
     with pytest.raises(AssertionError, match="shuffle|lanes|warp"):
         run_kernel(wrong, dims, arrays, grid=1)
     run_kernel(em, dims, arrays, grid=1)  # (the kernel as emitted runs)
+
+
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "softmax", "cross_entropy"])
+def test_the_threads_of_a_row_under_a_warp_take_one_path(name):
+    """A joined kernel (no split_paths) chooses between whole chunks and the tail per row when
+    the row is under a warp, not per thread: at rows of 100 in 8 threads of four 8-byte chunks
+    only thread 0's chunks are whole, and a choice per thread would run both paths in every
+    warp. Every lane of a warp then takes the same branches: in registers (100, 128), and
+    streamed (300, with a ragged last step), with the tail "stream" and "vectors"."""
+    ir = lower(load_catalogue()[name])
+    base = default_schedule(ir, {ir.batch_dims[0]: 64, ir.row_dim: 100})
+    assert base.threads_per_row == 8 and base.split_paths
+    for kw in [{}, {"tail": "vectors"}, {"threads_per_row": 4, "chunks": 8, "rows_per_block": 8}]:
+        s = replace(base, split_paths=False, **kw)
+        for n in (100, 128, 300):
+            warps: list = []
+            check(name, s, {ir.batch_dims[0]: 8, ir.row_dim: n}, seed=n, warps=warps)
+            assert warps and all(lanes == lanes[:1] * len(lanes) for lanes in warps), (kw, n)
 
 
 @pytest.mark.parametrize("name", ["layernorm", "softmax", "add_rmsnorm"])
