@@ -61,8 +61,7 @@ def slice_of(
     picks = [
         s
         for s in sp
-        if all(getattr(s, k) == v for k, v in fixed.items())
-        and s.min_threads_per_sm in caps
+        if all(getattr(s, k) == v for k, v in fixed.items()) and s.min_threads_per_sm in caps
     ]
     if neighbours:  # the points of the space that differ from the default in one field
         b = asdict(base)

@@ -1005,7 +1005,12 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
         # chunks beat every 16-byte layout timed at rows of 100 by 1.1-2.1x (LayerNorm
         # 1048576x100: 183 us against 253-383; RMSNorm 155 against 190-257; softmax 162
         # against 180-250), and 16 threads of two by 1.07-1.18x
-        # (bench/results/2026-12-05-h100-narrow).
+        # (bench/results/2026-12-05-h100-narrow). 128 threads a block: on an H100, within 0.7%
+        # of 256 or faster at every width and operator timed (4, 8 and 16 threads a row;
+        # 1048576 rows of 100: LayerNorm 153.2 -> 145.4 us, softmax 141.1 -> 138.0; rows of 64
+        # and 128: up to 5.5%). Blocks of 32 or 64 threads were up to 3.5% faster in some
+        # cases and slower in others, by up to 1.9x at 2 rows a block
+        # (bench/results/2026-12-06-h100-perrow, 2026-12-05-h100-shortrows run2).
         nv = narrow_vec(ir, [dims])
         v, per_thread = (nv, 4) if nv else (v, 1)
         threads = MIN_THREADS_PER_ROW
@@ -1013,7 +1018,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
             threads *= 2
         return Schedule(
             threads_per_row=threads,
-            rows_per_block=256 // threads,
+            rows_per_block=128 // threads,
             vec_elems=v,
             chunks=fewest_chunks(n, threads, v),
             mode="cached",

@@ -102,7 +102,7 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             if base.flat:
                 c = base.chunks * t0 // t if t else 0
             shapes += [(t, c)] if 1 <= c <= (16 if base.flat else 8) else []
-        # (rows under a warp: fewer threads take a row, with blocks of 256 threads)
+        # (rows under a warp: fewer threads take a row, with blocks of 128 threads)
         low = MIN_THREADS_PER_ROW if t0 < 32 else 32
         shapes = [(t, c) for t, c in shapes if low <= t <= 1024 and (t * v * c >= n or base.flat)]
         firsts = [
@@ -119,8 +119,8 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             out.append(s0)  # its tail fitted before its register cap is found
             if t == 32:  # a warp's row alone in its block too: 1-2% faster than four at
                 out.append(replace(s0, rows_per_block=1))  # 16384x768/x1000 (2026-12-04-h200-small)
-            if t < 32:  # (untimed so far: blocks of 128 threads beside those of 256)
-                out.append(replace(s0, rows_per_block=128 // t))
+            if t < 32:  # blocks of 256 threads beside those of 128 (within 0.7% or slower
+                out.append(replace(s0, rows_per_block=256 // t))  # on an H100 so far)
             occ = _occupancy_variant(ptx_of, s0)
             if occ is not None:
                 out.append(occ)
@@ -196,10 +196,10 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
 
 def _rows_per_block(threads_per_row: int) -> int:
     """A seed's rows per block: one row group of a warp or more, four rows of a warp, and rows
-    under a warp in blocks of 256 threads."""
+    under a warp in blocks of 128 threads (as default_schedule)."""
     if threads_per_row > 32:
         return 1
-    return 4 if threads_per_row == 32 else 256 // threads_per_row
+    return 4 if threads_per_row == 32 else 128 // threads_per_row
 
 
 def _one_chunk_at_a_time(ir, s: Schedule, dims) -> Schedule | None:

@@ -698,11 +698,11 @@ def test_rows_under_a_warp_take_fewer_threads_and_share_warps(name):
             assert not any(s.persistent_blocks_per_sm for s in sp)
             assert all(s.threads_per_block % 32 == 0 for s in sp)
         s = default_schedule(ir, dims)
-        assert (s.threads_per_row, s.chunks, s.threads_per_block) == (t, c, 256)
+        assert (s.threads_per_row, s.chunks, s.threads_per_block) == (t, c, 128)
         assert s.vec_elems == (4 if n % 8 else 8)
         assert is_valid(ir, s, dims)[0]
         em = emit(ir, s)
-        assert em.launch.block == (256, 1, 1)
+        assert em.launch.block == (128, 1, 1)
         # a butterfly over the row's own lanes only: no shuffle across rows
         offsets = {int(ln.split(",")[2]) for ln in em.ptx.splitlines() if "shfl.sync.bfly" in ln}
         assert offsets == {o for o in (16, 8, 4, 2, 1) if o < t}

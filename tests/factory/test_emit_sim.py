@@ -1135,16 +1135,23 @@ def test_the_threads_of_a_row_under_a_warp_take_one_path(name):
     the row is under a warp, not per thread: at rows of 100 in 8 threads of four 8-byte chunks
     only thread 0's chunks are whole, and a choice per thread would run both paths in every
     warp. Every lane of a warp then takes the same branches: in registers (100, 128), and
-    streamed (300, with a ragged last step), with the tail "stream" and "vectors"."""
+    streamed (300, with a ragged last step), with the tail "stream" and "vectors". So does a
+    row of one warp in registers (the default at 1000 columns: 32 threads of four chunks)."""
     ir = lower(load_catalogue()[name])
     base = default_schedule(ir, {ir.batch_dims[0]: 64, ir.row_dim: 100})
     assert base.threads_per_row == 8 and base.split_paths
-    for kw in [{}, {"tail": "vectors"}, {"threads_per_row": 4, "chunks": 8, "rows_per_block": 8}]:
-        s = replace(base, split_paths=False, **kw)
-        for n in (100, 128, 300):
+    cases = [
+        (replace(base, split_paths=False, **kw), (100, 128, 300))
+        for kw in [{}, {"tail": "vectors"}, {"threads_per_row": 4, "chunks": 8}]
+    ]
+    warp_row = default_schedule(ir, {ir.batch_dims[0]: 64, ir.row_dim: 1000})
+    assert warp_row.threads_per_row == 32 and not warp_row.split_paths
+    cases.append((warp_row, (1000, 1024)))
+    for s, lengths in cases:
+        for n in lengths:
             warps: list = []
             check(name, s, {ir.batch_dims[0]: 8, ir.row_dim: n}, seed=n, warps=warps)
-            assert warps and all(lanes == lanes[:1] * len(lanes) for lanes in warps), (kw, n)
+            assert warps and all(lanes == lanes[:1] * len(lanes) for lanes in warps), (s, n)
 
 
 @pytest.mark.parametrize("name", ["layernorm", "softmax", "add_rmsnorm"])
