@@ -948,6 +948,13 @@ def _never_fits(mode: str, capacity: int, smallest: bool, rows: list[int]) -> bo
     return all(n < capacity for n in rows)
 
 
+# Row loads of a row of a warp or less (rows up to 1024 bf16 in registers): the read-only path
+# without an L2 policy. On an H100 it was faster than with the evict-last policy in all 13
+# layouts timed both ways, by 0.1-2.8% (1048576 rows of 100, 65536 rows of 1000; LayerNorm,
+# RMSNorm, softmax: bench/results/2026-12-06-h100-perrow). The suite's longer rows keep it.
+WARP_ROW_LOAD_HINT = "nc"
+
+
 def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     """A good first layout at `dims`: the row in registers up to 32K elements (4 chunks of 16
     bytes per thread, the fewest threads that cover the row, at least a warp), streaming with
@@ -956,11 +963,13 @@ def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     if s.flat:  # tiles are independent of the row's length: the power-of-two layout
         s = replace(s, chunks=4)
     if s.threads_per_row < 32:
-        # A short row its chunks do not fill takes one copy of the row's code per path, chosen
-        # once per row: joined, the path is chosen per thread at every pass, and a row's first
-        # thread (whole chunks) and the others (the tail) split every warp. On an H100 at
-        # 1048576x100, 8 threads of four 8-byte chunks: LayerNorm 172.4 -> 153.1 us, RMSNorm
-        # 152.0 -> 138.0, softmax 159.4 -> 141.9 (bench/results/2026-12-06-h100-narrow).
+        # A short row its chunks do not fill takes one copy of the row's code per path. On an
+        # H100 at 1048576x100, 8 threads of four 8-byte chunks, that beat the joined kernel
+        # while it chose its path per thread (LayerNorm 172.4 -> 153.1 us, RMSNorm 152.0 ->
+        # 138.0, softmax 159.4 -> 141.9: bench/results/2026-12-06-h100-narrow). Joined, the
+        # path is now chosen per row there too, and the two are level: LayerNorm 0.6-3.6%
+        # faster joined, softmax 1.4-1.7% faster split, RMSNorm even
+        # (bench/results/2026-12-06-h100-perrow); the space holds both.
         s = split_twin(ir, s, [dims]) or s
     return s
 
@@ -1023,7 +1032,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
             chunks=fewest_chunks(n, threads, v),
             mode="cached",
             online=False,
-            load_hint="nc_l2last",
+            load_hint=WARP_ROW_LOAD_HINT,
             fast_math=fm,
         )
     chunks = 4
@@ -1038,7 +1047,8 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
         chunks = fewest_chunks(n, threads, v)
         # The online pair costs a second exp per element when the row is in registers anyway.
         # Row loads with the L2 evict-last policy: faster by 0.5-4% in 12 of 15 suite cases on
-        # the H200, within 0.5% in the others (bench/results/2026-12-03-h200-explore).
+        # the H200, within 0.5% in the others (bench/results/2026-12-03-h200-explore). Rows of
+        # one warp: without (WARP_ROW_LOAD_HINT).
         return Schedule(
             threads_per_row=threads,
             rows_per_block=rows,
@@ -1046,7 +1056,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
             chunks=chunks,
             mode="cached",
             online=False,
-            load_hint="nc_l2last",
+            load_hint=WARP_ROW_LOAD_HINT if threads == 32 else "nc_l2last",
             fast_math=fm,
         )
     return Schedule(
