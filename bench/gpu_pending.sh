@@ -484,9 +484,10 @@ narrow)
     # ~70 s for the three cases: the slice of the space around the 8-byte default for short
     # rows off a 16-byte boundary (threads, rows a block, chunks, and every one-field
     # neighbour: hints, register caps, early columns, ...) beside torch.compile. Ran at
-    # c1a1b76 (bench/results/2026-12-06-h100-narrow run1); not yet around 6aa0edd's split
-    # default, whose neighbours include a register cap (LayerNorm split at 1536 threads per
-    # SM: 40 registers, no spill, against 55).
+    # c1a1b76 (bench/results/2026-12-06-h100-narrow run1), then at f101473 and 257724f with
+    # C= rows of 100 and 1000 (bench/results/2026-12-06-h100-perrow run1-run2: the path per
+    # row, blocks of 128 threads, the read-only loads without an L2 policy). Not yet run
+    # with ec4e9e8's default (that hint) as the default, nor on an H200.
     # With --controls: the "vectors" tail the default had before the "stream" tail, and the
     # row loop of a persistent grid (prefetch, columns held across rows) beside it.
     # Emitted here (C= other cases); probe_tail keeps every finished case if the call is cut.
