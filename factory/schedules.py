@@ -951,7 +951,9 @@ def _never_fits(mode: str, capacity: int, smallest: bool, rows: list[int]) -> bo
 # Row loads of a row of a warp or less (rows up to 1024 bf16 in registers): the read-only path
 # without an L2 policy. On an H100 it was faster than with the evict-last policy in all 13
 # layouts timed both ways, by 0.1-2.8% (1048576 rows of 100, 65536 rows of 1000; LayerNorm,
-# RMSNorm, softmax: bench/results/2026-12-06-h100-perrow). The suite's longer rows keep it.
+# RMSNorm, softmax: bench/results/2026-12-06-h100-perrow), and on the H200 in both, by 2.7-3.3%
+# (LayerNorm 16384x768, softmax 16384x1000: 2026-12-04-h200-small). The suite's longer rows
+# keep the evict-last policy.
 WARP_ROW_LOAD_HINT = "nc"
 
 
