@@ -497,8 +497,24 @@ narrow)
         --baselines torch_eager,torch_compile --deadline-s "${DEADLINE:-240}" >"$OUT/narrow.txt" 2>&1
     tail -60 "$OUT/narrow.txt"
     ;;
+perrow)
+    # ~7 min, what 2026-12-06's calls left (bench/results/2026-12-06-h100-perrow): `narrow` at
+    # rows of 100 and 1000 with ec4e9e8's defaults (blocks of 128 threads, no L2 policy, the
+    # path per row), on an H200 if one comes, then the generator's GPU tests that cover them:
+    # the rows under a warp, and the catalogue at its suite and held-out shapes (~195 s alone
+    # on the H200; both calls that day cut it).
+    C=${C:-layernorm:1048576x100,rmsnorm:1048576x100,softmax:1048576x100,layernorm:65536x1000,rmsnorm:65536x1000,softmax:65536x1000}
+    python3 -m bench.emit_slice /tmp/narrow --caps 0 --neighbours --controls --cases "$C" | tail -1
+    python3 -m bench.probe_tail --out "$OUT/narrow" --sets narrow=/tmp/narrow --cases "$C" \
+        --baselines torch_eager,torch_compile --deadline-s "${DEADLINE:-150}" >"$OUT/narrow.txt" 2>&1
+    head -8 "$OUT/narrow.txt"
+    timeout 300 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -rs --durations=5 -k "under_a_warp or catalogue" \
+        >"$OUT/pytest.txt" 2>&1
+    tail -12 "$OUT/pytest.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|ties" >&2
     exit 2
     ;;
 esac
