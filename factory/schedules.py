@@ -957,6 +957,14 @@ def _never_fits(mode: str, capacity: int, smallest: bool, rows: list[int]) -> bo
 WARP_ROW_LOAD_HINT = "nc"
 
 
+def default_rows_per_block(threads_per_row: int) -> int:
+    """Rows a block of the default layout and of the seeds: one row group of more than a warp,
+    four rows of a warp, and rows under a warp in blocks of 128 threads (see _default_layout)."""
+    if threads_per_row > 32:
+        return 1
+    return 4 if threads_per_row == 32 else 128 // threads_per_row
+
+
 def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     """A good first layout at `dims`: the row in registers up to 32K elements (4 chunks of 16
     bytes per thread, the fewest threads that cover the row, at least a warp), streaming with
@@ -1029,7 +1037,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
             threads *= 2
         return Schedule(
             threads_per_row=threads,
-            rows_per_block=128 // threads,
+            rows_per_block=default_rows_per_block(threads),
             vec_elems=v,
             chunks=fewest_chunks(n, threads, v),
             mode="cached",
@@ -1042,7 +1050,6 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     while threads * v * chunks < n and threads < MAX_THREADS_PER_BLOCK:
         threads *= 2
     if threads * v * chunks >= n:
-        rows = 4 if threads == 32 else 1
         # The fewest chunks that cover the row at that many threads: a row of 3072 takes 128
         # threads of 3 chunks, which it fills, rather than 4 (a quarter idle, and every row
         # through the tail path). Powers of two keep 4.
@@ -1053,7 +1060,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
         # one warp: without (WARP_ROW_LOAD_HINT).
         return Schedule(
             threads_per_row=threads,
-            rows_per_block=rows,
+            rows_per_block=default_rows_per_block(threads),
             vec_elems=v,
             chunks=chunks,
             mode="cached",

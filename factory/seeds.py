@@ -16,6 +16,7 @@ from dataclasses import replace
 from factory.schedules import (
     MIN_THREADS_PER_ROW,
     Schedule,
+    default_rows_per_block,
     default_schedule,
     fewest_chunks,
     fit_tail,
@@ -108,7 +109,9 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         firsts = [
             fit_tail(
                 ir,
-                replace(base, threads_per_row=t, chunks=c, rows_per_block=_rows_per_block(t)),
+                replace(
+                    base, threads_per_row=t, chunks=c, rows_per_block=default_rows_per_block(t)
+                ),
                 [dims],
             )
             for t, c in shapes
@@ -192,14 +195,6 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         if len(layouts) >= limit:
             break
     return picked
-
-
-def _rows_per_block(threads_per_row: int) -> int:
-    """A seed's rows per block: one row group of a warp or more, four rows of a warp, and rows
-    under a warp in blocks of 128 threads (as default_schedule)."""
-    if threads_per_row > 32:
-        return 1
-    return 4 if threads_per_row == 32 else 128 // threads_per_row
 
 
 def _one_chunk_at_a_time(ir, s: Schedule, dims) -> Schedule | None:
