@@ -502,7 +502,8 @@ perrow)
     # rows of 100 and 1000 with ec4e9e8's defaults (blocks of 128 threads, no L2 policy, the
     # path per row), on an H200 if one comes, then the generator's GPU tests that cover them:
     # the rows under a warp, and the catalogue at its suite and held-out shapes (~195 s alone
-    # on the H200; both calls that day cut it).
+    # on the H200; both calls that day cut it). Ran at 94204c6 on an H100, both tests passed:
+    # bench/results/2026-12-06-h100-perrow2.
     C=${C:-layernorm:1048576x100,rmsnorm:1048576x100,softmax:1048576x100,layernorm:65536x1000,rmsnorm:65536x1000,softmax:65536x1000}
     python3 -m bench.emit_slice /tmp/narrow --caps 0 --neighbours --controls --cases "$C" | tail -1
     python3 -m bench.probe_tail --out "$OUT/narrow" --sets narrow=/tmp/narrow --cases "$C" \
@@ -513,8 +514,23 @@ perrow)
         >"$OUT/pytest.txt" 2>&1
     tail -12 "$OUT/pytest.txt"
     ;;
+perwarp)
+    # ~6 min: rows of several warps with the path chosen per thread (.tailptx/thread, emitted
+    # at 42ffa0a) and per warp (.tailptx/warp, the commit after), each the default's slice
+    # (`bench.emit_slice --caps 0`) at 2000 and 3000 columns (64 and 128 threads a row, the
+    # last warp ragged) and, as controls where no warp is ragged, LayerNorm 16384x4096 and
+    # softmax 16384x8192; beside torch eager and torch.compile. Then every generator GPU test.
+    # run(carry=[".tailptx"]): both sets are emitted here, not on the GPU host.
+    python3 -m bench.probe_tail --out "$OUT/perwarp" --sets thread=.tailptx/thread,warp=.tailptx/warp \
+        --baselines torch_eager,torch_compile --deadline-s "${DEADLINE:-200}" \
+        --cases "$(cat .tailptx/warp/cases)" >"$OUT/perwarp.txt" 2>&1
+    head -10 "$OUT/perwarp.txt"
+    timeout 330 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -rs --durations=8 >"$OUT/pytest.txt" 2>&1
+    tail -14 "$OUT/pytest.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|ties" >&2
     exit 2
     ;;
 esac

@@ -607,12 +607,23 @@ class RowKernel:
         # 100 in 8 threads of four 8-byte chunks, thread 0's chunks are whole, the others'
         # not). On an H100 at 1048576x100 that took LayerNorm 172.4 -> 147.7 us, RMSNorm
         # 152.0 -> 137.8, softmax 159.4 -> 143.1 (bench/results/2026-12-06-h100-perrow).
+        # A row of several warps chooses per warp, by the warp's last thread: every lane of a
+        # warp then takes one path, and the warps whose chunks are all whole keep the fast one
+        # (at 2000 columns in 64 threads of four chunks, the second warp's lanes 26-31 hold the
+        # row's end, and a choice per thread ran both paths in that warp). A thread's chunks
+        # are at t*V + k*T*V, so a warp's last lane has the warp's furthest chunk at every k.
         chunks = self.s.chunks
         self.fast_cached = b.reg("pred")
         self.n_minus_last = self.n_minus_tv
         if self.s.tail == "strided" or T < 32 or (T == 32 and self.s.mode == "cached"):
             self.n_minus_last = b.reg("b32")
             b.op(f"sub.s32 {self.n_minus_last}, {self.N}, {(T - 1) * V}")
+        elif T > 32:
+            last_lane = b.reg("b32")
+            b.op(f"or.b32 {last_lane}, {self.t}, 31")
+            self.n_minus_last = b.reg("b32")
+            b.op(f"mul.lo.u32 {self.n_minus_last}, {last_lane}, {V}")
+            b.op(f"sub.s32 {self.n_minus_last}, {self.N}, {self.n_minus_last}")
         b.op(f"setp.ge.s32 {self.fast_cached}, {self.n_minus_last}, {(chunks - 1) * T * V + V}")
         b.op(f"and.pred {self.fast_cached}, {self.fast_cached}, {vec_ok}")
         self.N64 = b.reg("b64")
@@ -1249,11 +1260,12 @@ class RowKernel:
         b.op(f"sub.s32 {n_minus}, {self.n_window if shifted else self.n_minus_tv}, {col}")
         fast = b.reg("pred")
         # this thread's elements left; under "strided", and in a row under a warp (as
-        # fast_cached), the row's last thread's (a streamed row of one warp keeps the choice
-        # per thread: only its last step is ragged, and cross-entropy's suite kernels at
-        # 4096x32000 and 4096x128256 stream a warp per row)
+        # fast_cached), the row's last thread's; in a row of several warps, the warp's last
+        # thread's (a streamed row of one warp keeps the choice per thread: only its last step
+        # is ragged, and cross-entropy's suite kernels at 4096x32000 and 4096x128256 stream a
+        # warp per row)
         last = n_minus
-        if self.s.tail == "strided" or (T < 32 and not shifted):
+        if self.s.tail == "strided" or (T != 32 and not shifted):
             last = b.reg("b32")
             b.op(f"sub.s32 {last}, {self.n_minus_last}, {col}")
         b.op(f"setp.ge.s32 {fast}, {last}, {(U - 1) * T * V + V}")

@@ -1154,6 +1154,27 @@ def test_the_threads_of_a_row_under_a_warp_take_one_path(name):
             assert warps and all(lanes == lanes[:1] * len(lanes) for lanes in warps), (s, n)
 
 
+@pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "softmax", "cross_entropy"])
+def test_the_lanes_of_a_warp_take_one_path_in_rows_of_several_warps(name):
+    """In a row of several warps the path is chosen per warp: at 2000 columns in 64 threads of
+    four 16-byte chunks, the second warp's last six lanes hold the row's end, and a choice per
+    thread ran both paths in that warp. In registers (the defaults at 2000 and 3000, 64 and 128
+    threads a row) and streamed (64 threads, a ragged last step at 4000)."""
+    ir = lower(load_catalogue()[name])
+    rows = ir.batch_dims[0]
+    at = {n: default_schedule(ir, {rows: 64, ir.row_dim: n}) for n in (2000, 3000)}
+    streamed = replace(at[2000], mode="stream", online=bool(ir.online), tail="elements")
+    assert is_valid(ir, streamed, {rows: 2, ir.row_dim: 4000})[0]
+    cases = [(at[2000], (2000, 2040)), (at[3000], (3000,)), (streamed, (4000,))]
+    assert at[2000].threads_per_row == 64 and at[3000].threads_per_row in (64, 128)
+    for s, lengths in cases:
+        for n in lengths:
+            warps: list = []
+            check(name, s, {rows: 2, ir.row_dim: n}, seed=n, warps=warps)
+            assert len(warps) == 2 * s.threads_per_row // 32, (s, n)
+            assert all(lanes == lanes[:1] * len(lanes) for lanes in warps), (s, n)
+
+
 @pytest.mark.parametrize("name", ["layernorm", "softmax", "add_rmsnorm"])
 def test_the_stream_tail_streams_rows_not_of_whole_vectors(name):
     """Tail "stream" holds only whole vectors in registers: a row whose length is not a multiple
