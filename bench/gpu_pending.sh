@@ -529,8 +529,19 @@ perwarp)
         -p no:cacheprovider -q -rs --durations=8 >"$OUT/pytest.txt" 2>&1
     tail -14 "$OUT/pytest.txt"
     ;;
+perwarp2)
+    # ~3 min: perwarp ran at 3698c0e (bench/results/2026-12-06-h100-perwarp); its LayerNorm
+    # 16384x4096 control read 1.0% slower per warp. Here the suite's bf16 shapes for the norms
+    # and softmax, the default's slice per thread (.tailptx/thread, emitted at 42ffa0a) and
+    # per warp (.tailptx/warp, at 975712c), 25 reps; and, per warp only, rows of one warp at
+    # 512-1024 columns (one to four chunks: one row a block against four, as the seeds hold).
+    python3 -m bench.probe_tail --out "$OUT/perwarp2" --sets thread=.tailptx/thread,warp=.tailptx/warp \
+        --baselines torch_eager,torch_compile --reps 25 --deadline-s "${DEADLINE:-420}" \
+        --cases "$(cat .tailptx/warp/cases)" >"$OUT/perwarp2.txt" 2>&1
+    head -14 "$OUT/perwarp2.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|perwarp2|ties" >&2
     exit 2
     ;;
 esac
