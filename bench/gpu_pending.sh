@@ -540,8 +540,29 @@ perwarp2)
         --cases "$(cat .tailptx/warp/cases)" >"$OUT/perwarp2.txt" 2>&1
     head -14 "$OUT/perwarp2.txt"
     ;;
+ragged)
+    # ~7 min, run(carry=[".tailptx"]): 16384x5000 for LayerNorm, RMSNorm, add+RMSNorm and softmax
+    # (128 threads of five chunks leave the fourth warp ragged), the default's slice per thread
+    # (.tailptx/thread, emitted at 42ffa0a) and per warp (.tailptx/warp, at 1a2daf7); then
+    # rows of one warp at 512-1000 with every one-field neighbour and register caps of 1280,
+    # 1536 and 2048 threads (.tailptx/onewarp: LayerNorm stays 1-3% behind torch.compile
+    # there); then the GPU tests of the worker, the customer kernels and the artifact examples.
+    python3 -m bench.probe_tail --out "$OUT/ragged" --sets thread=.tailptx/thread,warp=.tailptx/warp \
+        --baselines torch_eager,torch_compile --deadline-s 120 \
+        --cases "$(cat .tailptx/warp/cases)" >"$OUT/ragged.txt" 2>&1
+    head -6 "$OUT/ragged.txt"
+    python3 -m bench.probe_tail --out "$OUT/onewarp" --sets onewarp=.tailptx/onewarp \
+        --baselines torch_compile --deadline-s 150 \
+        --cases "$(cat .tailptx/onewarp/cases)" >"$OUT/onewarp.txt" 2>&1
+    head -7 "$OUT/onewarp.txt"
+    timeout "${TESTS_S:-240}" python3 -m pytest tests/gpuworker/test_worker_gpu.py \
+        tests/gpuworker/test_worker_timer_check.py tests/factory/test_customer_kernels_gpu.py \
+        tests/portal/web/test_web_artifact_examples_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -rs --durations=5 >"$OUT/pytest.txt" 2>&1
+    tail -12 "$OUT/pytest.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|perwarp2|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|perwarp2|ragged|ties" >&2
     exit 2
     ;;
 esac
