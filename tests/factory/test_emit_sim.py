@@ -1175,6 +1175,29 @@ def test_the_lanes_of_a_warp_take_one_path_in_rows_of_several_warps(name):
             assert all(lanes == lanes[:1] * len(lanes) for lanes in warps), (s, n)
 
 
+@pytest.mark.parametrize("name", sorted(load_catalogue()))
+def test_every_catalogue_default_keeps_each_warp_on_one_path(name):
+    """Every catalogue operator's default at a row whose last warp is ragged (2000: 64 threads
+    of four chunks) and at one no 16-byte vector divides (4999: the strided tail, or the
+    elementwise rows walked as one run of tiles): the lanes of each warp take the same
+    branches. (A streamed row of one warp keeps its choice per thread, cross-entropy's default
+    at 4096 rows and more, so it is taken here at 1024 rows, where 128 threads share a row. A
+    streamed row under the shifted tail, cross-entropy's at 4999, still chooses per thread
+    too: its first and last steps straddle the row's ends; a choice per warp there is not
+    yet timed on a GPU.)"""
+    ir = lower(load_catalogue()[name])
+    rows = ir.batch_dims[0]
+    for n in (2000, 4999):
+        s = default_schedule(ir, {rows: 1024, ir.row_dim: n})
+        assert s.threads_per_row > 32 or s.mode == "cached", (s, n)
+        if s.mode == "stream" and s.tail == "shifted":
+            assert name == "cross_entropy" and n == 4999, (s, n)
+            continue
+        warps: list = []
+        check(name, s, {rows: 2, ir.row_dim: n}, seed=n, warps=warps)
+        assert warps and all(lanes == lanes[:1] * len(lanes) for lanes in warps), (s.tag(), n)
+
+
 @pytest.mark.parametrize("name", ["layernorm", "softmax", "add_rmsnorm"])
 def test_the_stream_tail_streams_rows_not_of_whole_vectors(name):
     """Tail "stream" holds only whole vectors in registers: a row whose length is not a multiple
