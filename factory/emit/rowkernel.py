@@ -1263,7 +1263,8 @@ class RowKernel:
         # fast_cached), the row's last thread's; in a row of several warps, the warp's last
         # thread's (a streamed row of one warp keeps the choice per thread: only its last step
         # is ragged, and cross-entropy's suite kernels at 4096x32000 and 4096x128256 stream a
-        # warp per row)
+        # warp per row; so does a shifted row, whose first step straddles the row's start too:
+        # a choice per warp there would need the warp's first lane for `inside`, untimed)
         last = n_minus
         if self.s.tail == "strided" or (T != 32 and not shifted):
             last = b.reg("b32")
