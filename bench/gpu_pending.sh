@@ -520,7 +520,8 @@ perwarp)
     # (`bench.emit_slice --caps 0`) at 2000 and 3000 columns (64 and 128 threads a row, the
     # last warp ragged) and, as controls where no warp is ragged, LayerNorm 16384x4096 and
     # softmax 16384x8192; beside torch eager and torch.compile. Then every generator GPU test.
-    # run(carry=[".tailptx"]): both sets are emitted here, not on the GPU host.
+    # run(carry=[".tailptx"]): both sets are emitted here, not on the GPU host. Ran at 3698c0e
+    # on an H100 (22 GPU tests passed): bench/results/2026-12-06-h100-perwarp.
     python3 -m bench.probe_tail --out "$OUT/perwarp" --sets thread=.tailptx/thread,warp=.tailptx/warp \
         --baselines torch_eager,torch_compile --deadline-s "${DEADLINE:-200}" \
         --cases "$(cat .tailptx/warp/cases)" >"$OUT/perwarp.txt" 2>&1
@@ -535,6 +536,7 @@ perwarp2)
     # and softmax, the default's slice per thread (.tailptx/thread, emitted at 42ffa0a) and
     # per warp (.tailptx/warp, at 975712c), 25 reps; and, per warp only, rows of one warp at
     # 512-1024 columns (one to four chunks: one row a block against four, as the seeds hold).
+    # Ran at dc33f5e on an H100: bench/results/2026-12-06-h100-perwarp/run2.
     python3 -m bench.probe_tail --out "$OUT/perwarp2" --sets thread=.tailptx/thread,warp=.tailptx/warp \
         --baselines torch_eager,torch_compile --reps 25 --deadline-s "${DEADLINE:-420}" \
         --cases "$(cat .tailptx/warp/cases)" >"$OUT/perwarp2.txt" 2>&1
@@ -547,6 +549,7 @@ ragged)
     # rows of one warp at 512-1000 with every one-field neighbour and register caps of 1280,
     # 1536 and 2048 threads (.tailptx/onewarp: LayerNorm stays 1-3% behind torch.compile
     # there); then the GPU tests of the worker, the customer kernels and the artifact examples.
+    # Ran at d95833e on an H100 (13 passed): bench/results/2026-12-06-h100-perwarp/run3.
     python3 -m bench.probe_tail --out "$OUT/ragged" --sets thread=.tailptx/thread,warp=.tailptx/warp \
         --baselines torch_eager,torch_compile --deadline-s 120 \
         --cases "$(cat .tailptx/warp/cases)" >"$OUT/ragged.txt" 2>&1
