@@ -599,7 +599,8 @@ class RowKernel:
         b.op(f"rcp.rn.f32 {self.inv_n}, {nf}")
         self.n_minus_tv = b.reg("b32")
         b.op(f"sub.s32 {self.n_minus_tv}, {self.N}, {self.tv}")
-        # Cached mode: every chunk of this thread whole and aligned (the same for every row).
+        # Cached mode: every chunk of this thread whole and aligned (the same for every row),
+        # taken for the row's or the warp's last thread, so that a warp takes one path.
         # Under the "strided" tail a thread's tail elements are other threads' whole-chunk
         # elements, so the row's threads take one path: the last thread's. So do the threads
         # of a row of a warp or less: the warp's rows are of one length, so a choice per
@@ -940,9 +941,9 @@ class RowKernel:
         self._whole_or_ragged(slow, end, whole, ragged)
 
     def _whole_or_ragged(self, slow: str, end: str, whole, ragged) -> None:
-        """whole() where this thread's chunks are whole, else ragged() (the tail), behind a
-        branch on fast_cached; in a split row's copy (self.path, _split_row_bodies) only that
-        copy's side, with no branch."""
+        """whole() where the chunks of this thread's warp are whole, else ragged() (the tail,
+        correct for whole chunks too), behind a branch on fast_cached; in a split row's copy
+        (self.path, _split_row_bodies) only that copy's side, with no branch."""
         b = self.b
         if self.path is None:
             b.op(f"@!{self.fast_cached} bra {slow}")
