@@ -1129,6 +1129,18 @@ def test_the_interpreter_catches_a_warp_whose_rows_leave_the_loop_apart():
     run_kernel(em, dims, arrays, grid=1)  # (the kernel as emitted runs)
 
 
+def branch_traces(name: str, s: Schedule, dims: dict, seed: int) -> list:
+    """check() the kernel, and return each warp's per-lane traces of taken branches."""
+    warps: list = []
+    check(name, s, dims, seed=seed, warps=warps)
+    return warps
+
+
+def one_path(lanes: list) -> bool:
+    """Whether every lane of a warp took the same branches."""
+    return lanes == lanes[:1] * len(lanes)
+
+
 @pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "softmax", "cross_entropy"])
 def test_the_threads_of_a_row_under_a_warp_take_one_path(name):
     """A joined kernel (no split_paths) chooses between whole chunks and the tail per row when
@@ -1149,9 +1161,8 @@ def test_the_threads_of_a_row_under_a_warp_take_one_path(name):
     cases.append((warp_row, (1000, 1024)))
     for s, lengths in cases:
         for n in lengths:
-            warps: list = []
-            check(name, s, {ir.batch_dims[0]: 8, ir.row_dim: n}, seed=n, warps=warps)
-            assert warps and all(lanes == lanes[:1] * len(lanes) for lanes in warps), (s, n)
+            warps = branch_traces(name, s, {ir.batch_dims[0]: 8, ir.row_dim: n}, seed=n)
+            assert warps and all(map(one_path, warps)), (s, n)
 
 
 @pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "softmax", "cross_entropy"])
@@ -1169,10 +1180,9 @@ def test_the_lanes_of_a_warp_take_one_path_in_rows_of_several_warps(name):
     assert at[2000].threads_per_row == 64 and at[3000].threads_per_row in (64, 128)
     for s, lengths in cases:
         for n in lengths:
-            warps: list = []
-            check(name, s, {rows: 2, ir.row_dim: n}, seed=n, warps=warps)
+            warps = branch_traces(name, s, {rows: 2, ir.row_dim: n}, seed=n)
             assert len(warps) == 2 * s.threads_per_row // 32, (s, n)
-            assert all(lanes == lanes[:1] * len(lanes) for lanes in warps), (s, n)
+            assert all(map(one_path, warps)), (s, n)
 
 
 @pytest.mark.parametrize("name", sorted(load_catalogue()))
@@ -1193,9 +1203,8 @@ def test_every_catalogue_default_keeps_each_warp_on_one_path(name):
         if s.mode == "stream" and s.tail == "shifted":
             assert name == "cross_entropy" and n == 4999, (s, n)
             continue
-        warps: list = []
-        check(name, s, {rows: 2, ir.row_dim: n}, seed=n, warps=warps)
-        assert warps and all(lanes == lanes[:1] * len(lanes) for lanes in warps), (s.tag(), n)
+        warps = branch_traces(name, s, {rows: 2, ir.row_dim: n}, seed=n)
+        assert warps and all(map(one_path, warps)), (s.tag(), n)
 
 
 @pytest.mark.parametrize("name", ["layernorm", "softmax", "add_rmsnorm"])
