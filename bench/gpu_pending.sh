@@ -564,8 +564,35 @@ ragged)
         -p no:cacheprovider -q -rs --durations=5 >"$OUT/pytest.txt" 2>&1
     tail -12 "$OUT/pytest.txt"
     ;;
+rows512)
+    # ~4 min, run(carry=[".tailptx"]): why rows of 512 trail torch.compile on the H100 (RMSNorm
+    # 2.8%, LayerNorm 1.7% in bench/results/2026-12-06-h100-perwarp/run3): what inductor runs there
+    # (its Triton code, configs and PTX), then the default's slice with every one-field
+    # neighbour and a cap of 1280 threads (.tailptx/r512) beside torch.compile.
+    timeout 200 python3 -m bench.inductor_dump --out "$OUT/inductor" --ops rmsnorm,layernorm \
+        --impl torch_compile --dims M=65536,N=512 >"$OUT/inductor.txt" 2>&1
+    tail -5 "$OUT/inductor.txt"
+    python3 -m bench.probe_tail --out "$OUT/r512" --sets r512=.tailptx/r512 \
+        --baselines torch_eager,torch_compile --deadline-s 150 \
+        --cases "$(cat .tailptx/r512/cases)" >"$OUT/r512.txt" 2>&1
+    head -8 "$OUT/r512.txt"
+    ;;
+shortrows2)
+    # ~4 min, run(carry=[".tailptx"]): rows of 160-256 bf16 (131072 of them) before and after
+    # they were admitted under a warp, each set the default's slice with caps of 0 and 1280
+    # threads (bench.emit_slice; "before" from a worktree at 092e40f), blocks of 64-256 threads
+    # under a warp, 1-4 rows a block of a warp or more; then the GPU test of rows under a warp,
+    # which now holds rows of 200 and 256. Ran on an H100: bench/results/2026-12-06-h100-shortrows2.
+    PYTHONPATH=. timeout 200 python3 -m bench.probe_tail --out "$OUT/short" \
+        --sets before=.tailptx/before,after=.tailptx/after --baselines torch_eager,torch_compile \
+        --deadline-s 170 --cases "$(cat .tailptx/after/cases)" >"$OUT/short.txt" 2>&1
+    head -12 "$OUT/short.txt"
+    timeout 200 python3 -m pytest tests/factory/test_generator_gpu.py -m gpu -o addopts="" \
+        -p no:cacheprovider -q -rs -k rows_under_a_warp >"$OUT/pytest.txt" 2>&1
+    tail -3 "$OUT/pytest.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|perwarp2|ragged|ties" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|perwarp2|ragged|ties|rows512|shortrows2" >&2
     exit 2
     ;;
 esac

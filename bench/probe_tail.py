@@ -110,6 +110,50 @@ def write_kernel(out: Path, op: str, m: int, n: int, dims: dict, s, em, rep) -> 
     }
 
 
+def write_set(out: Path, cases, variants, valid_only: bool = True) -> None:
+    """A set of hand-picked layouts for run mode: per (op, M, row length) of `cases`, each
+    layout of `variants(ir, default, row length)` that emits and compiles without spills (and,
+    with valid_only, that is_valid admits), written into `out` with manifest.json (each record
+    also says whether the space's predicate admits it and whether it is the default) and the
+    `cases` file; what was left out is printed with the reason."""
+    from factory.compile import compile_ptx
+    from factory.emit import emit
+    from factory.ir import lower
+    from factory.schedules import default_schedule, is_valid
+    from factory.spec import load_catalogue
+
+    out.mkdir(parents=True, exist_ok=True)
+    cat = load_catalogue()
+    manifest, names, why = [], [], {}
+    for op, m, n in cases:
+        ir = lower(cat[op])
+        dims = _dims(ir, m, n)
+        base = default_schedule(ir, dims)
+        for s in variants(ir, base, n):
+            ok, reason = is_valid(ir, s, dims)
+            key = f"{op} {n} {s.tag()}"
+            if valid_only and not ok:
+                why[key] = reason
+                continue
+            try:
+                em = emit(ir, s)
+            except Exception as e:  # the emitter's own limits
+                why[key] = str(e)
+                continue
+            rep = compile_ptx(em.ptx)
+            if not rep.ok or rep.spill_store_bytes:
+                why[key] = f"spills {rep.spill_store_bytes}" if rep.ok else "fails"
+                continue
+            rec = write_kernel(out, op, m, n, dims, s, em, rep)
+            manifest.append(rec | {"valid": ok, "default": s == base})
+        names.append(f"{op}:{m}x{n}")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    (out / "cases").write_text(",".join(names))
+    print(f"{len(manifest)} kernels written to {out}")
+    for k, v in why.items():
+        print("  not emitted:", k, "-", v)
+
+
 def parse_cases(text: str) -> list[tuple[str, int, int]]:
     """'op:MxN,...' as (op, rows, row length) triples."""
     out = []

@@ -30,10 +30,16 @@ from factory.spec import expr as E
 
 NUM_SMS = 132  # H100 SXM / H200; the persistent grid is sized from it
 MAX_THREADS_PER_BLOCK = 1024
-# Rows of at most 128 bf16 (64 fp32) elements take fewer than a warp's threads: 4 lanes of 16
-# bytes each cover 32 bf16 elements.
+# Rows of at most 256 bf16 (128 fp32) elements may take fewer than a warp's threads: 4 lanes
+# of 16 bytes each cover 32 bf16 elements. Up to 512 bytes, one round of a warp's 16-byte
+# chunks: on the H200 at 131072 rows of 256 bf16, a warp a row of one chunk each left LayerNorm
+# 22% behind torch.compile (40.6 us against 33.4, every such layout timed), half a warp of two
+# chunks ran 34.0 (bench/results/2026-12-06-h200-subwarp). Until then rows stopped at 256 bytes.
 MIN_THREADS_PER_ROW = 4
-SHORT_ROW_BYTES = 32 * 16 // 2  # half of what one warp's 16-byte chunks hold
+SHORT_ROW_BYTES = 32 * 16
+# Rows short enough that the 8-byte chunks of narrow_vec are searched where 16-byte ones leave
+# them misaligned: the lengths where they were timed (rows of 100 bf16, 2026-12-05-h100-narrow).
+NARROW_ROW_BYTES = 256
 REGISTER_BUDGET_PER_THREAD = 128  # our estimate's cap: beyond it occupancy drops below 2 blocks
 
 MODES = ("cached", "stream")
@@ -89,7 +95,7 @@ class Schedule:
     """One layout of the row kernel.
 
     threads_per_row: threads that share one row (32 = a warp; more = several warps, reduced
-        through shared memory; 4, 8 or 16 for rows of at most 128 bf16 elements, several rows
+        through shared memory; 4, 8 or 16 for rows of at most 256 bf16 elements, several rows
         to a warp, each reduced over its own lanes).
     rows_per_block: row groups per block (block size = threads_per_row * rows_per_block).
         Multi-warp groups of one block meet at the block barrier (so not with a persistent
@@ -669,7 +675,7 @@ def _sub_warp_reason(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> str:
     """Why a layout of fewer than 32 threads per row does not fit ("" where it does). Such rows
     share a warp (32 / threads_per_row of them), so each warp must be whole (in a persistent
     grid the warp leaves its row loop as one, see holds_cols); they are for rows a warp
-    would hold in under half of its 16-byte chunks (a row of at most 128 bf16 or 64 fp32
+    would hold in one round of its 16-byte chunks (a row of at most 256 bf16 or 128 fp32
     elements), held in registers."""
     if (s.threads_per_row * s.rows_per_block) % 32:
         return "rows under a warp need whole warps per block (threads_per_row x rows_per_block)"
@@ -677,7 +683,7 @@ def _sub_warp_reason(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> str:
         return "rows under a warp are held in registers (cached)"
     n = int(dims[ir.row_dim])
     if not short_row(ir, n):
-        return f"a row of {n} fills a warp's 16-byte chunks past half: a warp or more per row"
+        return f"a row of {n} fills more than a round of a warp's 16-byte chunks: a warp or more"
     return ""
 
 
@@ -701,12 +707,12 @@ def short_row(ir: KernelIR, n: int) -> bool:
 
 def narrow_vec(ir: KernelIR, dims_list: list[dict[str, int]]) -> int:
     """The elements of an 8-byte chunk of the narrowest tensor, where every row of `dims_list`
-    is short (under a warp) and a multiple of it but not of a 16-byte chunk (100 bf16: 200-byte
-    rows, every other one off a 16-byte boundary, all on an 8-byte one): there 8-byte chunks
-    start every row aligned and need no tail but the last chunk's; else 0."""
+    is at most NARROW_ROW_BYTES long and a multiple of it but not of a 16-byte chunk (100
+    bf16: 200-byte rows, every other one off a 16-byte boundary, all on an 8-byte one): there
+    8-byte chunks start every row aligned and need no tail but the last chunk's; else 0."""
     v = 8 // ir.min_elem_bytes()
     rows = [int(d[ir.row_dim]) for d in dims_list]
-    if not rows or not all(short_row(ir, n) for n in rows):
+    if not rows or any(n * ir.min_elem_bytes() > NARROW_ROW_BYTES for n in rows):
         return 0
     return v if all(n % v == 0 for n in rows) and any(n % (2 * v) for n in rows) else 0
 
@@ -1018,7 +1024,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
             fast_math=fm,
         )
     if short_row(ir, n):
-        # A short row (at most 128 bf16): one 16-byte chunk per thread, the fewest threads that
+        # A short row (at most 256 bf16): one 16-byte chunk per thread, the fewest threads that
         # cover it, 256 threads a block. One that 16-byte chunks leave misaligned (100 bf16)
         # takes four 8-byte chunks per thread instead: on an H100 8 threads of four 8-byte
         # chunks beat every 16-byte layout timed at rows of 100 by 1.1-2.1x (LayerNorm
@@ -1030,8 +1036,16 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
         # and 128: up to 5.5%). Blocks of 32 or 64 threads were up to 3.5% faster in some
         # cases and slower in others, by up to 1.9x at 2 rows a block
         # (bench/results/2026-12-06-h100-perrow, 2026-12-05-h100-shortrows run2).
+        # Past 128 bf16 (256 bytes), up to four 16-byte chunks per thread, the fewest threads
+        # that cover the row that way (8 for 129-256 bf16). On an H100 at 131072 rows, against
+        # a warp of one chunk each (the default until then), LayerNorm 47.7 -> 44.7 us at 256
+        # columns, 44.7 -> 37.7 at 200, 42.9 -> 29.3 at 160; softmax 45.2 -> 43.8, 40.9 ->
+        # 35.3, 37.3 -> 27.8; RMSNorm and add+RMSNorm within 1.5% at 256; torch.compile
+        # 43.2, 34.4 and 27.7 for LayerNorm. Half a warp of two chunks was in between (LayerNorm
+        # 45.4, 39.3, 35.2) (bench/results/2026-12-06-h100-shortrows2). One chunk a thread
+        # leaves a warp 512 bytes in flight, and LayerNorm's 47 registers hold 40 warps an SM.
         nv = narrow_vec(ir, [dims])
-        v, per_thread = (nv, 4) if nv else (v, 1)
+        v, per_thread = (nv, 4) if nv else (v, 1 if n * eb <= SHORT_ROW_BYTES // 2 else 4)
         threads = MIN_THREADS_PER_ROW
         while threads * v * per_thread < n:
             threads *= 2

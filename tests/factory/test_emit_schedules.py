@@ -681,13 +681,16 @@ def test_a_shifted_rows_whole_chunks_load_unpredicated_and_skip_the_element_pred
 @pytest.mark.parametrize("name", ["softmax", "rmsnorm", "layernorm", "cross_entropy"])
 def test_rows_under_a_warp_take_fewer_threads_and_share_warps(name):
     # A row of 64 or 128 bf16 (a router's softmax over 64 experts, a norm over a 128-wide head)
-    # fills under half of a warp's 16-byte chunks: the space was empty there.
+    # fills under half of a warp's 16-byte chunks: the space was empty there. Rows of 129-256
+    # take 8 threads of up to four chunks each (2026-12-06-h100-shortrows2).
     from factory.compile import compile_ptx
     from factory.emit import emit
 
     ir = lower(load_catalogue()[name])
     # (rows of 100 and 20 bf16, off a 16-byte boundary, take 8-byte chunks, four a thread)
-    for n, t, c in [(64, 8, 1), (128, 16, 1), (100, 8, 4), (20, 4, 2)]:
+    # (rows of 129-256 take 8 threads of up to four 16-byte chunks)
+    short = [(64, 8, 1), (128, 16, 1), (100, 8, 4), (20, 4, 2)]
+    for n, t, c in short + [(200, 8, 4), (160, 8, 3), (256, 8, 4)]:
         dims = {ir.batch_dims[0]: 65536, ir.row_dim: n}
         if n == 64:
             sp = space(ir, [dims])
@@ -708,14 +711,17 @@ def test_rows_under_a_warp_take_fewer_threads_and_share_warps(name):
         assert offsets == {o for o in (16, 8, 4, 2, 1) if o < t}
         rep = compile_ptx(em.ptx)
         assert rep.ok and not rep.spill_store_bytes
-    # a row a warp's chunks fill past half keeps a warp or more
+    # a row past one round of a warp's chunks keeps a warp or more
     long = {ir.batch_dims[0]: 65536, ir.row_dim: 4096}
     wide = replace(default_schedule(ir, long), threads_per_row=16, rows_per_block=2, mode="cached")
     ok, why = is_valid(ir, wide, long)
     assert not ok and "a warp or more" in why
     assert all(
-        s.threads_per_row >= 32 for s in space(ir, [{ir.batch_dims[0]: 64, ir.row_dim: 200}])
+        s.threads_per_row >= 32 for s in space(ir, [{ir.batch_dims[0]: 64, ir.row_dim: 257}])
     )
+    # a row of 200 holds both: under a warp, and a warp of one chunk (the default until then)
+    widths = {s.threads_per_row for s in space(ir, [{ir.batch_dims[0]: 64, ir.row_dim: 200}])}
+    assert {8, 16, 32} <= widths
 
 
 def test_short_rows_off_a_16_byte_boundary_also_take_8_byte_chunks():
@@ -730,7 +736,8 @@ def test_short_rows_off_a_16_byte_boundary_also_take_8_byte_chunks():
         vecs = {s.vec_elems for s in space(ir, dims)}
         assert (4 in vecs) == bool(want), n
     assert narrow_vec(ir, [{"M": 64, "N": 100}, {"M": 64, "N": 96}]) == 4
-    assert narrow_vec(ir, [{"M": 64, "N": 100}, {"M": 64, "N": 200}]) == 0  # 200: a warp
+    # 200 bf16: past the rows 8-byte chunks were timed at
+    assert narrow_vec(ir, [{"M": 64, "N": 100}, {"M": 64, "N": 200}]) == 0
     narrow = [s for s in space(ir, [{"M": 4096, "N": 100}]) if s.vec_elems == 4]
     # under a warp: whole vectors in registers, other rows streamed; a warp a row: "vectors"
     assert all(s.tail == ("stream" if s.threads_per_row < 32 else "vectors") for s in narrow)

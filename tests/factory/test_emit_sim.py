@@ -580,7 +580,8 @@ def check(
 
 def _small(name: str, **kw) -> Schedule:
     ir = lower(load_catalogue()[name])
-    base = default_schedule(ir, {ir.row_dim: 256, **{d: 2 for d in ir.batch_dims}})
+    # (a row of 512: a warp of two chunks, the layout the cases below adjust)
+    base = default_schedule(ir, {ir.row_dim: 512, **{d: 2 for d in ir.batch_dims}})
     return replace(base, **({"threads_per_row": 32, "rows_per_block": 1, "chunks": 2} | kw))
 
 
@@ -1220,3 +1221,26 @@ def test_the_stream_tail_streams_rows_not_of_whole_vectors(name):
     check(name, s, {ir.batch_dims[0]: 5, ir.row_dim: 100}, seed=1, skew={first: 8})
     loop = replace(s, persistent_blocks_per_sm=1, prefetch_rows=True)
     check(name, loop, {ir.batch_dims[0]: 9, ir.row_dim: 100}, seed=2, grid=1, skew={first: 8})
+
+
+@pytest.mark.parametrize("name", sorted(load_catalogue()))
+def test_the_defaults_for_rows_of_129_to_256_compute_the_reference_on_one_path_a_warp(name):
+    """Rows of 129-256 bf16 take 8 threads of up to four 16-byte chunks by default (a warp of
+    one chunk each before: bench/results/2026-12-06-h100-shortrows2): every catalogue operator's
+    default at 160 and 256 columns (three chunks and four), over 7 rows (the last block's groups
+    past the end with their stores off), at its own length and 3 shorter (not of whole vectors:
+    streamed under the "stream" tail), and at 256 columns also at 300 (past what its registers
+    hold: the stream path), computes the reference; and each warp's lanes take the same
+    branches."""
+    ir = lower(load_catalogue()[name])
+    rows = ir.batch_dims[0]
+    assert default_schedule(ir, {rows: 4096, ir.row_dim: 200}).threads_per_row == 8
+    for n, lengths in [(160, (160, 157)), (256, (256, 253, 300))]:
+        s = default_schedule(ir, {rows: 4096, ir.row_dim: n})
+        assert s.threads_per_row == 8 and s.threads_per_block == 128, (s.tag(), n)
+        assert s.chunks == -(-n // (8 * s.vec_elems)), (s.tag(), n)
+        for length in lengths:
+            dims = {rows: 7, ir.row_dim: length}
+            check(name, s, dims, seed=n + length)
+            warps = branch_traces(name, s, dims, seed=n + length)
+            assert warps and all(map(one_path, warps)), (s.tag(), length)

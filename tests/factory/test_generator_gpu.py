@@ -437,16 +437,16 @@ def test_the_catalogue_matches_its_float64_reference_at_suite_and_heldout_shapes
 
 def short_row_cases():
     """Rows under a warp (4-16 threads each, several rows a warp): every catalogue operator's
-    default layout at rows of 64, 100 and 128 elements, and the first uncapped layout of each
-    width in its space there, at 4099 rows (the last block's groups past the end switch their
-    stores off), and the default looping at 20483 rows in a persistent grid of two blocks per
-    SM (the warp leaving the loop as one), the next row prefetched and per-column vectors held
-    across rows; each layout also at rows of 300 (the stream path of a layout for short rows)
+    default layout at rows of 64, 100, 128, 200 and 256 elements, and the first uncapped layout
+    of each width in its space there, at 4099 rows (the last block's groups past the end switch
+    their stores off), and the default looping at 20483 rows in a persistent grid of two blocks
+    per SM (the warp leaving the loop as one), the next row prefetched and per-column vectors
+    held across rows; each layout also at rows of 300 (the stream path of a layout for short rows)
     and of 5 (not of whole vectors: streamed under the "stream" tail)."""
     from factory.schedules import holds_cols, space
 
     for _name, (w, ir) in _catalogue().items():
-        for n in (64, 100, 128):
+        for n in (64, 100, 128, 200, 256):
             dims = {ir.batch_dims[0]: 4099, ir.row_dim: n}
             base = default_schedule(ir, dims)
             loop = replace(base, persistent_blocks_per_sm=2, prefetch_rows=True, early_cols=True)

@@ -6,17 +6,11 @@ in registers only under a warp a row). Beside the default and its 1536-thread ca
     PYTHONPATH=. python3 emit_persist.py OUT
 """
 
-import json
 import sys
 from dataclasses import replace
 from pathlib import Path
 
-from bench.probe_tail import write_kernel
-from factory.compile import compile_ptx
-from factory.emit import emit
-from factory.ir import lower
-from factory.schedules import default_schedule, is_valid
-from factory.spec import load_catalogue
+from bench.probe_tail import write_set
 
 CASES = [
     ("layernorm", 1048576, 100),
@@ -50,34 +44,10 @@ def variants(base):
     return list(dict.fromkeys(out))
 
 
-def main(out: Path):
-    out.mkdir(parents=True, exist_ok=True)
-    cat = load_catalogue()
-    manifest, cases, why = [], [], {}
-    for op, m, n in CASES:
-        ir = lower(cat[op])
-        dims = {ir.row_dim: n, **{d: m for d in ir.batch_dims}}
-        base = default_schedule(ir, dims)
-        for s in variants(base):
-            if s.early_cols and not any(t.role == "col" for t in ir.inputs):
-                continue
-            ok, reason = is_valid(ir, s, dims)
-            if not ok:
-                why[f"{op} {s.tag()}"] = reason
-                continue
-            em = emit(ir, s)
-            rep = compile_ptx(em.ptx)
-            if rep.ok and not rep.spill_store_bytes:
-                manifest.append(write_kernel(out, op, m, n, dims, s, em, rep))
-            else:
-                why[f"{op} {s.tag()}"] = f"spills {rep.spill_store_bytes}" if rep.ok else "fails"
-        cases.append(f"{op}:{m}x{n}")
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    (out / "cases").write_text(",".join(cases))
-    print(f"{len(manifest)} kernels written to {out}")
-    for k, v in why.items():
-        print("  not emitted:", k, "-", v)
+def layouts(ir, base, n):
+    cols = any(t.role == "col" for t in ir.inputs)
+    return [s for s in variants(base) if cols or not s.early_cols]
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    write_set(Path(sys.argv[1]), CASES, layouts)
