@@ -766,7 +766,7 @@ def test_emitted_ptx_computes_the_reference_in_the_cpu_interpreter(name, kw, len
 def test_a_block_of_several_warps_reduces_through_shared_memory():
     ir = lower(load_catalogue()["softmax"])
     s = replace(
-        default_schedule(ir, {"M": 2, "N": 256}), threads_per_row=64, rows_per_block=1, chunks=1
+        default_schedule(ir, {"M": 2, "N": 512}), threads_per_row=64, rows_per_block=1, chunks=1
     )
     check("softmax", s, {"M": 2, "N": 500}, seed=1)
     s = replace(s, mode="stream", online=True)
@@ -801,7 +801,8 @@ def test_hand_built_dags_with_fp16_fp32_compares_and_precise_math_run_correctly(
     from test_ir_examples import EXAMPLES, eval64
 
     ir = EXAMPLES[name]()
-    s = replace(default_schedule(ir, {"M": 3, "N": 256}), threads_per_row=32, chunks=2)
+    # (the default at a row of 512: a warp of two chunks, as the layout asks)
+    s = replace(default_schedule(ir, {"M": 3, "N": 512}), threads_per_row=32, chunks=2)
     if name == "gelu_tanh_fp16":
         s = replace(s, fast_math=False)  # the precise tanh: polynomial near 0, exp form beyond
     em = emit(ir, s)
@@ -849,7 +850,7 @@ def test_the_online_max_on_packed_fp16_pairs_computes_the_reference():
     w = load_manifest(text.replace('dtype = "bf16"', 'dtype = "fp16"'))
     assert w.inputs[0].dtype == "fp16"
     ir = lower(w)
-    base = default_schedule(ir, {"M": 2, "N": 256})
+    base = default_schedule(ir, {"M": 2, "N": 512})  # (a warp a row)
     for kw, n in (({"mode": "stream", "chunks": 3}, 1000), ({"chunks": 2}, 504)):
         s = replace(base, threads_per_row=32, rows_per_block=1, online=True, packed_max=True, **kw)
         assert "max.f16x2" in emit(ir, s).ptx
