@@ -1245,3 +1245,40 @@ def test_the_defaults_for_rows_of_129_to_256_compute_the_reference_on_one_path_a
             check(name, s, dims, seed=n + length)
             warps = branch_traces(name, s, dims, seed=n + length)
             assert warps and all(map(one_path, warps)), (s.tag(), length)
+
+
+@pytest.mark.parametrize("name", ["softmax_fp32", "masked_scaled_sum", "gelu_tanh_fp16"])
+def test_hand_built_dags_at_rows_newly_under_a_warp_compute_the_reference(name):
+    """Rows of 65-128 fp32 elements (260-512 bytes) and of 129-256 fp16 take fewer threads than
+    a warp since 9021f09: fp32 storage, compares, per-row scalars and precise math in that
+    default (8 threads of four 16-byte chunks), at its own length, 3 shorter (streamed under
+    the "stream" tail) and at 300 (the stream path), against the float64 DAG."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_generator_gpu import STORAGE, make_inputs, to_f64
+    from test_ir_examples import EXAMPLES, eval64
+
+    ir = EXAMPLES[name]()
+    n = 200 if ir.min_elem_bytes() == 2 else 100
+    s = default_schedule(ir, {"M": 4096, "N": n})
+    assert s.threads_per_row == 8 and s.chunks == 4, s.tag()
+    em = emit(ir, s)
+    for length in (n, n - 3, 300):
+        dims = {"M": 7, "N": length}
+        host, f64 = make_inputs(ir, dims, np.random.default_rng(length))
+        arrays = dict(host)
+        for o in ir.outputs:
+            shape = (7, length) if o.role == "row" else (7,)
+            arrays[o.name] = np.full(shape, np.nan).astype(STORAGE[o.dtype])
+        out = run_kernel(em, dims, arrays)
+        for o in ir.outputs:
+            got = np.frombuffer(out[o.name], dtype=arrays[o.name].dtype)
+            got = to_f64(got.reshape(arrays[o.name].shape), o.dtype)
+            want = eval64(o.node, f64)
+            want = np.broadcast_to(want, (7, length) if o.role == "row" else (7, 1))
+            want = want.reshape(got.shape)
+            rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+            tol = 1e-5 if o.dtype == "fp32" else 5e-3
+            assert np.isfinite(got).all() and rel < tol, (o.name, length, rel)
