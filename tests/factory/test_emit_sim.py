@@ -789,40 +789,56 @@ def test_the_interpreter_catches_a_wrong_kernel():
         assert np.abs(got - want).max() < 1e-2
 
 
-@pytest.mark.parametrize("name", ["gelu_tanh_fp16", "masked_scaled_sum", "softmax_fp32"])
-def test_hand_built_dags_with_fp16_fp32_compares_and_precise_math_run_correctly(name):
-    """fp16 and fp32 storage, where/compare, erf, min, per-row scalars, and the precise (not
-    fast-math) division, sqrt and tanh paths, against the float64 evaluation of the same DAG."""
+def example_ir(name: str):
+    """A hand-built DAG of tests/factory/test_ir_examples.py, lowered."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_ir_examples import EXAMPLES
+
+    return EXAMPLES[name]()
+
+
+def check_dag(ir, em, dims: dict, seed: int) -> None:
+    """Run `em` in the interpreter over fresh inputs at `dims` and compare every output with
+    the float64 evaluation of the IR's DAG (fp32 outputs to 1e-5, 16-bit ones to 5e-3)."""
     import os
     import sys
 
     sys.path.insert(0, os.path.dirname(__file__))
     from test_generator_gpu import STORAGE, make_inputs, to_f64
-    from test_ir_examples import EXAMPLES, eval64
+    from test_ir_examples import eval64
 
-    ir = EXAMPLES[name]()
+    m, n = dims["M"], dims["N"]
+    host, f64 = make_inputs(ir, dims, np.random.default_rng(seed))
+    arrays = dict(host)
+    for o in ir.outputs:
+        shape = (m, n) if o.role == "row" else (m,)
+        arrays[o.name] = np.full(shape, np.nan).astype(STORAGE[o.dtype])
+    out = run_kernel(em, dims, arrays)
+    for o in ir.outputs:
+        got = np.frombuffer(out[o.name], dtype=arrays[o.name].dtype)
+        got = to_f64(got.reshape(arrays[o.name].shape), o.dtype)
+        want = np.broadcast_to(eval64(o.node, f64), (m, n) if o.role == "row" else (m, 1))
+        want = want.reshape(got.shape)
+        rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+        tol = 1e-5 if o.dtype == "fp32" else 5e-3
+        assert np.isfinite(got).all() and rel < tol, (o.name, dims, rel)
+
+
+@pytest.mark.parametrize("name", ["gelu_tanh_fp16", "masked_scaled_sum", "softmax_fp32"])
+def test_hand_built_dags_with_fp16_fp32_compares_and_precise_math_run_correctly(name):
+    """fp16 and fp32 storage, where/compare, erf, min, per-row scalars, and the precise (not
+    fast-math) division, sqrt and tanh paths, against the float64 evaluation of the same DAG."""
+    ir = example_ir(name)
     # (the default at a row of 512: a warp of two chunks, as the layout asks)
     s = replace(default_schedule(ir, {"M": 3, "N": 512}), threads_per_row=32, chunks=2)
     if name == "gelu_tanh_fp16":
         s = replace(s, fast_math=False)  # the precise tanh: polynomial near 0, exp form beyond
     em = emit(ir, s)
     for n in (256, 45):
-        dims = {"M": 3, "N": n}
-        host, f64 = make_inputs(ir, dims, np.random.default_rng(n))
-        arrays = dict(host)
-        for o in ir.outputs:
-            shape = (3, n) if o.role == "row" else (3,)
-            arrays[o.name] = np.full(shape, np.nan).astype(STORAGE[o.dtype])
-        out = run_kernel(em, dims, arrays)
-        for o in ir.outputs:
-            got = np.frombuffer(out[o.name], dtype=arrays[o.name].dtype).reshape(
-                arrays[o.name].shape
-            )
-            got = to_f64(got, o.dtype)
-            want = np.broadcast_to(eval64(o.node, f64), (3, n) if o.role == "row" else (3, 1))
-            want = want.reshape(got.shape)
-            rel = np.linalg.norm(got - want) / np.linalg.norm(want)
-            assert np.isfinite(got).all() and rel < (1e-5 if o.dtype == "fp32" else 5e-3), (o, rel)
+        check_dag(ir, em, {"M": 3, "N": n}, seed=n)
 
 
 def test_the_online_max_on_packed_bf16_pairs_keeps_wide_logits_finite():
@@ -1253,32 +1269,10 @@ def test_hand_built_dags_at_rows_newly_under_a_warp_compute_the_reference(name):
     a warp since 9021f09: fp32 storage, compares, per-row scalars and precise math in that
     default (8 threads of four 16-byte chunks), at its own length, 3 shorter (streamed under
     the "stream" tail) and at 300 (the stream path), against the float64 DAG."""
-    import os
-    import sys
-
-    sys.path.insert(0, os.path.dirname(__file__))
-    from test_generator_gpu import STORAGE, make_inputs, to_f64
-    from test_ir_examples import EXAMPLES, eval64
-
-    ir = EXAMPLES[name]()
+    ir = example_ir(name)
     n = 200 if ir.min_elem_bytes() == 2 else 100
     s = default_schedule(ir, {"M": 4096, "N": n})
     assert s.threads_per_row == 8 and s.chunks == 4, s.tag()
     em = emit(ir, s)
     for length in (n, n - 3, 300):
-        dims = {"M": 7, "N": length}
-        host, f64 = make_inputs(ir, dims, np.random.default_rng(length))
-        arrays = dict(host)
-        for o in ir.outputs:
-            shape = (7, length) if o.role == "row" else (7,)
-            arrays[o.name] = np.full(shape, np.nan).astype(STORAGE[o.dtype])
-        out = run_kernel(em, dims, arrays)
-        for o in ir.outputs:
-            got = np.frombuffer(out[o.name], dtype=arrays[o.name].dtype)
-            got = to_f64(got.reshape(arrays[o.name].shape), o.dtype)
-            want = eval64(o.node, f64)
-            want = np.broadcast_to(want, (7, length) if o.role == "row" else (7, 1))
-            want = want.reshape(got.shape)
-            rel = np.linalg.norm(got - want) / np.linalg.norm(want)
-            tol = 1e-5 if o.dtype == "fp32" else 5e-3
-            assert np.isfinite(got).all() and rel < tol, (o.name, length, rel)
+        check_dag(ir, em, {"M": 7, "N": length}, seed=length)
