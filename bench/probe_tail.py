@@ -111,8 +111,8 @@ def write_kernel(out: Path, op: str, m: int, n: int, dims: dict, s, em, rep) -> 
 
 
 def write_set(out: Path, cases, variants, valid_only: bool = True) -> None:
-    """A set of hand-picked layouts for run mode: per (op, M, row length) of `cases`, each
-    layout of `variants(ir, default, row length)` that emits and compiles without spills (and,
+    """A set of layouts for run mode: per (op, M, row length) of `cases`, each layout of
+    `variants(ir, default, dims)` that emits and compiles without spills (and,
     with valid_only, that is_valid admits), written into `out` with manifest.json (each record
     also says whether the space's predicate admits it and whether it is the default) and the
     `cases` file; what was left out is printed with the reason."""
@@ -129,7 +129,7 @@ def write_set(out: Path, cases, variants, valid_only: bool = True) -> None:
         ir = lower(cat[op])
         dims = _dims(ir, m, n)
         base = default_schedule(ir, dims)
-        for s in variants(ir, base, n):
+        for s in variants(ir, base, dims):
             ok, reason = is_valid(ir, s, dims)
             key = f"{op} {n} {s.tag()}"
             if valid_only and not ok:

@@ -700,9 +700,10 @@ def holds_cols(s: Schedule) -> bool:
     )
 
 
-def short_row(ir: KernelIR, n: int) -> bool:
-    """Whether a row of n elements is one for fewer threads than a warp (see Schedule)."""
-    return int(n) * ir.min_elem_bytes() <= SHORT_ROW_BYTES
+def short_row(ir: KernelIR, n: int, limit: int = SHORT_ROW_BYTES) -> bool:
+    """Whether a row of n elements is one for fewer threads than a warp (see Schedule): at
+    most `limit` bytes of the narrowest tensor."""
+    return int(n) * ir.min_elem_bytes() <= limit
 
 
 def narrow_vec(ir: KernelIR, dims_list: list[dict[str, int]]) -> int:
@@ -712,7 +713,7 @@ def narrow_vec(ir: KernelIR, dims_list: list[dict[str, int]]) -> int:
     8-byte chunks start every row aligned and need no tail but the last chunk's; else 0."""
     v = 8 // ir.min_elem_bytes()
     rows = [int(d[ir.row_dim]) for d in dims_list]
-    if not rows or any(n * ir.min_elem_bytes() > NARROW_ROW_BYTES for n in rows):
+    if not rows or not all(short_row(ir, n, NARROW_ROW_BYTES) for n in rows):
         return 0
     return v if all(n % v == 0 for n in rows) and any(n % (2 * v) for n in rows) else 0
 
@@ -1045,7 +1046,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
         # 45.4, 39.3, 35.2) (bench/results/2026-12-06-h100-shortrows2). One chunk a thread
         # leaves a warp 512 bytes in flight, and LayerNorm's 47 registers hold 40 warps an SM.
         nv = narrow_vec(ir, [dims])
-        v, per_thread = (nv, 4) if nv else (v, 1 if n * eb <= SHORT_ROW_BYTES // 2 else 4)
+        v, per_thread = (nv, 4) if nv else (v, 1 if short_row(ir, n, SHORT_ROW_BYTES // 2) else 4)
         threads = MIN_THREADS_PER_ROW
         while threads * v * per_thread < n:
             threads *= 2

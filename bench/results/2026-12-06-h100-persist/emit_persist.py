@@ -44,7 +44,7 @@ def variants(base):
     return list(dict.fromkeys(out))
 
 
-def layouts(ir, base, n):
+def layouts(ir, base, dims):
     cols = any(t.role == "col" for t in ir.inputs)
     return [s for s in variants(base) if cols or not s.early_cols]
 

@@ -28,7 +28,8 @@ CASES = [
 ]
 
 
-def variants(ir, base, n):
+def variants(ir, base, dims):
+    n = dims[ir.row_dim]
     out = [base, replace(base, min_threads_per_sm=1280)]
     v = base.vec_elems
     for t in (8, 16, 32):
