@@ -71,7 +71,9 @@ LATE_DEFAULTS = {
     "tail": "elements",
     "flat": False,
     "split_paths": False,
+    "rows_per_thread": 1,
 }
+ROWS_PER_THREAD = (1, 2, 4)
 ACC_SPLITS = (1, 2, 4, 8)
 COL_GROUPS = (1, 2, 4, 8)
 COL_HINTS = ("nc", "nc_l2last")
@@ -239,6 +241,14 @@ class Schedule:
         (RMSNorm 16384x4096 at 128 threads: 80 -> 128). More code per kernel. Cached mode, not
         flat, no prefetched rows. In `space` as `split_twin` of layouts whose rows take a tail.
         Left out of `to_dict` when False.
+    rows_per_thread: each row group holds this many rows at once, a thread's chunks of every
+        one of them: all their loads go out first, then each row is reduced and stored, so
+        one thread keeps several rows' loads in flight and the reductions of its rows
+        overlap (what torch.compile's persistent reductions do for short rows: at 131072x200
+        bf16, one warp a block holding four rows, a lane one 16-byte chunk of each). Cached
+        mode, rows of a warp or less, one row group per block (no persistent grid, prefetch,
+        tiles or cluster), not the shifted tail. A block then covers rows_per_block x
+        rows_per_thread rows. Left out of `to_dict` at 1.
     """
 
     family: str = "row"
@@ -267,6 +277,7 @@ class Schedule:
     tail: str = "elements"
     flat: bool = False
     split_paths: bool = False
+    rows_per_thread: int = 1
 
     def to_dict(self) -> dict:
         # Every field is an int, bool or str: no deep copy (asdict's) is needed. The agents
@@ -323,6 +334,8 @@ class Schedule:
             s += "q"
         if self.packed_max:
             s += "b"
+        if self.rows_per_thread > 1:
+            s += f"s{self.rows_per_thread}"
         if self.tail != "elements":
             s += {"vectors": "u", "strided": "z", "shifted": "y", "stream": "n"}[self.tail]
         if self.flat:
@@ -343,7 +356,8 @@ TAG_LEGEND = (
     "vectors loaded with the row, w mean and variance in one pass, g per-column vectors loaded in "
     "that many groups of chunks, h per-column vectors loaded with the evict-last policies, a "
     "partial accumulators per thread, q gathered elements loaded when the row starts, b the "
-    "online max taken on packed 16-bit pairs, u / z / y the row's tail moved as whole vectors / "
+    "online max taken on packed 16-bit pairs, s rows held by each thread at once, u / z / y "
+    "the row's tail moved as whole vectors / "
     "as strided elements / a misaligned row walked from an aligned address, n whole vectors "
     "held and any other row streamed, j rows "
     "walked as one run of tiles, i one copy of the row's code per path; after "
@@ -516,7 +530,7 @@ def estimate_registers(ir: KernelIR, s: Schedule) -> int:
     for t in ir.row_inputs():
         held += s.chunks * max(1, s.vec_elems * t.elem_bytes // 4)
     materialised = _materialised_nodes(ir, s) * s.chunks * s.vec_elems  # f32 each
-    return 32 + held + materialised
+    return 32 + (held + materialised) * s.rows_per_thread
 
 
 def _materialised_nodes(ir: KernelIR, s: Schedule) -> int:
@@ -638,6 +652,22 @@ def is_valid(
         return False, f"acc_split must be one of {ACC_SPLITS}"
     if s.acc_split > 1 and s.acc_split > s.chunks * s.vec_elems:
         return False, "more partial accumulators than elements per thread per pass"
+    if s.rows_per_thread not in ROWS_PER_THREAD:
+        return False, f"rows_per_thread must be one of {ROWS_PER_THREAD}"
+    if s.rows_per_thread > 1 and (
+        s.mode != "cached"
+        or s.flat
+        or s.threads_per_row > 32
+        or s.persistent_blocks_per_sm
+        or s.prefetch_rows
+        or s.cluster_blocks > 1
+        or s.tail == "shifted"
+    ):
+        return (
+            False,
+            "rows_per_thread needs the cached mode, rows of a warp or less and one row group "
+            "per block (no persistent grid, prefetch, tiles or cluster), not the shifted tail",
+        )
     if s.early_gather and not ir.gathers:
         return False, "early_gather needs a gathered input"
     if s.packed_max and not (s.online and packed_pairs(ir)):

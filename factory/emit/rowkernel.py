@@ -173,6 +173,20 @@ class RowKernel:
         if self.C > 1 and self.W < 2:
             # the cluster step follows the shared-memory step across a block's warps
             raise EmitError("a cluster row needs at least two warps per block")
+        self.K = s.rows_per_thread  # rows each row group holds at once (_rows_body)
+        if self.K > 1 and (
+            s.mode != "cached"
+            or s.flat
+            or self.T > 32
+            or s.persistent_blocks_per_sm
+            or s.prefetch_rows
+            or self.C > 1
+            or s.tail == "shifted"
+        ):
+            raise EmitError(
+                "several rows a thread need the cached mode, rows of a warp or less and one row "
+                "group per block, not the shifted tail"
+            )
         self.fast = s.fast_math
         self.path = None  # under split_paths, the path whose copy of the row is being emitted
         self.mode = "cached"  # the row path being emitted (_row_body sets it)
@@ -315,6 +329,7 @@ class RowKernel:
         entry = f"{_ident(ir.name)}_{s.tag()}"
         tensors = [t for t in ir.inputs] + [TensorRef(o.name, o.dtype, o.role) for o in ir.outputs]
         self.tensors = {t.name: t for t in tensors}
+        self.tensor_list = tensors
         self.out_refs = {o.name: o for o in ir.outputs}
         dims = list(ir.batch_dims) + [ir.row_dim]
         params = tuple(KernelParam(kind="tensor", ptx_type="u64", name=t.name) for t in tensors)
@@ -341,7 +356,8 @@ class RowKernel:
         b.op(f"@{p} bra {done}")
         if self.row_raw:
             self._clamp_row()
-        self._row_pointers(tensors)
+        if self.K == 1:  # (several rows a thread: each row's pointers in _rows_body)
+            self._row_pointers(tensors)
         if s.flat:
             b.comment("a tile is never longer than the registers hold")
             self._row_body("cached")
@@ -360,12 +376,12 @@ class RowKernel:
             if s.split_paths:
                 self._split_row_bodies(next_row)
             else:
-                self._row_body("cached")
+                self._rows_body("cached")
             b.op(f"bra.uni {next_row}")
             b.label(stream_label)
             b.comment("longer rows: stream every pass from memory")
         if not s.flat:
-            self._row_body("stream")
+            self._rows_body("stream")
         b.label(next_row)
         if s.persistent_blocks_per_sm:
             if self.W > 1 and self.red_items_total:
@@ -387,7 +403,7 @@ class RowKernel:
 
         ptx = self._assemble(entry, params)
         rows_expr = "*".join(ir.batch_dims) if ir.batch_dims else "1"
-        grid_x: int | str = f"ceildiv({rows_expr}, {self.R})"
+        grid_x: int | str = f"ceildiv({rows_expr}, {self.R * self.K})"
         if s.flat:
             grid_x = f"ceildiv(({rows_expr})*{ir.row_dim}, {self.T * self.V * s.chunks})"
         if s.persistent_blocks_per_sm:
@@ -416,7 +432,7 @@ class RowKernel:
         def copy(path: str, note: str) -> None:
             b.comment(f"the row's {note} path")
             self.path = path
-            self._row_body("cached")
+            self._rows_body("cached")
             self.path = None
 
         copy("fast", "whole chunks")
@@ -522,7 +538,7 @@ class RowKernel:
         # switched off (row_ok), so that it still arrives at each barrier. Rows under a warp
         # do the same, so that every lane of a warp reaches each shuffle.
         self.shared_bar = self.R > 1 and self.TB > 32 and not self.s.persistent_blocks_per_sm
-        self.clamped = self.shared_bar or (self.R > 1 and self.TB < 32)
+        self.clamped = self.shared_bar or (self.R > 1 and self.TB < 32) or self.K > 1
         self.row_ok = None
         if self.R == 1 or self.TB <= 32 or self.shared_bar:
             # The block barrier. An immediate id matters: a barrier id held in a register makes
@@ -657,7 +673,11 @@ class RowKernel:
         if self.C > 1:  # a row per cluster: blocks C*i .. C*i + C-1 share row i
             b.op(f"shr.u32 {ctaid}, {ctaid}, {self.C.bit_length() - 1}")
         self.row = b.reg("b32")
-        b.op(f"mad.lo.u32 {self.row}, {ctaid}, {self.R}, {g}")
+        b.op(f"mad.lo.u32 {self.row}, {ctaid}, {self.R * self.K}, {g}")
+        first_row = self.row
+        if self.K > 1:  # (clamped below: the unclamped first row stays for the other rows)
+            first_row = b.reg("b32")
+            b.op(f"mov.u32 {first_row}, {self.row}")
         self.row_raw = None  # rows under a warp in a row loop: the row before clamping
         if self.clamped:
             self.row_ok = b.reg("pred")
@@ -682,6 +702,8 @@ class RowKernel:
         b.op(f"mul.lo.u32 {self.row_stride}, {nct}, {self.R}")
         self.is_t0 = b.reg("pred")
         b.op(f"setp.eq.u32 {self.is_t0}, {t}, 0")
+        if self.K > 1:
+            self._slot_rows(first_row, last)
         if self.row_raw:
             self.t_zero, self.is_t0 = self.is_t0, b.reg("pred")
             self._clamp_row()
@@ -700,6 +722,48 @@ class RowKernel:
             self.red_write = b.reg("b32")
             b.op(f"add.u32 {self.red_write}, {gb}, {wb}")
         b.blank()
+
+    def _slot_rows(self, first_row: str, last: str) -> None:
+        """Several rows a thread: the group's rows are first_row + j * R (j < K), each clamped
+        to the last row with its stores off past it, as a group past the last row is."""
+        b = self.b
+        self.slots = []
+        for j in range(self.K):
+            raw, ok, row, t0 = b.reg("b32"), b.reg("pred"), b.reg("b32"), b.reg("pred")
+            b.op(f"add.u32 {raw}, {first_row}, {j * self.R}")
+            b.op(f"setp.lt.u32 {ok}, {raw}, {self.rows}")
+            b.op(f"min.u32 {row}, {raw}, {last}")
+            b.op(f"and.pred {t0}, {self.is_t0}, {ok}")
+            self.slots.append({"row": row, "row_ok": ok, "is_t0": t0})
+
+    def _rows_body(self, mode: str) -> None:
+        """The row body, or with several rows a thread (rows_per_thread), each row's: held in
+        registers, every row's loads first, then each row's passes and stores, so that the
+        loads of all of them are in flight together and ptxas may overlap their reductions;
+        streamed, one row after the other."""
+        if self.K == 1:
+            self._row_body(mode)
+            return
+        b = self.b
+        keys = ("row", "row_ok", "is_t0", "rowptr", "tptr", "rowscalar_vals", "index_vals")
+        loaded = []
+        for j, slot in enumerate(self.slots):
+            b.comment(f"row {j + 1} of this thread's {self.K}")
+            self.row, self.row_ok, self.is_t0 = slot["row"], slot["row_ok"], slot["is_t0"]
+            for k in ("rowptr", "tptr", "rowscalar_vals", "index_vals"):
+                setattr(self, k, dict(getattr(self, k)))
+            self._row_pointers(self.tensor_list)
+            held = self._row_loads() if mode == "cached" else None
+            state = {k: getattr(self, k) for k in keys}
+            if held is None:
+                self._row_body(mode)
+            else:
+                loaded.append((state, held))
+        for j, (state, held) in enumerate(loaded):
+            b.comment(f"row {j + 1} of {self.K}: its passes and stores")
+            for k, v in state.items():
+                setattr(self, k, v)
+            self._row_body(mode, held=held)
 
     def _clamp_row(self) -> None:
         """This iteration's row of a persistent loop over rows under a warp: the last row, with
@@ -829,17 +893,12 @@ class RowKernel:
 
     # ---------------------------------------------------------------- the body of one row
 
-    def _row_body(self, mode: str) -> None:
-        b, s = self.b, self.s
-        self.scal = {}
+    def _used_inputs(self, mode: str) -> list[str]:
+        """The inputs this row's passes read, in first use; sets the row's plan (materialised
+        intermediates, the last pass that reads each input)."""
         self.mode = mode
-        self.red_slot = 0  # the cached and stream paths never run for the same row
-        chunks = s.chunks
         self.materialised = self._plan_materialised() if mode == "cached" else []
         mat_set = set(self.materialised)
-        per_node = chunks * self.V
-        self.mat_regs = {n: [b.reg("f32") for _ in range(per_node)] for n in self.materialised}
-
         used_inputs: list[str] = []
         self.last_read: dict[str, int] = {}  # the last pass that reads each input
         for p in range(self.num_passes):
@@ -849,8 +908,35 @@ class RowKernel:
                     self.last_read[n.name] = p
                     if n.name not in used_inputs:
                         used_inputs.append(n.name)
+        return used_inputs
 
-        held = None
+    def _row_loads(self) -> dict:
+        """The row's up-front loads in cached mode: row data, and per-column vectors with it
+        under early_cols (or held from before the first row); the registers they land in."""
+        used_inputs = self._used_inputs("cached")
+        # Row data is loaded once, up front; per-column vectors (weights) are loaded by the
+        # pass that reads them (they stay in L1/L2 across rows, and holding them from the
+        # start would cost registers for the whole row).
+        row_names = [n for n in used_inputs if self.tensors[n].role == ROLE_ROW]
+        if self.s.early_cols and not self.col_held:
+            # ...unless early_cols: then they come with the row, off the reduction's path
+            # (or are held from before the first row: holds_cols).
+            row_names += [n for n in used_inputs if self.tensors[n].role == ROLE_COL]
+        held = self._alloc_chunk_regs(row_names, self.s.chunks)
+        self._cached_loads(held, row_names, self.s.chunks, self.tptr)
+        return held | self.col_held
+
+    def _row_body(self, mode: str, held: dict | None = None) -> None:
+        """One row's passes and stores; its loads first (cached mode) unless `held` already
+        holds them (_rows_body)."""
+        b, s = self.b, self.s
+        self.scal = {}
+        self.red_slot = 0  # the cached and stream paths never run for the same row
+        chunks = s.chunks
+        self._used_inputs(mode)
+        per_node = chunks * self.V
+        self.mat_regs = {n: [b.reg("f32") for _ in range(per_node)] for n in self.materialised}
+
         # The fallback stream path (rows past the register capacity) keeps few loads in flight
         # so that it does not raise the register count of the whole kernel.
         self.stream_chunks = s.chunks if s.mode == "stream" else min(s.chunks, 2)
@@ -868,18 +954,8 @@ class RowKernel:
             b.comment("prefetch the next row of this block")
             self._cached_loads(self.buf_b, self.prefetch_names, chunks, self._row_tptrs(nxt))
             b.label(skip)
-        elif mode == "cached":
-            # Row data is loaded once, up front; per-column vectors (weights) are loaded by the
-            # pass that reads them (they stay in L1/L2 across rows, and holding them from the
-            # start would cost registers for the whole row).
-            row_names = [n for n in used_inputs if self.tensors[n].role == ROLE_ROW]
-            if s.early_cols and not self.col_held:
-                # ...unless early_cols: then they come with the row, off the reduction's path
-                # (or are held from before the first row: holds_cols).
-                row_names += [n for n in used_inputs if self.tensors[n].role == ROLE_COL]
-            held = self._alloc_chunk_regs(row_names, chunks)
-            self._cached_loads(held, row_names, chunks, self.tptr)
-            held |= self.col_held
+        elif mode == "cached" and held is None:
+            held = self._row_loads()
 
         if s.early_gather:
             # Gathered elements depend only on the row's index inputs: their loads go out now,

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from factory.agents.ptxedit import split_operands
-from factory.emit import emit
+from factory.emit import EmitError, emit
 from factory.ir import lower
 from factory.schedules import Schedule, default_schedule, is_valid
 from factory.spec import eval_dim_expr, load_catalogue, random_inputs, reference, to_float64
@@ -1276,3 +1276,57 @@ def test_hand_built_dags_at_rows_newly_under_a_warp_compute_the_reference(name):
     em = emit(ir, s)
     for length in (n, n - 3, 300):
         check_dag(ir, em, {"M": 7, "N": length}, seed=length)
+
+
+@pytest.mark.parametrize(
+    "name,n,k,r",
+    [
+        ("layernorm", 200, 2, 16),  # per-column vectors, two reductions
+        ("add_rmsnorm", 200, 2, 16),  # two row outputs, one ready before the last pass
+        ("cross_entropy", 200, 2, 16),  # a gathered element and a per-row output
+        ("softmax", 512, 4, 1),  # a warp a row, four rows a thread, one warp a block
+    ],
+)
+def test_several_rows_a_thread_compute_the_reference(name, n, k, r):
+    """rows_per_thread: a row group loads k rows, then reduces and stores each. Over 7 rows
+    (a block covers r x k rows: the rows past the end are the last row again with their stores
+    off), at the layout's own length, 3 shorter (not of whole vectors: streamed, one row after
+    the other) and past what the registers hold, every output matches the reference and every
+    warp's lanes take one path."""
+    ir = lower(load_catalogue()[name])
+    rows = ir.batch_dims[0]
+    base = default_schedule(ir, {rows: 4096, ir.row_dim: n})
+    s = replace(base, rows_per_thread=k, rows_per_block=r)
+    assert is_valid(ir, s, {rows: 4096, ir.row_dim: n})[0], s.tag()
+    em = emit(ir, s)
+    assert em.launch.grid[0] == f"ceildiv({rows}, {r * k})"
+    assert em.ptx.count("ld.global.nc.v4") >= k * s.chunks  # every row's loads, one copy each
+    for length in (n, n - 3, n + 100):
+        dims = {rows: 7, ir.row_dim: length}
+        warps = branch_traces(name, s, dims, seed=length + k)
+        assert warps and all(map(one_path, warps)), (s.tag(), length)
+
+
+def test_several_rows_a_thread_only_where_a_row_group_holds_its_rows():
+    """rows_per_thread is for rows of a warp or less in registers, one row group a block: the
+    predicate turns away the rest with its reason, and the emitter refuses them too."""
+    ir = lower(load_catalogue()["rmsnorm"])
+    dims = {"M": 4096, "N": 512}
+    s = replace(default_schedule(ir, dims), rows_per_thread=2)
+    assert is_valid(ir, s, dims) == (True, "")
+    assert s.tag() != replace(s, rows_per_thread=1).tag()
+    assert s.to_dict()["rows_per_thread"] == 2
+    assert "rows_per_thread" not in replace(s, rows_per_thread=1).to_dict()
+    assert Schedule.from_dict(s.to_dict()) == s
+    for bad in (
+        {"threads_per_row": 64, "chunks": 1},
+        {"persistent_blocks_per_sm": 4},
+        {"mode": "stream", "chunks": 1},
+        {"tail": "shifted"},
+    ):
+        t = replace(s, **bad)
+        ok, why = is_valid(ir, t, dims)
+        assert not ok and "rows_per_thread" in why, (bad, why)
+        with pytest.raises(EmitError):
+            emit(ir, t)
+    assert not is_valid(ir, replace(s, rows_per_thread=3), dims)[0]
