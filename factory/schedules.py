@@ -965,7 +965,15 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
                 col_groups=grp,
                 packed_max=pk,
             )
-            if fits_job(ir, s, dims_list):
+            pair = [s]
+            if t <= 32 and mode == "cached" and not p:
+                # two rows a row group holds at once: on an H100 at rows of 160-512 bf16, 0.5-2.5%
+                # faster than the same layout one row at a time where it won, up to 1.14x slower
+                # where it did not (bench/results/2026-12-06-h100-rowsperthread), so searched
+                pair.append(replace(s, rows_per_thread=2))
+            for s in pair:
+                if not fits_job(ir, s, dims_list):
+                    continue
                 fitted = fit_tail(ir, s, dims_list)
                 for x in (fitted, shifted_twin(ir, fitted, dims_list)):
                     if x is not None:

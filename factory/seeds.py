@@ -122,7 +122,16 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
             out.append(s0)  # its tail fitted before its register cap is found
             if t == 32:  # a warp's row alone in its block too: 1-2% faster than four at
                 out.append(replace(s0, rows_per_block=1))  # 16384x768/x1000 (2026-12-04-h200-small)
-            if t < 32:  # blocks of 256 threads beside those of 128 (within 0.7% or slower
+            if t <= 32 and c <= 2:
+                # Two rows a row group at once where a thread holds at most two chunks of each
+                # (more would double a large register count): on an H100 the fastest or within
+                # 0.5% of it for RMSNorm, softmax and add+RMSNorm at 131072x160-256 as 16
+                # threads (blocks of 128), and for LayerNorm, RMSNorm and softmax at 65536x512
+                # as a warp (two warps a block), up to 2.5% ahead of the default
+                # (bench/results/2026-12-06-h100-rowsperthread).
+                r = s0.rows_per_block if t < 32 else 2
+                out.append(replace(s0, rows_per_thread=2, rows_per_block=r))
+            elif t < 32:  # blocks of 256 threads beside those of 128 (within 0.7% or slower
                 out.append(replace(s0, rows_per_block=256 // t))  # on an H100 so far)
             occ = _occupancy_variant(ptx_of, s0)
             if occ is not None:

@@ -826,3 +826,29 @@ def test_rows_of_a_warp_or_less_load_without_an_l2_policy(name):
     for n, threads, hint in [(100, 8, "nc"), (1000, 32, "nc"), (4096, 128, "nc_l2last")]:
         s = default_schedule(ir, {ir.batch_dims[0]: 65536, ir.row_dim: n})
         assert (s.threads_per_row, s.mode, s.load_hint) == (threads, "cached", hint)
+
+
+def test_short_rows_search_and_seed_two_rows_a_thread():
+    """Rows a warp or less holds: the space also holds each cached layout of 32 threads or fewer
+    (one row group a block) with two rows a thread, and the seeds hold one such layout where a
+    thread holds at most two chunks (16 threads at 200 columns, a warp at 512); rows past a
+    warp's reach (4096) and layouts of more than a warp get none."""
+    from factory.seeds import candidate_schedules
+
+    for name in ("layernorm", "softmax"):
+        ir = lower(load_catalogue()[name])
+        short = space(ir, [{"M": 131072, "N": 200}])
+        two = [s for s in short if s.rows_per_thread == 2]
+        assert two and all(
+            s.threads_per_row <= 32 and s.mode == "cached" and not s.persistent_blocks_per_sm
+            for s in two
+        )
+        assert {s.threads_per_row for s in two} >= {8, 16, 32}
+        assert all(s.rows_per_thread == 1 for s in space(ir, [{"M": 16384, "N": 4096}]))
+        seeds = {
+            n: [s.tag() for s in candidate_schedules(ir, {"M": 131072, "N": n})]
+            for n in (200, 512, 1000)
+        }
+        assert "ct16r8v8c2s2ni_nlno" in seeds[200], seeds[200]
+        assert "ct32r2v8c2s2_nlno" in seeds[512], seeds[512]
+        assert not any("s2" in t for t in seeds[1000]), seeds[1000]

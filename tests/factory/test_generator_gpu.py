@@ -438,7 +438,8 @@ def test_the_catalogue_matches_its_float64_reference_at_suite_and_heldout_shapes
 def short_row_cases():
     """Rows under a warp (4-16 threads each, several rows a warp): every catalogue operator's
     default layout at rows of 64, 100, 128, 200 and 256 elements, and the first uncapped layout
-    of each width in its space there, at 4099 rows (the last block's groups past the end switch
+    of each width in its space there (at 100 and 200 also the first of 8, 16 and 32 threads with
+    two rows a thread), at 4099 rows (the last block's groups past the end switch
     their stores off), and the default looping at 20483 rows in a persistent grid of two blocks
     per SM (the warp leaving the loop as one), the next row prefetched and per-column vectors
     held across rows; each layout also at rows of 300 (the stream path of a layout for short rows)
@@ -456,6 +457,11 @@ def short_row_cases():
             for t in (4, 8, 16):  # the first uncapped layout of each width in the space
                 sp = [s for s in space(ir, [dims]) if s.threads_per_row == t]
                 layouts += [s for s in sp if not s.min_threads_per_sm][:1]
+            for t in (8, 16, 32) if n in (100, 200) else ():  # and of two rows a thread
+                sp = [s for s in space(ir, [dims]) if s.threads_per_row == t]
+                layouts += [s for s in sp if s.rows_per_thread == 2 and not s.min_threads_per_sm][
+                    :1
+                ]
             for s in dict.fromkeys(layouts):
                 m = 20483 if s.persistent_blocks_per_sm else 4099
                 for length in (n, 300, 5):
