@@ -591,8 +591,17 @@ shortrows2)
         -p no:cacheprovider -q -rs -k rows_under_a_warp >"$OUT/pytest.txt" 2>&1
     tail -3 "$OUT/pytest.txt"
     ;;
+rowsperthread)
+    # ~1 min, run(carry=[".tailptx"]): several rows a thread (rows_per_thread) at rows of
+    # 160-512 bf16 beside the default and torch.compile, the set written on the CPU first by
+    # bench/results/2026-12-06-h100-rowsperthread/emit_rows_per_thread.py .tailptx/rpt
+    PYTHONPATH=. timeout 300 python3 -m bench.probe_tail --out "$OUT/rpt" --sets s=.tailptx/rpt \
+        --baselines torch_compile --reps 25 --deadline-s 280 \
+        --cases "$(cat .tailptx/rpt/cases)" >"$OUT/rpt.txt" 2>&1
+    sed -n 2,17p "$OUT/rpt.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|perwarp2|ragged|ties|rows512|shortrows2" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|perwarp2|ragged|ties|rows512|shortrows2|rowsperthread" >&2
     exit 2
     ;;
 esac
