@@ -967,9 +967,10 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
             )
             pair = [s]
             if t <= 32 and mode == "cached" and not p:
-                # two rows a row group holds at once: on an H100 at rows of 160-512 bf16, 0.5-2.5%
-                # faster than the same layout one row at a time where it won, up to 1.14x slower
-                # where it did not (bench/results/2026-12-06-h100-rowsperthread), so searched
+                # two rows a row group holds at once: on an H100 at rows of 160-512 bf16 the
+                # fastest of 8-10 layouts in 10 of 16 cases, 0.2-2.4% ahead of the fastest one
+                # row at a time, and up to 8% behind it in others (LayerNorm at 160 columns;
+                # bench/results/2026-12-06-h100-rowsperthread): searched, not a default
                 pair.append(replace(s, rows_per_thread=2))
             for s in pair:
                 if not fits_job(ir, s, dims_list):

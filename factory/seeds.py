@@ -124,10 +124,11 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
                 out.append(replace(s0, rows_per_block=1))  # 16384x768/x1000 (2026-12-04-h200-small)
             if t <= 32 and c <= 2:
                 # Two rows a row group at once where a thread holds at most two chunks of each
-                # (more would double a large register count): on an H100 the fastest or within
-                # 0.5% of it for RMSNorm, softmax and add+RMSNorm at 131072x160-256 as 16
-                # threads (blocks of 128), and for LayerNorm, RMSNorm and softmax at 65536x512
-                # as a warp (two warps a block), up to 2.5% ahead of the default
+                # (more would double a large register count). On an H100, 16 threads a row in
+                # blocks of 128 were the fastest layout timed or within 0.6% of it for RMSNorm,
+                # softmax and add+RMSNorm at 131072x160/200/256 but RMSNorm at 256 (1.6%), and
+                # a warp a row in blocks of two warps within 0.3% at 65536x512 for all four;
+                # LayerNorm at 160 and 200 was 11% and 2.4% slower that way
                 # (bench/results/2026-12-06-h100-rowsperthread).
                 r = s0.rows_per_block if t < 32 else 2
                 out.append(replace(s0, rows_per_thread=2, rows_per_block=r))
