@@ -121,6 +121,7 @@ LAYOUT_FIELDS = (
     "persistent_blocks_per_sm",
     "min_threads_per_sm",
     "mode",
+    "rows_per_thread",
 )
 
 
@@ -131,6 +132,7 @@ def layout_features(s: dict, rows: float, row_len: float) -> list[float]:
     cluster = _num(s, "cluster_blocks", 1.0)
     rpb = _num(s, "rows_per_block", 1.0)
     tpb = tpr * rpb / cluster
+    k = _num(s, "rows_per_thread", 1.0)  # rows each row group holds at once
     vec = _num(s, "vec_elems", 8.0)
     chunks = _num(s, "chunks", 1.0)
     persistent = _num(s, "persistent_blocks_per_sm", 0.0)
@@ -138,7 +140,7 @@ def layout_features(s: dict, rows: float, row_len: float) -> list[float]:
     per_sm = max(1.0, min(float(MAX_BLOCKS_PER_SM), math.floor(resident / tpb)))
     if persistent:
         per_sm = min(per_sm, persistent)
-    blocks = NUM_SMS * persistent if persistent else math.ceil(rows / rpb) * cluster
+    blocks = NUM_SMS * persistent if persistent else math.ceil(rows / (rpb * k)) * cluster
     waves = blocks / (NUM_SMS * per_sm)
     span = tpr * vec  # elements one step of the row's threads covers
     cached = s.get("mode") == "cached"
@@ -150,8 +152,8 @@ def layout_features(s: dict, rows: float, row_len: float) -> list[float]:
         math.log2(max(waves, 1e-3)),
         waves / math.ceil(waves),
         math.log2(max(iterations, 1e-3)),
-        math.log2(per_sm * tpb * vec * chunks),
-        math.log2(per_sm * rpb / cluster),
+        math.log2(per_sm * tpb * vec * chunks * k),
+        math.log2(per_sm * rpb * k / cluster),
         fits,
         idle,
         math.log2(row_len / tpr),

@@ -105,3 +105,23 @@ def test_predicting_many_schedules_at_once_gives_each_ones_prediction():
     assert np.allclose(many, one, rtol=1e-12, atol=0)
     assert len(set(np.round(many, 6))) > 10  # (not one value for all)
     assert CostModel().predict_many(scheds[:3], dims, nbytes) == [roofline_us(nbytes)] * 3
+
+
+def test_rows_held_by_a_thread_count_in_the_grid_and_in_flight():
+    """Two rows a thread: half the blocks for the same rows, twice the rows and the elements in
+    flight per SM of one row a thread; a schedule without the field is one row a thread."""
+    from factory.costmodel import layout_features
+
+    one = {
+        "threads_per_row": 16,
+        "rows_per_block": 8,
+        "vec_elems": 8,
+        "chunks": 2,
+        "mode": "cached",
+    }
+    f1 = layout_features(one, 131072, 200)
+    f2 = layout_features(one | {"rows_per_thread": 2}, 131072, 200)
+    assert f1 == layout_features(one | {"rows_per_thread": 1}, 131072, 200)
+    assert math.isclose(f2[1], f1[1] - 1)  # log2 waves: half the blocks
+    assert math.isclose(f2[4], f1[4] + 1) and math.isclose(f2[5], f1[5] + 1)
+    assert f2[0] == f1[0] and f2[6:] == f1[6:]  # same block, same row coverage
