@@ -6,7 +6,8 @@ first 180 cases failed: masked softmax with online max/sum) found the rounding b
 (2026-12-03). Here a fixed sample of 48, so that a failure reproduces, 24 more with
 split_paths (1000 such draws passed on 2026-12-04), and 16 rows held in registers at lengths
 their layout does not suit (longer: the long-row path; under half: idle chunks), as a job of
-several row lengths runs them (400 such draws passed on 2026-12-05)."""
+several row lengths runs them (400 such draws passed on 2026-12-05), and 16 with several rows
+a thread."""
 
 from __future__ import annotations
 
@@ -115,9 +116,33 @@ def _sample_beyond(n: int, seed: int = 20261205):
     return out
 
 
+def _sample_rows(n: int, seed: int = 20261206):
+    """Draws as above with several rows a thread (2 or 4, one row group a block), joined or one
+    copy of the row's code per path, where that is valid: 1-3 rows, so most of a block's rows
+    are past the end (620 such draws passed on 2026-12-06)."""
+    rng = random.Random(seed)
+    cat = load_catalogue()
+    out = []
+    while len(out) < n:
+        case = random_case(rng)
+        if case is None:
+            continue
+        name, s, dims = case
+        s = replace(
+            s,
+            rows_per_thread=rng.choice([2, 4]),
+            persistent_blocks_per_sm=0,
+            prefetch_rows=False,
+            split_paths=rng.choice([False, True]),
+        )
+        if is_valid(lower(cat[name]), s, dims)[0]:
+            out.append((name, s, dims, rng.randrange(1 << 16)))
+    return out
+
+
 @pytest.mark.parametrize(
     ("name", "schedule", "dims", "seed"),
-    _sample(48) + _sample_split(24) + _sample_beyond(16),
+    _sample(48) + _sample_split(24) + _sample_beyond(16) + _sample_rows(16),
     ids=lambda v: v.tag() if isinstance(v, Schedule) else None,
 )
 def test_a_random_valid_schedule_computes_the_reference(name, schedule, dims, seed):
