@@ -82,9 +82,8 @@ def _sample(n: int, seed: int = 20261203):
     return out
 
 
-def _sample_split(n: int, seed: int = 20261204):
-    """Draws as above whose rows are held in registers, each with one copy of the row's code per
-    path (split_paths), where that is valid."""
+def _redrawn(n: int, seed: int, change):
+    """Draws as above, each changed by change(rng, schedule), kept where the change is valid."""
     rng = random.Random(seed)
     cat = load_catalogue()
     out = []
@@ -93,10 +92,16 @@ def _sample_split(n: int, seed: int = 20261204):
         if case is None:
             continue
         name, s, dims = case
-        s = replace(s, split_paths=True)
+        s = change(rng, s)
         if is_valid(lower(cat[name]), s, dims)[0]:
             out.append((name, s, dims, rng.randrange(1 << 16)))
     return out
+
+
+def _sample_split(n: int, seed: int = 20261204):
+    """Draws whose rows are held in registers, each with one copy of the row's code per path
+    (split_paths), where that is valid."""
+    return _redrawn(n, seed, lambda rng, s: replace(s, split_paths=True))
 
 
 def _sample_beyond(n: int, seed: int = 20261205):
@@ -117,27 +122,20 @@ def _sample_beyond(n: int, seed: int = 20261205):
 
 
 def _sample_rows(n: int, seed: int = 20261206):
-    """Draws as above with several rows a thread (2 or 4, one row group a block), joined or one
-    copy of the row's code per path, where that is valid: 1-3 rows, so most of a block's rows
-    are past the end (620 such draws passed on 2026-12-06)."""
-    rng = random.Random(seed)
-    cat = load_catalogue()
-    out = []
-    while len(out) < n:
-        case = random_case(rng)
-        if case is None:
-            continue
-        name, s, dims = case
-        s = replace(
+    """Draws with several rows a thread (2 or 4, one row group a block), joined or one copy of
+    the row's code per path, where that is valid: 1-3 rows, so most of a block's rows are past
+    the end (620 such draws passed on 2026-12-06)."""
+
+    def change(rng, s):
+        return replace(
             s,
             rows_per_thread=rng.choice([2, 4]),
             persistent_blocks_per_sm=0,
             prefetch_rows=False,
             split_paths=rng.choice([False, True]),
         )
-        if is_valid(lower(cat[name]), s, dims)[0]:
-            out.append((name, s, dims, rng.randrange(1 << 16)))
-    return out
+
+    return _redrawn(n, seed, change)
 
 
 @pytest.mark.parametrize(
