@@ -600,8 +600,16 @@ rowsperthread)
         --cases "$(cat .tailptx/rpt/cases)" >"$OUT/rpt.txt" 2>&1
     sed -n 2,17p "$OUT/rpt.txt"
     ;;
+tailwarp)
+    # ~1 min, run(carry=[".tailptx/tw"]): a warp a row of one chunk a lane at rows it does not
+    # fill, under each tail (bench/results/2026-12-06-cpu-tailwarp: written, not yet run)
+    PYTHONPATH=. timeout 200 python3 -m bench.probe_tail --out "$OUT/tw" --sets t=.tailptx/tw \
+        --baselines torch_compile --reps 15 --deadline-s 180 \
+        --cases "$(cat .tailptx/tw/cases)" >"$OUT/tw.txt" 2>&1
+    sed -n 2,7p "$OUT/tw.txt"
+    ;;
 *)
-    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|perwarp2|ragged|ties|rows512|shortrows2|rowsperthread" >&2
+    echo "usage: OUT=DIR bash bench/gpu_pending.sh loop|suite|hold|norms|explore|explore2|explore4|final|final2|gputests|longrow|baselines|compiled|drain|mover|movers|clusters|onevec|gap|bulk|place|softmaxw|run17|regrms|foreign|shared|protocol|accsplit|packed|tail|breadth|shift|shortrows|narrow|perrow|perwarp|perwarp2|ragged|ties|rows512|shortrows2|rowsperthread|tailwarp" >&2
     exit 2
     ;;
 esac
