@@ -56,6 +56,10 @@ for name in ("layernorm", "rmsnorm"):
     for n in (256, 200):
         d = {"M": 131072, "N": n}
         base = default_schedule(ir, d)
+
+        def warp(ir=ir, base=base, d=d, **kw):  # a warp a row, one chunk a lane
+            return fit_tail(ir, replace(base, threads_per_row=32, chunks=1, **kw), [d])
+
         cands = {
             "default": base,
             "ct16r8s2": fit_tail(
@@ -63,42 +67,9 @@ for name in ("layernorm", "rmsnorm"):
                 replace(base, threads_per_row=16, chunks=2, rows_per_block=8, rows_per_thread=2),
                 [d],
             ),
-            "ct32r1c1s4": fit_tail(
-                ir,
-                replace(
-                    base,
-                    threads_per_row=32,
-                    chunks=1,
-                    rows_per_block=1,
-                    rows_per_thread=4,
-                    split_paths=False,
-                ),
-                [d],
-            ),
-            "ct32r1c1s4 split": fit_tail(
-                ir,
-                replace(
-                    base,
-                    threads_per_row=32,
-                    chunks=1,
-                    rows_per_block=1,
-                    rows_per_thread=4,
-                    split_paths=True,
-                ),
-                [d],
-            ),
-            "ct32r4c1 (old default)": fit_tail(
-                ir,
-                replace(
-                    base,
-                    threads_per_row=32,
-                    chunks=1,
-                    rows_per_block=4,
-                    rows_per_thread=1,
-                    split_paths=False,
-                ),
-                [d],
-            ),
+            "ct32r1c1s4": warp(rows_per_block=1, rows_per_thread=4, split_paths=False),
+            "ct32r1c1s4 split": warp(rows_per_block=1, rows_per_thread=4, split_paths=True),
+            "ct32r4c1 (old default)": warp(rows_per_block=4, rows_per_thread=1, split_paths=False),
         }
         for lab, s in cands.items():
             print(
