@@ -654,20 +654,8 @@ def is_valid(
         return False, "more partial accumulators than elements per thread per pass"
     if s.rows_per_thread not in ROWS_PER_THREAD:
         return False, f"rows_per_thread must be one of {ROWS_PER_THREAD}"
-    if s.rows_per_thread > 1 and (
-        s.mode != "cached"
-        or s.flat
-        or s.threads_per_row > 32
-        or s.persistent_blocks_per_sm
-        or s.prefetch_rows
-        or s.cluster_blocks > 1
-        or s.tail == "shifted"
-    ):
-        return (
-            False,
-            "rows_per_thread needs the cached mode, rows of a warp or less and one row group "
-            "per block (no persistent grid, prefetch, tiles or cluster), not the shifted tail",
-        )
+    if not rows_per_thread_ok(s):
+        return False, ROWS_PER_THREAD_RULE
     if s.early_gather and not ir.gathers:
         return False, "early_gather needs a gathered input"
     if s.packed_max and not (s.online and packed_pairs(ir)):
@@ -715,6 +703,26 @@ def _sub_warp_reason(ir: KernelIR, s: Schedule, dims: dict[str, int]) -> str:
     if not short_row(ir, n):
         return f"a row of {n} fills more than a round of a warp's 16-byte chunks: a warp or more"
     return ""
+
+
+ROWS_PER_THREAD_RULE = (
+    "rows_per_thread needs the cached mode, rows of a warp or less and one row group per block "
+    "(no persistent grid, prefetch, tiles or cluster), not the shifted tail"
+)
+
+
+def rows_per_thread_ok(s: Schedule) -> bool:
+    """Whether `s` may hold several rows a thread (ROWS_PER_THREAD_RULE; the emitter's rule
+    too); any layout of one row a thread may."""
+    return s.rows_per_thread == 1 or not (
+        s.mode != "cached"
+        or s.flat
+        or s.threads_per_row > 32
+        or s.persistent_blocks_per_sm
+        or s.prefetch_rows
+        or s.cluster_blocks > 1
+        or s.tail == "shifted"
+    )
 
 
 def holds_cols(s: Schedule) -> bool:
@@ -965,17 +973,15 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
                 col_groups=grp,
                 packed_max=pk,
             )
-            pair = [s]
-            if t <= 32 and mode == "cached" and not p:
-                # two rows a row group holds at once: on an H100 at rows of 160-512 bf16 the
-                # fastest of 8-10 layouts in 10 of 16 cases, 0.2-2.4% ahead of the fastest one
-                # row at a time, and up to 8% behind it in others (LayerNorm at 160 columns;
-                # bench/results/2026-12-06-h100-rowsperthread): searched, not a default
-                pair.append(replace(s, rows_per_thread=2))
-            for s in pair:
-                if not fits_job(ir, s, dims_list):
+            # Beside it, two rows a row group holds at once, where a layout may: on an H100 at
+            # rows of 160-512 bf16 the fastest of 8-10 layouts in 10 of 16 cases, 0.2-2.4% ahead
+            # of the fastest one row at a time, and up to 8% behind it in others (LayerNorm at
+            # 160 columns; bench/results/2026-12-06-h100-rowsperthread): searched, not a default
+            two = replace(s, rows_per_thread=2)
+            for lay in [s, two] if rows_per_thread_ok(two) else [s]:
+                if not fits_job(ir, lay, dims_list):
                     continue
-                fitted = fit_tail(ir, s, dims_list)
+                fitted = fit_tail(ir, lay, dims_list)
                 for x in (fitted, shifted_twin(ir, fitted, dims_list)):
                     if x is not None:
                         out += [x] + [y for y in [split_twin(ir, x, dims_list)] if y is not None]

@@ -43,7 +43,14 @@ from factory.ir import (
     TensorRef,
     reduction_aliases,
 )
-from factory.schedules import NUM_SMS, Schedule, holds_cols, packed_pairs
+from factory.schedules import (
+    NUM_SMS,
+    ROWS_PER_THREAD_RULE,
+    Schedule,
+    holds_cols,
+    packed_pairs,
+    rows_per_thread_ok,
+)
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
@@ -174,19 +181,8 @@ class RowKernel:
             # the cluster step follows the shared-memory step across a block's warps
             raise EmitError("a cluster row needs at least two warps per block")
         self.K = s.rows_per_thread  # rows each row group holds at once (_rows_body)
-        if self.K > 1 and (
-            s.mode != "cached"
-            or s.flat
-            or self.T > 32
-            or s.persistent_blocks_per_sm
-            or s.prefetch_rows
-            or self.C > 1
-            or s.tail == "shifted"
-        ):
-            raise EmitError(
-                "several rows a thread need the cached mode, rows of a warp or less and one row "
-                "group per block, not the shifted tail"
-            )
+        if not rows_per_thread_ok(s):
+            raise EmitError(ROWS_PER_THREAD_RULE)
         self.fast = s.fast_math
         self.path = None  # under split_paths, the path whose copy of the row is being emitted
         self.mode = "cached"  # the row path being emitted (_row_body sets it)
@@ -745,16 +741,16 @@ class RowKernel:
             self._row_body(mode)
             return
         b = self.b
-        keys = ("row", "row_ok", "is_t0", "rowptr", "tptr", "rowscalar_vals", "index_vals")
+        per_row = ("rowptr", "tptr", "rowscalar_vals", "index_vals")  # what _row_pointers sets
         loaded = []
         for j, slot in enumerate(self.slots):
             b.comment(f"row {j + 1} of this thread's {self.K}")
             self.row, self.row_ok, self.is_t0 = slot["row"], slot["row_ok"], slot["is_t0"]
-            for k in ("rowptr", "tptr", "rowscalar_vals", "index_vals"):
+            for k in per_row:
                 setattr(self, k, dict(getattr(self, k)))
             self._row_pointers(self.tensor_list)
             held = self._row_loads() if mode == "cached" else None
-            state = {k: getattr(self, k) for k in keys}
+            state = {k: getattr(self, k) for k in ("row", "row_ok", "is_t0", *per_row)}
             if held is None:
                 self._row_body(mode)
             else:
