@@ -442,6 +442,7 @@ def flat_ok(ir: KernelIR, s: Schedule) -> bool:
         elementwise(ir)
         and s.mode == "cached"
         and s.rows_per_block == 1
+        and s.rows_per_thread == 1
         and not s.persistent_blocks_per_sm
         and not s.prefetch_rows
         and s.cluster_blocks == 1

@@ -852,3 +852,10 @@ def test_short_rows_search_and_seed_two_rows_a_thread():
         assert "ct16r8v8c2s2ni_nlno" in seeds[200], seeds[200]
         assert "ct32r2v8c2s2_nlno" in seeds[512], seeds[512]
         assert not any("s2" in t for t in seeds[1000]), seeds[1000]
+    # an elementwise row that 32-byte chunks leave misaligned is walked as tiles where a layout
+    # may (one row a thread); its two-rows layouts keep rows, each fitted and valid
+    ir = lower(load_catalogue()["gelu_tanh"])
+    job = [{"M": 4096, "N": 1000}]
+    sp = space(ir, job)
+    assert any(s.flat for s in sp) and any(s.rows_per_thread == 2 for s in sp)
+    assert all(fits_job(ir, s, job) for s in sp if s.rows_per_thread == 2 or s.flat)
