@@ -153,7 +153,7 @@ final)
         --deadline-s 120 >"$OUT/direct.txt" 2>&1
     grep -v "^\[" "$OUT/direct.txt" | tail -5
     python3 -m bench.suite --make-plan "$OUT/plan-next.json" --top 3 --plan-from \
-        "${FROM:-bench/results/2026-12-03-h200-suite5/run1-plan-m},$(ls -d "$OUT"/direct/*-h200)"
+        "${FROM:-bench/results/2026-12-03-h200-suite5/run1-plan-m},$(ls -d "$OUT"/direct/*-*/ | head -1)"
     python3 -m bench.suite --out "$OUT/suite" --plan "$OUT/plan-next.json" \
         ${SUITE_OPS:+--ops "$SUITE_OPS"} \
         --shapes 3 --baselines torch_eager,torch_compile,triton --max-autotune --budget-s 0.3 \
@@ -424,7 +424,7 @@ ties)
             --budget-s "${BUDGET:-0.3}" --deadline-s 120 >"$OUT/ties/run$k.txt" 2>&1
         tail -3 "$OUT/ties/run$k.txt"
     done
-    python3 -m bench.repeats "$OUT"/ties/run*/*-h200 --out "$OUT/ties/repeats.md" | tail -12
+    python3 -m bench.repeats "$OUT"/ties/run*/*-*/ --out "$OUT/ties/repeats.md" | tail -12
     ;;
 tail)
     # ~8 min: ragged rows (bench/probe_tail.py): the kernels of two emitters, emitted on the CPU

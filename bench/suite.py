@@ -9,7 +9,7 @@ per operator with the baselines, and hands it to `gpuworker.run_batch`, which ve
 entrant at every shape and held-out shape, measures the copy ceiling, and times candidates and
 baselines interleaved on the same inputs. The fastest verified candidate per shape is "ours".
 Raw results (one JSON per operator, written as soon as it finishes), `table.md` and `chart.html`
-land in `<out>/<date>-h200/`.
+land in `<out>/<date>-<card>/`, the card's model as nvidia-smi names it (h200, h100).
 
 Options: --max-autotune adds torch.compile(mode="max-autotune") (minutes of compiling);
 --ops/--shapes N narrow the run; --budget-s sets the timing budget per entrant; --direct times
@@ -23,6 +23,7 @@ import glob
 import json
 import math
 import os
+import re
 import sys
 import time
 import uuid
@@ -220,6 +221,26 @@ def build_batch(
 # ---------------------------------------------------------------- the run
 
 
+def card_slug(name: str | None = None) -> str:
+    """The results folder's card suffix: "h200" for "NVIDIA H200", "h100" for "NVIDIA H100 80GB
+    HBM3"; nvidia-smi asked when no name is given (no CUDA in this process), "gpu" if it answers
+    nothing usable, so a run on another card never lands in a folder named for the H200."""
+    if name is None:
+        import subprocess
+
+        try:
+            name = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "--id=0"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout
+        except (OSError, subprocess.SubprocessError):
+            name = ""
+    m = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", name or "")
+    return m.group(1).lower() if m else "gpu"
+
+
 def baseline_names(args) -> list[str]:
     """--baselines, with max-autotune added under --max-autotune (worker and direct runs alike)."""
     baselines = [b for b in args.baselines.split(",") if b]
@@ -233,7 +254,7 @@ def run_suite(args) -> int:
 
     cat = _catalogue()
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
-    out_dir = os.path.join(args.out, f"{stamp}-h200")
+    out_dir = os.path.join(args.out, f"{stamp}-{card_slug()}")
     os.makedirs(out_dir, exist_ok=True)
     baselines = baseline_names(args)
     t0 = time.monotonic()
@@ -579,7 +600,7 @@ def main_direct(args) -> int:
     bench = Bench()
     env = environment()
     stamp = env["started_at"][:10]
-    out_dir = os.path.join(args.out, f"{stamp}-h200")
+    out_dir = os.path.join(args.out, f"{stamp}-{card_slug()}")
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.monotonic()
     ceiling = bench.copy_ceiling_tbps()

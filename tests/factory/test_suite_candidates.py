@@ -254,3 +254,19 @@ def test_rows_under_a_warp_get_starting_layouts_of_fewer_threads(name, n, widths
         assert s.threads_per_row < 32 and is_valid(ir, s, dims)[0], s.tag()
         rep = suite.compile_cached(emit(ir, s).ptx)
         assert rep.ok and rejection_reason(rep, s.threads_per_block) == "", s.tag()
+
+
+@pytest.mark.parametrize(
+    "name, slug",
+    [
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H100 80GB HBM3", "h100"),
+        ("NVIDIA A100-SXM4-80GB", "a100"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GH200 480GB", "gh200"),
+        ("", "gpu"),
+        ("No devices were found", "gpu"),
+    ],
+)
+def test_the_results_folder_is_named_for_the_card_that_ran(name, slug):
+    assert suite.card_slug(name) == slug
