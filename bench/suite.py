@@ -600,7 +600,7 @@ def main_direct(args) -> int:
     bench = Bench()
     env = environment()
     stamp = env["started_at"][:10]
-    out_dir = os.path.join(args.out, f"{stamp}-{card_slug()}")
+    out_dir = os.path.join(args.out, f"{stamp}-{card_slug(env['gpu'])}")
     os.makedirs(out_dir, exist_ok=True)
     t0 = time.monotonic()
     ceiling = bench.copy_ceiling_tbps()
