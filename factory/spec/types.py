@@ -55,12 +55,19 @@ class Tolerance:
 class KernelParam:
     """How one parameter of a kernel's entry point binds to the workload.
     kind: "tensor" (a device pointer to the input or output named `name`), "dim" (the value of
-    dim `name` as `ptx_type` u32/u64/s32), or "scalar" (the constant `value` as f32/f64)."""
+    dim `name` as `ptx_type` u32/u64/s32), "scalar" (the constant `value` as f32/f64), or
+    "tmap" (a 128-byte CUtensorMap passed by value, `ptx_type` "b8x128": a tiled map over the
+    row-major tensor `name` whose extents are the dim expressions `dims`, innermost first, read
+    in boxes of `box` elements, innermost first, with a `swizzle` of 0/32/64/128 bytes; the GPU
+    worker encodes it with gpuworker.tensormap)."""
 
     kind: str
     ptx_type: str
     name: str = ""
     value: float = 0.0
+    box: tuple[int, ...] = ()
+    dims: tuple[str, ...] = ()
+    swizzle: int = 0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,665 @@
+"""The Hopper (sm_90a) GEMM emitter: TMA loads, an mbarrier ring, wgmma, a fused epilogue.
+
+One CTA = 1 producer warpgroup + `consumers` consumer warpgroups (see schedule.py for the plan).
+
+Shared memory, from a 1024-byte aligned base (the 128-byte swizzle repeats every 8 rows of 128
+bytes, and the wgmma descriptors assume that period starts on a 1024-byte boundary):
+  A ring:  stages x (tile_m rows x 128 bytes)          row r of a k-block of A at r*128
+  B ring:  stages x (b_rows rows x 128 bytes)          B stored [N, K]: row n holds 64 k values
+  full[stages], empty[stages]: 8-byte mbarriers
+Each 128-byte row holds 64 bf16 of K; the TMA writes its 16-byte chunk c at chunk c ^ (r % 8)
+(CU_TENSOR_MAP_SWIZZLE_128B), which is the layout wgmma's 128-byte swizzle mode reads.
+
+wgmma shared-memory descriptor (64 bits) of a K-major operand with 128-byte swizzle:
+  bits  0-13  start address >> 4
+  bits 16-29  leading byte offset >> 4 (unused for swizzled K-major layouts; 1 by convention)
+  bits 32-45  stride byte offset >> 4: 1024 bytes between groups of 8 rows -> 64
+  bits 62-63  swizzle mode: 1 = 128-byte
+Stepping K by 16 elements inside the 64-wide k-block adds 32 bytes to the start address: the
+hardware applies the XOR swizzle to the final address, so the chunks stay where the TMA put them.
+
+Accumulator fragment of m64nNk16 (f32), thread t of a warpgroup (warp w = t / 32, lane l): register
+4j + 2h + e holds row 16w + l/4 + 8h, column 8j + 2(l % 4) + e (j < N/8, h, e in {0, 1}).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from factory.emit import ops
+from factory.emit.ptx import Builder, EmitError, f32_literal
+from factory.families.matmul.ir import ACC, ACC2, GemmIR
+from factory.families.matmul.schedule import NUM_SMS, PRODUCER_REGS, GemmSchedule, is_valid
+from factory.spec import expr as E
+from factory.spec.types import KernelParam, Launch
+
+PTX_VERSION = "8.5"
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+WGMMA_TYPE = {"bf16": "bf16", "fp16": "f16"}
+# Descriptor bits that do not depend on the address: LBO = 1, SBO = 1024 >> 4, 128-byte swizzle.
+DESC_CONST = (1 << 16) | (64 << 32) | (1 << 62)
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """Same shape as factory.emit.rowkernel.Emitted (ptx, entry, params, launch)."""
+
+    ptx: str
+    entry: str
+    params: tuple[KernelParam, ...]
+    launch: Launch
+
+
+def tmap_param(name: str, tensor: str, box: tuple[int, int], dims: tuple[str, str],
+               swizzle: int = 128) -> KernelParam:
+    """A CUtensorMap kernel parameter: a 2D tiled map over `tensor` (row-major), innermost dim
+    first, box in elements, 128-byte swizzle."""
+    del name  # binding is positional; the PTX parameter's name is the emitter's business
+    return KernelParam("tmap", "b8x128", tensor, 0.0, box=tuple(box), dims=tuple(dims),
+                       swizzle=swizzle)
+
+
+def launch_for(ir: GemmIR, s: GemmSchedule) -> Launch:
+    tiles = f"ceildiv({ir.m}, {s.tile_m}) * ceildiv({ir.n}, {s.tile_n})"
+    grid = f"min({tiles}, {NUM_SMS})" if s.persistent else tiles
+    return Launch(grid=(grid, 1, 1), block=(s.threads(), 1, 1), smem_bytes=s.smem_bytes(ir))
+
+
+class _Epilogue:
+    """Evaluates the outputs' expressions for one accumulator element."""
+
+    def __init__(self, b: Builder, ir: GemmIR, fast: bool):
+        self.b, self.ir, self.fast = b, ir, fast
+
+    def value(self, node: E.Node, env: dict[str, str], memo: dict) -> str:
+        if node in memo:
+            return memo[node]
+        b = self.b
+        if isinstance(node, E.Input):
+            r = env[node.name]
+        elif isinstance(node, E.Const):
+            r = b.const_f32(node.value)
+        elif isinstance(node, E.Unary):
+            r = ops.UNARY[node.op](b, self.value(node.x, env, memo), self.fast)
+        elif isinstance(node, E.Binary):
+            x = self.value(node.a, env, memo)
+            if node.op == "pow":
+                if not isinstance(node.b, E.Const):
+                    raise EmitError("pow needs a constant exponent")
+                r = ops.pow_const(b, x, node.b.value, self.fast)
+            else:
+                r = ops.BINARY[node.op](b, x, self.value(node.b, env, memo), self.fast)
+        elif isinstance(node, E.Compare):
+            r = ops.compare(b, node.op, self.value(node.a, env, memo),
+                            self.value(node.b, env, memo))
+        elif isinstance(node, E.Where):
+            p = self.value(node.cond, env, memo)
+            r = b.reg("f32")
+            b.op(f"selp.f32 {r}, {self.value(node.a, env, memo)}, "
+                 f"{self.value(node.b, env, memo)}, {p}")
+        elif isinstance(node, E.Cast):
+            r = ops.cast_round(b, self.value(node.x, env, memo), node.to)
+        else:
+            raise EmitError(f"{type(node).__name__} is not elementwise")
+        memo[node] = r
+        return r
+
+
+def _cvt_in(b: Builder, dtype: str, word: str, pair: bool) -> list[str]:
+    """f32 registers of a loaded input: a b32 holding two 16-bit values (pair) or one value."""
+    if dtype == "fp32":
+        return [word] if not pair else word  # caller passes a list for fp32 pairs
+    outs = []
+    if dtype == "bf16":
+        if pair:
+            lo, hi = b.reg("b32"), b.reg("b32")
+            b.op(f"shl.b32 {lo}, {word}, 16")
+            b.op(f"and.b32 {hi}, {word}, -65536")
+            for w in (lo, hi):
+                f = b.reg("f32")
+                b.op(f"mov.b32 {f}, {w}")
+                outs.append(f)
+        else:
+            f = b.reg("f32")
+            b.op(f"cvt.f32.bf16 {f}, {word}")
+            outs.append(f)
+    else:
+        if pair:
+            h0, h1 = b.reg("b16"), b.reg("b16")
+            b.op(f"mov.b32 {{{h0}, {h1}}}, {word}")
+            for h in (h0, h1):
+                f = b.reg("f32")
+                b.op(f"cvt.f32.f16 {f}, {h}")
+                outs.append(f)
+        else:
+            f = b.reg("f32")
+            b.op(f"cvt.f32.f16 {f}, {word}")
+            outs.append(f)
+    return outs
+
+
+def emit(ir: GemmIR, s: GemmSchedule, arch: str = "sm_90a") -> Emitted:
+    why = is_valid(ir, s)
+    assert why is None, why
+    if arch != "sm_90a":
+        raise EmitError("the wgmma path needs sm_90a")
+    return _Kernel(ir, s).render()
+
+
+class _Kernel:
+    def __init__(self, ir: GemmIR, s: GemmSchedule):
+        self.ir, self.s = ir, s
+        self.b = Builder()
+        self.entry = f"{ir.name}_wgmma_{s.tile_m}x{s.tile_n}_s{s.stages}"
+        self.two = ir.b2 is not None
+        self.a_bytes = s.tile_m * 128  # one stage of A
+        self.b_bytes = s.b_rows(ir) * 128  # one stage of B (and B2)
+        self.n_acc = s.acc_regs(ir) // (2 if self.two else 1)  # registers per accumulator
+
+    # ---- helpers -------------------------------------------------------------------------
+    def op(self, t: str) -> None:
+        self.b.op(t)
+
+    def r32(self) -> str:
+        return self.b.reg("b32")
+
+    def r64(self) -> str:
+        return self.b.reg("b64")
+
+    def pred(self) -> str:
+        return self.b.reg("pred")
+
+    def wait(self, bar: str, parity: str) -> None:
+        """Spin until the mbarrier at shared address `bar` has completed the phase of `parity`."""
+        b = self.b
+        lab = b.new_label("wait")
+        p = self.pred()
+        b.label(lab)
+        self.op(f"mbarrier.try_wait.parity.shared::cta.b64 {p}, [{bar}], {parity}")
+        self.op(f"@!{p} bra {lab}")
+
+    def tile_coords(self, t: str) -> tuple[str, str]:
+        """(tile row, tile column) of linear tile index t in the grouped order: tiles run down
+        `group_m` tile rows, then across, so the CTAs of one wave share A rows and B columns."""
+        g = self.s.group_m
+        per_group = self.r32()
+        self.op(f"mul.lo.u32 {per_group}, %tiles_n, {g}")
+        grp = self.r32()
+        self.op(f"div.u32 {grp}, {t}, {per_group}")
+        first = self.r32()
+        self.op(f"mul.lo.u32 {first}, {grp}, {g}")
+        rows = self.r32()
+        self.op(f"sub.u32 {rows}, %tiles_m, {first}")
+        self.op(f"min.u32 {rows}, {rows}, {g}")
+        within = self.r32()
+        self.op(f"mul.lo.u32 {within}, {grp}, {per_group}")
+        self.op(f"sub.u32 {within}, {t}, {within}")
+        tm, tn = self.r32(), self.r32()
+        self.op(f"rem.u32 {tm}, {within}, {rows}")
+        self.op(f"add.u32 {tm}, {tm}, {first}")
+        self.op(f"div.u32 {tn}, {within}, {rows}")
+        return tm, tn
+
+    def advance(self) -> None:
+        """Next ring slot; the phase bit flips on wrap-around."""
+        p = self.pred()
+        self.op(f"add.u32 %stage, %stage, 1")
+        self.op(f"setp.eq.u32 {p}, %stage, {self.s.stages}")
+        self.op(f"@{p} mov.u32 %stage, 0")
+        self.op(f"@{p} xor.b32 %phase, %phase, 1")
+
+    # ---- the kernel ----------------------------------------------------------------------
+    def render(self) -> Emitted:
+        ir, s, b = self.ir, self.s, self.b
+        params: list[KernelParam] = []
+        plist: list[str] = []
+        maps = [("a_map", ir.a.name, s.tile_m, ir.m), ("b_map", ir.b.name, s.tile_n, ir.n)]
+        if self.two:
+            maps.append(("b2_map", ir.b2.name, s.tile_n, ir.n))
+        for pname, tensor, rows, outer in maps:
+            params.append(tmap_param(pname, tensor, (64, rows), (ir.k, outer)))
+            plist.append(f".param .align 64 .b8 {pname}[128]")
+        for o in ir.outputs:
+            params.append(KernelParam("tensor", "u64", o.name))
+            plist.append(f".param .u64 out_{o.name}")
+        for i in ir.inputs:
+            params.append(KernelParam("tensor", "u64", i.name))
+            plist.append(f".param .u64 in_{i.name}")
+        for d in (ir.m, ir.n, ir.k):
+            params.append(KernelParam("dim", "u32", d))
+        plist += [".param .u32 dim_m", ".param .u32 dim_n", ".param .u32 dim_k"]
+
+        maxnreg = min(248, 65536 // s.threads() // 8 * 8)
+        creg = s.consumer_regs()
+
+        b.comment("load dims, tile counts, shared-memory layout")
+        self.op("ld.param.u32 %M, [dim_m]")
+        self.op("ld.param.u32 %N, [dim_n]")
+        self.op("ld.param.u32 %K, [dim_k]")
+        self.op(f"add.u32 %tiles_m, %M, {s.tile_m - 1}")
+        self.op(f"div.u32 %tiles_m, %tiles_m, {s.tile_m}")
+        self.op(f"add.u32 %tiles_n, %N, {s.tile_n - 1}")
+        self.op(f"div.u32 %tiles_n, %tiles_n, {s.tile_n}")
+        self.op("mul.lo.u32 %tiles, %tiles_m, %tiles_n")
+        self.op("add.u32 %nk, %K, 63")
+        self.op("shr.u32 %nk, %nk, 6")
+        self.op("mov.u32 %tx, %tid.x")
+        self.op("shr.u32 %wg, %tx, 7")
+        self.op("mov.u32 %base, dsmem")
+        self.op("add.u32 %base, %base, 1023")
+        self.op("and.b32 %base, %base, -1024")
+        self.op(f"add.u32 %sb, %base, {s.stages * self.a_bytes}")  # B ring
+        self.op(f"add.u32 %full, %sb, {s.stages * self.b_bytes}")  # full barriers
+        self.op(f"add.u32 %empty, %full, {8 * s.stages}")  # empty barriers
+        self.op("mov.u32 %stage, 0")
+        self.op("mov.u32 %phase, 0")
+        self.op("mov.u32 %ncta, %nctaid.x")
+
+        b.comment("thread 0 initialises the barriers: full expects the producer's one arrival "
+                  "plus the TMA bytes; empty one arrival per consumer warp")
+        p0 = self.pred()
+        lab_init = b.new_label("init_done")
+        self.op(f"setp.ne.u32 {p0}, %tx, 0")
+        self.op(f"@{p0} bra {lab_init}")
+        for i in range(s.stages):
+            self.op(f"mbarrier.init.shared::cta.b64 [%full+{8 * i}], 1")
+            self.op(f"mbarrier.init.shared::cta.b64 [%empty+{8 * i}], {4 * s.consumers}")
+        self.op("fence.mbarrier_init.release.cluster")
+        self.op("fence.proxy.async.shared::cta")
+        b.label(lab_init)
+        self.op("bar.sync 0")
+
+        lab_cons = b.new_label("consumer")
+        lab_exit = b.new_label("exit")
+        pw = self.pred()
+        self.op(f"setp.ne.u32 {pw}, %wg, 0")
+        self.op(f"@{pw} bra {lab_cons}")
+        self.producer(lab_exit, maps)
+        b.label(lab_cons)
+        self.consumer(creg)
+        b.label(lab_exit)
+        self.op("ret")
+
+        body = b.lines
+        decls = b.declarations()
+        n = self.n_acc
+        decls.append(f"    .reg .f32 %ca<{n}>;")
+        if self.two:
+            decls.append(f"    .reg .f32 %cb<{n}>;")
+        named = ("M", "N", "K", "tiles_m", "tiles_n", "tiles", "nk", "tx", "wg", "ncta", "base", "sb",
+                 "full", "empty", "stage", "phase", "tile", "kb")
+        decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
+        head = [
+            "//",
+            f"// {self.entry}: {s.label()} (generated by factory.families.matmul.emit)",
+            "//",
+            f".version {PTX_VERSION}",
+            ".target sm_90a",
+            ".address_size 64",
+            "",
+            ".extern .shared .align 1024 .b8 dsmem[];",
+            "",
+            f".visible .entry {self.entry}(",
+            "    " + ",\n    ".join(plist),
+            ")",
+            f".maxnreg {maxnreg}",
+            f".reqntid {s.threads()}, 1, 1",
+            "{",
+        ]
+        ptx = "\n".join(head + decls + [""] + body + ["}", ""])
+        return Emitted(ptx=ptx, entry=self.entry, params=tuple(params), launch=launch_for(ir, s))
+
+    # ---- producer ------------------------------------------------------------------------
+    def producer(self, lab_exit: str, maps) -> None:
+        s, b = self.s, self.b
+        b.comment("producer warpgroup: give registers back, one thread issues the TMA loads")
+        self.op(f"setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGS}")
+        p = self.pred()
+        self.op(f"setp.ne.u32 {p}, %tx, 0")
+        self.op(f"@{p} bra {lab_exit}")
+        gm = {}
+        for pname, *_ in maps:
+            r0, r1 = self.r64(), self.r64()
+            self.op(f"mov.u64 {r0}, {pname}")
+            self.op(f"cvta.param.u64 {r1}, {r0}")
+            self.op(f"prefetch.tensormap [{r1}]")
+            gm[pname] = r1
+        lab_tile, lab_k, lab_kdone = b.new_label("ptile"), b.new_label("pk"), b.new_label("pkd")
+        self.op("mov.u32 %tile, %ctaid.x")
+        pt = self.pred()
+        b.label(lab_tile)
+        self.op(f"setp.ge.u32 {pt}, %tile, %tiles")
+        self.op(f"@{pt} bra {lab_exit}")
+        tm, tn = self.tile_coords("%tile")
+        row_a, row_b = self.r32(), self.r32()
+        self.op(f"mul.lo.u32 {row_a}, {tm}, {s.tile_m}")
+        self.op(f"mul.lo.u32 {row_b}, {tn}, {s.tile_n}")
+        self.op("mov.u32 %kb, 0")
+        b.label(lab_k)
+        pk = self.pred()
+        self.op(f"setp.ge.u32 {pk}, %kb, %nk")
+        self.op(f"@{pk} bra {lab_kdone}")
+        # wait until the consumers released this slot (the first pass through the ring finds
+        # the "previous phase" of a fresh barrier complete)
+        par, off, full, empty = self.r32(), self.r32(), self.r32(), self.r32()
+        self.op(f"xor.b32 {par}, %phase, 1")
+        self.op(f"shl.b32 {off}, %stage, 3")
+        self.op(f"add.u32 {full}, %full, {off}")
+        self.op(f"add.u32 {empty}, %empty, {off}")
+        self.wait(empty, par)
+        self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{full}], "
+                f"{s.stage_bytes(self.ir)}")
+        kc = self.r32()
+        self.op(f"shl.b32 {kc}, %kb, 6")
+        da, db = self.r32(), self.r32()
+        self.op(f"mad.lo.u32 {da}, %stage, {self.a_bytes}, %base")
+        self.op(f"mad.lo.u32 {db}, %stage, {self.b_bytes}, %sb")
+        cp = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        self.op(f"{cp} [{da}], [{gm['a_map']}, {{{kc}, {row_a}}}], [{full}]")
+        self.op(f"{cp} [{db}], [{gm['b_map']}, {{{kc}, {row_b}}}], [{full}]")
+        if self.two:
+            db2 = self.r32()
+            self.op(f"add.u32 {db2}, {db}, {s.tile_n * 128}")
+            self.op(f"{cp} [{db2}], [{gm['b2_map']}, {{{kc}, {row_b}}}], [{full}]")
+        self.advance()
+        self.op("add.u32 %kb, %kb, 1")
+        self.op(f"bra {lab_k}")
+        b.label(lab_kdone)
+        self.op("add.u32 %tile, %tile, %ncta")
+        self.op(f"bra {lab_tile}")
+
+    # ---- consumers -----------------------------------------------------------------------
+    def wgmma(self, acc: str, n: int, da: str, db: str, scale: str) -> None:
+        regs = ", ".join(f"{acc}{i}" for i in range(self.n_acc))
+        t = WGMMA_TYPE[self.ir.a.dtype]
+        self.op(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, {da}, {db}, "
+                f"{scale}, 1, 1, 0, 0")
+
+    def consumer(self, creg: int) -> None:
+        s, b, ir = self.s, self.b, self.ir
+        b.comment("consumer warpgroups: take registers, wgmma over the ring, epilogue")
+        self.op(f"setmaxnreg.inc.sync.aligned.u32 {creg}")
+        cons, warp, lane = self.r32(), self.r32(), self.r32()
+        self.op(f"sub.u32 {cons}, %wg, 1")
+        self.op(f"shr.u32 {warp}, %tx, 5")
+        self.op(f"and.b32 {warp}, {warp}, 3")
+        self.op(f"and.b32 {lane}, %tx, 31")
+        plane0 = self.pred()
+        self.op(f"setp.eq.u32 {plane0}, {lane}, 0")
+        # descriptor of this consumer's rows of A in stage 0, and of B in stage 0
+        a0, b0 = self.r32(), self.r32()
+        self.op(f"mad.lo.u32 {a0}, {cons}, {64 * 128}, %base")
+        self.op(f"shr.u32 {a0}, {a0}, 4")
+        self.op(f"shr.u32 {b0}, %sb, 4")
+        desc_a0, desc_b0 = self.r64(), self.r64()
+        self.op(f"cvt.u64.u32 {desc_a0}, {a0}")
+        self.op(f"or.b64 {desc_a0}, {desc_a0}, {DESC_CONST}")
+        self.op(f"cvt.u64.u32 {desc_b0}, {b0}")
+        self.op(f"or.b64 {desc_b0}, {desc_b0}, {DESC_CONST}")
+        # this thread's place in the accumulator fragment
+        frag_row, frag_col = self.r32(), self.r32()
+        self.op(f"shr.u32 {frag_row}, {lane}, 2")
+        self.op(f"mad.lo.u32 {frag_row}, {warp}, 16, {frag_row}")
+        self.op(f"mad.lo.u32 {frag_row}, {cons}, 64, {frag_row}")
+        self.op(f"and.b32 {frag_col}, {lane}, 3")
+        self.op(f"shl.b32 {frag_col}, {frag_col}, 1")
+
+        lab_tile, lab_k, lab_kdone = b.new_label("ctile"), b.new_label("ck"), b.new_label("ckd")
+        lab_done = b.new_label("cdone")
+        self.op("mov.u32 %tile, %ctaid.x")
+        pt = self.pred()
+        b.label(lab_tile)
+        self.op(f"setp.ge.u32 {pt}, %tile, %tiles")
+        self.op(f"@{pt} bra {lab_done}")
+        tm, tn = self.tile_coords("%tile")
+        self.op("mov.u32 %kb, 0")
+        prev = self.r32()  # byte offset of the previous k-block's empty barrier
+        b.label(lab_k)
+        pk = self.pred()
+        self.op(f"setp.ge.u32 {pk}, %kb, %nk")
+        self.op(f"@{pk} bra {lab_kdone}")
+        off, full = self.r32(), self.r32()
+        self.op(f"shl.b32 {off}, %stage, 3")
+        self.op(f"add.u32 {full}, %full, {off}")
+        self.wait(full, "%phase")
+        # descriptors of this stage: stage * bytes / 16 added to the start address field
+        sa, sbb = self.r64(), self.r64()
+        t32 = self.r32()
+        self.op(f"mul.lo.u32 {t32}, %stage, {self.a_bytes // 16}")
+        self.op(f"cvt.u64.u32 {sa}, {t32}")
+        self.op(f"add.u64 {sa}, {sa}, {desc_a0}")
+        t32b = self.r32()
+        self.op(f"mul.lo.u32 {t32b}, %stage, {self.b_bytes // 16}")
+        self.op(f"cvt.u64.u32 {sbb}, {t32b}")
+        self.op(f"add.u64 {sbb}, {sbb}, {desc_b0}")
+        pacc, pone = self.pred(), self.pred()
+        self.op(f"setp.ne.u32 {pacc}, %kb, 0")
+        self.op(f"setp.eq.u32 {pone}, %kb, %kb")
+        self.op("wgmma.fence.sync.aligned")
+        for kk in range(4):
+            da, db = self.r64(), self.r64()
+            self.op(f"add.u64 {da}, {sa}, {2 * kk}")
+            self.op(f"add.u64 {db}, {sbb}, {2 * kk}")
+            scale = pacc if kk == 0 else pone
+            self.wgmma("%ca", s.tile_n, da, db, scale)
+            if self.two:
+                db2 = self.r64()
+                self.op(f"add.u64 {db2}, {db}, {s.tile_n * 128 // 16}")
+                self.wgmma("%cb", s.tile_n, da, db2, scale)
+        self.op("wgmma.commit_group.sync.aligned")
+        # at most one group in flight: the previous k-block's wgmmas are done, free its slot
+        self.op("wgmma.wait_group.sync.aligned 1")
+        pfirst = self.pred()
+        self.op(f"setp.ne.u32 {pfirst}, %kb, 0")
+        pr = self.pred()
+        self.op(f"and.pred {pr}, {pfirst}, {plane0}")
+        eaddr = self.r32()
+        self.op(f"add.u32 {eaddr}, %empty, {prev}")
+        self.op(f"@{pr} mbarrier.arrive.shared::cta.b64 _, [{eaddr}]")
+        self.op(f"mov.u32 {prev}, {off}")
+        self.advance()
+        self.op("add.u32 %kb, %kb, 1")
+        self.op(f"bra {lab_k}")
+        b.label(lab_kdone)
+        self.op("wgmma.wait_group.sync.aligned 0")
+        eaddr2 = self.r32()
+        self.op(f"add.u32 {eaddr2}, %empty, {prev}")
+        self.op(f"@{plane0} mbarrier.arrive.shared::cta.b64 _, [{eaddr2}]")
+        self.epilogue(tm, tn, frag_row, frag_col)
+        self.op("add.u32 %tile, %tile, %ncta")
+        self.op(f"bra {lab_tile}")
+        b.label(lab_done)
+
+    # ---- epilogue ------------------------------------------------------------------------
+    def epilogue(self, tm: str, tn: str, frag_row: str, frag_col: str) -> None:
+        s, b, ir = self.s, self.b, self.ir
+        b.comment("epilogue: rows row0 (+8), columns col0 + 8j (+1) of the accumulators")
+        row0, col0 = self.r32(), self.r32()
+        self.op(f"mad.lo.u32 {row0}, {tm}, {s.tile_m}, {frag_row}")
+        self.op(f"mad.lo.u32 {col0}, {tn}, {s.tile_n}, {frag_col}")
+        # whole tile inside and N even: pair accesses without predicates
+        end_m, end_n = self.r32(), self.r32()
+        self.op(f"add.u32 {end_m}, {tm}, 1")
+        self.op(f"mul.lo.u32 {end_m}, {end_m}, {s.tile_m}")
+        self.op(f"add.u32 {end_n}, {tn}, 1")
+        self.op(f"mul.lo.u32 {end_n}, {end_n}, {s.tile_n}")
+        podd = self.pred()
+        nodd = self.r32()
+        self.op(f"and.b32 {nodd}, %N, 1")
+        pin = self.pred()
+        self.op(f"setp.le.u32 {pin}, {end_m}, %M")
+        self.op(f"setp.le.and.u32 {pin}, {end_n}, %N, {pin}")
+        self.op(f"setp.eq.and.u32 {pin}, {nodd}, 0, {pin}")
+        del podd
+        lab_slow, lab_end = b.new_label("eslow"), b.new_label("eend")
+        self.op(f"@!{pin} bra {lab_slow}")
+        self.epilogue_body(row0, col0, fast=True)
+        self.op(f"bra {lab_end}")
+        b.label(lab_slow)
+        self.epilogue_body(row0, col0, fast=False)
+        b.label(lab_end)
+
+    def _ptr(self, pname: str) -> str:
+        r = self.r64()
+        self.op(f"ld.param.u64 {r}, [{pname}]")
+        g = self.r64()
+        self.op(f"cvta.to.global.u64 {g}, {r}")
+        return g
+
+    def _elem_addr(self, base: str, row: str, col: str, size: int) -> str:
+        """base + (row * N + col) * size (64-bit)."""
+        idx = self.r64()
+        self.op(f"mul.wide.u32 {idx}, {row}, %N")
+        c = self.r64()
+        self.op(f"cvt.u64.u32 {c}, {col}")
+        self.op(f"add.u64 {idx}, {idx}, {c}")
+        a = self.r64()
+        self.op(f"mad.lo.u64 {a}, {idx}, {size}, {base}")
+        return a
+
+    def epilogue_body(self, row0: str, col0: str, fast: bool) -> None:
+        s, b, ir = self.s, self.b, self.ir
+        ev = _Epilogue(b, ir, s.fast_math and all(o.dtype != "fp32" for o in ir.outputs))
+        out_ptr = {o.name: self._ptr(f"out_{o.name}") for o in ir.outputs}
+        in_ptr = {i.name: self._ptr(f"in_{i.name}") for i in ir.inputs}
+        rows = [row0]
+        r8 = self.r32()
+        self.op(f"add.u32 {r8}, {row0}, 8")
+        rows.append(r8)
+        prow = []
+        if not fast:
+            for r in rows:
+                p = self.pred()
+                self.op(f"setp.lt.u32 {p}, {r}, %M")
+                prow.append(p)
+        # per-tile values: scalars and per-row inputs (2 rows per thread)
+        scal: dict[str, list[str]] = {}
+        for i in ir.inputs:
+            if i.role == "scalar":
+                scal[i.name] = [self._load1(i.dtype, in_ptr[i.name], None)] * 2
+            elif i.role == "row":
+                vals = []
+                for h, r in enumerate(rows):
+                    r64 = self.r64()
+                    self.op(f"cvt.u64.u32 {r64}, {r}")
+                    a = self.r64()
+                    self.op(f"mad.lo.u64 {a}, {r64}, {DTYPE_BYTES[i.dtype]}, {in_ptr[i.name]}")
+                    vals.append(self._load1(i.dtype, a, None if fast else prow[h]))
+                scal[i.name] = vals
+        # row base addresses of the outputs and "full" inputs
+        full_in = [i for i in ir.inputs if i.role == "full"]
+        rowaddr: dict[tuple[str, int], str] = {}
+        for h, r in enumerate(rows):
+            for o in ir.outputs:
+                rowaddr[(o.name, h)] = self._elem_addr(out_ptr[o.name], r, col0,
+                                                       DTYPE_BYTES[o.dtype])
+            for i in full_in:
+                rowaddr[(i.name, h)] = self._elem_addr(in_ptr[i.name], r, col0,
+                                                       DTYPE_BYTES[i.dtype])
+        colbase = {}
+        for i in ir.inputs:
+            if i.role == "col":
+                c = self.r64()
+                self.op(f"cvt.u64.u32 {c}, {col0}")
+                a = self.r64()
+                self.op(f"mad.lo.u64 {a}, {c}, {DTYPE_BYTES[i.dtype]}, {in_ptr[i.name]}")
+                colbase[i.name] = a
+        for j in range(s.tile_n // 8):
+            pcol = []
+            if not fast:
+                for e in range(2):
+                    c = self.r32()
+                    self.op(f"add.u32 {c}, {col0}, {8 * j + e}")
+                    p = self.pred()
+                    self.op(f"setp.lt.u32 {p}, {c}, %N")
+                    pcol.append(p)
+            colv = {}
+            for i in ir.inputs:
+                if i.role == "col":
+                    colv[i.name] = self._load_pair(i.dtype, colbase[i.name],
+                                                   8 * j * DTYPE_BYTES[i.dtype], fast, pcol)
+            for h in range(2):
+                preds = None
+                if not fast:
+                    preds = []
+                    for e in range(2):
+                        p = self.pred()
+                        self.op(f"and.pred {p}, {prow[h]}, {pcol[e]}")
+                        preds.append(p)
+                fullv = {}
+                for i in full_in:
+                    fullv[i.name] = self._load_pair(i.dtype, rowaddr[(i.name, h)],
+                                                    8 * j * DTYPE_BYTES[i.dtype], fast, preds)
+                results: dict[str, list[str]] = {o.name: [] for o in ir.outputs}
+                for e in range(2):
+                    idx = 4 * j + 2 * h + e
+                    env = {ACC: f"%ca{idx}"}
+                    if self.two:
+                        env[ACC2] = f"%cb{idx}"
+                    for name, v in scal.items():
+                        env[name] = v[h]
+                    for name, v in colv.items():
+                        env[name] = v[e]
+                    for name, v in fullv.items():
+                        env[name] = v[e]
+                    memo: dict = {}
+                    for o in ir.outputs:
+                        results[o.name].append(ev.value(o.expr, env, memo))
+                for o in ir.outputs:
+                    self._store_pair(o.dtype, rowaddr[(o.name, h)],
+                                     8 * j * DTYPE_BYTES[o.dtype], results[o.name], fast, preds)
+
+    def _load1(self, dtype: str, addr: str, pred: str | None) -> str:
+        b = self.b
+        if dtype == "fp32":
+            f = b.reg("f32")
+            if pred:
+                self.op(f"mov.f32 {f}, 0f00000000")
+            self.op(f"{'@' + pred + ' ' if pred else ''}ld.global.nc.f32 {f}, [{addr}]")
+            return f
+        h = b.reg("b16")
+        if pred:
+            self.op(f"mov.b16 {h}, 0")
+        self.op(f"{'@' + pred + ' ' if pred else ''}ld.global.nc.b16 {h}, [{addr}]")
+        return _cvt_in(b, dtype, h, pair=False)[0]
+
+    def _load_pair(self, dtype: str, base: str, off: int, fast: bool, preds) -> list[str]:
+        b = self.b
+        if fast:
+            if dtype == "fp32":
+                f0, f1 = b.reg("f32"), b.reg("f32")
+                self.op(f"ld.global.nc.v2.f32 {{{f0}, {f1}}}, [{base}+{off}]")
+                return [f0, f1]
+            w = self.r32()
+            self.op(f"ld.global.nc.b32 {w}, [{base}+{off}]")
+            return _cvt_in(b, dtype, w, pair=True)
+        size = DTYPE_BYTES[dtype]
+        out = []
+        for e in range(2):
+            a = self.r64()
+            self.op(f"add.u64 {a}, {base}, {off + e * size}")
+            out.append(self._load1(dtype, a, preds[e]))
+        return out
+
+    def _store_pair(self, dtype: str, base: str, off: int, vals: list[str], fast: bool,
+                    preds) -> None:
+        b = self.b
+        if fast:
+            if dtype == "fp32":
+                self.op(f"st.global.v2.f32 [{base}+{off}], {{{vals[0]}, {vals[1]}}}")
+                return
+            w = self.r32()
+            cvt = "bf16x2" if dtype == "bf16" else "f16x2"
+            # the upper half takes the first operand: column col+1 goes high (little endian)
+            self.op(f"cvt.rn.{cvt}.f32 {w}, {vals[1]}, {vals[0]}")
+            self.op(f"st.global.b32 [{base}+{off}], {w}")
+            return
+        size = DTYPE_BYTES[dtype]
+        for e in range(2):
+            if dtype == "fp32":
+                self.op(f"@{preds[e]} st.global.f32 [{base}+{off + e * size}], {vals[e]}")
+            else:
+                h = b.reg("b16")
+                cvt = "bf16" if dtype == "bf16" else "f16"
+                self.op(f"cvt.rn.{cvt}.f32 {h}, {vals[e]}")
+                self.op(f"@{preds[e]} st.global.b16 [{base}+{off + e * size}], {h}")

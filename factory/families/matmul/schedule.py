@@ -1,0 +1,152 @@
+"""GemmSchedule: how the matmul emitter tiles and pipelines one GemmIR, and the one validity check.
+
+The "wgmma" kind (Hopper, sm_90a): a CTA of (1 + consumers) warpgroups. Warpgroup 0 is the
+producer: one thread issues the tensor-memory-accelerator (TMA) loads of A and B tiles into a ring
+of `stages` shared-memory buffers, each completing on a "full" mbarrier. Each consumer warpgroup
+owns tile_m / consumers rows of the CTA's output tile, runs `wgmma.mma_async` m64nNk16 on the
+shared-memory tiles (128-byte swizzle), releases each buffer on its "empty" mbarrier and applies
+the epilogue from registers. With `persistent`, the grid is at most one CTA per SM and each CTA
+walks output tiles blockIdx.x, blockIdx.x + gridDim.x, ... in a grouped order (`group_m` tile
+rows at a time) so that the CTAs running together share A and B panels in L2.
+
+tile_n counts output columns. With a second right operand (IR.b2) each k-block loads tile_n rows
+of B and tile_n rows of B2, and each consumer holds two accumulators of 64 x tile_n.
+
+The "mma_sync" kind is reserved for the fallback (mma.sync + cp.async); it is not emitted yet and
+`is_valid` refuses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from factory.families.matmul.ir import GemmIR
+
+SMEM_LIMIT = 227 * 1024  # dynamic shared memory one CTA may ask for on sm_90
+NUM_SMS = 132
+REGS_PER_SM = 65536
+PRODUCER_REGS = 40  # setmaxnreg of the producer warpgroup (it holds a few indices)
+BK_BYTES = 128  # one swizzled row of a k-block: 64 bf16 = the 128-byte swizzle span
+KINDS = ("wgmma", "mma_sync")
+
+
+@dataclass(frozen=True)
+class GemmSchedule:
+    kind: str = "wgmma"
+    tile_m: int = 128  # output rows per CTA tile: 64 per consumer warpgroup
+    tile_n: int = 256  # output columns per CTA tile (the wgmma N)
+    tile_k: int = 64  # k per pipeline stage (64 bf16 = one 128-byte swizzle row)
+    stages: int = 4  # shared-memory buffers in the ring
+    consumers: int = 2  # consumer warpgroups
+    cluster_m: int = 1  # CTA cluster shape (only 1x1 is emitted yet)
+    cluster_n: int = 1
+    group_m: int = 8  # rasterisation: tile rows per group of the persistent tile order
+    persistent: bool = True
+    split_k: int = 1  # only 1 is emitted yet
+    fast_math: bool = True  # approximate tanh/rcp in the epilogue (bf16/fp16 outputs only)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GemmSchedule:
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def label(self) -> str:
+        parts = [
+            self.kind,
+            f"{self.tile_m}x{self.tile_n}x{self.tile_k}",
+            f"s{self.stages}",
+            f"c{self.consumers}",
+        ]
+        if self.cluster_m * self.cluster_n > 1:
+            parts.append(f"cl{self.cluster_m}x{self.cluster_n}")
+        if self.persistent:
+            parts.append(f"pers g{self.group_m}")
+        if self.split_k > 1:
+            parts.append(f"sk{self.split_k}")
+        return " ".join(parts)
+
+    # Derived quantities the emitter uses.
+    def rows_per_consumer(self) -> int:
+        return self.tile_m // self.consumers
+
+    def b_rows(self, ir: GemmIR) -> int:
+        """Rows of B (and B2) loaded per k-block: the wgmma N of each accumulator times their
+        number."""
+        return self.tile_n * (2 if ir.b2 is not None else 1)
+
+    def stage_bytes(self, ir: GemmIR) -> int:
+        return (self.tile_m + self.b_rows(ir)) * self.tile_k * 2
+
+    def smem_bytes(self, ir: GemmIR) -> int:
+        # stages of A and B tiles, 16 bytes of mbarriers per stage, 1024 bytes of slack to align
+        # the ring to the 1024-byte period of the 128-byte swizzle.
+        return self.stages * self.stage_bytes(ir) + 16 * self.stages + 1024
+
+    def threads(self) -> int:
+        return 128 * (1 + self.consumers)
+
+    def acc_regs(self, ir: GemmIR) -> int:
+        """fp32 accumulator registers per consumer thread."""
+        per = self.rows_per_consumer() * self.tile_n // 128
+        return per * (2 if ir.b2 is not None else 1)
+
+    def consumer_regs(self) -> int:
+        """setmaxnreg of the consumer warpgroups: what the register file leaves after the
+        producer, rounded down to a multiple of 8, at most 240."""
+        left = REGS_PER_SM // 128 - PRODUCER_REGS  # registers per thread-slot of 128 threads
+        return min(240, (left // self.consumers) // 8 * 8)
+
+
+def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) -> str | None:
+    """None when the emitter can render `ir` with `s` (at `dims`, when given), else the reason."""
+    probs = ir.problems()
+    if probs:
+        return "; ".join(probs)
+    if s.kind != "wgmma":
+        return f"kind {s.kind!r} is not emitted yet (only wgmma)"
+    if s.tile_k != 64:
+        return "tile_k must be 64 (one 128-byte swizzle row of bf16/fp16)"
+    if s.consumers not in (1, 2):
+        return "consumers must be 1 or 2"
+    if s.tile_m != 64 * s.consumers:
+        return f"tile_m must be 64 per consumer warpgroup ({64 * s.consumers})"
+    if s.tile_n % 16 or not 16 <= s.tile_n <= 256:
+        return "tile_n must be a multiple of 16 in [16, 256] (wgmma N)"
+    if s.b_rows(ir) > 256:
+        return "B rows per k-block exceed 256 (one TMA box); with b2 take tile_n <= 128"
+    if s.stages < 2 or s.stages > 8:
+        return "stages must be in [2, 8]"
+    if s.cluster_m != 1 or s.cluster_n != 1:
+        return "clusters are not emitted yet (cluster 1x1 only)"
+    if s.split_k != 1:
+        return "split-K is not emitted yet"
+    if s.group_m < 1:
+        return "group_m must be >= 1"
+    if s.smem_bytes(ir) > SMEM_LIMIT:
+        return f"{s.smem_bytes(ir)} bytes of shared memory exceed {SMEM_LIMIT}"
+    # The accumulators plus about 40 registers of addressing and epilogue must fit the consumer
+    # register budget.
+    if s.acc_regs(ir) + 40 > s.consumer_regs():
+        return (
+            f"{s.acc_regs(ir)} accumulator registers per thread leave too little of "
+            f"{s.consumer_regs()}"
+        )
+    if ir.batch:
+        return "batched GEMMs are not emitted yet"
+    if ir.b.layout != "col":
+        return "B must be stored [N, K] (layout 'col') for the wgmma path yet"
+    if dims is not None:
+        try:
+            m, n, k = dims[ir.m], dims[ir.n], dims[ir.k]
+        except KeyError as exc:
+            return f"missing dim {exc}"
+        if min(m, n, k) < 1:
+            return "every dim must be >= 1"
+        if k % 8:
+            return "K must be a multiple of 8 (the TMA needs 16-byte row strides)"
+        if max(m, n, k) >= 2**31:
+            return "dims must be below 2**31"
+    return None

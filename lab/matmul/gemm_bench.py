@@ -1,0 +1,357 @@
+"""Bench of the wgmma GEMM emitter on the GPU: verify each variant, then time it beside cuBLAS.
+
+    python -m lab.matmul.gemm_bench [--quick] [--time SHAPES] [--variants NAMES]
+
+For every (epilogue, schedule) variant: emit PTX, compile with nvJitLink (sm_90a), load with the
+driver, and launch through cuLaunchKernel with the CUtensorMap parameters from gpuworker.tensormap.
+Correctness: fresh random bf16 inputs per check, the output poisoned with NaN first, compared with
+a float64 reference (on the GPU) by relative error norm and elementwise
+|out - ref| <= 2^-7 |ref| + atol, atol = 2^-7 rms(ref) (1 + K / 2^16); each check runs twice and
+the two outputs must be bitwise equal (a race shows as a difference). Shapes include tails
+(4095x4097x4000, 1 row, sizes below one tile). Timing (only after the variant passed at that
+shape): CUDA events on the launching stream, a 512 MiB L2 flush before every run, candidate and
+torch (cuBLAS) interleaved in the same loop, warm-up, median with p20/p80; the clocks from NVML.
+Writes $OUT/gemm_bench.json (or ./gemm_bench.json) and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from factory.compile import compile_ptx  # noqa: E402
+from factory.families.matmul import emit as gemm_emit  # noqa: E402
+from factory.families.matmul.schedule import is_valid  # noqa: E402
+from gpuworker import tensormap  # noqa: E402
+from lab.matmul.variants import epilogue_irs, schedules  # noqa: E402
+
+OUT = os.environ.get("OUT", ".")
+RESULTS: dict = {"checks": [], "timings": [], "compile": {}, "env": {}}
+
+
+def save():
+    with open(os.path.join(OUT, "gemm_bench.json"), "w") as f:
+        json.dump(RESULTS, f, indent=1)
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+class Kernel:
+    def __init__(self, ir, s):
+        from cuda.bindings import driver as cu
+
+        self.ir, self.s = ir, s
+        e = gemm_emit.emit(ir, s)
+        self.em = e
+        r = compile_ptx(e.ptx, "sm_90a", cache=False)
+        if not r.ok:
+            raise RuntimeError(r.log[-2000:])
+        self.report = r
+        err, self.mod = cu.cuModuleLoadData(r.cubin)
+        assert err == cu.CUresult.CUDA_SUCCESS, err
+        err, self.fn = cu.cuModuleGetFunction(self.mod, e.entry.encode())
+        assert err == cu.CUresult.CUDA_SUCCESS, err
+        smem = e.launch.smem_bytes
+        (err,) = cu.cuFuncSetAttribute(
+            self.fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        assert err == cu.CUresult.CUDA_SUCCESS, err
+        self._args = None
+
+    def bind(self, tensors: dict, dims: dict):
+        """Arguments for these tensors (torch, by name) and dims; kept alive on self."""
+        from factory.spec import eval_dim_expr
+
+        keep, ptrs = [], []
+        for p in self.em.params:
+            if p.kind == "tmap":
+                t = tensors[p.name]
+                arg = tensormap.encode_param(
+                    {"dims": list(p.dims), "box": list(p.box), "swizzle": p.swizzle},
+                    t.data_ptr(), dims, "bf16")
+            elif p.kind == "tensor":
+                arg = ctypes.c_uint64(tensors[p.name].data_ptr())
+            elif p.kind == "dim":
+                arg = ctypes.c_uint32(dims[p.name])
+            else:
+                raise ValueError(p.kind)
+            keep.append(arg)
+            ptrs.append(ctypes.addressof(arg))
+        arr = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        keep.append(arr)
+        grid = [int(eval_dim_expr(g, dims)) for g in self.em.launch.grid]
+        self._args = (keep, arr, grid)
+
+    def launch(self, stream: int):
+        from cuda.bindings import driver as cu
+
+        keep, arr, grid = self._args
+        b = self.em.launch.block
+        (err,) = cu.cuLaunchKernel(self.fn, grid[0], grid[1], grid[2], b[0], b[1], b[2],
+                                   self.em.launch.smem_bytes, stream, ctypes.addressof(arr), 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"launch: {err}")
+
+
+def make_inputs(torch, name, m, n, k, gen):
+    dev = "cuda"
+    t = {
+        "a": torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16),
+        "b": (torch.randn(n, k, device=dev, generator=gen) / math.sqrt(k) * 4).to(torch.bfloat16),
+    }
+    if name in ("bias_gelu", "bias_silu"):
+        t["bias"] = torch.randn(n, device=dev, generator=gen).to(torch.bfloat16)
+    if name == "residual":
+        t["res"] = torch.randn(m, n, device=dev, generator=gen).to(torch.bfloat16)
+    if name == "swiglu":
+        t["b2"] = (torch.randn(n, k, device=dev, generator=gen) / math.sqrt(k) * 4).to(
+            torch.bfloat16)
+    t["c"] = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+    return t
+
+
+def reference(torch, name, t):
+    a, b = t["a"].double(), t["b"].double()
+    x = a @ b.T
+    if name == "plain":
+        return x
+    if name in ("bias_gelu", "bias_silu"):
+        x = x + t["bias"].double()
+        if name == "bias_silu":
+            return x * torch.sigmoid(x)
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    if name == "residual":
+        return x + t["res"].double()
+    if name == "relu2":
+        return torch.clamp(x, min=0) ** 2
+    if name == "swiglu":
+        u = a @ t["b2"].double().T
+        return x * torch.sigmoid(x) * u
+    raise KeyError(name)
+
+
+def torch_baseline(torch, name, t):
+    """What a user would write in eager torch for this operator."""
+    F = torch.nn.functional
+    a, b = t["a"], t["b"]
+    if name == "plain":
+        return lambda: torch.matmul(a, b.T)
+    if name == "bias_gelu":
+        return lambda: F.gelu(torch.addmm(t["bias"], a, b.T), approximate="tanh")
+    if name == "bias_silu":
+        return lambda: F.silu(torch.addmm(t["bias"], a, b.T))
+    if name == "residual":
+        return lambda: torch.addmm(t["res"], a, b.T)
+    if name == "relu2":
+        return lambda: torch.square(F.relu(torch.matmul(a, b.T)))
+    if name == "swiglu":
+        return lambda: F.silu(torch.matmul(a, b.T)) * torch.matmul(a, t["b2"].T)
+    raise KeyError(name)
+
+
+def wait_or_die(torch, what, seconds=20.0):
+    """A kernel that deadlocks on a barrier would hang the whole run: poll, and exit with the
+    results so far when it does not finish in time."""
+    ev = torch.cuda.Event()
+    ev.record()
+    t0 = time.time()
+    while not ev.query():
+        if time.time() - t0 > seconds:
+            log(f"HANG: {what} did not finish in {seconds} s")
+            RESULTS["hang"] = what
+            save()
+            os._exit(3)
+        time.sleep(0.001)
+
+
+def check(torch, kern, name, m, n, k, seed):
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    t = make_inputs(torch, name, m, n, k, gen)
+    dims = {"M": m, "N": n, "K": k}
+    kern.bind(t, dims)
+    stream = torch.cuda.current_stream().cuda_stream
+    outs = []
+    for _ in range(2):
+        t["c"].fill_(float("nan"))
+        kern.launch(stream)
+        wait_or_die(torch, f"{name} {kern.s.label()} {m}x{n}x{k}")
+        outs.append(t["c"].clone())
+    ref = reference(torch, name, t)
+    out = outs[0].double()
+    finite = bool(torch.isfinite(out).all())
+    diff = (out - ref).abs()
+    rel = float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)) if finite else float("nan")
+    rms = float(torch.sqrt((ref**2).mean()))
+    atol = 2**-7 * rms * (1 + k / 65536)
+    bad = int((diff > atol + 2**-7 * ref.abs()).sum()) if finite else m * n
+    same = bool(torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)))
+    ok = finite and rel < 1e-2 and bad == 0 and same
+    rec = {"op": name, "schedule": kern.s.label(), "shape": [m, n, k], "rel_norm": rel,
+           "max_err": float(diff.max()) if finite else None, "n_bad": bad, "repeat_equal": same,
+           "finite": finite, "ok": ok}
+    RESULTS["checks"].append(rec)
+    save()
+    log(f"check {name:9s} {kern.s.label():28s} {m}x{n}x{k}: rel {rel:.2e} bad {bad} "
+        f"same {same} -> {'OK' if ok else 'FAIL'}")
+    return ok
+
+
+def sm_clock():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def time_pair(torch, kerns: dict, name, m, n, k, reps):
+    """Time the kernels in `kerns` (label -> Kernel) and torch interleaved, same inputs."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+    t = make_inputs(torch, name, m, n, k, gen)
+    dims = {"M": m, "N": n, "K": k}
+    stream = torch.cuda.current_stream().cuda_stream
+    for kern in kerns.values():
+        kern.bind(t, dims)
+    base = torch_baseline(torch, name, t)
+    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    runners = {"torch": base}
+    for lab, kern in kerns.items():
+        runners[lab] = (lambda kk: (lambda: kk.launch(stream)))(kern)
+    samples = {lab: [] for lab in runners}
+    # warm-up, at least 200 ms
+    t0 = time.time()
+    while time.time() - t0 < 0.3:
+        for f in runners.values():
+            f()
+        torch.cuda.synchronize()
+    clk0 = sm_clock()
+    evs = []
+    for _ in range(reps):
+        for lab, f in runners.items():
+            flush.zero_()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            f()
+            e1.record()
+            evs.append((lab, e0, e1))
+    torch.cuda.synchronize()
+    clk1 = sm_clock()
+    for lab, e0, e1 in evs:
+        samples[lab].append(e0.elapsed_time(e1) * 1e3)
+    # the timed runs' output must still be right: recheck the last kernel's output cheaply
+    flops = 2.0 * m * n * k * (2 if name == "swiglu" else 1)
+    rows = {}
+    for lab, xs in samples.items():
+        xs = np.array(xs)
+        med = float(np.median(xs))
+        rows[lab] = {"median_us": med, "p20_us": float(np.percentile(xs, 20)),
+                     "p80_us": float(np.percentile(xs, 80)), "tflops": flops / med / 1e6,
+                     "samples_us": [round(float(x), 2) for x in xs]}
+    for lab in kerns:
+        rows[lab]["vs_torch"] = rows["torch"]["median_us"] / rows[lab]["median_us"]
+    rec = {"op": name, "shape": [m, n, k], "rows": rows, "sm_clock_mhz": [clk0, clk1]}
+    RESULTS["timings"].append(rec)
+    save()
+    return rec
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", default="plain")
+    ap.add_argument("--scheds", default="w256s4")
+    ap.add_argument("--check-shapes", default="333x250x72,1x4096x4096,4095x4097x4000,4096x4096x4096")
+    ap.add_argument("--time-shapes", default="4096x4096x4096,8192x8192x8192")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--timeout", type=float, default=500.0)
+    args = ap.parse_args()
+    start = time.time()
+    import torch
+
+    dev = torch.cuda.get_device_properties(0)
+    RESULTS["env"] = {"gpu": dev.name, "torch": torch.__version__, "cuda": torch.version.cuda,
+                      "sms": dev.multi_processor_count}
+    try:
+        import subprocess
+
+        RESULTS["env"]["driver"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm", "--format=csv,noheader"],
+            capture_output=True, text=True).stdout.strip()
+    except Exception:  # noqa: BLE001
+        pass
+    log(RESULTS["env"])
+    torch.cuda.init()
+    irs, scheds = epilogue_irs(), schedules()
+    parse = lambda txt: [tuple(int(x) for x in s.split("x")) for s in txt.split(",") if s]  # noqa
+    table = []
+    for op in args.ops.split(","):
+        kerns = {}
+        for sn in args.scheds.split(","):
+            ir, s = irs[op], scheds[sn]
+            if (op == "swiglu") != (s.tile_n <= 128 and sn.startswith("glu")) and op == "swiglu":
+                pass
+            why = is_valid(ir, s)
+            if why:
+                log(f"skip {op} {sn}: {why}")
+                continue
+            try:
+                kern = Kernel(ir, s)
+                RESULTS["compile"][f"{op}/{sn}"] = {"registers": kern.report.registers,
+                                                    "spills": kern.report.spill_store_bytes}
+                ok = True
+                for i, (m, n, k) in enumerate(parse(args.check_shapes)):
+                    ok &= check(torch, kern, op, m, n, k, seed=100 + i)
+                if ok:
+                    kerns[sn] = kern
+            except Exception as e:  # noqa: BLE001
+                log(f"ERROR {op} {sn}: {e}")
+                traceback.print_exc()
+                RESULTS.setdefault("errors", []).append(f"{op} {sn}: {e}")
+                save()
+                if "ILLEGAL" in str(e) or "LAUNCH_FAILED" in str(e):
+                    raise
+        for m, n, k in parse(args.time_shapes):
+            if time.time() - start > args.timeout:
+                log("out of time budget; stopping timings")
+                break
+            if not kerns:
+                break
+            # verify at the timed shape first
+            good = {}
+            for sn, kern in kerns.items():
+                if check(torch, kern, op, m, n, k, seed=7):
+                    good[sn] = kern
+            if not good:
+                continue
+            rec = time_pair(torch, good, op, m, n, k, args.reps)
+            for lab, r in rec["rows"].items():
+                table.append((op, f"{m}x{n}x{k}", lab if lab == "torch" else good[lab].s.label(),
+                              r["tflops"], r["median_us"], r["p20_us"], r["p80_us"],
+                              r.get("vs_torch", 1.0), rec["sm_clock_mhz"]))
+    save()
+    log("")
+    log(f"{'op':9s} {'shape':16s} {'variant':30s} {'TFLOP/s':>8s} {'med us':>9s} "
+        f"{'p20':>9s} {'p80':>9s} {'vs torch':>8s} clk")
+    for row in table:
+        op, sh, lab, tf, med, p20, p80, vs, clk = row
+        log(f"{op:9s} {sh:16s} {lab:30s} {tf:8.1f} {med:9.1f} {p20:9.1f} {p80:9.1f} "
+            f"{vs:8.3f} {clk}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The GEMM variants the bench runs: epilogue IRs and schedules, shared by the bench and tests."""
+
+from __future__ import annotations
+
+import math
+
+from factory.families.matmul.ir import (
+    EpiInput,
+    EpiOutput,
+    GemmIR,
+    Operand,
+    acc,
+    acc2,
+    plain,
+)
+from factory.families.matmul.schedule import GemmSchedule
+from factory.spec import expr as E
+
+S = ("M", "N")
+
+
+def _b(op, a, b):
+    return E.Binary(op, a, b, S)
+
+
+def _c(v):
+    return E.Const(float(v))
+
+
+def _gelu_tanh(x):
+    inner = _b("mul", _c(math.sqrt(2 / math.pi)),
+               _b("add", x, _b("mul", _c(0.044715), _b("pow", x, _c(3)))))
+    return _b("mul", _b("mul", _c(0.5), x), _b("add", _c(1), E.Unary("tanh", inner, S)))
+
+
+def _silu(x):
+    return _b("mul", x, E.Unary("sigmoid", x, S))
+
+
+def _ir(name, expr, inputs=(), b2=False):
+    return GemmIR(name, "M", "N", "K", (), Operand("a", "bf16", "row"),
+                  Operand("b", "bf16", "col"), Operand("b2", "bf16", "col") if b2 else None,
+                  tuple(inputs), (EpiOutput("c", "bf16", expr),))
+
+
+def epilogue_irs() -> dict[str, GemmIR]:
+    bias = E.Input("bias", ("N",), "fp32")
+    res = E.Input("res", S, "fp32")
+    x = _b("add", acc(), bias)
+    return {
+        "plain": plain(),
+        "bias_gelu": _ir("bias_gelu", _gelu_tanh(x), [EpiInput("bias", "bf16", "col")]),
+        "bias_silu": _ir("bias_silu", _silu(x), [EpiInput("bias", "bf16", "col")]),
+        "residual": _ir("residual", _b("add", acc(), res), [EpiInput("res", "bf16", "full")]),
+        "relu2": _ir("relu2", _b("pow", _b("max", acc(), _c(0)), _c(2))),
+        "swiglu": _ir("swiglu", _b("mul", _silu(acc()), acc2()), b2=True),
+    }
+
+
+def schedules() -> dict[str, GemmSchedule]:
+    return {
+        "w256s4": GemmSchedule(tile_n=256, stages=4),
+        "w256s3": GemmSchedule(tile_n=256, stages=3),
+        "w256s4g16": GemmSchedule(tile_n=256, stages=4, group_m=16),
+        "w256s4np": GemmSchedule(tile_n=256, stages=4, persistent=False),
+        "w128s5": GemmSchedule(tile_n=128, stages=5),
+        "w128s4c1": GemmSchedule(tile_m=64, tile_n=128, consumers=1, stages=4),
+        "w256s4c1": GemmSchedule(tile_m=64, tile_n=256, consumers=1, stages=4),
+        "glu128s4": GemmSchedule(tile_n=128, stages=4),
+    }
