@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.probe_tail import parse_cases, write_set  # noqa: E402
-from factory.schedules import default_schedule, is_valid, space  # noqa: E402
+from factory.families.row.schedules import default_schedule, is_valid, space  # noqa: E402
 
 FREE = ("threads_per_row", "rows_per_block", "chunks", "tail", "min_threads_per_sm")
 

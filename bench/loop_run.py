@@ -35,7 +35,8 @@ from pathlib import Path
 
 from bench.plotly_js import plotly_src
 from factory import evidence as ev
-from factory.agents.context import real_generator, workload_bytes
+from factory import families
+from factory.agents.context import workload_bytes
 from factory.costmodel import CostModel, held_out_spearman
 from factory.loop import JobHistory, records_from_results, run_job
 
@@ -283,9 +284,9 @@ def run(args, catalogue: dict | None = None, customer: tuple | None = None) -> d
         def bench_fn(batch):
             return run_batch(batch)
 
-    gen = real_generator()
+    gen = families.get("row")
     if gen is None:
-        raise SystemExit("the generator (factory.ir/schedules/emit) is not importable")
+        raise SystemExit("the generator (factory.families.row.ir/schedules/emit) is not importable")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     budget = Budget(args.budget_s)
@@ -527,7 +528,7 @@ def customer_experiment(bench_fn, store, args, common, customer, budget) -> dict
     w, where = customer or find_customer_example()
     if w is None:
         return {"skipped": where}
-    gen = real_generator()
+    gen = families.get("row")
     row_dim = None
     try:
         row_dim = getattr(gen.lower(w), "row_dim", None)

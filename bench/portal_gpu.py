@@ -111,7 +111,7 @@ def with_shapes(manifest: str, shapes: str) -> str:
     """The catalogue manifest (its [[shapes]] tables last) with other shapes, rows by row
     length under the operator's own dim names: "16384x5000,1x4999" (cross-entropy's 4096x50257
     is M = 4096, V = 50257)."""
-    from factory.ir import lower
+    from factory.families.row.ir import lower
     from factory.spec import load_manifest
 
     ir = lower(load_manifest(manifest))

@@ -289,7 +289,7 @@ def main(argv=None) -> int:
     )
     from bench.suite import _catalogue
     from factory.compile import compile_ptx
-    from factory.schedules import Schedule
+    from factory.families.row.schedules import Schedule
     from gpuworker.baselines import make_torch_baseline
     from gpuworker.gpu import launch_config
 

@@ -56,7 +56,7 @@ def our_schedule(m: int, n: int):
     """(emitted kernel, nvJitLink report, tag) of suite run 16's softmax winner at m x n."""
     from bench.suite import _catalogue, compile_cached
     from factory.emit import emit
-    from factory.schedules import Schedule
+    from factory.families.row.schedules import Schedule
 
     _, _, ir = _catalogue()["softmax"]
     planned = json.loads(PLAN.read_text())["softmax"][f"{m}x{n}"]

@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         our_launcher,
     )
     from bench.suite import _catalogue
-    from factory.schedules import Schedule
+    from factory.families.row.schedules import Schedule
     from gpuworker.baselines import make_torch_baseline
 
     bench = Bench()

@@ -67,8 +67,8 @@ def emit_to(out: Path, tail: str | None = None) -> None:
     from bench.suite import candidate_schedules  # the candidates of that checkout too
     from factory.compile import compile_ptx
     from factory.emit import emit
-    from factory.ir import lower
-    from factory.schedules import Schedule, is_valid
+    from factory.families.row.ir import lower
+    from factory.families.row.schedules import Schedule, is_valid
     from factory.spec import load_catalogue
 
     root = Path(__file__).resolve().parents[1]
@@ -118,8 +118,8 @@ def write_set(out: Path, cases, variants, valid_only: bool = True) -> None:
     `cases` file; what was left out is printed with the reason."""
     from factory.compile import compile_ptx
     from factory.emit import emit
-    from factory.ir import lower
-    from factory.schedules import default_schedule, is_valid
+    from factory.families.row.ir import lower
+    from factory.families.row.schedules import default_schedule, is_valid
     from factory.spec import load_catalogue
 
     out.mkdir(parents=True, exist_ok=True)
@@ -187,8 +187,8 @@ def run(args) -> int:
     )
     from bench.suite import compile_cached
     from factory.compile import rejection_reason
-    from factory.ir import lower
-    from factory.schedules import Schedule
+    from factory.families.row.ir import lower
+    from factory.families.row.schedules import Schedule
     from factory.spec import load_catalogue
 
     t0 = time.time()

@@ -31,8 +31,8 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from bench.plotly_js import plotly_src
-from factory.schedules import TAG_LEGEND, Schedule
-from factory.seeds import CANDIDATES_PER_SHAPE, candidate_schedules  # noqa: F401 - bench's API
+from factory.families.row.schedules import TAG_LEGEND, Schedule
+from factory.families.row.seeds import CANDIDATES_PER_SHAPE, candidate_schedules  # noqa: F401 - bench's API
 from gpuworker import plausibility
 
 OPS = ("softmax", "cross_entropy", "rmsnorm", "layernorm", "add_rmsnorm", "silu_mul", "gelu_tanh")
@@ -158,7 +158,7 @@ def _prefetch_variant(ir, s: Schedule, below: int = 0) -> Schedule | None:
 
 
 def _catalogue():
-    from factory.ir import lower
+    from factory.families.row.ir import lower
     from factory.spec import catalogue_manifest, load_catalogue
 
     cat = load_catalogue()

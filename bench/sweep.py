@@ -25,7 +25,7 @@ import sys
 import time
 from dataclasses import replace
 
-from factory.schedules import default_schedule, fast_math_allowed, is_valid, space
+from factory.families.row.schedules import default_schedule, fast_math_allowed, is_valid, space
 
 
 def sweep_schedules(ir, dims, per_op: int) -> list:
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     from pathlib import Path
 
-    from factory.schedules import Schedule
+    from factory.families.row.schedules import Schedule
 
     if a.save_plan:
         cat = _catalogue()

@@ -116,8 +116,8 @@ def ours_candidate(w, dims: dict) -> dict | None:
     spills, no stack, registers within the file). None when it does not pass the screen."""
     from factory.compile import compile_ptx, rejection_reason
     from factory.emit import emit
-    from factory.ir import lower
-    from factory.schedules import default_schedule, is_valid
+    from factory.families.row.ir import lower
+    from factory.families.row.schedules import default_schedule, is_valid
 
     ir = lower(w)
     s = default_schedule(ir, dims)

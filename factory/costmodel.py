@@ -1,25 +1,19 @@
 """A cost model fitted on evidence: ranks candidates before they cost GPU time.
 
-Prediction target: log(median_us / roofline_us), where roofline_us is the time to move the
-operator's bytes once at HBM bandwidth (a prior: every candidate of a memory-bound operator is a
-multiple of it, so the model only has to learn the multiple). Features, from the schedule dict and
-the shape, chosen so that what is learnt at one shape carries to another:
-- quantities the hardware sees, derived from the row layout and the shape: threads per block,
-  resident blocks per SM, waves of blocks over the GPU and the tail of the last wave, loop
-  iterations per row, elements in flight per SM, rows in flight per SM, whether a register-held
-  row fits, idle lanes in the last step, elements per thread, the row count and length (all as
-  log2 where they scale), and the same again for the register-held ("cached") mode;
-- every schedule field's value one-hot (catches what no formula above names: hints, online).
-A ridge regression on standardised features (numpy only). Raw schedule fields crossed with the
-dims fitted one shape well but ranked another shape's schedules poorly (recorded H200 evidence:
-Spearman 0.31 for cross-entropy from one vocabulary size to the other, against 0.80 now; see
-bench/costmodel_eval.py). Accuracy is the Spearman rank correlation between predicted and
-measured times on held-out evidence; `prune` keeps the predicted-fastest share of a population
-and says how much GPU time that saves.
+Prediction target: log(median_us / roofline_us), where roofline_us is the time the operator's
+least work takes at the device's ceilings (bytes at the copy bandwidth, FLOPs at the tensor-core
+peak, whichever is longer; a prior: every candidate is a multiple of it, so the model only has
+to learn the multiple). Features, from the schedule dict and the shape, chosen so that what is
+learnt at one shape carries to another:
+- the family's own features (factory.families: `Family.features`), quantities the hardware sees
+  of a schedule at a shape (waves, occupancy, loop trips, work in flight per SM, ...);
+- every schedule field's value one-hot (catches what no formula names: hints, flags).
+A ridge regression on standardised features (numpy only). Accuracy is the Spearman rank
+correlation between predicted and measured times on held-out evidence; `prune` keeps the
+predicted-fastest share of a population and says how much GPU time that saves.
 
-Dims: the last dim (in `dim_order`, else in the dict's order) is the row length, the product of
-the others the row count. A store that reorders keys (PostgreSQL jsonb) is undone by passing the
-workload's own order as `dim_order`.
+`dim_order` gives the workload's own order of its dims (a store that reorders keys, PostgreSQL
+jsonb, loses it); the family's features read the shape through it.
 """
 
 from __future__ import annotations
@@ -30,17 +24,31 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# H200 HBM3e: 4.8 TB/s on the datasheet; a device-to-device copy reaches ~4.3 TB/s.
-HBM_BYTES_PER_US = 4.3e6
-LAUNCH_FLOOR_US = 2.0
-NUM_SMS = 132
-MAX_THREADS_PER_SM = 2048
-MAX_BLOCKS_PER_SM = 32
+from factory.device import DEFAULT as DEVICE
+
+HBM_BYTES_PER_US = DEVICE.copy_bytes_per_us
+LAUNCH_FLOOR_US = DEVICE.launch_floor_us
 
 
-def roofline_us(bytes_moved: float | None) -> float:
-    """The time to move `bytes_moved` once at measured HBM copy bandwidth, plus a launch floor."""
-    return LAUNCH_FLOOR_US + (float(bytes_moved or 0.0) / HBM_BYTES_PER_US)
+def roofline_us(bytes_moved: float | None, flops: float | None = None) -> float:
+    """The time to move `bytes_moved` once at the copy ceiling or to do `flops` at the
+    tensor-core peak, whichever is longer, plus a launch floor (microseconds). Anything not a
+    finite positive number counts as nothing."""
+    b = _finite(bytes_moved)
+    f = _finite(flops)
+    return LAUNCH_FLOOR_US + max(b / HBM_BYTES_PER_US, f / DEVICE.peak_bf16_flops_per_us)
+
+
+def _finite(v) -> float:
+    try:
+        x = float(v or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
+    return x if math.isfinite(x) and x > 0 else 0.0
+
+
+def record_flops(record: dict) -> float | None:
+    return record.get("flops") or None
 
 
 def record_bytes(record: dict) -> float | None:
@@ -106,62 +114,6 @@ def _loo_error(xs: np.ndarray, y: np.ndarray, lam: float) -> float:
     return float(np.mean((residual / np.maximum(1.0 - leverage, 1e-6)) ** 2))
 
 
-def _num(s: dict, key: str, default: float) -> float:
-    v = s.get(key)
-    return float(v) if _is_number(v) and v else default
-
-
-# The schedule fields layout_features reads (predict_many computes it once per their values).
-LAYOUT_FIELDS = (
-    "threads_per_row",
-    "cluster_blocks",
-    "rows_per_block",
-    "vec_elems",
-    "chunks",
-    "persistent_blocks_per_sm",
-    "min_threads_per_sm",
-    "mode",
-    "rows_per_thread",
-)
-
-
-def layout_features(s: dict, rows: float, row_len: float) -> list[float]:
-    """What the GPU sees of a row layout at a shape (see the module docstring); a schedule
-    without the row fields gets the generator's defaults. Reads LAYOUT_FIELDS only."""
-    tpr = _num(s, "threads_per_row", 256.0)
-    cluster = _num(s, "cluster_blocks", 1.0)
-    rpb = _num(s, "rows_per_block", 1.0)
-    tpb = tpr * rpb / cluster
-    k = _num(s, "rows_per_thread", 1.0)  # rows each row group holds at once
-    vec = _num(s, "vec_elems", 8.0)
-    chunks = _num(s, "chunks", 1.0)
-    persistent = _num(s, "persistent_blocks_per_sm", 0.0)
-    resident = min(_num(s, "min_threads_per_sm", MAX_THREADS_PER_SM), MAX_THREADS_PER_SM)
-    per_sm = max(1.0, min(float(MAX_BLOCKS_PER_SM), math.floor(resident / tpb)))
-    if persistent:
-        per_sm = min(per_sm, persistent)
-    blocks = NUM_SMS * persistent if persistent else math.ceil(rows / (rpb * k)) * cluster
-    waves = blocks / (NUM_SMS * per_sm)
-    span = tpr * vec  # elements one step of the row's threads covers
-    cached = s.get("mode") == "cached"
-    fits = 1.0 if not cached or row_len <= span * chunks else 0.0
-    idle = (math.ceil(row_len / span) * span - row_len) / row_len
-    iterations = row_len / (span if cached else span * chunks)
-    return [
-        math.log2(tpb),
-        math.log2(max(waves, 1e-3)),
-        waves / math.ceil(waves),
-        math.log2(max(iterations, 1e-3)),
-        math.log2(per_sm * tpb * vec * chunks * k),
-        math.log2(per_sm * rpb * k / cluster),
-        fits,
-        idle,
-        math.log2(row_len / tpr),
-        math.log2(rows),
-        math.log2(row_len),
-    ]
-
-
 def _scaled(prior_us: float, log_ratio: float) -> float:
     """The roofline prior times the predicted ratio, its log clamped to [-5, 20]."""
     return prior_us * math.exp(max(min(log_ratio, 20.0), -5.0))
@@ -174,6 +126,7 @@ class CostModel:
     equal."""
 
     ridge_lambda: float | None = None  # None: chosen by leave-one-out error from LAMBDAS
+    family: str = "row"  # whose features (factory.families) describe a schedule
     min_records: int = 6
     dim_order: list[str] = field(default_factory=list)
     onehot: list[tuple[str, str]] = field(default_factory=list)
@@ -195,12 +148,13 @@ class CostModel:
                 values.setdefault(k, set()).add(_encode(v))
         self.onehot = sorted((k, v) for k, vs in values.items() for v in vs)
 
-    def _rows_and_length(self, dims: dict) -> tuple[float, float]:
-        names = [d for d in self.dim_order if d in dims] + [
-            d for d in dims if d not in self.dim_order
-        ]
-        sizes = [max(float(dims[d]), 1.0) for d in names] or [1.0]
-        return float(np.prod(sizes[:-1])) if len(sizes) > 1 else 1.0, sizes[-1]
+    def _family(self):
+        from factory import families
+
+        return families.get(self.family)
+
+    def _family_features(self, schedule: dict, dims: dict) -> list[float]:
+        return list(self._family().features(schedule, dims, self.dim_order))
 
     def _features(self, schedule: dict | None, dims: dict) -> np.ndarray:
         s = schedule or {}
@@ -210,9 +164,7 @@ class CostModel:
             if k not in encoded:
                 encoded[k] = _encode(s.get(k))
             hot.append(1.0 if encoded[k] == v else 0.0)
-        layout = layout_features(s, *self._rows_and_length(dims))
-        cached = 1.0 if s.get("mode") == "cached" else 0.0
-        return np.array(layout + [x * cached for x in layout] + hot, dtype=float)
+        return np.array(self._family_features(s, dims) + hot, dtype=float)
 
     def fit(self, records: list[dict]) -> CostModel:
         """Fit on passed records with a time; returns self. Too few records leave it unfitted."""
@@ -223,7 +175,12 @@ class CostModel:
             return self
         self._vocab(rows)
         x = np.stack([self._features(r.get("schedule"), r.get("dims") or {}) for r in rows])
-        y = np.array([math.log(float(r["median_us"]) / roofline_us(record_bytes(r))) for r in rows])
+        y = np.array(
+            [
+                math.log(float(r["median_us"]) / roofline_us(record_bytes(r), record_flops(r)))
+                for r in rows
+            ]
+        )
         self.mean = x.mean(axis=0)
         self.scale = x.std(axis=0)
         self.scale[self.scale == 0] = 1.0
@@ -236,9 +193,11 @@ class CostModel:
         self.weights = np.linalg.solve(a, xs.T @ (y - self.bias))
         return self
 
-    def predict_us(self, schedule: dict | None, dims: dict, bytes_moved: float | None) -> float:
+    def predict_us(
+        self, schedule: dict | None, dims: dict, bytes_moved: float | None, flops: float = 0.0
+    ) -> float:
         """Predicted median time in microseconds."""
-        prior = roofline_us(bytes_moved)
+        prior = roofline_us(bytes_moved, flops)
         if not self.fitted:
             return prior
         xs = (self._features(schedule, dims) - self.mean) / self.scale
@@ -246,13 +205,13 @@ class CostModel:
         return _scaled(prior, log_ratio)
 
     def predict_many(
-        self, schedules: list[dict], dims: dict, bytes_moved: float | None
+        self, schedules: list[dict], dims: dict, bytes_moved: float | None, flops: float = 0.0
     ) -> list[float]:
         """predict_us for many schedules at one shape, equal up to rounding: the model is linear,
         so each one-hot value's share is looked up, and the layout's share is computed once per
         layout (a space of 63K schedules holds about 2K). Ranking a space took 1.6 s one by
         one."""
-        prior = roofline_us(bytes_moved)
+        prior = roofline_us(bytes_moved, flops)
         if not self.fitted:
             return [prior] * len(schedules)
         coef = self.weights / self.scale
@@ -261,17 +220,18 @@ class CostModel:
         hot: dict[str, dict[str, float]] = {}
         for (k, v), c in zip(self.onehot, coef[n_layout:], strict=True):
             hot.setdefault(k, {})[v] = float(c)
-        rows, length = self._rows_and_length(dims)
+        fam = self._family()
+        fields = fam.feature_fields
         shares: dict[tuple, float] = {}
         out = []
         for s in schedules:
-            key = tuple(s.get(f) for f in LAYOUT_FIELDS)
-            share = shares.get(key)
+            key = tuple(s.get(f) for f in fields) if fields else None
+            share = shares.get(key) if fields else None
             if share is None:
-                lay = layout_features(s, rows, length)
-                cached = 1.0 if s.get("mode") == "cached" else 0.0
-                x = np.array(lay + [v * cached for v in lay], dtype=float)
-                share = shares[key] = float(x @ coef[:n_layout])
+                x = np.array(list(fam.features(s, dims, self.dim_order)), dtype=float)
+                share = float(x @ coef[:n_layout])
+                if fields:
+                    shares[key] = share
             log_ratio = base + share
             for k, values in hot.items():
                 log_ratio += values.get(_encode(s.get(k)), 0.0)
@@ -280,7 +240,9 @@ class CostModel:
 
     def predict_records(self, records: list[dict]) -> list[float]:
         return [
-            self.predict_us(r.get("schedule"), r.get("dims") or {}, record_bytes(r))
+            self.predict_us(
+                r.get("schedule"), r.get("dims") or {}, record_bytes(r), record_flops(r) or 0.0
+            )
             for r in records
         ]
 

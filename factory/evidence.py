@@ -27,7 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from factory import schedules
+from factory import families
 from factory.agents import ptxedit
 
 RECORD_KEYS = (
@@ -104,20 +104,18 @@ def shape_distance(a: dict[str, int], b: dict[str, int]) -> float:
     return total
 
 
-# Schedule fields added after evidence was first recorded, at their default: left out of keys, so
-# a record from before they existed and one written since name the same schedule.
-_LATE_DEFAULTS = {**schedules.LATE_DEFAULTS, **ptxedit.LATE_DEFAULTS}
+_ABSENT = object()
 
 
-# Schedule fields that follow from the rest of the layout and the job's shapes
-# (schedules.fit_tail), so not part of which layout a record names. One value is a choice, not a
-# fit: a row held in registers walked "shifted" (schedules.shifted_twin) is the twin of the same
-# layout fitted "strided", and either can be the faster, so the two name different layouts.
-_FITTED = ("tail", "flat")
-
-
-def _chosen_tail(schedule: dict) -> bool:
-    return schedule.get("tail") == "shifted" and schedule.get("mode") == "cached"
+def _family_of(schedule: dict):
+    """The family whose canonical form names `schedule`: its "family" field ("row" for a dict
+    with none), None for an edit of a customer's kernel or a family unknown here."""
+    if schedule.get("ptx_edit"):
+        return None
+    try:
+        return families.get(schedule.get("family") or "row")
+    except KeyError:
+        return None
 
 
 def untailed(schedule: dict) -> dict:
@@ -130,12 +128,10 @@ def schedule_key(schedule: dict | None) -> str:
     """A stable text key for a schedule dict (None for hand-written PTX)."""
     if schedule is None:
         return "none"
-    chosen = _chosen_tail(schedule)
-    plain = {
-        k: v
-        for k, v in schedule.items()
-        if _LATE_DEFAULTS.get(k, object()) != v and (k not in _FITTED or (chosen and k == "tail"))
-    }
+    plain = {k: v for k, v in schedule.items() if ptxedit.LATE_DEFAULTS.get(k, _ABSENT) != v}
+    fam = _family_of(plain)
+    if fam is not None and fam.canonical is not None:
+        plain = fam.canonical(plain)
     return json.dumps(plain, sort_keys=True, default=str)
 
 

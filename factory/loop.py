@@ -238,10 +238,13 @@ def _compile_default(ptx: str, arch: str):
 
 
 def build_batch(workload, drafts_by_id: dict[str, CandidateDraft], *, baselines, options) -> dict:
+    from factory import families
+
     base = workload.baseline
     return {
         "format": 1,
         "batch_id": str(uuid.uuid4()),
+        "family": families.name_for(workload),
         "manifest": workload.manifest,
         "baseline_source": base.source if base is not None else None,
         "shapes": [dict(d) for d in workload.shapes],

@@ -35,6 +35,9 @@ PARAM_KINDS = {"tensor": ("u64",), "dim": ("u32", "u64", "s32", "s64"), "scalar"
 _ENTRY_NAME = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
 
 
+_FAMILY_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
 class BatchError(ValueError):
     """A batch was refused. `errors` lists (field, problem) pairs."""
 
@@ -78,6 +81,7 @@ class Batch:
     candidates: tuple[CandidateSpec, ...]
     baselines: tuple[str, ...]
     options: Options = field(default_factory=Options)
+    family: str = "row"  # the operator family (factory.families) whose baselines the worker runs
 
 
 def _dims(value: Any, where: str, errors: list) -> dict[str, int] | None:
@@ -291,6 +295,10 @@ def parse_batch(data: Any) -> Batch:
         if b not in KNOWN_BASELINES:
             errors.append((f"baselines[{i}]", f"unknown baseline {b!r} (known: {KNOWN_BASELINES})"))
     options = _options(data.get("options"), errors)
+    family = data.get("family", "row")
+    if not isinstance(family, str) or not _FAMILY_NAME.match(family):
+        errors.append(("family", 'must be an operator family\'s name (e.g. "row")'))
+        family = "row"
     if errors:
         raise BatchError(errors)
     return Batch(
@@ -302,6 +310,7 @@ def parse_batch(data: Any) -> Batch:
         candidates=tuple(candidates),
         baselines=tuple(dict.fromkeys(baselines)),
         options=options,
+        family=family,
     )
 
 

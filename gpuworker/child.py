@@ -277,7 +277,9 @@ class TorchEntrant:
         self.key = desc["key"]
         self.torch = torch
         self.ext_stream = torch.cuda.ExternalStream(gpu.stream_handle(session.stream))
-        self.fn, self.version, self.config = make_torch_baseline(desc["name"], session.workload)
+        self.fn, self.version, self.config = make_torch_baseline(
+            desc["name"], session.workload, desc.get("family", "row")
+        )
         self._views = {}
         self._result = None
 

@@ -402,7 +402,12 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
                 "launch": launch_to_json(bk.launch),
             }
         elif name in TORCH_BASELINES:
-            desc = {"key": f"baseline:{name}", "kind": "torch", "name": name}
+            desc = {
+                "key": f"baseline:{name}",
+                "kind": "torch",
+                "name": name,
+                "family": b.family,
+            }
         else:  # parse_batch refuses unknown names; kept for safety
             rec.update(status="unavailable", reason="unknown baseline")
             baselines.append((rec, None))
@@ -573,6 +578,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
     return {
         "format": RESULTS_FORMAT,
         "batch_id": b.batch_id,
+        "family": b.family,
         "env": env,
         "seed": seed,
         "copy_ceiling_tbps": copy_ceiling_tbps,

@@ -492,14 +492,18 @@ def generation_builds_done(*, generation: Generation) -> bool:
 
 def batch_build(*, job: Job, generation: Generation, candidates: list[Candidate], code) -> dict:
     """The batch file for the GPU worker (docs/CONTRACTS.md, format 1)."""
+    from factory import families
+
     workload = job.workload
     spec = workload.spec()
-    baselines = list(settings.GPU_BASELINES)
+    family = families.get(families.name_for(spec))
+    baselines = [b for b in settings.GPU_BASELINES if b == "customer" or b in family.baselines]
     if spec.baseline is None and "customer" in baselines:
         baselines.remove("customer")
     return {
         "format": BATCH_FORMAT,
         "batch_id": str(code),
+        "family": family.name,
         "manifest": workload.manifest,
         "baseline_source": workload.baseline_source or None,
         "baseline_filename": workload.baseline_filename or None,

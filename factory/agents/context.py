@@ -7,75 +7,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from factory import evidence as ev
+from factory import families
 from factory.agents.ptxedit import PtxEdit, apply_edit, edit_space
 from factory.agents.review import review
 from factory.agents.types import CandidateDraft, ptx_sha256
 from factory.costmodel import CostModel
-from factory.spec.expr import DTYPE_BYTES
-
-
-@dataclass
-class GeneratorAPI:
-    """The generator's functions (issue 4), passed around so tests can supply a fake one."""
-
-    lower: Callable
-    space: Callable
-    is_valid: Callable
-    emit: Callable
-    default_schedule: Callable | None = None
-    # seeds(ir, dims) -> the generator's screened starting layouts at one shape, best first
-    seeds: Callable | None = None
-    # fits(ir, schedule, dims_list) -> whether one kernel of it is a candidate for every shape
-    fits: Callable | None = None
-    # whether `space` holds only points that `fits` the job already (then they are not judged
-    # twice: that took longer than building the space)
-    space_fits: bool = False
-    # reports([ptx]) -> each kernel's compile report (factory.compile.CompileReport), compiled on
-    # the CPU side by side
-    reports: Callable | None = None
-    # recap(ir, schedule) -> the schedule under a register cap that compiles clean, or None
-    recap: Callable | None = None
-
-
-def real_generator() -> GeneratorAPI | None:
-    """The generator of this tree, or None while it is not importable."""
-    try:
-        from factory.emit import emit
-        from factory.ir import lower
-        from factory.schedules import space
-
-        try:
-            from factory.schedules import is_valid
-        except ImportError:
-
-            def is_valid(ir, schedule, dims):  # a space holds only valid schedules
-                return True
-
-        try:
-            from factory.schedules import default_schedule
-        except ImportError:
-            default_schedule = None
-        from factory.schedules import fits_job
-        from factory.seeds import candidate_schedules, compile_reports, recapped
-    except ImportError:
-        return None
-    return GeneratorAPI(
-        lower,
-        space,
-        is_valid,
-        emit,
-        default_schedule,
-        candidate_schedules,
-        fits_job,
-        space_fits=True,
-        reports=compile_reports,
-        recap=recapped,
-    )
+from factory.families import Family
 
 
 def schedule_dict(schedule) -> dict:
@@ -86,13 +27,7 @@ def schedule_dict(schedule) -> dict:
 
 def workload_bytes(workload, dims: dict[str, int]) -> float:
     """Fewest bytes the operator must move: every input read once, every output written once."""
-    total = 0.0
-    for t in (*workload.inputs, *workload.outputs):
-        n = 1
-        for d in t.shape:
-            n *= int(dims[d]) if isinstance(d, str) else int(d)
-        total += n * DTYPE_BYTES.get(t.dtype, 4)
-    return total
+    return families.io_bytes(workload, dims)
 
 
 @dataclass
@@ -112,7 +47,7 @@ class Item:
 
 
 # What Item keeps of a frozen space point, kept while the point lives: every generation of a job
-# makes Items of the same space again (factory.schedules keeps the last few spaces), and
+# makes Items of the same space again (a family keeps its last few spaces), and
 # describing 100k points took seconds. Shared: neither the dict nor the tuple is changed after.
 _DESCRIBED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -151,7 +86,7 @@ class Context:
     dims_list: list[dict[str, int]]
     job_records: list[dict]
     past_records: list[dict]
-    generator: GeneratorAPI | None = None
+    generator: Family | None = None  # the job's operator family (factory.families)
     ir: Any = None
     unsupported: str = ""
     gen_items: list[Item] = field(default_factory=list)
@@ -217,13 +152,17 @@ class Context:
 
     # --- prediction ----------------------------------------------------------------------------
 
+    def _roof(self, dims: dict) -> tuple[float, float]:
+        """(bytes, flops) of one call at `dims`: the family's roofline."""
+        if self.generator is None:
+            return workload_bytes(self.workload, dims), 0.0
+        r = self.generator.roofline_of(self.workload, dims)
+        return r.bytes, r.flops
+
     def predict_us(self, item: Item) -> float:
         """Cost-model time summed over the job's shapes (the roofline prior when unfitted)."""
         model = self.model or CostModel()
-        return sum(
-            model.predict_us(item.schedule, d, workload_bytes(self.workload, d))
-            for d in self.dims_list
-        )
+        return sum(model.predict_us(item.schedule, d, *self._roof(d)) for d in self.dims_list)
 
     def ranked(self, items: list[Item]) -> list[tuple[Item, float]]:
         """`items` with their predict_us, fastest first (computed together: see
@@ -232,7 +171,7 @@ class Context:
         total = [0.0] * len(items)
         scheds = [it.schedule for it in items]
         for d in self.dims_list:
-            us = model.predict_many(scheds, d, workload_bytes(self.workload, d))
+            us = model.predict_many(scheds, d, *self._roof(d))
             total = [a + b for a, b in zip(total, us, strict=True)]
         order = sorted(range(len(items)), key=total.__getitem__)
         return [(items[i], total[i]) for i in order]
@@ -297,7 +236,7 @@ class Context:
         file, warps per SM, ...) on their compile reports, all compiled side by side on the CPU,
         before they take a slot of the generation: each (item, draft) as it is, or for a
         generator layout turned away for its registers, the same layout under another register
-        cap (factory.seeds.recapped) where the reviewer passes that and its key is not in
+        cap (the family's `recap`) where the reviewer passes that and its key is not in
         `exclude`; None where neither passes. Kept as they are without a compiler (a fake
         generator in tests)."""
         gen = self.generator
@@ -370,10 +309,18 @@ def build_context(
         past_records=past,
     )
     gen = settings.get("generator", "auto")
-    ctx.generator = real_generator() if gen == "auto" else gen
-    if ctx.generator is not None and not settings.get("no_generator"):
+    if gen == "auto":
         try:
-            ctx.ir = ctx.generator.lower(workload)
+            ctx.generator, ctx.ir = families.family_for(workload)
+        except families.Unsupported as exc:
+            ctx.generator = families.get("row")  # its space stays empty: edits alone
+            ctx.unsupported = f"Unsupported: {exc}"
+    else:
+        ctx.generator = gen
+    if ctx.generator is not None and not settings.get("no_generator") and not ctx.unsupported:
+        try:
+            if ctx.ir is None:
+                ctx.ir = ctx.generator.lower(workload)
             sched = ctx.generator.space(ctx.ir, ctx.dims_list)
             fits = ctx.generator.fits or (
                 lambda ir, s, dl: all(_valid(ctx.generator.is_valid(ir, s, d)) for d in dl)
@@ -392,9 +339,12 @@ def build_context(
     # the same operator's evidence teaches the model most; the family's when that is too little
     same_op = [r for r in similar if r.get("signature") == ctx.signature]
     order = list(workload.shapes[0]) if workload.shapes else []
-    ctx.model = CostModel(dim_order=order).fit(same_op)
+    kind = ctx.generator.name if ctx.generator is not None else "row"
+    if kind not in families.names():
+        kind = "row"  # a stand-in family in tests: the row family's features
+    ctx.model = CostModel(dim_order=order, family=kind).fit(same_op)
     if not ctx.model.fitted:
-        ctx.model = CostModel(dim_order=order).fit(similar)
+        ctx.model = CostModel(dim_order=order, family=kind).fit(similar)
     ctx.lessons = ev.distil_lessons(evidence, family=family, gpu=gpu, dims=ctx.dims_list[0])
     return ctx
 
@@ -416,7 +366,7 @@ def default_item(ctx: Context) -> Item | None:
 
 
 def seed_items(ctx: Context) -> list[Item]:
-    """The generator's screened starting layouts (factory.seeds) at the job's first two shapes,
+    """The family's screened starting layouts (its `seeds`) at the job's first two shapes,
     as space items (valid at every shape of the job), best first, each once. Empty where the
     generator has none or fails (a job then starts from the default and a spread)."""
     if ctx.generator is None or ctx.ir is None or ctx.generator.seeds is None:
@@ -440,7 +390,6 @@ def log2_distance(a: float, b: float) -> float:
 
 __all__ = [
     "Context",
-    "GeneratorAPI",
     "Item",
     "PtxEdit",
     "build_context",

@@ -5,7 +5,7 @@
 - The writer takes untried points of the search spaces (generator schedules, edits of the
   customer's kernel): gen 0 seeds from the two best winners of similar past jobs, the cost
   model's picks at the new shape and reshapes of the two best (warm start) or, cold, from the
-  generator's screened starting layouts (factory.seeds), the default schedule and its
+  family's screened starting layouts (its `seeds`), the default schedule and its
   neighbours, then a spread of the space (farthest-point sampling over fields);
   later it takes the cost model's predicted-fastest untried points, and explores a spread of
   the points it predicts near the fastest (see OfflineWriter._explore).
@@ -184,7 +184,7 @@ class OfflineWriter:
             by_key = {it.key: it for it in pool}
             reshaped = []
             for w in warm[:2]:
-                for change, why in _reshapes(w.value):
+                for change, why in _reshapes(ctx, w.value):
                     it = by_key.get(Item(w.kind, dataclasses.replace(w.value, **change)).key)
                     if it is not None and it.key not in tried:
                         reshaped.append((it, f"warm start: a past winner reshaped ({why})"))
@@ -229,7 +229,7 @@ class OfflineWriter:
                 if len(model_picks) >= n_model * self.oversample:
                     rest.append((it, us))
                     continue
-                lay = _layout(it)
+                lay = _layout(ctx, it)
                 k = per_layout[lay] = per_layout.get(lay, 0) + 1
                 (model_picks if lay is None or k <= self.oversample else rest).append((it, us))
             picks += [(it, "cost model's pick") for it, _ in model_picks]
@@ -245,8 +245,8 @@ class OfflineWriter:
             if pick[1] != "cost model's pick":
                 return True
             model = [p for p in taken if p[1] == "cost model's pick"]
-            same = [p for p in model if _layout(p[0]) == _layout(pick[0])]
-            return len(model) < model_cap and (_layout(pick[0]) is None or len(same) < 2)
+            same = [p for p in model if _layout(ctx, p[0]) == _layout(ctx, pick[0])]
+            return len(model) < model_cap and (_layout(ctx, pick[0]) is None or len(same) < 2)
 
         got = _take_screened(
             ctx,
@@ -402,7 +402,7 @@ class OfflineTuner:
                                     rec["ptx_sha256"],
                                 )
                             )
-            for change, why in _reshapes(p.value):
+            for change, why in _reshapes(ctx, p.value):
                 it = space_keys.get(Item(p.kind, dataclasses.replace(p.value, **change)).key)
                 if it is not None:
                     children.append((it, f"reshape of #{rank + 1}: {why}", rec["ptx_sha256"]))
@@ -487,51 +487,17 @@ def _take_screened(ctx: Context, picks: list, n: int, tried, tried_ptx, make, ad
     return out
 
 
-def _layout(item: Item) -> tuple | None:
-    """How a generator schedule lays out the work (threads and rows a block, vector, chunks,
-    mode), without the hints and options that vary within it; None for other items."""
+def _layout(ctx: Context, item: Item) -> tuple | None:
+    """How a generator schedule lays out the work (the family's `layout_fields`), without the
+    hints and options that vary within it; None for other items."""
+    fields = ctx.generator.layout_fields if ctx.generator is not None else ()
     s = item.schedule
-    fields = ("threads_per_row", "rows_per_block", "vec_elems", "chunks", "mode")
-    return tuple(s.get(f) for f in fields) if item.kind == "generator" else None
+    return tuple(s.get(f) for f in fields) if item.kind == "generator" and fields else None
 
 
-def _reshapes(value) -> list[tuple[dict, str]]:
-    """Two-field moves that keep the block or the row's work the same size: more threads per
-    row with fewer rows per block or fewer chunks each (and the reverse). One-field steps cannot
-    make them, since a multi-warp row needs a block of its own: on the H200 a streaming
-    cross-entropy stuck at one warp per row left 7% on the table (bench/results/
-    2026-12-02-h200-loop2)."""
-    t = getattr(value, "threads_per_row", None)
-    r = getattr(value, "rows_per_block", None)
-    c = getattr(value, "chunks", None)
-    if not isinstance(t, int) or not isinstance(r, int) or not isinstance(c, int):
-        return []
-    out = []
-    if r > 1:
-        out.append(({"threads_per_row": t * 2, "rows_per_block": r // 2}, "2x threads, rows/2"))
-        out.append(({"threads_per_row": t * r, "rows_per_block": 1}, f"{r}x threads, 1 row"))
-    if t >= 64:
-        out.append(({"threads_per_row": t // 2, "rows_per_block": r * 2}, "threads/2, 2x rows"))
-        out.append(({"threads_per_row": t // 2, "chunks": c * 2}, "threads/2, 2x chunks"))
-    if c > 1:
-        out.append(({"threads_per_row": t * 2, "chunks": c // 2}, "2x threads, chunks/2"))
-        if r > 1:
-            out.append(
-                (
-                    {"threads_per_row": t * 2, "rows_per_block": r // 2, "chunks": c // 2},
-                    "2x threads, rows/2, chunks/2",
-                )
-            )
-    # Past 1024 threads a row is shared by a cluster of 1024-thread blocks: the cluster size
-    # moves with the thread count.
-    return [(_with_cluster(change, value), why) for change, why in out]
-
-
-def _with_cluster(change: dict, value) -> dict:
-    if not hasattr(value, "cluster_blocks"):
-        return change
-    t = change.get("threads_per_row", value.threads_per_row)
-    return change | {"cluster_blocks": max(1, t // 1024)}
+def _reshapes(ctx: Context, value) -> list[tuple[dict, str]]:
+    """The family's multi-field moves from `value` (each a change and why), [] without any."""
+    return list(ctx.generator.moves(value)) if ctx.generator is not None else []
 
 
 def _avoided(item: Item, plan: Plan) -> bool:

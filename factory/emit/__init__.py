@@ -1,27 +1,24 @@
-"""PTX emitters: render a `KernelIR` with a `Schedule` into PTX text plus its binding.
+"""The PTX emitters' shared library: the builder (`factory.emit.ptx`), the table of elementwise
+operations (`factory.emit.ops`) and what every emitter returns (`Emitted`).
 
-`emit(ir, schedule)` returns an `Emitted` (ptx, entry, params as KernelParam list, launch as
-shape arithmetic over the dims) or raises `EmitError` saying what cannot be rendered. Families:
-"row" (factory.emit.rowkernel) covers elementwise, row reductions, multi-stage norms, online
-softmax/logsumexp and per-row gathers.
+`emit(ir, schedule, arch)` renders through the schedule's family (factory.families); each
+family's emitter lives in its own folder and raises `EmitError` saying what it cannot render.
 """
 
 from __future__ import annotations
 
 from factory.emit.ptx import EmitError
-from factory.emit.rowkernel import Emitted, RowKernel
-from factory.ir import KernelIR
-from factory.schedules import Schedule
+from factory.emit.types import Emitted
 
-ARCHS = ("sm_90", "sm_100")
-
-__all__ = ["ARCHS", "EmitError", "Emitted", "emit"]
+__all__ = ["EmitError", "Emitted", "emit"]
 
 
-def emit(ir: KernelIR, schedule: Schedule, arch: str = "sm_90") -> Emitted:
-    """Render `ir` with `schedule` for `arch` ("sm_90" or "sm_100")."""
-    if arch not in ARCHS:
-        raise EmitError(f"no emitter for {arch}; known: {', '.join(ARCHS)}")
-    if schedule.family == "row":
-        return RowKernel(ir, schedule, arch).render()
-    raise EmitError(f"no emitter for schedule family {schedule.family!r}")
+def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
+    """Render `ir` with `schedule` for `arch` through the schedule's family."""
+    from factory import families
+
+    try:
+        fam = families.of_schedule(schedule)
+    except KeyError as e:
+        raise EmitError(str(e)) from None
+    return fam.emit(ir, schedule, arch)

@@ -174,3 +174,8 @@ class Workload:
                 },
             },
         }
+
+
+class BaselineUnavailable(Exception):
+    """A baseline does not exist for this workload or on this host (the reason says which).
+    Raised by a family's baselines module, reported by the GPU worker as "unavailable"."""

@@ -98,10 +98,11 @@ def split_by_row_length(manifest: str) -> list[tuple[int, str]]:
     in registers suits rows of 4096 and 8192 alike, so a job per row length finds the fastest
     kernel at each."""
     try:
-        from factory.ir import lower
+        from factory import families
         from factory.spec import load_manifest
 
-        row_dim = lower(load_manifest(manifest)).row_dim
+        fam, ir = families.family_for(load_manifest(manifest))
+        row_dim = fam.split_dims(ir)[0]  # IndexError where the family splits on nothing
         data = tomllib.loads(manifest)
         groups: dict[int, list[dict]] = {}
         for dims in data["shapes"]:

@@ -57,11 +57,15 @@ def row_lengths(spec) -> list[int]:
     if spec is None:
         return []
     try:
-        from factory.ir import lower
+        from factory import families
 
-        row_dim = lower(spec).row_dim
+        fam, ir = families.family_for(spec)
+        split = fam.split_dims(ir)
     except Exception:  # noqa: BLE001 - an operator the generator does not express
         return []
+    if not split:
+        return []
+    row_dim = split[0]
     out: list[int] = []
     for dims in spec.shapes:
         n = int(dims[row_dim])
@@ -645,10 +649,10 @@ def evidence_view(*, family: str, gpu: str, dtype: str | None, shape_class: str 
     """What the factory has learnt for one family on one GPU (optionally one dtype and shape
     class): the lessons the agents read, how well the cost model ranks this evidence, the
     fastest verified results and why candidates failed."""
+    from factory import families
     from factory.costmodel import held_out_spearman
     from factory.evidence import distil_lessons
     from factory.evidence import shape_class as class_of
-    from factory.schedules import TAG_LEGEND
     from portal.evidence_store import DbEvidenceStore
 
     records = DbEvidenceStore().query(family=family, gpu=gpu)
@@ -681,7 +685,7 @@ def evidence_view(*, family: str, gpu: str, dtype: str | None, shape_class: str 
         "model_rho": held_out_spearman(passed[-ACCURACY_SAMPLE:]),
         "model_sample": min(len(passed), ACCURACY_SAMPLE),
         "top": [dict(r, shape=shape_label(r["dims"]), what=_schedule_label(r)) for r in top],
-        "tag_legend": TAG_LEGEND,
+        "tag_legend": " ".join(f.legend for f in families.all_families() if f.legend),
     }
 
 
@@ -691,11 +695,11 @@ def _schedule_label(record: dict) -> str:
         from factory.agents.ptxedit import PtxEdit
 
         return "customer kernel: " + PtxEdit.from_schedule(schedule).describe()
-    if schedule.get("family") == "row":
-        from factory.schedules import Schedule
+    if schedule.get("family"):
+        from factory import families
 
         try:
-            return Schedule.from_dict(schedule).tag()
-        except (TypeError, ValueError):
+            return families.get(schedule["family"]).label(schedule)
+        except (KeyError, TypeError, ValueError):
             pass
     return "hand-written PTX" if not schedule else str(schedule)[:60]

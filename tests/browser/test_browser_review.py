@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from factory.schedules import Schedule
+from factory.families.row.schedules import Schedule
 from portal.models import Candidate, Workload
 from tests.browser.conftest import log_in
 from tests.portal.web.world import job_in_review

@@ -9,8 +9,8 @@ import pytest
 from factory.agents.context import Item, build_context
 from factory.agents.offline import OfflineWriter, _distance, _field_values
 from factory.agents.ptxedit import edit_space
-from factory.ir import lower
-from factory.schedules import fits_job, space
+from factory.families.row.ir import lower
+from factory.families.row.schedules import fits_job, space
 from factory.spec import load_catalogue
 
 DIMS = [{"M": 4096, "N": 3000}]

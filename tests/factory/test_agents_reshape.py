@@ -4,10 +4,11 @@ a warp-per-row streaming kernel with several rows per block can become a multi-w
 import dataclasses
 
 from factory.agents.context import build_context
-from factory.agents.offline import OfflineTuner, _reshapes
+from factory.agents.offline import OfflineTuner
+from factory.families.row.moves import reshapes as _reshapes
 from factory.agents.types import Plan
-from factory.ir import lower
-from factory.schedules import Schedule, is_valid
+from factory.families.row.ir import lower
+from factory.families.row.schedules import Schedule, is_valid
 from factory.spec import load_catalogue
 
 # One warp per row, eight rows per block: where the H200 loop's cross-entropy search got stuck.

@@ -124,8 +124,8 @@ def _generated(workload: str, dims: dict, **change):
 
     from factory.agents.context import schedule_dict
     from factory.emit import emit
-    from factory.ir import lower
-    from factory.schedules import default_schedule
+    from factory.families.row.ir import lower
+    from factory.families.row.schedules import default_schedule
     from factory.spec import load_catalogue
 
     w = load_catalogue()[workload]

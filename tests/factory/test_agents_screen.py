@@ -11,9 +11,9 @@ from factory.agents.offline import OfflineTuner, OfflineWriter, _take_screened
 from factory.agents.review import review
 from factory.agents.types import Plan
 from factory.compile import compile_ptx
-from factory.ir import lower
-from factory.schedules import Schedule
-from factory.seeds import candidate_schedules, recapped
+from factory.families.row.ir import lower
+from factory.families.row.schedules import Schedule
+from factory.families.row.seeds import candidate_schedules, recapped
 from factory.spec import load_catalogue
 
 DIMS = {"M": 16384, "N": 4999}
@@ -193,11 +193,11 @@ def test_the_writer_takes_two_model_picks_of_one_layout_at_most(monkeypatch):
     # The model's favourites cluster: at LayerNorm 16384x4999 its four picks of a third
     # generation were one layout (128 threads, 8 rows a block) in variants, all ~186 us.
     ctx = _second_generation()
-    favourite = offline._layout(ctx.gen_items[100])
+    favourite = offline._layout(ctx, ctx.gen_items[100])
 
     # the model prefers every variant of one layout to anything else
     def guess(it):
-        return 1.0 if offline._layout(it) == favourite else 100.0 + len(it.key) % 7
+        return 1.0 if offline._layout(ctx, it) == favourite else 100.0 + len(it.key) % 7
 
     monkeypatch.setattr(Context, "predict_us", lambda self, it: guess(it))
     monkeypatch.setattr(
@@ -205,13 +205,13 @@ def test_the_writer_takes_two_model_picks_of_one_layout_at_most(monkeypatch):
         "ranked",
         lambda self, items: sorted(((it, guess(it)) for it in items), key=lambda p: p[1]),
     )
-    n_variants = sum(offline._layout(it) == favourite for it in ctx.gen_items)
+    n_variants = sum(offline._layout(ctx, it) == favourite for it in ctx.gen_items)
     assert n_variants >= 4
     plan = Plan("exploit", 4, 0, {}, {}, [], "")
     drafts = OfflineWriter().write(ctx, plan, 4, set())
     assert len(drafts) == 4
     model = [d for d in drafts if d.note.startswith("cost model's pick")]
-    layouts = [offline._layout(ctx.item_for(d.schedule)) for d in model]
+    layouts = [offline._layout(ctx, ctx.item_for(d.schedule)) for d in model]
     assert layouts.count(favourite) == 2, [d.note for d in drafts]
     assert len(model) == 3  # three quarters of the slots: the third of another layout
 
@@ -239,7 +239,7 @@ def test_explorations_are_a_spread_of_the_points_predicted_near_the_fastest(monk
     assert len(drafts) == 8 and len(explored) == 2, [d.note for d in drafts]
     keys = [ctx.item_for(d.schedule).key for d in explored]
     assert all(k in near for k in keys)
-    assert len({offline._layout(ctx.item_for(d.schedule)) for d in explored}) == 2
+    assert len({offline._layout(ctx, ctx.item_for(d.schedule)) for d in explored}) == 2
 
     # where the band holds fewer points than the writer asks for, the model's fastest of the
     # rest fill it (never the slow remainder at random)

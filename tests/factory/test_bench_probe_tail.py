@@ -8,7 +8,7 @@ import json
 
 from bench import probe_tail
 from factory.compile import compile_ptx, rejection_reason
-from factory.schedules import Schedule
+from factory.families.row.schedules import Schedule
 
 
 def test_emit_writes_every_candidate_with_what_a_gpu_host_needs_to_launch_it(tmp_path):

@@ -65,9 +65,10 @@ def test_pruning_keeps_the_predicted_fastest_and_counts_the_time_saved():
 
 def test_the_row_length_is_the_workloads_last_dim_even_when_a_store_reorders_the_keys():
     # PostgreSQL jsonb hands {"T": .., "B": .., "D": ..} back as B, D, T: dim_order undoes it.
-    model = CostModel(dim_order=["B", "T", "D"])
-    assert model._rows_and_length({"D": 4096, "B": 2, "T": 8}) == (16.0, 4096.0)
-    assert CostModel()._rows_and_length({"M": 3, "N": 5}) == (3.0, 5.0)
+    from factory.families.row.costmodel import rows_and_length
+
+    assert rows_and_length({"D": 4096, "B": 2, "T": 8}, ["B", "T", "D"]) == (16.0, 4096.0)
+    assert rows_and_length({"M": 3, "N": 5}, []) == (3.0, 5.0)
 
 
 def test_ridge_shrinkage_is_chosen_by_leave_one_out_error_from_the_grid():
@@ -110,7 +111,7 @@ def test_predicting_many_schedules_at_once_gives_each_ones_prediction():
 def test_rows_held_by_a_thread_count_in_the_grid_and_in_flight():
     """Two rows a thread: half the blocks for the same rows, twice the rows and the elements in
     flight per SM of one row a thread; a schedule without the field is one row a thread."""
-    from factory.costmodel import layout_features
+    from factory.families.row.costmodel import layout_features
 
     one = {
         "threads_per_row": 16,

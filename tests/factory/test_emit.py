@@ -17,8 +17,8 @@ from test_ir_examples import EXAMPLES  # noqa: E402
 
 from factory.compile import compile_ptx, rejection_reason  # noqa: E402
 from factory.emit import EmitError, emit  # noqa: E402
-from factory.ir import ROLE_ROW, OutputRef, TensorRef, lower_nodes  # noqa: E402
-from factory.schedules import Schedule, default_schedule  # noqa: E402
+from factory.families.row.ir import ROLE_ROW, OutputRef, TensorRef, lower_nodes  # noqa: E402
+from factory.families.row.schedules import Schedule, default_schedule  # noqa: E402
 from factory.spec import expr as E  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -163,7 +163,7 @@ TAIL_GOLDENS = {
 
 
 def _catalogue_irs():
-    from factory.ir import Unsupported, lower
+    from factory.families.row.ir import Unsupported, lower
     from factory.spec import load_catalogue
 
     out = {}
@@ -199,7 +199,7 @@ def test_emitted_ptx_matches_the_golden_file(name):
 
 
 def test_every_catalogue_operator_lowers_and_compiles_at_its_shapes_without_local_memory():
-    from factory.ir import lower
+    from factory.families.row.ir import lower
     from factory.spec import load_catalogue
 
     cat = load_catalogue()

@@ -16,8 +16,8 @@ from dataclasses import replace
 
 import pytest
 
-from factory.ir import lower
-from factory.schedules import (
+from factory.families.row.ir import lower
+from factory.families.row.schedules import (
     COL_HINTS,
     LOAD_HINTS,
     STORE_HINTS,

@@ -12,8 +12,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from test_ir_examples import EXAMPLES  # noqa: E402
 
-from factory.ir import lower  # noqa: E402
-from factory.schedules import (  # noqa: E402
+from factory.families.row.ir import lower  # noqa: E402
+from factory.families.row.schedules import (  # noqa: E402
     Schedule,
     default_schedule,
     fit_tail,
@@ -122,7 +122,7 @@ def test_a_cluster_candidate_goes_into_a_batch_the_gpu_worker_accepts():
     # blocks (a multiple of the cluster at every shape).
     from factory.agents.types import CandidateDraft
     from factory.emit import emit
-    from factory.ir import lower
+    from factory.families.row.ir import lower
     from factory.loop import build_batch
     from factory.spec import eval_dim_expr, load_catalogue
     from gpuworker.batch import parse_batch
@@ -586,7 +586,7 @@ def test_rows_that_take_a_tail_get_the_split_kernel_too_and_full_rows_do_not():
 
 
 def test_the_seed_layouts_split_the_tight_layout_at_odd_widths_only():
-    from factory.seeds import candidate_schedules
+    from factory.families.row.seeds import candidate_schedules
 
     ln = lower(load_catalogue()["layernorm"])
     odd = candidate_schedules(ln, {"M": 16384, "N": 5000})
@@ -602,7 +602,7 @@ def test_a_shifted_twin_gets_its_own_register_cap_where_its_layouts_spilled():
     seeds carry the shifted one, and count the twins of a layout as one layout."""
     from factory.compile import compile_ptx, rejection_reason
     from factory.emit import emit
-    from factory.seeds import CANDIDATES_PER_SHAPE, candidate_schedules
+    from factory.families.row.seeds import CANDIDATES_PER_SHAPE, candidate_schedules
 
     ar = lower(load_catalogue()["add_rmsnorm"])
     dims = {"M": 16384, "N": 4999}
@@ -636,7 +636,7 @@ def test_columns_one_chunk_at_a_time_where_four_groups_do_not_divide_the_chunks(
     # the space offers 5 (one chunk at a time) instead; the seeds put that grouping on the
     # shifted twin (LayerNorm 128 -> 80 registers; 4% and 9% faster on the H100 for LayerNorm
     # and RMSNorm). Rows of whole 4-chunk layouts keep their 4 groups and seeds as before.
-    from factory.seeds import candidate_schedules
+    from factory.families.row.seeds import candidate_schedules
 
     ln = lower(load_catalogue()["layernorm"])
     odd = {"M": 16384, "N": 4999}
@@ -727,7 +727,7 @@ def test_rows_under_a_warp_take_fewer_threads_and_share_warps(name):
 def test_short_rows_off_a_16_byte_boundary_also_take_8_byte_chunks():
     # 100 bf16 = 200 bytes: every other row starts 8 bytes past a 16-byte boundary, so 16-byte
     # chunks walk it with the strided tail (2-byte loads); 8-byte chunks start every row aligned
-    from factory.schedules import narrow_vec
+    from factory.families.row.schedules import narrow_vec
 
     ir = lower(load_catalogue()["layernorm"])
     for n, want in [(100, 4), (36, 4), (128, 0), (96, 0), (98, 0), (4100, 0)]:
@@ -802,7 +802,7 @@ def test_the_space_skips_only_layouts_that_no_row_of_the_job_fits(monkeypatch):
     # _build_space skips a (threads, vector, chunks, mode) whose capacity every row of the job
     # overflows or fills under half before constructing its variants; the space must be the
     # same point for point as building every variant and asking fits_job
-    from factory import schedules as S
+    from factory.families.row import schedules as S
 
     cases = [
         ("rmsnorm", [{"M": 64, "N": 128}]),  # rows under a warp: most pairs never fit
@@ -833,7 +833,7 @@ def test_short_rows_search_and_seed_two_rows_a_thread():
     (one row group a block) with two rows a thread, and the seeds hold one such layout where a
     thread holds at most two chunks (16 threads at 200 columns, a warp at 512); rows past a
     warp's reach (4096) and layouts of more than a warp get none."""
-    from factory.seeds import candidate_schedules
+    from factory.families.row.seeds import candidate_schedules
 
     for name in ("layernorm", "softmax"):
         ir = lower(load_catalogue()[name])

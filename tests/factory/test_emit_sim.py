@@ -21,8 +21,8 @@ import pytest
 
 from factory.agents.ptxedit import split_operands
 from factory.emit import EmitError, emit
-from factory.ir import lower
-from factory.schedules import Schedule, default_schedule, is_valid
+from factory.families.row.ir import lower
+from factory.families.row.schedules import Schedule, default_schedule, is_valid
 from factory.spec import eval_dim_expr, load_catalogue, random_inputs, reference, to_float64
 
 # ---------------------------------------------------------------- values
@@ -1006,7 +1006,7 @@ def test_shifted_rows_of_norms_at_every_row_offset(n):
 
 
 def test_sums_that_take_zero_padding_as_it_is():
-    from factory.emit.rowkernel import RowKernel
+    from factory.families.row.kernel import RowKernel
 
     def padded(name, workload=None):
         ir = lower(workload or load_catalogue()[name])

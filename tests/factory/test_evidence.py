@@ -181,7 +181,7 @@ def test_the_planner_avoids_a_value_only_where_no_pair_showed_it_level():
 
 def test_the_fitted_tail_does_not_change_which_layout_a_record_names():
     from factory.evidence import schedule_key
-    from factory.schedules import Schedule
+    from factory.families.row.schedules import Schedule
 
     s = Schedule(threads_per_row=128, chunks=5)
     with_tail = {**s.to_dict(), "tail": "vectors"}
@@ -193,7 +193,7 @@ def test_a_shifted_row_in_registers_is_another_layout_than_its_strided_twin():
     """In registers "strided" is what fit_tail picks and "shifted" the twin the search may pick
     instead: two layouts. A streamed row takes "shifted" by fit_tail: the same layout."""
     from factory.evidence import schedule_key, untailed
-    from factory.schedules import Schedule
+    from factory.families.row.schedules import Schedule
 
     cached = Schedule(threads_per_row=128, chunks=5, mode="cached").to_dict()
     strided, shifted = {**cached, "tail": "strided"}, {**cached, "tail": "shifted"}
@@ -210,8 +210,8 @@ def test_a_past_shifted_winner_names_its_layout_at_a_shape_without_twins():
     import dataclasses
 
     from factory.agents.context import build_context, schedule_dict
-    from factory.ir import lower
-    from factory.schedules import default_schedule, fit_tail, shifted_twin
+    from factory.families.row.ir import lower
+    from factory.families.row.schedules import default_schedule, fit_tail, shifted_twin
     from factory.spec import load_catalogue
 
     w = load_catalogue()["rmsnorm"]

@@ -24,8 +24,8 @@ from test_ir_examples import EXAMPLES, bf16_to_f64, eval64, f64_to_bf16  # noqa:
 
 from factory.compile import compile_ptx, rejection_reason  # noqa: E402
 from factory.emit import emit  # noqa: E402
-from factory.ir import ROLE_COL, ROLE_ROW, ROLE_ROWSCALAR, ROLE_SCALAR  # noqa: E402
-from factory.schedules import (  # noqa: E402
+from factory.families.row.ir import ROLE_COL, ROLE_ROW, ROLE_ROWSCALAR, ROLE_SCALAR  # noqa: E402
+from factory.families.row.schedules import (  # noqa: E402
     Schedule,
     default_schedule,
     fit_tail,
@@ -343,7 +343,7 @@ def test_layouts_of_chunk_counts_other_than_powers_of_two(gpu, name):
 
 
 def _catalogue():
-    from factory.ir import Unsupported, lower
+    from factory.families.row.ir import Unsupported, lower
     from factory.spec import load_catalogue
 
     out = {}
@@ -444,7 +444,7 @@ def short_row_cases():
     per SM (the warp leaving the loop as one), the next row prefetched and per-column vectors
     held across rows; each layout also at rows of 300 (the stream path of a layout for short rows)
     and of 5 (not of whole vectors: streamed under the "stream" tail)."""
-    from factory.schedules import holds_cols, space
+    from factory.families.row.schedules import holds_cols, space
 
     for _name, (w, ir) in _catalogue().items():
         for n in (64, 100, 128, 200, 256):

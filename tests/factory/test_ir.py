@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from factory.ir import ROLE_COL, ROLE_ROW, ROLE_ROWSCALAR, Unsupported, lower
+from factory.families.row.ir import ROLE_COL, ROLE_ROW, ROLE_ROWSCALAR, Unsupported, lower
 from factory.spec import load_catalogue, load_manifest
 
 TEMP_SOFTMAX = """

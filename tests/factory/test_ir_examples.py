@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from factory.ir import (
+from factory.families.row.ir import (
     ROLE_COL,
     ROLE_ROW,
     ROLE_ROWSCALAR,

@@ -248,9 +248,9 @@ def test_a_real_cold_generation_compiles_and_only_resource_problems_are_rejected
     w = load_catalogue()["softmax"]
     w = dataclasses.replace(w, shapes=({"M": 4096, "N": 4096},))
     from factory.agents.context import schedule_dict
-    from factory.ir import lower
-    from factory.schedules import default_schedule
-    from factory.seeds import candidate_schedules
+    from factory.families.row.ir import lower
+    from factory.families.row.schedules import default_schedule
+    from factory.families.row.seeds import candidate_schedules
 
     drafts = propose(w, generation=0, population=6, evidence=[])
     assert len(drafts) == 6

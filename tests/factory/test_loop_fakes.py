@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 
-from factory.agents.context import GeneratorAPI
+from factory.families import Family
 from factory.spec.expr import Input, Reduce
 from factory.spec.types import (
     BaselineKernel,
@@ -83,7 +83,7 @@ def _emit(ir, s: FakeSchedule) -> FakeEmitted:
     return FakeEmitted(ptx, "k", params, Launch(("M", 1, 1), (s.block, 1, 1)))
 
 
-def fake_generator(*, refuse: bool = False) -> GeneratorAPI:
+def fake_generator(*, refuse: bool = False) -> Family:
     def lower(w):
         if refuse:
             raise ValueError("Unsupported: gathers")
@@ -103,7 +103,7 @@ def fake_generator(*, refuse: bool = False) -> GeneratorAPI:
     def default_schedule(ir, dims_list):
         return FakeSchedule(128, 1, 1, "none")
 
-    return GeneratorAPI(lower, space, is_valid, _emit, default_schedule)
+    return Family(lower, space, is_valid, _emit, default_schedule, name="fake")
 
 
 def fake_time_us(schedule: dict, dims: dict) -> float:

@@ -5,9 +5,9 @@ import os
 import subprocess
 import sys
 
-from factory import schedules as S
 from factory.compile import cache_dir, configure_cache
-from factory.ir import lower
+from factory.families.row import schedules as S
+from factory.families.row.ir import lower
 from factory.spec import load_catalogue
 
 DIMS = {"M": 64, "N": 4999}
@@ -32,8 +32,8 @@ def test_a_space_on_disk_is_read_back_as_built_and_a_torn_file_is_rebuilt(tmp_pa
             "import dataclasses, sys, time\n"
             "from factory.compile import cache_dir, configure_cache\n"
             f"configure_cache({str(tmp_path)!r})\n"
-            "from factory import schedules as S\n"
-            "from factory.ir import lower\n"
+            "from factory.families.row import schedules as S\n"
+            "from factory.families.row.ir import lower\n"
             "from factory.spec import load_catalogue\n"
             "S._build_space = None  # any build would fail: it must read the file\n"
             f"w = dataclasses.replace(load_catalogue()['rmsnorm'], shapes=({DIMS!r},))\n"

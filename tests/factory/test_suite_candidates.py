@@ -10,7 +10,7 @@ import pytest
 from bench import suite
 from factory.compile import rejection_reason
 from factory.emit import emit
-from factory.schedules import Schedule, default_schedule, is_valid
+from factory.families.row.schedules import Schedule, default_schedule, is_valid
 from gpuworker.batch import parse_batch
 
 CATALOGUE = suite._catalogue()

@@ -4,7 +4,7 @@ operator a workload is, and which tensor plays which part. Pure Python, no torch
 import pytest
 
 from factory.spec import load_catalogue, load_manifest
-from gpuworker.baselines import op_roles
+from factory.families.row.baselines import op_roles
 
 EXPECTED = {
     "add_rmsnorm": ("add_rmsnorm", {"x": "x", "r": "r", "w": "w"}, {"h": "h", "y": "y"}),

@@ -1,7 +1,7 @@
 """On the GPU: every library baseline (torch eager, the plain Triton kernels, Liger Kernel where
 it is installed) for every catalogue operator it covers passes the worker's float64 check
 (held-out shapes included) and is timed, and it calls the library function its classification
-(`gpuworker.baselines.op_roles`) names. A baseline that fails verification would drop out of
+(`factory.families.row.baselines.op_roles`) names. A baseline that fails verification would drop out of
 "best baseline" and flatter us."""
 
 import sys
@@ -54,7 +54,7 @@ def test_library_baseline_is_verified_and_timed(baseline, name):
     pytest.importorskip("torch")
     if baseline == "liger":
         pytest.importorskip("liger_kernel")
-    from gpuworker.baselines import op_roles
+    from factory.families.row.baselines import op_roles
 
     w, b = _run(baseline, name)
     assert b["name"] == baseline and b["version"], b

@@ -201,9 +201,9 @@ def test_another_job_on_a_workload_starts_from_the_first_jobs_winner(
     upload, customer, django_capture_on_commit_callbacks
 ):
     from factory.evidence import schedule_key
-    from factory.ir import lower
+    from factory.families.row.ir import lower
+    from factory.families.row.schedules import space
     from factory.loop import propose
-    from factory.schedules import space
 
     first = upload()
     # Make the first job's fastest kernel a layout no job would start from on its own: one of

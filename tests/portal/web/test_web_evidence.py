@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from factory.schedules import Schedule
+from factory.families.row.schedules import Schedule
 from portal.models import Candidate, Workload
 from tests.portal.web.world import job_in_review
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from factory.families.base import Unsupported
 from factory.spec import expr as E
 
 ROW = "row"
@@ -32,10 +33,6 @@ ROLE_ROW = "row"  # (*batch, N)
 ROLE_COL = "col"  # (N,) or (1, ..., 1, N): one value per column, shared by all rows
 ROLE_ROWSCALAR = "rowscalar"  # (*batch,) or (*batch, 1)
 ROLE_SCALAR = "scalar"  # () or all ones
-
-
-class Unsupported(Exception):
-    """The workload cannot be lowered to a row kernel; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from factory.schedules import (
+from factory.families.row.schedules import (
     MIN_THREADS_PER_ROW,
     Schedule,
     default_rows_per_block,

@@ -25,11 +25,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from factory.ir import ROLE_ROW, KernelIR
+from factory.device import DEFAULT as DEVICE
+from factory.families.row.ir import ROLE_ROW, KernelIR
 from factory.spec import expr as E
 
-NUM_SMS = 132  # H100 SXM / H200; the persistent grid is sized from it
-MAX_THREADS_PER_BLOCK = 1024
+NUM_SMS = DEVICE.sms  # the persistent grid is sized from it
+MAX_THREADS_PER_BLOCK = DEVICE.max_threads_per_block
 # Rows of at most 256 bf16 (128 fp32) elements may take fewer than a warp's threads: 4 lanes
 # of 16 bytes each cover 32 bf16 elements. Up to 512 bytes, one round of a warp's 16-byte
 # chunks: on the H200 at 131072 rows of 256 bf16, a warp a row of one chunk each left LayerNorm
@@ -539,7 +540,7 @@ def _materialised_nodes(ir: KernelIR, s: Schedule) -> int:
     exp(x - max); none for RMSNorm, whose x*x is recomputed from the held row)."""
     key = ("materialised", s.online, s.keep_intermediates, s.late_stores, s.moments)
     if key not in ir.memo:
-        from factory.emit.rowkernel import RowKernel  # the emitter imports this module
+        from factory.families.row.kernel import RowKernel  # the emitter imports this module
 
         k = RowKernel(
             ir,

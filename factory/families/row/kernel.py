@@ -28,11 +28,10 @@ can run as one online pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from factory.emit import ops
 from factory.emit.ptx import LOG2E, Builder, EmitError, f32_literal
-from factory.ir import (
+from factory.emit.types import Emitted
+from factory.families.row.ir import (
     ROLE_COL,
     ROLE_ROW,
     ROLE_ROWSCALAR,
@@ -43,7 +42,7 @@ from factory.ir import (
     TensorRef,
     reduction_aliases,
 )
-from factory.schedules import (
+from factory.families.row.schedules import (
     NUM_SMS,
     ROWS_PER_THREAD_RULE,
     Schedule,
@@ -93,14 +92,6 @@ CACHE_POLICY = {
     "l2first": "evict_first",
     "l2last": "evict_last",
 }
-
-
-@dataclass(frozen=True)
-class Emitted:
-    ptx: str
-    entry: str
-    params: tuple[KernelParam, ...]
-    launch: Launch
 
 
 def compute_stages(ir: KernelIR, online: bool, moments: bool = False) -> dict[E.Node, int]:
