@@ -31,7 +31,12 @@ KNOWN_BASELINES = (
 L2_FLUSH_MODES = ("read", "write")
 TIMED_OUTPUTS = ("shared", "guarded")  # Options.timed_outputs
 STATUSES = ("passed", "failed", "compile_error", "crashed", "timeout")
-PARAM_KINDS = {"tensor": ("u64",), "dim": ("u32", "u64", "s32", "s64"), "scalar": ("f32", "f64")}
+PARAM_KINDS = {
+    "tensor": ("u64",),
+    "dim": ("u32", "u64", "s32", "s64"),
+    "scalar": ("f32", "f64"),
+    "tmap": ("b8x128",),
+}
 _ENTRY_NAME = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*$")
 
 
@@ -131,15 +136,38 @@ def parse_params(value: Any, where: str, errors: list) -> tuple[KernelParam, ...
             errors.append((f"{w}.ptx_type", f"{kind} takes {PARAM_KINDS[kind]}, got {ptx_type!r}"))
             continue
         name = p.get("name", "")
-        if kind in ("tensor", "dim") and (not isinstance(name, str) or not name):
+        if kind in ("tensor", "dim", "tmap") and (not isinstance(name, str) or not name):
             errors.append((f"{w}.name", f"a {kind} parameter names a tensor or dim"))
             continue
         value_ = p.get("value", 0.0)
         if kind == "scalar" and (isinstance(value_, bool) or not isinstance(value_, int | float)):
             errors.append((f"{w}.value", "a scalar parameter has a numeric value"))
             continue
+        if kind == "tmap":
+            tm = _tmap_fields(p, w, errors)
+            if tm is not None:
+                params.append(KernelParam(kind=kind, ptx_type=ptx_type, name=name, **tm))
+            continue
         params.append(KernelParam(kind=kind, ptx_type=ptx_type, name=name, value=float(value_)))
     return tuple(params)
+
+
+def _tmap_fields(p: dict, w: str, errors: list) -> dict | None:
+    """box (ints in [1, 256]), dims (dim expressions, same rank, 1 to 5) and swizzle of a
+    tensor-map parameter (see gpuworker.tensormap)."""
+    box, dims, swizzle = p.get("box"), p.get("dims"), p.get("swizzle", 0)
+    if not (isinstance(box, list) and 1 <= len(box) <= 5
+            and all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 256
+                    for b in box)):
+        errors.append((f"{w}.box", "a tensor map's box is 1 to 5 integers in [1, 256]"))
+        return None
+    if not (isinstance(dims, list) and len(dims) == len(box) and all(_dim_expr(d) for d in dims)):
+        errors.append((f"{w}.dims", "a tensor map's dims are dim expressions, one per box entry"))
+        return None
+    if swizzle not in (0, 32, 64, 128):
+        errors.append((f"{w}.swizzle", "must be 0, 32, 64 or 128"))
+        return None
+    return {"box": tuple(box), "dims": tuple(dims), "swizzle": swizzle}
 
 
 def _dim_expr(v: Any) -> bool:
@@ -341,9 +369,13 @@ def baseline_record(name: str, version: str = "", config: dict | None = None) ->
 
 
 def params_to_json(params: tuple[KernelParam, ...]) -> list[dict]:
-    return [
-        {"kind": p.kind, "ptx_type": p.ptx_type, "name": p.name, "value": p.value} for p in params
-    ]
+    out = []
+    for p in params:
+        d = {"kind": p.kind, "ptx_type": p.ptx_type, "name": p.name, "value": p.value}
+        if p.kind == "tmap":
+            d |= {"box": list(p.box), "dims": list(p.dims), "swizzle": p.swizzle}
+        out.append(d)
+    return out
 
 
 def launch_to_json(launch: Launch) -> dict:

@@ -172,6 +172,8 @@ class PtxEntrant:
                 if p["name"] not in sh.dims:
                     raise EntrantError(f"parameter names unknown dim {p['name']!r}")
                 args.append(gpu.scalar_arg(p["ptx_type"], sh.dims[p["name"]]))
+            elif p["kind"] == "tmap":
+                args.append(self._tensor_map(p, sh, slot))
             else:
                 args.append(gpu.scalar_arg(p["ptx_type"], p["value"]))
         ld = self.launch_desc
@@ -189,11 +191,28 @@ class PtxEntrant:
         if smem > 48 * 1024 and smem > self._smem_set:
             gpu.set_max_dynamic_smem(self.kernel, smem, self.s.device_ordinal)
             self._smem_set = smem
+        if any(p["kind"] == "tmap" for p in self.params):
+            # by-value tensor maps go through the driver's launch (tensormap.launch_raw)
+            if ld.get("cluster"):
+                raise EntrantError("tensor-map kernels launch without clusters yet")
+            return (grid, block, smem), tuple(args)
         try:
             cfg = gpu.launch_config(grid, block, smem, ld.get("cluster"))
         except ValueError as e:
             raise EntrantError(str(e)) from e
         return cfg, tuple(args)
+
+    def _tensor_map(self, p: dict, sh: ShapeData, slot: int):
+        """The CUtensorMap of a "tmap" parameter over this slot's copy of an input."""
+        from gpuworker import tensormap
+
+        t = sh.inputs.get(p["name"])
+        if t is None:
+            raise EntrantError(f"tensor map names unknown input {p['name']!r}")
+        try:
+            return tensormap.encode_param(p, t["slots"][slot].ptr, sh.dims, t["dtype"])
+        except tensormap.TensorMapError as e:
+            raise EntrantError(str(e)) from e
 
     def stage(self, sh: ShapeData, torch, ext_stream):
         """Take the next timed run's outputs from torch's caching allocator on our stream, and
@@ -220,6 +239,11 @@ class PtxEntrant:
         if key not in self._bound:
             self._bound[key] = self._bind(sh, slot, dict(outs) if outs else None)
         cfg, args = self._bound[key]
+        if isinstance(cfg, tuple):
+            from gpuworker import tensormap
+
+            tensormap.launch_raw(gpu.stream_handle(self.s.stream), *cfg, self.kernel, args)
+            return
         launch(self.s.stream, cfg, self.kernel, *args)
 
     def output_ptrs(self, sh: ShapeData) -> tuple:

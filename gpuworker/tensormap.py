@@ -107,3 +107,38 @@ def as_arg(raw: bytes) -> ctypes.Array:
 def encode_param(param: dict, ptr: int, dims: dict[str, int], dtype: str):
     """plan() then encode(): the launch argument for one "tmap" parameter."""
     return encode(ptr, plan(param, dims, dtype))
+
+
+def _arg_ctype(a):
+    """A ctypes object holding one kernel argument as the kernel's parameter reads it."""
+    import numpy as np
+
+    if isinstance(a, ctypes.Array | ctypes._SimpleCData):  # noqa: SLF001
+        return a
+    if isinstance(a, np.generic):
+        conv = {np.uint32: ctypes.c_uint32, np.int32: ctypes.c_int32, np.uint64: ctypes.c_uint64,
+                np.int64: ctypes.c_int64, np.float32: ctypes.c_float, np.float64: ctypes.c_double}
+        return conv[type(a)](a.item())
+    if isinstance(a, int):  # a device pointer, as cuda.core takes it
+        return ctypes.c_uint64(a)
+    raise TensorMapError(f"cannot pass {type(a).__name__} to a kernel with tensor maps")
+
+
+def launch_raw(stream_handle: int, grid, block, smem_bytes: int, kernel, args) -> None:
+    """Launch `kernel` (a cuda.core Kernel, or a CUfunction/CUkernel handle) through the driver
+    with a hand-built argument array: cuda.core's launch takes no 128-byte by-value arguments,
+    so kernels with tensor-map parameters go this way. `args` as for cuda.core's launch, plus the
+    ctypes descriptors from encode()."""
+    from cuda.bindings import driver as cu
+
+    handle = getattr(kernel, "handle", kernel)
+    if isinstance(handle, cu.CUkernel):
+        # the driver takes a CUkernel wherever a CUfunction is expected
+        handle = cu.CUfunction(int(handle))
+    held = [_arg_ctype(a) for a in args]
+    ptrs = (ctypes.c_void_p * max(1, len(held)))(*[ctypes.addressof(h) for h in held])
+    (err,) = cu.cuLaunchKernel(handle, int(grid[0]), int(grid[1]), int(grid[2]),
+                               int(block[0]), int(block[1]), int(block[2]), int(smem_bytes),
+                               stream_handle, ctypes.addressof(ptrs), 0)
+    if err != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuLaunchKernel: {err}")

@@ -104,6 +104,47 @@ class Kernel:
             raise RuntimeError(f"launch: {err}")
 
 
+def child_path_check(torch, kern, m=1000, n=1030, k=1000):
+    """Load the same cubin the way gpuworker.child does (cuda.core ObjectCode, a CUkernel) and
+    launch it through gpuworker.tensormap.launch_raw with the worker's argument types."""
+    import numpy as np
+    from cuda.core import ObjectCode
+
+    from gpuworker import gpu
+
+    code = ObjectCode.from_cubin(kern.report.cubin)
+    k_obj = code.get_kernel(kern.em.entry)
+    gpu.set_max_dynamic_smem(k_obj, kern.em.launch.smem_bytes, 0)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(5)
+    t = make_inputs(torch, "plain", m, n, k, gen)
+    dims = {"M": m, "N": n, "K": k}
+    args = []
+    for p in kern.em.params:
+        if p.kind == "tmap":
+            args.append(tensormap.encode_param({"dims": list(p.dims), "box": list(p.box),
+                                                "swizzle": p.swizzle}, t[p.name].data_ptr(),
+                                               dims, "bf16"))
+        elif p.kind == "tensor":
+            args.append(t[p.name].data_ptr())
+        else:
+            args.append(np.uint32(dims[p.name]))
+    from factory.spec import eval_dim_expr
+
+    grid = [eval_dim_expr(g, dims) for g in kern.em.launch.grid]
+    t["c"].fill_(float("nan"))
+    tensormap.launch_raw(torch.cuda.current_stream().cuda_stream, grid, kern.em.launch.block,
+                         kern.em.launch.smem_bytes, k_obj, args)
+    wait_or_die(torch, "child path")
+    ref = reference(torch, "plain", t)
+    rel = float(torch.linalg.norm(t["c"].double() - ref) / torch.linalg.norm(ref))
+    ok = bool(torch.isfinite(t["c"]).all()) and rel < 1e-2
+    RESULTS["child_path"] = {"ok": ok, "rel_norm": rel}
+    save()
+    log(f"child path (cuda.core CUkernel + launch_raw): rel {rel:.2e} -> {'OK' if ok else 'FAIL'}")
+    return ok
+
+
 def make_inputs(torch, name, m, n, k, gen):
     dev = "cuda"
     t = {
@@ -318,6 +359,12 @@ def main():
                     ok &= check(torch, kern, op, m, n, k, seed=100 + i)
                 if ok:
                     kerns[sn] = kern
+                    if op == "plain" and "child_path" not in RESULTS:
+                        try:
+                            child_path_check(torch, kern)
+                        except Exception as e:  # noqa: BLE001
+                            log(f"child path ERROR: {e}")
+                            RESULTS["child_path"] = {"ok": False, "error": str(e)}
             except Exception as e:  # noqa: BLE001
                 log(f"ERROR {op} {sn}: {e}")
                 traceback.print_exc()

@@ -221,3 +221,32 @@ def test_gemm_kernels_correct_on_gpu(op):
     for i, (m, n, k) in enumerate([(333, 250, 72), (1, 520, 4096), (1000, 1030, 1000),
                                    (512, 512, 512)]):
         assert gemm_bench.check(torch, kern, op, m, n, k, seed=i), (op, m, n, k)
+
+
+def test_tensor_map_params_travel_to_the_worker():
+    from gpuworker.batch import params_to_json, parse_params
+
+    e = gemm_emit.emit(plain(), GemmSchedule())
+    js = params_to_json(e.params)
+    assert js[0] == {"kind": "tmap", "ptx_type": "b8x128", "name": "a", "value": 0.0,
+                     "box": [64, 128], "dims": ["K", "M"], "swizzle": 128}
+    errors: list = []
+    assert parse_params(js, "params", errors) == e.params and not errors
+    bad = [dict(js[0], box=[64, 512])]
+    assert parse_params(bad, "params", errors) == () and errors[0][0] == "params[0].box"
+
+
+def test_tensor_map_plan():
+    from gpuworker import tensormap
+
+    p = {"box": [64, 128], "dims": ["K", "M"], "swizzle": 128}
+    got = tensormap.plan(p, {"K": 4000, "M": 4095}, "bf16")
+    assert got["extents"] == [4000, 4095] and got["strides"] == [8000]
+    with pytest.raises(tensormap.TensorMapError, match="16 bytes"):
+        tensormap.plan(p, {"K": 4001, "M": 8}, "bf16")  # a row stride of 8002 bytes
+    with pytest.raises(tensormap.TensorMapError, match="swizzle"):
+        tensormap.plan(dict(p, box=[128, 8]), {"K": 4096, "M": 8}, "bf16")  # 256 B > 128 B
+    arg = tensormap.as_arg(bytes(range(128)))
+    import ctypes
+
+    assert ctypes.addressof(arg) % 64 == 0 and bytes(arg) == bytes(range(128))
