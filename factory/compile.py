@@ -261,6 +261,19 @@ def prune_cache(root: Path, max_entries: int = CACHE_MAX_ENTRIES) -> int:
     return remove_oldest(files, int(max_entries * 0.8))
 
 
+_TARGET = re.compile(r"^\s*\.target\s+(sm_\d+)([af]?)\b", re.MULTILINE)
+
+
+def target_arch(ptx: str, arch: str) -> str:
+    """`arch`, or its chip-specific variant ("sm_90" -> "sm_90a") where the PTX's `.target`
+    asks for that variant on the same chip: instructions such as wgmma and setmaxnreg exist only
+    there, and nvJitLink refuses to link such PTX for the portable arch."""
+    m = _TARGET.search(ptx)
+    if m and m.group(2) and m.group(1) == arch:
+        return arch + m.group(2)
+    return arch
+
+
 def compile_ptx(
     ptx: str, arch: str = "sm_90", options: tuple[str, ...] = (), *, cache: bool = True
 ) -> CompileReport:
@@ -273,6 +286,7 @@ def compile_ptx(
     back from it (`cached` is then True); `cache=False` compiles afresh and keeps nothing (the
     cubin a GPU worker times and the one an artifact ships come from the PTX itself).
     """
+    arch = target_arch(ptx, arch)
     try:
         from cuda.bindings import nvjitlink as nj
     except ImportError as exc:  # the wheel is a pinned dependency; say so rather than crash

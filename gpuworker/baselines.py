@@ -17,8 +17,8 @@ the timed region. Importing this module imports neither torch nor CUDA.
 
 from __future__ import annotations
 
-from factory.spec.types import BaselineUnavailable as Unavailable
 from factory.spec import expr as E
+from factory.spec.types import BaselineUnavailable as Unavailable
 
 TORCH_BASELINES = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "triton", "liger")
 

@@ -5,9 +5,9 @@ import dataclasses
 
 from factory.agents.context import build_context
 from factory.agents.offline import OfflineTuner
-from factory.families.row.moves import reshapes as _reshapes
 from factory.agents.types import Plan
 from factory.families.row.ir import lower
+from factory.families.row.moves import reshapes as _reshapes
 from factory.families.row.schedules import Schedule, is_valid
 from factory.spec import load_catalogue
 

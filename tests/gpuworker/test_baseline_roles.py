@@ -3,8 +3,8 @@ operator a workload is, and which tensor plays which part. Pure Python, no torch
 
 import pytest
 
-from factory.spec import load_catalogue, load_manifest
 from factory.families.row.baselines import op_roles
+from factory.spec import load_catalogue, load_manifest
 
 EXPECTED = {
     "add_rmsnorm": ("add_rmsnorm", {"x": "x", "r": "r", "w": "w"}, {"h": "h", "y": "y"}),

@@ -6,8 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from factory.spec import load_catalogue, load_manifest  # noqa: E402
 from factory.families.row.baselines import idiomatic_function, op_roles  # noqa: E402
+from factory.spec import load_catalogue, load_manifest  # noqa: E402
 from gpuworker.baselines import (  # noqa: E402
     Unavailable,
     dag_function,

@@ -1,8 +1,8 @@
 """On the GPU: every library baseline (torch eager, the plain Triton kernels, Liger Kernel where
 it is installed) for every catalogue operator it covers passes the worker's float64 check
 (held-out shapes included) and is timed, and it calls the library function its classification
-(`factory.families.row.baselines.op_roles`) names. A baseline that fails verification would drop out of
-"best baseline" and flatter us."""
+(`factory.families.row.baselines.op_roles`) names. A baseline that fails verification would
+drop out of "best baseline" and flatter us."""
 
 import sys
 from pathlib import Path

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from factory.spec.types import BaselineUnavailable as Unavailable
 from factory.spec import expr as E
+from factory.spec.types import BaselineUnavailable as Unavailable
 
 FUSED_ADD_RMSNORM = ("add_rmsnorm", "fused_add_rmsnorm", "residual_add_rmsnorm")
 
