@@ -28,15 +28,14 @@ import re
 from collections import defaultdict
 
 from factory.agents.types import CandidateDraft
+from factory.device import DEFAULT as DEVICE
 
-MAX_THREADS_PER_SM = 2048
-MAX_BLOCKS_PER_SM = 32
-REGS_PER_SM = 65536
-SMEM_PER_SM_BYTES = 228 * 1024
-MAX_SMEM_PER_BLOCK_BYTES = 227 * 1024
-# Fewer resident warps than this per SM leave too few loads in flight to approach HBM bandwidth
-# on memory-bound operators (Little's law: ~600 ns latency x ~4.8 TB/s is ~2.9 MB in flight
-# chip-wide, ~22 KB per SM: 12 warps issuing 16-byte vector loads x 4 unrolled).
+MAX_THREADS_PER_SM = DEVICE.max_threads_per_sm
+MAX_BLOCKS_PER_SM = DEVICE.max_blocks_per_sm
+REGS_PER_SM = DEVICE.registers_per_sm
+SMEM_PER_SM_BYTES = DEVICE.smem_per_sm_bytes
+MAX_SMEM_PER_BLOCK_BYTES = DEVICE.smem_per_block_bytes
+# The default floor of resident warps per SM (a family may set its own: Family.min_warps_per_sm).
 MIN_WARPS_PER_SM = 12
 
 _FORBIDDEN = [
@@ -129,12 +128,29 @@ def _static_smem(launch) -> int:
     return smem if isinstance(smem, int) else 0
 
 
+def _family(schedule: dict | None):
+    """The family of a generator schedule (factory.families), None for anything else."""
+    if not schedule or schedule.get("ptx_edit") or not schedule.get("family"):
+        return None
+    from factory import families
+
+    try:
+        return families.of_schedule(schedule)
+    except KeyError:
+        return None
+
+
 def review(
-    draft: CandidateDraft, compile_report, *, min_warps_per_sm: int = MIN_WARPS_PER_SM
+    draft: CandidateDraft, compile_report, *, min_warps_per_sm: int | None = None
 ) -> tuple[bool, str]:
     """(ok, reason). `compile_report` is a CompileReport or its dict. The reason is empty when
     the candidate passes, or names the first problem found; warnings that do not reject are
-    returned with ok=True as ``"warning: ..."``."""
+    returned with ok=True as ``"warning: ..."``. The floor of resident warps is the draft's
+    family's (`Family.min_warps_per_sm`) unless given."""
+    schedule = draft.schedule or {}
+    fam = _family(schedule)
+    if min_warps_per_sm is None:
+        min_warps_per_sm = fam.min_warps_per_sm if fam is not None else MIN_WARPS_PER_SM
     if not _get(compile_report, "ok", False):
         log = (_get(compile_report, "log", "") or "").strip()
         first = "; ".join(line.strip() for line in log.splitlines()[:3] if line.strip())
@@ -170,13 +186,10 @@ def review(
     vec = scalar_vector_opportunities(draft.ptx)
     if vec:
         message = "scalar global accesses where a vector access was possible: " + vec[0]
-        schedule = draft.schedule or {}
         if schedule.get("ptx_edit"):
             return True, "warning: " + message
-        if schedule.get("tail") == "shifted":
-            # The generator's shifted rows put a per-column vector (a norm's weight) at the
-            # row's alignment, which changes from row to row: its elements move one by one by
-            # design, so adjacent scalar loads there are not a missed vector access.
-            return True, "warning: " + message + " (shifted tail: per-column elements by design)"
+        why = fam.scalar_access_note(schedule) if fam is not None else None
+        if why:
+            return True, f"warning: {message} ({why})"
         return False, message
     return True, ""

@@ -72,6 +72,12 @@ class Family:
     baselines: the GPU worker's baseline names for this family, strongest first;
         baselines_module: a module importable without the emitter (torch-side functions,
         `idiomatic(name, workload, compiled)` and `library(name, workload)`) or None.
+    min_warps_per_sm: the reviewer's floor of resident warps per SM. Memory-bound families need
+        loads in flight (Little's law: ~600 ns latency x ~4.8 TB/s is ~2.9 MB chip-wide, ~22 KB
+        per SM: 12 warps issuing 16-byte loads x 4); a tensor-core family keeps its pipeline in
+        shared memory and runs one block of a few warpgroups per SM.
+    scalar_access_note(schedule) -> why adjacent scalar global accesses are by design in this
+        schedule (the reviewer then warns rather than rejects), or None.
     layout_fields: the schedule fields that say how the work is spread (the agents keep a
         generation from crowding into one layout); moves(schedule) -> [(changes, why)]: steps
         of several fields at once that one-field mutation cannot make.
@@ -100,6 +106,8 @@ class Family:
     baselines: tuple[str, ...] = ("torch_eager", "torch_compile", "torch_compile_max_autotune")
     baselines_module: str | None = None
     split_dims: Callable[[Any], tuple[str, ...]] = lambda ir: ()
+    min_warps_per_sm: int = 12
+    scalar_access_note: Callable[[dict], str | None] = lambda schedule: None
     layout_fields: tuple[str, ...] = ()
     moves: Callable[[Any], list] = lambda schedule: []
     extra: dict[str, Any] = field(default_factory=dict)
