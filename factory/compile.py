@@ -19,10 +19,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# Hopper (sm_90) and Blackwell (sm_100) facts used by the static checks.
-REGISTER_FILE_PER_SM = 65536  # 32-bit registers per SM
-MAX_REGISTERS_PER_THREAD = 255
-MAX_SMEM_PER_BLOCK_BYTES = {"sm_90": 227 * 1024, "sm_90a": 227 * 1024, "sm_100": 227 * 1024}
+from factory.device import SM_90, device_for
+
+# The static checks' limits, from the device records (factory.device).
+REGISTER_FILE_PER_SM = SM_90.registers_per_sm  # 32-bit registers per SM
+MAX_REGISTERS_PER_THREAD = SM_90.max_registers_per_thread
+MAX_SMEM_PER_BLOCK_BYTES = {
+    arch: device_for(arch).smem_per_block_bytes for arch in ("sm_90", "sm_90a", "sm_100")
+}
 
 
 @dataclass
