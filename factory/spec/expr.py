@@ -115,13 +115,34 @@ class Cast(Node):
     dtype: str = "fp32"
 
 
+@dataclass(frozen=True)
+class Transpose(Node):
+    """x with its last two axes swapped (`w.T` of a 2-D tensor): a view, no arithmetic. In a
+    matmul it says the operand is stored the other way round (a weight stored [N, K])."""
+
+    x: Node
+    shape: Shape
+    dtype: str = "fp32"
+
+
+@dataclass(frozen=True)
+class MatMul(Node):
+    """a @ b over the last two axes: a (*Ba, M, K), b (*Bb, K, N) -> (*broadcast(Ba, Bb), M, N),
+    products summed over K (in float64 in the reference, fp32 on the tensor cores)."""
+
+    a: Node
+    b: Node
+    shape: Shape
+    dtype: str = "fp32"
+
+
 def children(node: Node) -> tuple[Node, ...]:
     """The direct operands of a node, in a fixed order."""
     if isinstance(node, Input | Const):
         return ()
-    if isinstance(node, Unary | Reduce | Cast):
+    if isinstance(node, Unary | Reduce | Cast | Transpose):
         return (node.x,)
-    if isinstance(node, Binary | Compare):
+    if isinstance(node, Binary | Compare | MatMul):
         return (node.a, node.b)
     if isinstance(node, Where):
         return (node.cond, node.a, node.b)
@@ -209,6 +230,6 @@ def _getstate(self: Node) -> dict:
 
 
 Node.__getstate__ = _getstate
-for _cls in (Input, Const, Unary, Binary, Compare, Where, Reduce, Gather, Cast):
+for _cls in (Input, Const, Unary, Binary, Compare, Where, Reduce, Gather, Cast, Transpose, MatMul):
     _install_graph_methods(_cls)
 del _cls

@@ -21,6 +21,7 @@ from factory.spec.expr import (
     Const,
     Gather,
     Input,
+    MatMul,
     Node,
     children,
     walk,
@@ -620,6 +621,9 @@ class _Loader:
         to an odd size (N-1), and a few rows with the inner dims grown to an odd size (N+3).
         Batch dims are those that appear before the last axis of some input; the rest are inner
         (row length, vocabulary) dims."""
+        matmuls = [n for o in self.outputs for n in walk(o.expr) if isinstance(n, MatMul)]
+        if matmuls:
+            return _derive_matmul_heldout(row, matmuls)
         batch = {d for t in self.inputs.values() for d in t.shape[:-1] if isinstance(d, str)}
         one, few = {}, {}
         for k, v in row.items():
@@ -854,7 +858,9 @@ class _Loader:
 
         def cost(row):  # elements touched by one evaluation: inputs plus every node's result
             return _row_elements(w, row) + sum(
-                _elements(n.shape, row) for n in nodes if not isinstance(n, Const)
+                _elements(n.shape, row) * _matmul_weight(n, row)
+                for n in nodes
+                if not isinstance(n, Const)
             )
 
         rows = sorted(w.heldout_shapes + w.shapes, key=cost)
@@ -882,6 +888,38 @@ def _elements(shape, row: dict[str, int]) -> int:
     for d in shape:
         n *= row[d] if isinstance(d, str) else d
     return n
+
+
+def _matmul_weight(n: Node, row: dict[str, int]) -> int:
+    """How many elements' worth of work one element of `n` costs the reference: a matmul's
+    output element sums K products (numpy's dgemm does about 64 of them in an elementwise op's
+    time)."""
+    if not isinstance(n, MatMul):
+        return 1
+    k = n.a.shape[-1]
+    return max(1, (row[k] if isinstance(k, str) else k) // 64)
+
+
+def _derive_matmul_heldout(row: dict[str, int], matmuls: list) -> list[dict[str, int]]:
+    """Held-out shapes of an operator with a matmul: the summed dims (K) a multiple of 8 but not
+    of 64 (a partial last k-block; the tensor memory accelerator needs rows of 16 bytes), the
+    output's columns (N) odd, its rows (M) 1 and 37, batch axes 1 and 3."""
+    summed = {m.a.shape[-1] for m in matmuls}
+    cols = {m.b.shape[-1] for m in matmuls} - summed
+    rows = {m.a.shape[-2] for m in matmuls} - summed - cols
+    one, few = {}, {}
+    for k, v in row.items():
+        if k in summed:
+            one[k] = max(8, (v - 1) // 8 * 8)
+            few[k] = (v // 8 + 1) * 8
+        elif k in cols:
+            one[k] = _odd_below(v)
+            few[k] = _odd_above(v)
+        elif k in rows:
+            one[k], few[k] = 1, HELDOUT_SMALL_BATCH
+        else:
+            one[k], few[k] = 1, 3
+    return [one] if one == few else [one, few]
 
 
 def _row_elements(w: Workload, row: dict[str, int]) -> int:

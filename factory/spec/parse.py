@@ -7,7 +7,9 @@ Grammar (everything else is refused with a SpecError naming the field):
   one comparison < <= > >= == != (gives a mask, usable only as where's condition);
   where(c, a, b); exp log sqrt rsqrt tanh sigmoid erf abs;
   max(a, b) / min(a, b) elementwise; sum/mean/max/min(x, axis=-1, keepdims=False) reductions;
-  gather(x, idx) along the last axis; casts f32(x) bf16(x) f16(x).
+  gather(x, idx) along the last axis; casts f32(x) bf16(x) f16(x);
+  a @ b and matmul(a, b) over the last two axes (leading batch axes broadcast), w.T (a 2-D tensor
+  with its axes swapped: `x @ w.T` multiplies by a weight stored [N, K], as torch's F.linear).
 Broadcasting follows numpy's rules on symbolic shapes.
 """
 
@@ -25,9 +27,11 @@ from factory.spec.expr import (
     Const,
     Gather,
     Input,
+    MatMul,
     Node,
     Reduce,
     Shape,
+    Transpose,
     Unary,
     Where,
 )
@@ -42,7 +46,9 @@ from factory.spec.limits import (
 UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs")
 CAST_FUNCS = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 REDUCE_FUNCS = ("sum", "mean", "max", "min")
-FUNCTION_NAMES = frozenset(UNARY_FUNCS) | set(CAST_FUNCS) | set(REDUCE_FUNCS) | {"where", "gather"}
+FUNCTION_NAMES = (
+    frozenset(UNARY_FUNCS) | set(CAST_FUNCS) | set(REDUCE_FUNCS) | {"where", "gather", "matmul"}
+)
 REDUCE_KEYWORDS = ("axis", "keepdims")
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
@@ -52,7 +58,7 @@ _ALLOWED_CHARS = re.compile(r"^[ -~\t\n]*$")
 
 # Friendly names for refused syntax; anything not listed is "<ClassName> is not allowed".
 _REFUSED = {
-    ast.Attribute: "attribute access (a.b) is not allowed",
+    ast.Attribute: "attribute access (a.b) is not allowed (only w.T, a 2-D tensor transposed)",
     ast.Subscript: "subscripts (a[i]) are not allowed; use gather(x, idx)",
     ast.Lambda: "lambdas are not allowed",
     ast.IfExp: "conditional expressions are not allowed; use where(c, a, b)",
@@ -167,6 +173,8 @@ class ExprParser:
             return self._compare(n, depth)
         if isinstance(n, ast.Call):
             return self._call(n, depth)
+        if isinstance(n, ast.Attribute) and n.attr == "T":
+            return self._transpose(self._visit(n.value, depth + 1))
         raise ExprError(_REFUSED.get(type(n), f"{type(n).__name__} is not allowed"))
 
     @staticmethod
@@ -207,9 +215,12 @@ class ExprParser:
         return x
 
     def _binop(self, n: ast.BinOp, depth: int) -> Node:
+        if isinstance(n.op, ast.MatMult):
+            a = self._visit(n.left, depth + 1)
+            return self._matmul(a, self._visit(n.right, depth + 1), "a @ b")
         op = _BINOPS.get(type(n.op))
         if op is None:
-            raise ExprError(f"operator {type(n.op).__name__} is not allowed (only + - * / **)")
+            raise ExprError(f"operator {type(n.op).__name__} is not allowed (only + - * / ** @)")
         a = self._operand(self._visit(n.left, depth + 1), _SYMBOL[op])
         b = self._operand(self._visit(n.right, depth + 1), _SYMBOL[op])
         if op == "pow":
@@ -275,7 +286,7 @@ class ExprParser:
             return self._reduce(fname, n, keywords, depth)
         if keywords:
             raise ExprError(f"{fname}() takes no keyword arguments")
-        want = 2 if fname in ("max", "min", "gather") else 3 if fname == "where" else 1
+        want = 2 if fname in ("max", "min", "gather", "matmul") else 3 if fname == "where" else 1
         if nargs != want:
             raise ExprError(f"{fname}() takes {want} argument{'s' if want > 1 else ''}")
         args = [self._visit(a, depth + 1) for a in n.args]
@@ -298,7 +309,49 @@ class ExprParser:
             b = self._operand(b, "where()")
             shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape), b.shape)
             return self.make(Where(c, a, b, shape))
+        if fname == "matmul":
+            return self._matmul(args[0], args[1], "matmul(a, b)")
         return self._gather(args[0], args[1])
+
+    # -- matrix products ---------------------------------------------------------------------
+
+    def _transpose(self, x: Node) -> Node:
+        if _kind(x) != "float":
+            raise ExprError(".T transposes a floating-point tensor")
+        if len(x.shape) != 2:
+            raise ExprError(
+                f"w.T needs a 2-D tensor (a weight stored [N, K]); this one has shape "
+                f"{shape_text(x.shape)}"
+            )
+        if isinstance(x, Transpose):
+            return x.x
+        return self.make(Transpose(x, (x.shape[1], x.shape[0])))
+
+    def _matmul(self, a: Node, b: Node, what: str) -> Node:
+        for side, x in (("left", a), ("right", b)):
+            if _kind(x) != "float":
+                kind = "a comparison" if _kind(x) == "mask" else "an index tensor"
+                raise ExprError(f"{what}: the {side} operand is {kind}; matmul takes float tensors")
+            if len(x.shape) < 2:
+                raise ExprError(
+                    f"{what}: the {side} operand has shape {shape_text(x.shape)}; matmul takes "
+                    "tensors of at least two axes (a vector is a [1, K] or [K, 1] tensor)"
+                )
+        if a.shape[-1] != b.shape[-2]:
+            raise ExprError(
+                f"{what}: the left operand has shape {shape_text(a.shape)} and the right "
+                f"{shape_text(b.shape)}; the last axis of the left ({a.shape[-1]}) must be the "
+                f"second-to-last of the right ({b.shape[-2]}). For a weight stored [N, K] "
+                "write a @ w.T"
+            )
+        try:
+            batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ExprError:
+            raise ExprError(
+                f"{what}: the batch axes of {shape_text(a.shape)} and {shape_text(b.shape)} "
+                "do not broadcast"
+            ) from None
+        return self.make(MatMul(a, b, batch + (a.shape[-2], b.shape[-1])))
 
     def _reduce(self, fname: str, n: ast.Call, keywords: dict, depth: int) -> Node:
         if len(n.args) != 1:

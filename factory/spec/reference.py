@@ -20,8 +20,10 @@ from factory.spec.expr import (
     Const,
     Gather,
     Input,
+    MatMul,
     Node,
     Reduce,
+    Transpose,
     Unary,
     Where,
     children,
@@ -269,6 +271,8 @@ def _row_plan(w: Workload, dims: dict[str, int]):
             return None
         if isinstance(n, Gather) and n.x.shape[-1] == split:
             return None
+        if isinstance(n, MatMul) and n.a.shape[-1] == split:  # the summed axis
+            return None
     for d in w.inputs:
         if d.shape.count(split) > 1 or d.high == split:
             return None
@@ -348,7 +352,10 @@ def _evaluate(w: Workload, inputs, dims) -> dict[str, np.ndarray]:
                     reusable = values[c]
                     break
             values[n] = np.asarray(_eval(n, values, decls, inputs, dims, reusable))
-            owned.add(n)
+            if isinstance(n, Transpose):  # a view: neither it nor its operand is written in place
+                owned.discard(n.x)
+            else:
+                owned.add(n)
             for c in ops:
                 uses[c] -= 1
                 if uses[c] == 0:
@@ -406,6 +413,11 @@ def _eval(n: Node, values, decls, inputs, dims, out) -> np.ndarray:
         return np.take_along_axis(x, idx[..., None], axis=-1)[..., 0].astype(np.float64)
     if isinstance(n, Cast):
         return _round_through(_as_float(values[n.x]), n.to)
+    if isinstance(n, Transpose):
+        return np.swapaxes(_as_float(values[n.x]), -1, -2)
+    if isinstance(n, MatMul):
+        # float64 products summed in float64 (numpy's BLAS dgemm), batch axes broadcast
+        return np.matmul(_as_float(values[n.a]), _as_float(values[n.b]))
     raise SpecError([("expr", f"unknown node {type(n).__name__}")])
 
 

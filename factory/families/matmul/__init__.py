@@ -1,0 +1,151 @@
+"""The matmul family: tensor-core matrix products with the epilogue fused in registers (Hopper,
+sm_90a): `y = epilogue(x @ w.T)`, or two products sharing the left operand (SwiGLU).
+
+- `ir`: GemmIR, what the emitter consumes; `lower`: a workload onto it (refuses the rest).
+- `schedule`: GemmSchedule and the one validity predicate; `space`: the space, default and seeds.
+- `emit`: the wgmma/TMA emitter; `tiling`: its index arithmetic in Python.
+- `features`: cost-model features, the analytic estimate and the roofline.
+- `baselines`: the torch-side baselines (cuBLAS through torch, torch.compile, a Triton matmul).
+
+The emitter is imported when first used, so the record loads while it is being written.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+from factory.families.base import Family
+from factory.families.matmul import features as _features
+from factory.families.matmul.lower import lower
+from factory.families.matmul.space import (
+    LAYOUT_FIELDS,
+    Schedule,
+    default_schedule,
+    fits,
+    seeds,
+    space,
+    verdict,
+)
+
+ARCH = "sm_90a"
+ARCHS = ("sm_90", "sm_90a")
+
+
+def emit(ir, schedule, arch: str = ARCH):
+    """Render `ir` with `schedule` for Hopper; "sm_90" (a workload's target) means its
+    architecture-specific variant sm_90a, which wgmma and setmaxnreg need."""
+    from factory.emit.ptx import EmitError
+    from factory.families.matmul.emit import emit as _emit
+
+    if arch not in ARCHS:
+        raise EmitError(f"no matmul emitter for {arch}; known: {', '.join(ARCHS)}")
+    if isinstance(schedule, dict):
+        schedule = Schedule.from_dict(schedule)
+    return _emit(ir, schedule, ARCH)
+
+
+@lru_cache(maxsize=256)
+def _compiled(ptx: str):
+    from factory.compile import compile_ptx
+
+    return compile_ptx(ptx, ARCH)
+
+
+def compile_reports(ptxs: list[str]) -> list:
+    """The compile report (factory.compile.CompileReport) of each PTX text for sm_90a, compiled
+    side by side (nvJitLink releases the GIL); each text once while it stays among the last 256."""
+    todo = list(dict.fromkeys(ptxs))
+    if len(todo) > 1:
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, len(todo))) as pool:
+            list(pool.map(_compiled, todo))
+    return [_compiled(p) for p in ptxs]
+
+
+# Fields that name the problem, not the layout: left out of evidence keys.
+_NOT_LAYOUT = ("problem",)
+
+
+def canonical(schedule: dict) -> dict:
+    return {k: v for k, v in schedule.items() if k not in _NOT_LAYOUT}
+
+
+def label(schedule: dict) -> str:
+    return Schedule.from_dict(schedule).label()
+
+
+LEGEND = (
+    "wgmma 128x256x64 s4 c2 pers g8: the tensor-core kind, the CTA's output tile (rows x columns "
+    "x k per stage), s = shared-memory stages in the load ring, c = consumer warpgroups, pers = "
+    "persistent CTAs walking tiles in groups of g tile rows (L2 reuse); cl = cluster shape, "
+    "sk = split-K"
+)
+
+
+def moves(schedule) -> list:
+    """Steps of several fields at once: a wider or narrower tile keeps the shared-memory ring
+    within its limit by trading stages; halving tile_m goes with one consumer warpgroup."""
+    s = schedule if isinstance(schedule, Schedule) else Schedule.from_dict(dict(schedule))
+    out = []
+    if s.tile_n <= 128:
+        out.append(
+            ({"tile_n": s.tile_n * 2, "stages": max(2, s.stages - 1)}, "wider tile, one stage less")
+        )
+    if s.tile_n >= 128:
+        out.append(
+            (
+                {"tile_n": s.tile_n // 2, "stages": min(8, s.stages + 2)},
+                "narrower tile, deeper ring",
+            )
+        )
+    if s.consumers == 2:
+        out.append(({"consumers": 1, "tile_m": 64}, "one consumer warpgroup, 64-row tiles"))
+    else:
+        out.append(({"consumers": 2, "tile_m": 128}, "two consumer warpgroups, 128-row tiles"))
+    out.append(
+        (
+            {"persistent": not s.persistent},
+            "persistent CTAs" if not s.persistent else "one CTA per tile",
+        )
+    )
+    return out
+
+
+def roofline(workload, dims: dict):
+    return _features.roofline(workload, dims)
+
+
+_EXTRA = {}
+if "min_warps_per_sm" in Family.__dataclass_fields__:
+    # compute-bound: one CTA of 8 or 12 warps per SM is the design, not a lack of memory traffic
+    _EXTRA["min_warps_per_sm"] = 4
+
+FAMILY = Family(
+    name="matmul",
+    lower=lower,
+    space=space,
+    is_valid=verdict,
+    emit=emit,
+    default_schedule=default_schedule,
+    seeds=seeds,
+    fits=fits,
+    space_fits=True,
+    reports=compile_reports,
+    recap=None,
+    schedule_from_dict=Schedule.from_dict,
+    canonical=canonical,
+    label=label,
+    legend=LEGEND,
+    features=_features.features,
+    feature_fields=_features.FEATURE_FIELDS,
+    roofline=roofline,
+    baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune", "triton"),
+    baselines_module="factory.families.matmul.baselines",
+    split_dims=lambda ir: (),
+    layout_fields=LAYOUT_FIELDS,
+    moves=moves,
+    **_EXTRA,
+)
+
+__all__ = ["FAMILY", "Schedule", "emit", "lower"]

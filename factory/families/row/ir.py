@@ -177,6 +177,8 @@ def _node_role(node: E.Node, batch, row_dim) -> str:
 
 def lower(workload) -> KernelIR:
     """Lower a validated `Workload` to a `KernelIR`; raises `Unsupported(reason)`."""
+    if any(isinstance(n, E.MatMul | E.Transpose) for o in workload.outputs for n in E.walk(o.expr)):
+        raise Unsupported("a matrix product (a @ b, w.T) is not a row operator")
     batch, row_dim = _classify_dims(workload)
     inputs = tuple(
         TensorRef(t.name, t.dtype, _role(t.shape, batch, row_dim, f"input {t.name}"))

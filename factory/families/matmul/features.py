@@ -1,0 +1,205 @@
+"""What the hardware sees of a matmul schedule at a shape: cost-model features, an analytic time
+estimate that ranks seeds, and the roofline of a workload.
+
+The schedule dict names the problem's dims in its `problem` field ("M,N,K", "M,N,K,2" with two
+right operands, "B*M,N,K" with a batch axis B), written by the space from the IR, so features
+need nothing but the dict and the shape.
+"""
+
+from __future__ import annotations
+
+import math
+
+from factory.device import device_for
+from factory.families.base import Roofline, io_bytes, log2
+from factory.spec import expr as E
+
+DEVICE = device_for("sm_90a")
+SMS = DEVICE.sms
+PEAK_FLOPS_PER_US = DEVICE.peak_bf16_flops_per_us
+HBM_BYTES_PER_US = DEVICE.copy_bytes_per_us
+L2_BYTES_PER_US = 11e6  # L2 to SMs, all SMs together (about 2.5x HBM on Hopper)
+TMA_LATENCY_US = 1.0  # a k-block's load from issue to its mbarrier completing
+SMEM_PER_SM = DEVICE.smem_per_sm_bytes
+REGS_PER_SM = DEVICE.registers_per_sm
+
+# The schedule fields `features` reads (the cost model caches a layout's share per their values).
+FEATURE_FIELDS = (
+    "kind",
+    "tile_m",
+    "tile_n",
+    "tile_k",
+    "stages",
+    "consumers",
+    "cluster_m",
+    "cluster_n",
+    "group_m",
+    "persistent",
+    "split_k",
+    "problem",
+)
+
+FEATURE_NAMES = (
+    "log2_tiles",
+    "log2_waves",
+    "last_wave_fill",
+    "log2_k_iters",
+    "smem_fraction",
+    "acc_register_fraction",
+    "log2_bytes_per_tile",
+    "log2_flops_per_tile",
+    "log2_intensity_vs_ridge",
+    "stages",
+    "consumers",
+    "persistent",
+    "log2_group_m",
+    "log2_tiles_per_cta",
+    "wgmma_n_efficiency",
+    "log2_estimate_vs_roofline",
+)
+
+
+def problem_text(ir) -> str:
+    """The `problem` field of a schedule for `ir`."""
+    rows = "*".join((*ir.batch, ir.m))
+    return f"{rows},{ir.n},{ir.k}" + (",2" if ir.b2 is not None else "")
+
+
+def gemm_dims(
+    schedule: dict, dims: dict, dim_order: list | None = None
+) -> tuple[int, int, int, int]:
+    """(rows, N, K, right operands) of the problem a schedule dict describes at `dims` (rows
+    folds the batch axes into M). Without a `problem` field: dims named M, N, K, else the job's
+    first three dims in the order x [M, K], w [N, K] declares them."""
+    text = schedule.get("problem") or ""
+    parts = text.split(",") if text else []
+    try:
+        if len(parts) >= 3:
+            rows = math.prod(int(dims[d]) for d in parts[0].split("*"))
+            nb = 2 if len(parts) > 3 and parts[3] == "2" else 1
+            return rows, int(dims[parts[1]]), int(dims[parts[2]]), nb
+    except KeyError:
+        pass
+    if {"M", "N", "K"} <= set(dims):
+        return int(dims["M"]), int(dims["N"]), int(dims["K"]), 1
+    order = [d for d in (dim_order or list(dims)) if d in dims] or list(dims)
+    order = (order + order[-1:] * 3)[:3]
+    return int(dims[order[0]]), int(dims[order[2]]), int(dims[order[1]]), 1
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-int(a) // max(1, int(b)))
+
+
+def _wgmma_efficiency(tile_n: int, consumers: int) -> float:
+    """Share of the tensor cores' peak one k-block reaches: a wide wgmma N amortises its issue,
+    and two consumer warpgroups overlap each other's waits."""
+    return (tile_n / (tile_n + 48.0)) * (1.0 if consumers >= 2 else 0.85)
+
+
+def estimate(schedule: dict, rows: int, n: int, k: int, nb: int = 1, out_bytes: int = 2) -> dict:
+    """An analytic model of one call: tile counts, waves, per-k-block times and the total
+    (microseconds). Used to rank seeds and as a feature; the fitted cost model corrects it."""
+    tm = int(schedule.get("tile_m", 128))
+    tn = int(schedule.get("tile_n", 256))
+    tk = int(schedule.get("tile_k", 64)) or 64
+    stages = max(2, int(schedule.get("stages", 4)))
+    consumers = int(schedule.get("consumers", 2))
+    persistent = bool(schedule.get("persistent", True))
+    group_m = max(1, int(schedule.get("group_m", 8)))
+    split_k = max(1, int(schedule.get("split_k", 1)))
+    tiles_m, tiles_n = _ceil(rows, tm), _ceil(n, tn)
+    tiles = tiles_m * tiles_n * split_k
+    waves = _ceil(tiles, SMS)
+    k_iters = _ceil(_ceil(k, tk), split_k)
+    eff = _wgmma_efficiency(tn, consumers)
+    t_mma = 2.0 * tm * tn * nb * tk / (PEAK_FLOPS_PER_US / SMS * eff)
+    kb_bytes = (tm + tn * nb) * tk * 2
+    t_load = kb_bytes / (L2_BYTES_PER_US / SMS)
+    t_kb = max(t_mma, t_load, TMA_LATENCY_US / (stages - 1))
+    epi = tm * tn * out_bytes / (HBM_BYTES_PER_US / SMS)
+    fill = TMA_LATENCY_US
+    if persistent:  # the producer loads the next tile while the consumers store this one
+        epi *= 0.5
+        fill *= 0.3
+    per_tile = k_iters * t_kb + fill + epi
+    compute_us = waves * per_tile
+    # DRAM: a wave of SMS tiles in grouped order covers group_m tile rows by SMS / group_m tile
+    # columns; each A and B panel of the wave is read from DRAM once.
+    g = min(group_m, tiles_m)
+    cols = min(tiles_n, max(1, SMS // g))
+    per_wave = (g * tm + cols * tn * nb) * k * 2
+    dram_us = min(waves, _ceil(tiles, g * cols)) * per_wave / HBM_BYTES_PER_US
+    dram_us += rows * n * out_bytes / HBM_BYTES_PER_US
+    total = DEVICE.launch_floor_us + max(compute_us, dram_us)
+    last = tiles - (waves - 1) * SMS
+    return {
+        "tiles": tiles,
+        "waves": waves,
+        "last_wave_fill": last / SMS if tiles >= SMS else tiles / SMS,
+        "k_iters": k_iters,
+        "t_mma": t_mma,
+        "t_load": t_load,
+        "per_tile": per_tile,
+        "us": total,
+        "efficiency": eff,
+        "ctas": min(tiles, SMS) if persistent else tiles,
+    }
+
+
+def smem_bytes(schedule: dict, nb: int) -> int:
+    tm, tn = int(schedule.get("tile_m", 128)), int(schedule.get("tile_n", 256))
+    stages = int(schedule.get("stages", 4))
+    return stages * (tm + tn * nb) * int(schedule.get("tile_k", 64)) * 2 + 16 * stages + 1024
+
+
+def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
+    """Cost-model features of a matmul schedule at `dims` (see FEATURE_NAMES), log2 scaled
+    where they span orders of magnitude."""
+    rows, n, k, nb = gemm_dims(schedule, dims, dim_order)
+    est = estimate(schedule, rows, n, k, nb)
+    tm, tn = int(schedule.get("tile_m", 128)), int(schedule.get("tile_n", 256))
+    consumers = int(schedule.get("consumers", 2))
+    tile_bytes = (tm + tn * nb) * k * 2 + tm * tn * 2
+    tile_flops = 2.0 * tm * tn * nb * k
+    ridge = PEAK_FLOPS_PER_US / HBM_BYTES_PER_US
+    acc = tm // max(1, consumers) * tn * nb // 128
+    left = REGS_PER_SM // 128 - 40
+    creg = min(240, (left // max(1, consumers)) // 8 * 8)
+    flops = 2.0 * rows * n * k * nb
+    io = (rows * k + n * k * nb + rows * n) * 2
+    roof = DEVICE.launch_floor_us + max(flops / PEAK_FLOPS_PER_US, io / HBM_BYTES_PER_US)
+    return [
+        log2(est["tiles"]),
+        log2(est["tiles"] / SMS),
+        est["last_wave_fill"],
+        log2(est["k_iters"]),
+        smem_bytes(schedule, nb) / SMEM_PER_SM,
+        (acc + 40) / max(1, creg),
+        log2(tile_bytes),
+        log2(tile_flops),
+        log2(tile_flops / tile_bytes / ridge),
+        float(schedule.get("stages", 4)),
+        float(consumers),
+        1.0 if schedule.get("persistent", True) else 0.0,
+        log2(int(schedule.get("group_m", 8))),
+        log2(est["tiles"] / max(1, est["ctas"])),
+        est["efficiency"],
+        log2(est["us"] / roof),
+    ]
+
+
+def roofline(workload, dims: dict) -> Roofline:
+    """Bytes: every input read once, every output written once. FLOPs: 2 M N K per matrix
+    product (batch axes multiply), whatever the epilogue adds left out."""
+    flops = 0.0
+    seen: set = set()
+    for o in workload.outputs:
+        for node in E.walk(o.expr):
+            if isinstance(node, E.MatMul) and node not in seen:
+                seen.add(node)
+                size = 1
+                for d in (*node.shape, node.a.shape[-1]):
+                    size *= int(dims[d]) if isinstance(d, str) else int(d)
+                flops += 2.0 * size
+    return Roofline(bytes=io_bytes(workload, dims), flops=flops)

@@ -1,0 +1,186 @@
+"""The matmul family's schedule space: the product of each GemmSchedule field's options, filtered
+by the emitter's one validity predicate (`schedule.is_valid`), the default schedule, the seeds a
+job starts from and whether a schedule serves every shape of a job.
+
+Seeds come from the shape: its arithmetic intensity and how its tiles fill the 132 SMs (a skinny
+M = 128 job wants narrow tiles so that more than a quarter of the SMs have work; a 8192^3 job
+wants the widest tile the registers hold), ranked by the analytic estimate of `features`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from factory.families.matmul import schedule as _sched
+from factory.families.matmul.features import estimate, gemm_dims, problem_text
+from factory.families.matmul.ir import GemmIR
+from factory.spec import expr as E
+
+
+@dataclass(frozen=True)
+class Schedule(_sched.GemmSchedule):
+    """A GemmSchedule that names its family and its problem's dims (for evidence, the cost model
+    and the registry); the emitter reads only the GemmSchedule fields."""
+
+    problem: str = ""  # "M,N,K" (",2" with two right operands): see features.problem_text
+    family: str = "matmul"
+
+    def tag(self) -> str:
+        return self.label()
+
+
+# Each field's options; the space is their product filtered by is_valid. The emitter renders
+# neither clusters, split-K nor the mma.sync kind yet: add their options here (kind "mma_sync",
+# cluster_m 2, split_k 2 and 4) when it does, and is_valid keeps what it renders.
+OPTIONS: dict[str, tuple] = {
+    "kind": ("wgmma",),
+    "consumers": (1, 2),
+    "tile_m": (64, 128),
+    "tile_n": (64, 96, 128, 160, 192, 208, 224, 256),
+    "tile_k": (64,),
+    "stages": (2, 3, 4, 5, 6, 7, 8),
+    "cluster_m": (1,),
+    "cluster_n": (1,),
+    "group_m": (1, 4, 8, 16),
+    "persistent": (True, False),
+    "split_k": (1,),
+    "fast_math": (True, False),
+}
+
+LAYOUT_FIELDS = ("tile_m", "tile_n", "consumers", "persistent")
+SEEDS_PER_SHAPE = 6
+
+
+def is_valid(ir: GemmIR, s, dims: dict | None = None) -> str | None:
+    """The emitter's predicate: None when `ir` renders with `s` (at `dims`), else the reason."""
+    return _sched.is_valid(ir, s, dims)
+
+
+def verdict(ir: GemmIR, s, dims: dict | None = None) -> tuple[bool, str]:
+    """is_valid as the registry's (ok, reason)."""
+    why = is_valid(ir, s, dims)
+    return why is None, why or ""
+
+
+def _has_transcendentals(ir: GemmIR) -> bool:
+    return any(
+        isinstance(n, E.Unary) and n.op not in ("neg", "abs")
+        for o in ir.outputs
+        for n in E.walk(o.expr)
+    )
+
+
+_CANDIDATES: dict = {}
+
+
+def candidates(ir: GemmIR) -> tuple[Schedule, ...]:
+    """Every point of the product of OPTIONS for `ir`, valid or not (fast_math only varies where
+    the epilogue has an exp, tanh, ... to approximate)."""
+    key = (problem_text(ir), _has_transcendentals(ir))
+    hit = _CANDIDATES.get(key)
+    if hit is not None:
+        return hit
+    opts = dict(OPTIONS)
+    if not key[1]:
+        opts["fast_math"] = (True,)
+    names = list(opts)
+    out = tuple(
+        Schedule(problem=key[0], **dict(zip(names, values, strict=True)))
+        for values in itertools.product(*(opts[n] for n in names))
+    )
+    if len(_CANDIDATES) > 64:
+        _CANDIDATES.clear()
+    _CANDIDATES[key] = out
+    return out
+
+
+_SPACES: dict = {}
+
+
+def space(ir: GemmIR, dims_list: list[dict]) -> list[Schedule]:
+    """Every valid schedule at every shape of `dims_list` (the same objects for the same IR and
+    shapes, so the agents describe them once)."""
+    key = (ir, tuple(tuple(sorted(d.items())) for d in dims_list))
+    hit = _SPACES.get(key)
+    if hit is None:
+        hit = tuple(
+            s
+            for s in candidates(ir)
+            if is_valid(ir, s) is None and all(is_valid(ir, s, d) is None for d in dims_list)
+        )
+        if len(_SPACES) > 8:
+            _SPACES.pop(next(iter(_SPACES)))
+        _SPACES[key] = hit
+    return list(hit)
+
+
+def fits(ir: GemmIR, s, dims_list: list[dict]) -> bool:
+    """Whether one kernel of `s` serves every shape of the job."""
+    return is_valid(ir, s) is None and all(is_valid(ir, s, d) is None for d in dims_list)
+
+
+def _dims_list(dims) -> list[dict]:
+    if dims is None:
+        return []
+    return [dims] if isinstance(dims, dict) else list(dims)
+
+
+def default_schedule(ir: GemmIR, dims=None) -> Schedule:
+    """The schedule to use without search: 128 x 256 tiles (128 x 128 with two right operands),
+    4 stages, two consumer warpgroups, persistent in groups of 8 tile rows; where that does not
+    fit the shapes, the estimate's best of the space."""
+    dl = _dims_list(dims)
+    tile_n = 128 if ir.b2 is not None else 256
+    s = Schedule(tile_n=tile_n, problem=problem_text(ir))
+    if fits(ir, s, dl):
+        return s
+    pool = space(ir, dl)
+    if not pool:
+        raise ValueError(f"no matmul schedule renders {ir.name} at these shapes")
+    return _ranked(ir, pool, dl[0])[0] if dl else pool[0]
+
+
+def _score(ir: GemmIR, s: Schedule, dims: dict) -> float:
+    rows, n, k, nb = gemm_dims({"problem": s.problem}, dims)
+    return estimate(s.to_dict(), rows, n, k, nb)["us"]
+
+
+def _ranked(ir: GemmIR, pool, dims: dict) -> list[Schedule]:
+    # ties (shapes where the L2 order does not show in the estimate): persistent, groups of 8
+    # tile rows, the deeper ring, fast math
+    return sorted(
+        pool,
+        key=lambda s: (
+            round(_score(ir, s, dims), 3),
+            not s.persistent,
+            abs(s.group_m - 8),
+            -s.stages,
+            not s.fast_math,
+        ),
+    )
+
+
+def seeds(ir: GemmIR, dims: dict, limit: int = SEEDS_PER_SHAPE) -> list[Schedule]:
+    """A few schedules worth timing first at `dims`, best guess first: for each tile shape, its
+    best-estimated variant, the tile shapes ordered by the estimate (the arithmetic intensity of a
+    tile against how its count fills the SMs), so the seeds differ in layout, not only in
+    pipeline depth."""
+    pool = space(ir, [dims])
+    if not pool:
+        return []
+    ranked = _ranked(ir, pool, dims)
+    out: list[Schedule] = []
+    shapes: set = set()
+    for s in ranked:
+        shape = (s.tile_m, s.tile_n)
+        if shape in shapes:
+            continue
+        shapes.add(shape)
+        out.append(s)
+        if len(out) >= limit:
+            break
+    default = default_schedule(ir, [dims])
+    if default not in out:
+        out = out[: limit - 1] + [default]
+    return out
