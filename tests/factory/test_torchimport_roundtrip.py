@@ -1,0 +1,392 @@
+"""Every catalogue operator, written as the PyTorch a customer would write, goes through
+`from_torch` (trace, translate), loads with factory.spec, and the manifest's float64 reference
+agrees with the PyTorch function on random inputs (and with the catalogue's own manifest of that
+operator). Also the matmul family (linear, its epilogues, SwiGLU). Small shapes: quick on CPU."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from factory.spec import load_catalogue, load_manifest, random_inputs, reference  # noqa: E402
+from factory.torchimport import from_torch  # noqa: E402
+
+BF16 = torch.bfloat16
+M, N, V = 6, 64, 96  # distinct sizes: the translator names dims from the example shapes
+
+
+# -- the PyTorch functions, one per catalogue operator --------------------------------------------
+
+
+def add_rmsnorm(x, r, w):
+    h = x + r
+    y = F.rms_norm(h, (h.shape[-1],), w, eps=1e-6)
+    return h, y
+
+
+def cross_entropy(logits, target):
+    return F.cross_entropy(logits.float(), target, reduction="none")
+
+
+def gelu_erf(x):
+    return F.gelu(x)
+
+
+def gelu_tanh(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def l2norm(x):
+    return F.normalize(x, dim=-1)
+
+
+def layernorm(x, weight, bias):
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps=1e-5)
+
+
+def log_softmax(x):
+    return F.log_softmax(x, dim=-1)
+
+
+def masked_softmax(x, keep):
+    return F.softmax((x * 0.125).masked_fill(keep == 0, float("-inf")), dim=-1)
+
+
+def relu2(x):
+    return torch.relu(x) ** 2
+
+
+def rmsnorm(x, w):
+    return F.rms_norm(x, (x.shape[-1],), w, eps=1e-6)
+
+
+def row_max(x):
+    return x.amax(dim=-1)
+
+
+def row_sum(x):
+    return x.float().sum(dim=-1)
+
+
+def silu_mul(a, b):
+    return F.silu(a) * b
+
+
+def softmax(x):
+    return F.softmax(x, dim=-1)
+
+
+CATALOGUE_FUNCTIONS = {
+    f.__name__: f
+    for f in (
+        add_rmsnorm, cross_entropy, gelu_erf, gelu_tanh, l2norm, layernorm, log_softmax,
+        masked_softmax, relu2, rmsnorm, row_max, row_sum, silu_mul, softmax,
+    )
+}  # fmt: skip
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _to_torch(arr: np.ndarray, dtype: str):
+    if dtype == "bf16":
+        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(arr.copy())
+
+
+def _example(decl, dims: dict, seed: int):
+    """An example tensor for a catalogue input: its dtype, dims M/N/V sized as above."""
+    shape = tuple(dims[d] if isinstance(d, str) else d for d in decl.shape)
+    g = torch.Generator().manual_seed(seed)
+    if decl.dtype in ("int32", "int64"):
+        high = dims[decl.high] if isinstance(decl.high, str) else decl.high
+        t = torch.randint(int(decl.low), int(high), shape, generator=g)
+        return t.to(torch.int32 if decl.dtype == "int32" else torch.int64)
+    t = torch.rand(shape, generator=g, dtype=torch.float32) * (decl.high - decl.low) + decl.low
+    return t.to({"bf16": BF16, "fp16": torch.float16, "fp32": torch.float32}[decl.dtype])
+
+
+def _close(got: np.ndarray, ref: np.ndarray, tol) -> tuple[bool, str]:
+    err = np.abs(got - ref)
+    rel = np.linalg.norm(err) / max(np.linalg.norm(ref), 1e-30)
+    bad = err > tol.atol + tol.rtol * np.abs(ref)
+    ok = rel <= tol.rel_norm and not bad.any() and np.isfinite(got).all()
+    return ok, f"rel_norm {rel:.3g}, {int(bad.sum())} elements outside atol/rtol"
+
+
+def roundtrip(fn, examples, bool_inputs=(), **kw):
+    """Translate, load, and compare the reference with PyTorch on the manifest's own random
+    inputs (a module's parameters are inputs too). Returns (text, workload, inputs, dims, ref)."""
+    text = from_torch(fn, *examples, **kw)
+    w = load_manifest(text)
+    dims = dict(w.shapes[0])
+    inputs = random_inputs(w, dims, seed=7)
+    ref = reference(w, inputs, dims)
+    args = {d.name: _to_torch(inputs[d.name], d.dtype) for d in w.inputs}
+    for name in bool_inputs:
+        args[name] = args[name] != 0
+    with torch.no_grad():
+        if isinstance(fn, torch.nn.Module):
+            state = {}
+            for fqn, p in list(fn.named_parameters()) + list(fn.named_buffers()):
+                state[fqn] = args.pop(fqn.replace(".", "_")).to(p.dtype)
+            got = torch.func.functional_call(fn, state, tuple(args.values()))
+        else:
+            got = fn(*args.values())
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(w.outputs)
+    for o, t in zip(w.outputs, got, strict=True):
+        assert tuple(t.shape) == tuple(dims[d] if isinstance(d, str) else d for d in o.shape)
+        ok, why = _close(t.double().numpy(), ref[o.name], w.tolerance[o.dtype])
+        assert ok, f"{o.name}: {why}\n{text}"
+    return text, w, inputs, dims, ref
+
+
+# -- every catalogue operator ---------------------------------------------------------------------
+
+
+def test_every_catalogue_operator_has_a_pytorch_function_here():
+    assert set(CATALOGUE_FUNCTIONS) == set(load_catalogue())
+
+
+@pytest.mark.parametrize("op", sorted(CATALOGUE_FUNCTIONS))
+def test_catalogue_operator_round_trips(op):
+    cat = load_catalogue()[op]
+    dims = {"M": M, "N": N, "V": V}
+    examples = [_example(d, dims, seed=i) for i, d in enumerate(cat.inputs)]
+    text, w, inputs, wdims, ref = roundtrip(CATALOGUE_FUNCTIONS[op], examples)
+
+    # The translation declares what the catalogue declares: names, dims, dtypes, outputs.
+    assert [(d.name, d.shape, d.dtype) for d in w.inputs] == [
+        (d.name, d.shape, d.dtype) for d in cat.inputs
+    ]
+    assert [(o.shape, o.dtype) for o in w.outputs] == [(o.shape, o.dtype) for o in cat.outputs]
+    # ... and computes what the catalogue computes, in float64, on the same inputs.
+    cat_ref = reference(cat, inputs, wdims)
+    for o, c in zip(w.outputs, cat.outputs, strict=True):
+        np.testing.assert_allclose(ref[o.name], cat_ref[c.name], rtol=1e-9, atol=1e-12)
+
+
+def test_add_rmsnorm_stores_h_rounded_and_normalises_the_rounded_h():
+    x, r = torch.randn(M, N, dtype=BF16), torch.randn(M, N, dtype=BF16)
+    text = from_torch(add_rmsnorm, x, r, torch.ones(N, dtype=BF16))
+    assert 'hb = "bf16(x + r)"' in text
+    assert "[outputs.h]" in text and "[outputs.y]" in text
+
+
+def test_softmax_is_written_the_way_the_catalogue_writes_it():
+    text = from_torch(softmax, torch.randn(M, N, dtype=BF16))
+    assert 'e = "exp(x - max(x, axis=-1, keepdims=True))"' in text
+    assert 'expr = "e / sum(e, axis=-1, keepdims=True)"' in text
+
+
+# -- the same operators written by hand, and as modules -------------------------------------------
+
+
+def softmax_by_hand(x):
+    x = x.float()
+    m = x.max(dim=-1, keepdim=True).values
+    e = (x - m).exp()
+    return (e / e.sum(-1, keepdim=True)).to(torch.bfloat16)
+
+
+def rmsnorm_by_hand(x, w):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return (y * w.float()).to(x.dtype)
+
+
+def cross_entropy_by_hand(logits, target):
+    logits = logits.float()
+    picked = logits.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    return torch.logsumexp(logits, dim=-1) - picked
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, n, eps=1e-6):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(n) + 0.5)
+        self.eps = eps
+
+    def forward(self, x):
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(variance + self.eps) * self.weight).to(x.dtype)
+
+
+@pytest.mark.parametrize(
+    "fn, examples",
+    [
+        (softmax_by_hand, lambda: (torch.randn(M, N, dtype=BF16),)),
+        (rmsnorm_by_hand, lambda: (torch.randn(M, N, dtype=BF16), torch.rand(N, dtype=BF16))),
+        (cross_entropy_by_hand, lambda: (torch.randn(M, V, dtype=BF16), torch.randint(0, V, (M,)))),
+        (RMSNorm(N), lambda: (torch.randn(M, N, dtype=BF16),)),
+        (torch.nn.LayerNorm(N).to(BF16), lambda: (torch.randn(M, N, dtype=BF16),)),
+        (torch.nn.Sequential(torch.nn.SiLU()), lambda: (torch.randn(M, N),)),
+    ],
+    ids=[
+        "softmax_by_hand",
+        "rmsnorm_by_hand",
+        "ce_by_hand",
+        "rmsnorm_module",
+        "layernorm_module",
+        "silu_sequential",
+    ],
+)
+def test_hand_written_variants_and_modules_round_trip(fn, examples):
+    text, w, *_ = roundtrip(fn, examples())
+    assert w.shapes[0]["M"] == M
+
+
+def test_a_modules_parameters_become_inputs_named_after_them():
+    text, w, *_ = roundtrip(RMSNorm(N), (torch.randn(M, N, dtype=BF16),))
+    assert [d.name for d in w.inputs] == ["x", "weight"]
+    assert w.inputs[1].shape == ("N",) and w.inputs[1].dtype == "fp32"
+
+
+def test_more_elementwise_ops_round_trip():
+    def f(x, y):
+        a = torch.where(x > 0, x, 0.1 * x) + torch.clamp(y, -1.0, 2.0)
+        b = torch.sigmoid(x) * torch.tanh(y) - x.abs().sqrt() / (1 + y * y)
+        c = torch.maximum(a, b) + torch.minimum(a, -b) + F.softplus(x) + torch.exp2(y * 0.25)
+        return c + F.leaky_relu(y) + torch.log1p(x.abs()) + F.hardtanh(x) + y.square()
+
+    roundtrip(f, (torch.randn(M, N), torch.randn(M, N)))
+
+
+def test_reductions_with_keepdim_and_broadcasting_round_trip():
+    def f(x, b):
+        centred = x - x.mean(dim=-1, keepdim=True)
+        var = centred.pow(2).mean(-1, keepdim=True)
+        top = x.max(dim=-1).values.unsqueeze(-1)
+        return centred / torch.sqrt(var + 1e-5) + b - top + x.amin(-1, keepdim=True)
+
+    roundtrip(f, (torch.randn(M, N), torch.randn(N)))
+
+
+# -- the matmul family ----------------------------------------------------------------------------
+
+K, NOUT = 48, 80
+
+
+def linear(x, w):
+    return F.linear(x, w)
+
+
+def linear_bias_gelu(x, w, b):
+    return F.gelu(F.linear(x, w, b), approximate="tanh")
+
+
+def swiglu(x, w1, w3):
+    return F.silu(x @ w1.T) * (x @ w3.T)
+
+
+def addmm(bias, x, w):
+    return torch.addmm(bias, x, w)
+
+
+def batched(a, b):
+    return torch.matmul(a, b)
+
+
+@pytest.mark.parametrize(
+    "fn, examples, expr",
+    [
+        (
+            linear,
+            lambda: (torch.randn(M, K, dtype=BF16), torch.randn(NOUT, K, dtype=BF16)),
+            "x @ w.T",
+        ),
+        (
+            linear_bias_gelu,
+            lambda: (torch.randn(M, K), torch.randn(NOUT, K) / 8, torch.randn(NOUT)),
+            "x @ w.T + b",
+        ),
+        (
+            swiglu,
+            lambda: (
+                torch.randn(M, K, dtype=BF16),
+                torch.randn(NOUT, K, dtype=BF16) / 8,
+                torch.randn(NOUT, K, dtype=BF16) / 8,
+            ),
+            "x @ w1.T",
+        ),
+        (
+            addmm,
+            lambda: (torch.randn(NOUT), torch.randn(M, K), torch.randn(K, NOUT)),
+            "bias + x @ w",
+        ),
+        (batched, lambda: (torch.randn(3, M, K), torch.randn(3, K, NOUT)), "a @ b"),
+    ],
+    ids=["linear", "linear_bias_gelu", "swiglu", "addmm", "batched"],
+)
+def test_matmul_family_round_trips(fn, examples, expr):
+    text, w, *_ = roundtrip(fn, examples())
+    assert expr in text
+    dims = w.shapes[0]
+    assert dims["M"] == M and dims["K"] == K and dims["N"] == NOUT
+
+
+# -- dims, dtypes, names --------------------------------------------------------------------------
+
+
+def test_dims_are_named_from_the_example_shapes_and_more_rows_can_be_added():
+    text = from_torch(
+        rmsnorm,
+        torch.randn(M, N, dtype=BF16),
+        torch.ones(N, dtype=BF16),
+        name="my_norm",
+        shapes=[{"M": 16384, "N": 4096}],
+    )
+    w = load_manifest(text)
+    assert w.name == "my_norm"
+    assert [dict(s) for s in w.shapes] == [{"M": M, "N": N}, {"M": 16384, "N": 4096}]
+
+
+def test_dims_can_be_named_by_the_caller():
+    text = from_torch(rmsnorm, torch.randn(M, N), torch.ones(N), dims={"x": "TxD", "w": ["D"]})
+    w = load_manifest(text)
+    assert w.inputs[0].shape == ("T", "D") and w.inputs[1].shape == ("D",)
+
+
+@pytest.mark.parametrize(
+    "dtype, name",
+    [(torch.float32, "fp32"), (torch.bfloat16, "bf16"), (torch.float16, "fp16")],
+)
+def test_dtypes_map_to_the_manifest_names(dtype, name):
+    w = load_manifest(from_torch(softmax, torch.randn(M, N, dtype=dtype)))
+    assert w.inputs[0].dtype == name and w.outputs[0].dtype == name
+
+
+def test_a_bool_mask_input_travels_as_int32_zero_or_one():
+    def f(x, mask):
+        return F.softmax(x.masked_fill(~mask, -1e4), dim=-1)
+
+    text, w, *_ = roundtrip(f, (torch.randn(M, N), torch.rand(M, N) > 0.3), bool_inputs=["mask"])
+    assert w.inputs[1].dtype == "int32" and (w.inputs[1].low, w.inputs[1].high) == (0, 2)
+
+
+def test_output_names_come_from_the_return_statement():
+    def f(x):
+        probs = F.softmax(x, dim=-1)
+        logp = F.log_softmax(x, dim=-1)
+        return probs, logp
+
+    w = load_manifest(from_torch(f, torch.randn(M, N)))
+    assert [o.name for o in w.outputs] == ["probs", "logp"]
+
+
+def test_a_mean_loss_is_a_scalar_output():
+    def f(logits, target):
+        return F.cross_entropy(logits, target)
+
+    _, w, *_ = roundtrip(f, (torch.randn(M, V), torch.randint(0, V, (M,))))
+    assert w.outputs[0].shape == ()
+
+
+def test_math_constants_are_exact():
+    w = load_manifest(from_torch(gelu_erf, torch.randn(M, N)))
+    (c,) = [v for v in w.manifest.splitlines() if v.startswith("inv_sqrt2")]
+    assert float(c.split("=")[1]) == 1 / math.sqrt(2)
