@@ -26,8 +26,13 @@ L2_FLUSH_BYTES = 256 << 20  # several times the H200's 60 MB L2
 _EMITTED: dict = {}
 SAMPLE_ROWS = (0, 1, 2, 4097, -2, -1)
 # entrants that write into the case's own output tensors (verified there, before and after
-# timing): our kernels, and foreign kernels launched as ours are (bench.probe_foreign)
+# timing): our kernels, and foreign kernels launched as ours are (lab/probes/probe_foreign.py)
 OWN_OUTPUTS = ("ours", "foreign")
+# Baselines that experiments add by a name prefix ("mover:", "bulk:": lab/probes/mover.py and
+# bulkrows.py register theirs on import): prefix -> f(bench, name, workload, inputs, outputs),
+# which returns (run, config, its own outputs or None) or raises ValueError where the entrant
+# cannot run this case.
+EXTRA_ENTRANTS: dict = {}
 
 
 class Bench:
@@ -45,7 +50,7 @@ class Bench:
         # first; "read": a read of the whole buffer, which leaves only clean, unused lines.
         self.flush_mode = "read"
         # True: flush again between each run and its end event, so that the write-back of the
-        # lines the run left dirty in the L2 is inside its time (bench.drain)
+        # lines the run left dirty in the L2 is inside its time (lab/probes/drain.py)
         self.drain = False
         # True: each round starts one entrant later than the last (a rotation), so that no
         # entrant always runs in the same place of the round. The last places of a round time
@@ -294,19 +299,11 @@ def run_case(bench: Bench, w, ir, dims: dict, schedules, baselines, reps: int = 
             records.append(rec | {"config": mix})
             entrants[name] = (lambda a=a, b=b, c=c: torch.add(a, b, out=c), records[-1], None)
             continue
-        if name.startswith("mover:"):  # a kernel that moves the case's bytes, computing nothing
-            from bench.mover import mover_entrant
-
-            run, cfg = mover_entrant(bench, name, inputs, outputs)
-            records.append(rec | {"config": cfg})
-            entrants[name] = (run, records[-1], None)
-            continue
-        if name.startswith("bulk:"):  # an experiment: rows loaded by the bulk-copy engine
-            from bench.bulkrows import NotThisShape, bulk_entrant
-
+        extra = next((f for pre, f in EXTRA_ENTRANTS.items() if name.startswith(pre)), None)
+        if extra is not None:  # an entrant a lab experiment registered (lab/probes/mover.py)
             try:
-                run, cfg, box = bulk_entrant(bench, name, w.name, inputs)
-            except NotThisShape as e:
+                run, cfg, box = extra(bench, name, w, inputs, outputs)
+            except ValueError as e:
                 records.append(rec | {"status": "unavailable", "reason": str(e)})
                 continue
             records.append(rec | {"config": cfg})

@@ -490,7 +490,7 @@ def summary_lines(rows: list[dict]) -> list[str]:
 
 def host_gap_warning(raws: list[dict]) -> list[str]:
     """Lines for a run whose worker timed baselines without the stream hold (before 91849a6):
-    their medians can include the host's dispatch time (see bench/host_gaps.py)."""
+    their medians can include the host's dispatch time (see lab/probes/host_gaps.py)."""
     unheld = [
         raw["suite"]["op"]
         for raw in raws
@@ -507,8 +507,8 @@ def host_gap_warning(raws: list[dict]) -> list[str]:
         "",
         f"**Timed without the stream hold** ({', '.join(unheld)}): the baselines' medians can "
         "include their host dispatch, which makes the comparisons above too kind to us; "
-        "`python3 -m bench.host_gaps <this folder> --write` recomputes them from the input sets "
-        "that were queued behind other work.",
+        "`python3 -m lab.probes.host_gaps <this folder> --write` recomputes them from the input "
+        "sets that were queued behind other work.",
     ]
 
 

@@ -1,18 +1,108 @@
-"""The cost model against evidence recorded on the H200 (bench/results): a regression check that
-needs no GPU. Recorded sweeps hold 51-182 verified schedules per operator at the suite shapes."""
+"""The cost model against evidence recorded on the H200: a regression check that needs no GPU.
+The records (tests/fixtures/costmodel/records.json.gz, written from bench/results by
+`python -m lab.probes.costmodel_eval --write-fixture`): the schedule sweeps of 2026-12-02 (51-200
+verified schedules per operator at two suite shapes), loop run 2's job evidence, and loop run 3's
+reference sweep with its cold jobs' own records."""
 
+import functools
+import gzip
 import json
+from pathlib import Path
 
-from bench.costmodel_eval import (
-    LOOP,
-    RUN,
-    SWEEPS,
-    in_run,
-    loop_records,
-    picks_at_unseen_shape,
-    sweep_records,
-)
+import numpy as np
+
 from factory.costmodel import CostModel, held_out_spearman
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "costmodel" / "records.json.gz"
+
+
+@functools.cache
+def _recorded() -> dict:
+    with gzip.open(FIXTURE, "rt") as f:
+        data = json.load(f)
+    scheds, dims = data.pop("schedules"), data.pop("dims")
+
+    def dec(row):
+        s, d, nbytes, us = row
+        return {"schedule": scheds[s], "dims": dims[d], "bytes": nbytes, "median_us": us,
+                "status": "passed"}  # fmt: skip
+
+    return {part: {op: [dec(r) for r in v] for op, v in ops.items()} for part, ops in data.items()}
+
+
+def sweep_records(_=None) -> dict[str, list[dict]]:
+    return _recorded()["sweeps"]
+
+
+def loop_records(_=None) -> dict[str, list[dict]]:
+    return _recorded()["loop"]
+
+
+SWEEPS = LOOP = RUN = None  # (the recorded files' stand-ins: everything is in the fixture)
+
+
+def _by_shape(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in records:
+        out.setdefault(json.dumps(r["dims"], sort_keys=True), []).append(r)
+    return out
+
+
+def _random_best(records: list[dict], k: int, draws: int = 2000) -> float:
+    """The mean best time among k schedules drawn at random (the no-model baseline)."""
+    rng = np.random.default_rng(0)
+    times = np.array([r["median_us"] for r in records])
+    k = min(k, len(times))
+    return float(
+        np.mean([times[rng.choice(len(times), k, replace=False)].min() for _ in range(draws)])
+    )
+
+
+def picks_at_unseen_shape(records: list[dict], k: int = 4) -> list[dict]:
+    """Per ordered pair of shapes: the best time among the model's top-k picks at the second
+    over that shape's best (1.0 = found it), and the same for k drawn at random."""
+    rows = []
+    groups = _by_shape(records)
+    for a, train in groups.items():
+        for b, test in groups.items():
+            if a == b:
+                continue
+            predicted = CostModel().fit(train).predict_records(test)
+            order = sorted(range(len(test)), key=predicted.__getitem__)
+            best = min(r["median_us"] for r in test)
+            rows.append(
+                {
+                    f"top{k}": min(test[i]["median_us"] for i in order[:k]) / best,
+                    f"random{k}": _random_best(test, k) / best,
+                }
+            )
+    return rows
+
+
+def top_quarter(model: CostModel, sweep: list[dict]) -> float:
+    """The best time among the predicted-fastest quarter over the sweep's best."""
+    predicted = model.predict_records(sweep)
+    order = sorted(range(len(sweep)), key=predicted.__getitem__)
+    best = min(r["median_us"] for r in sweep)
+    return min(sweep[i]["median_us"] for i in order[: max(1, len(sweep) // 4)]) / best
+
+
+def in_run(_run, prior: dict[str, list[dict]]) -> list[dict]:
+    """Per operator of loop run 3: its cold job's cost model fitted on the job's own records,
+    on the recorded sweeps (other shapes) and on both, scored on the run's reference sweep."""
+    rows = []
+    for op, sweep in sorted(_recorded()["run_sweep"].items()):
+        own = _recorded()["run_cold"].get(op, [])
+        row = {"op": op, "sweep": len(sweep), "own": len(own), "prior": len(prior.get(op, []))}
+        best = min(r["median_us"] for r in sweep)
+        row["random_quarter"] = _random_best(sweep, max(1, len(sweep) // 4)) / best
+        fits = (("job", own), ("prior", prior.get(op, [])), ("both", own + prior.get(op, [])))
+        for key, train in fits:
+            model = CostModel(dim_order=list(sweep[0]["dims"])).fit(train)
+            row[key] = model.score(sweep) if model.fitted else None
+            row[f"{key}_top"] = (top_quarter(model, sweep),) if model.fitted else None
+        rows.append(row)
+    return rows
 
 
 def test_recorded_sweeps_are_read_for_every_suite_operator():

@@ -483,7 +483,7 @@ def test_elementwise_rows_of_an_odd_length_are_walked_as_one_run_of_tiles():
     assert "long_row" not in em.ptx  # a tile always fits the registers
     rep = compile_ptx(em.ptx)
     assert rep.ok and rep.spill_store_bytes == 0 and rep.stack_bytes == 0
-    from bench.suite import candidate_schedules
+    from factory.families.row.seeds import candidate_schedules
 
     assert all(c.flat for c in candidate_schedules(silu, odd))
 

@@ -411,7 +411,7 @@ def check_catalogue_case(gpu, w, ir, sched, dims, seed=0, sample_rows=None) -> d
 def catalogue_cases():
     """Every catalogue operator: its suite candidates at each suite shape (sampled rows), and
     the default schedule of the first shape at every held-out shape (every row)."""
-    from bench.suite import candidate_schedules
+    from factory.families.row.seeds import candidate_schedules
 
     for name, (w, ir) in _catalogue().items():
         for dims in w.shapes:

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.redteam import build_batch  # noqa: E402
+from gpuworker_redteam import build_batch  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -124,13 +124,12 @@ def test_beside_a_torch_baseline_our_timed_runs_write_where_torch_allocates(mode
     torch's allocator that the baseline's outputs were just freed from, every such run still
     checked against the reference; with "guarded", into the worker's own buffers."""
     pytest.importorskip("torch")
-    from bench.suite import _catalogue, build_batch
+    from gpuworker_catalogue_batch import catalogue_batch
+
     from gpuworker import run_batch
 
-    w, manifest, ir = _catalogue()["rmsnorm"]
     shapes = [{"M": 2048, "N": 4096}]
-    batch, _ = build_batch("rmsnorm", manifest, ir, shapes, ["torch_eager"], 0.1, w.heldout_shapes)
-    batch["candidates"] = batch["candidates"][:2]
+    _, batch = catalogue_batch("rmsnorm", shapes, ["torch_eager"], 0.1, candidates=2)
     batch["options"]["timed_outputs"] = mode
     res = run_batch(batch)
     assert res["timing_protocol"]["timed_outputs"] == mode

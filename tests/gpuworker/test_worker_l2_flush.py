@@ -238,29 +238,3 @@ def test_the_runner_times_and_measures_the_ceiling_under_the_batch_flush(options
     assert res["copy_ceiling"]["l2_flush"] == want
     assert res["copy_ceiling_tbps"] == 4.0  # the existing keys are unchanged
     assert res["candidates"][0]["status"] == "passed", res["candidates"][0]["reason"]
-
-
-# -- the timer check compares with do_bench under do_bench's own (writing) flush ---------------
-def test_the_timer_check_runs_the_worker_with_a_write_flush_for_every_suite_operator():
-    from bench import timer_check
-    from factory.spec import catalogue_manifest, load_catalogue
-
-    cat = load_catalogue()
-    names = [n for n in timer_check.SUITE_OPS if n in cat]
-    assert names
-    for name in names:
-        dims = dict(cat[name].shapes[0])
-        batch = timer_check.timer_batch(name, cat[name], dims, catalogue_manifest(name))
-        assert parse_batch(batch).options.l2_flush == "write"
-
-
-def test_the_timer_report_says_which_flush_the_worker_used(tmp_path):
-    from bench import timer_check
-
-    row = {"op": "softmax", "dims": {"M": 4, "N": 8}, "what": "triton", "ours_us": 10.0,
-           "do_bench_us": 10.2, "ratio": 10.0 / 10.2, "ours_p20_us": 9.9, "ours_p80_us": 10.1,
-           "note": ""}  # fmt: skip
-    timer_check._write_timer(tmp_path, [row], [])
-    md = (tmp_path / "timer.md").read_text()
-    assert 'l2_flush = "write"' in md and "cache.zero_()" in md
-    assert "| softmax | 4x8 | triton | 10.0 (9.9-10.1) | 10.2 | 0.980 | yes |" in md

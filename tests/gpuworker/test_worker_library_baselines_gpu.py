@@ -38,13 +38,14 @@ CASES = (
 
 
 def _run(baseline, name):
-    from bench.suite import _catalogue, build_batch
+    from gpuworker_catalogue_batch import catalogue_batch
+
+    from factory.spec import load_catalogue
     from gpuworker import run_batch
 
-    w, manifest, ir = _catalogue()[name]
-    shapes = [{d: (96 if d == "M" else v) for d, v in dict(s).items()} for s in w.shapes[:1]]
-    batch, _ = build_batch(name, manifest, ir, shapes, [baseline], 0.05, w.heldout_shapes)
-    batch["candidates"] = batch["candidates"][:1]
+    first = dict(load_catalogue()[name].shapes[0])
+    shapes = [{d: (96 if d == "M" else v) for d, v in first.items()}]
+    w, batch = catalogue_batch(name, shapes, [baseline], 0.05, candidates=1)
     (b,) = run_batch(batch)["baselines"]
     return w, b
 

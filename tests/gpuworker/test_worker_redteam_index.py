@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.redteam import build_batch, verdicts  # noqa: E402
+from gpuworker_redteam import build_batch, verdicts  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "redteam"
 
