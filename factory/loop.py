@@ -287,6 +287,7 @@ def records_from_results(
             backend=d.backend,
             status=c.get("status", "crashed"),
             reason=c.get("reason", ""),
+            **d.evidence_fields(),  # a model-written kernel's PTX, lineage and token use
         )
         timing = c.get("timing") or []
         if c.get("status") == "passed" and timing:
@@ -434,6 +435,7 @@ def run_job(
                             generation=g,
                             role=d.role,
                             backend=d.backend,
+                            **d.evidence_fields(),
                         )
                     ]
                 )
@@ -485,6 +487,9 @@ def run_job(
                     "reason": c.get("reason", ""),
                     "us": us,
                     "predicted_us": d.predicted_us,
+                    "backend": d.backend,
+                    "parent_ptx_sha256": d.parent_ptx_sha256,
+                    "usage": dict(d.usage),  # its share of the generation's model use
                 }
             )
             if us is not None:

@@ -26,7 +26,12 @@ class CandidateDraft:
 
     `schedule` is the generator schedule (a dict of its fields) or, for edits of a customer
     kernel, the edit (`{"ptx_edit": True, ...}`); None for PTX written freely (Anthropic).
-    `usage` is the model use that produced it (zero for the offline backend)."""
+    `usage` is the model use that produced it (zero for the offline backend): its share of the
+    generation's conversations, so the drafts of a generation sum to what the model was paid.
+    `lineage` says where a model-written kernel came from: {"parent_handle", "parent_ptx_sha256",
+    "tool" (submit_edit | submit_candidate), "edit" (the edits as sent, shortened), "edit_digest",
+    "model", "backend"}; None for the offline backend. A model edit of a generator kernel has the
+    parent's schedule plus {"model_edit": <edit digest>}, so the cost model sees its layout."""
 
     ptx: str
     entry: str
@@ -40,6 +45,7 @@ class CandidateDraft:
     ptx_sha256: str = ""
     usage: dict = field(default_factory=zero_usage)
     predicted_us: float | None = None
+    lineage: dict | None = None
 
     def __post_init__(self):
         if self.role not in ROLES:
@@ -60,6 +66,24 @@ class CandidateDraft:
                 for p in self.params
             ],
             "launch": launch_to_dict(self.launch),
+        }
+
+    def evidence_fields(self) -> dict:
+        """What an evidence record keeps of the draft beyond the common fields: for a kernel a
+        model wrote, its PTX and binding (so later generations, warm starts and prompts can read
+        and edit it), its parent, lineage, model and token use; nothing more for the others."""
+        if self.backend == "offline":
+            return {}
+        c = self.to_batch_candidate("")
+        return {
+            "ptx": self.ptx,
+            "entry": self.entry,
+            "params": c["params"],
+            "launch": c["launch"],
+            "parent_ptx_sha256": self.parent_ptx_sha256,
+            "lineage": dict(self.lineage) if self.lineage else None,
+            "model": (self.lineage or {}).get("model"),
+            "usage": dict(self.usage),
         }
 
 

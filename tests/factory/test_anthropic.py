@@ -68,9 +68,13 @@ def test_the_tool_use_loop_feeds_compiler_errors_back_and_collects_candidates():
     bodies = replay.bodies()
     assert "[role: planner]" in bodies[0]["system"] and "[role: writer]" in bodies[2]["system"]
     assert {t["name"] for t in bodies[2]["tools"]} == {
+        "list_kernels",
+        "read_kernel",
+        "search_kernel",
         "compile_ptx",
         "read_evidence",
         "read_best_candidates",
+        "submit_edit",
         "submit_candidate",
     }
     # read_evidence answered the planner
