@@ -209,7 +209,8 @@ def lower(workload) -> GemmIR:
         if o.dtype not in OUTPUT_DTYPES:
             raise Unsupported(f"output {o.name}: dtype {o.dtype} is not written by the family")
         expr = _substitute(o.expr, mapping, memo)
-        for node in E.walk(expr):
+        nodes = E.walk(expr)
+        for node in nodes:  # what the epilogue cannot hold, before the inputs' roles
             if isinstance(node, E.Transpose):
                 raise Unsupported(
                     f"output {o.name}: .T outside a matmul's right operand is not supported"
@@ -222,6 +223,7 @@ def lower(workload) -> GemmIR:
                 raise Unsupported(f"output {o.name}: gather() is not fused with a matmul")
             if not isinstance(node, _ELEMENTWISE):
                 raise Unsupported(f"output {o.name}: {type(node).__name__} is not elementwise")
+        for node in nodes:
             if isinstance(node, E.Input) and node.name not in (ACC, ACC2):
                 if node.name in operands:
                     raise Unsupported(

@@ -1,0 +1,295 @@
+"""The matmul family behind the seam: lowering (and its refusals), the space, seeds, features,
+roofline, the FAMILY record, the example manifests (lowered, emitted and compiled with
+nvJitLink on the CPU) and the agents proposing for a matmul workload."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from pathlib import Path
+
+import pytest
+
+from factory import families
+from factory.families import Unsupported
+from factory.families.matmul import FAMILY, Schedule
+from factory.families.matmul import features as F
+from factory.spec import expr as E
+from factory.spec import load_manifest
+
+# the package's `lower` and `space` are its functions; the modules by name
+L = importlib.import_module("factory.families.matmul.lower")
+S = importlib.import_module("factory.families.matmul.space")
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "factory" / "examples"
+MATMUL_EXAMPLES = sorted(
+    p.name for p in EXAMPLES.glob("*.toml") if p.name.startswith(("matmul", "swiglu", "linear"))
+)
+
+
+def example(name: str):
+    return load_manifest((EXAMPLES / name).read_text())
+
+
+def manifest(expr, inputs=None, rows=None, out_dtype="bf16"):
+    inputs = inputs or {"x": (["M", "K"], "bf16"), "w": (["N", "K"], "bf16")}
+    rows = rows or {"M": 256, "N": 128, "K": 512}
+    text = 'name = "t"\n'
+    for name, (shape, dtype) in inputs.items():
+        text += f'[inputs.{name}]\nshape = {shape!r}\ndtype = "{dtype}"\n'.replace("'", '"')
+    text += f'[outputs.y]\nexpr = "{expr}"\ndtype = "{out_dtype}"\n[[shapes]]\n'
+    text += "".join(f"{k} = {v}\n" for k, v in rows.items())
+    return load_manifest(text)
+
+
+XW = {"x": (["M", "K"], "bf16"), "w": (["N", "K"], "bf16")}
+NK = (["N", "K"], "bf16")
+
+
+# -- lowering -------------------------------------------------------------------------------------
+
+
+def test_examples_exist():
+    assert len(MATMUL_EXAMPLES) >= 3, MATMUL_EXAMPLES
+
+
+@pytest.mark.parametrize("name", MATMUL_EXAMPLES)
+def test_examples_lower_to_the_matmul_family(name):
+    w = example(name)
+    fam, ir = families.family_for(w)
+    assert fam is FAMILY and fam.name == "matmul"
+    assert ir.problems() == []
+    assert ir.a.layout == "row" and ir.b.layout == "col"
+    with pytest.raises(Unsupported, match="matrix product"):
+        families.get("row").lower(w)
+
+
+def test_roles_of_epilogue_inputs():
+    inputs = {
+        **XW,
+        "bias": (["N"], "bf16"),
+        "s": (["M", 1], "fp32"),
+        "r": (["M", "N"], "bf16"),
+        "c": ([1], "fp32"),
+    }
+    ir = L.lower(manifest("(x @ w.T + bias) * s * c + r", inputs))
+    assert {i.name: i.role for i in ir.inputs} == {
+        "bias": "col",
+        "s": "row",
+        "c": "scalar",
+        "r": "full",
+    }
+    acc_reads = [n for o in ir.outputs for n in E.walk(o.expr)]
+    assert any(getattr(n, "name", None) == "acc" for n in acc_reads)
+
+
+def test_swiglu_shares_the_left_operand():
+    ir = L.lower(example("swiglu_up.toml"))
+    assert ir.b.name == "wg" and ir.b2 is not None and ir.b2.name == "wu"
+    names = {getattr(n, "name", None) for n in E.walk(ir.outputs[0].expr)}
+    assert {"acc", "acc2"} <= names
+
+
+@pytest.mark.parametrize(
+    ("expr", "inputs", "needle"),
+    [
+        ("x @ w.T + x @ u.T + x @ v.T", {**XW, "u": NK, "v": NK}, "3 matrix products"),
+        ("(x @ w.T) * (z @ u.T)", {**XW, "z": (["M", "K"], "bf16"), "u": (["N", "K"], "bf16")},
+         "different left operands"),
+        ("sum(x @ w.T, axis=-1, keepdims=True) + x @ w.T", XW, "reduction after the matmul"),
+        ("(x * 2) @ w.T", XW, "prologue"),
+        ("(x @ w.T) @ v.T", {**XW, "v": (["N", "N"], "bf16")}, "chain of matmuls"),
+        ("x.T @ w.T", {"x": (["K", "M"], "bf16"), "w": (["N", "K"], "bf16")}, "column-major"),
+        ("x @ w.T", {"x": (["M", "K"], "fp32"), "w": (["N", "K"], "fp32")}, "bf16 or fp16"),
+        ("x @ w.T", {"x": (["M", "K"], "bf16"), "w": (["N", "K"], "fp16")}, "share one dtype"),
+        ("x @ w", {"x": (["M", "K"], "bf16"), "w": (["K", "N"], "bf16")}, "write x @ w.T"),
+        ("x @ w.T", {"x": (["B", "M", "K"], "bf16"), "w": (["N", "K"], "bf16")}, "batched"),
+        ("exp(x @ w.T) + gather(g, t)", {**XW, "g": (["M", "N", "N"], "bf16"),
+         "t": (["M", "N"], "int32")}, "gather"),
+    ],
+)  # fmt: skip
+def test_refusals_say_what_the_family_cannot_do_yet(expr, inputs, needle):
+    rows = {"M": 256, "N": 128, "K": 512}
+    if any("B" in s for s, _ in inputs.values()):
+        rows["B"] = 2
+    if "t" in inputs:
+        text_inputs = dict(inputs)
+        w = _with_index(expr, text_inputs, rows)
+    else:
+        w = manifest(expr, inputs, rows)
+    with pytest.raises(Unsupported) as e:
+        families.family_for(w)
+    assert needle in str(e.value), str(e.value)
+
+
+def _with_index(expr, inputs, rows):
+    text = 'name = "t"\n'
+    for name, (shape, dtype) in inputs.items():
+        text += f'[inputs.{name}]\nshape = {shape!r}\ndtype = "{dtype}"\n'.replace("'", '"')
+        if dtype == "int32":
+            text += 'range = [0, "N"]\n'
+    text += f'[outputs.y]\nexpr = "{expr}"\ndtype = "bf16"\n[[shapes]]\n'
+    text += "".join(f"{k} = {v}\n" for k, v in rows.items())
+    return load_manifest(text)
+
+
+def test_k_not_a_multiple_of_8_is_refused_naming_the_shape():
+    w = manifest("x @ w.T", XW, {"M": 64, "N": 64, "K": 100})
+    with pytest.raises(Unsupported, match="K=100.*multiple of 8"):
+        L.lower(w)
+
+
+def test_an_output_not_per_element_is_refused():
+    w = load_manifest(
+        'name = "t"\n[inputs.x]\nshape = ["M", "K"]\ndtype = "bf16"\n'
+        '[inputs.w]\nshape = ["N", "K"]\ndtype = "bf16"\n[inputs.s]\nshape = ["M", 1]\n'
+        'dtype = "fp32"\n[outputs.y]\nexpr = "x @ w.T"\ndtype = "bf16"\n'
+        '[outputs.z]\nexpr = "s * 2"\ndtype = "fp32"\n[[shapes]]\nM = 64\nN = 64\nK = 64\n'
+    )
+    with pytest.raises(Unsupported, match="output z has shape \\(M, 1\\)"):
+        L.lower(w)
+
+
+def test_an_input_broadcast_in_another_way_is_refused():
+    from factory.spec.types import TensorDecl
+
+    decl = TensorDecl("q", ("K",), "bf16", -1.0, 1.0)
+    with pytest.raises(Unsupported, match="input q has shape \\(K,\\).*per column"):
+        L._role(decl, ("M", "N"), "M", "N")
+
+
+def test_row_workloads_still_go_to_the_row_family():
+    w = manifest("x * 2", {"x": (["M", "N"], "bf16")}, {"M": 64, "N": 128})
+    fam, _ = families.family_for(w)
+    assert fam.name == "row"
+    with pytest.raises(Unsupported, match="no matrix product"):
+        FAMILY.lower(w)
+
+
+# -- space, seeds, features, roofline -------------------------------------------------------------
+
+
+def test_space_is_the_valid_product_and_names_its_family():
+    w = example("matmul_bias_gelu.toml")
+    ir = FAMILY.lower(w)
+    dims = [dict(d) for d in w.shapes]
+    sp = FAMILY.space(ir, dims)
+    assert len(sp) > 100
+    assert FAMILY.space(ir, dims)[0] is sp[0]  # the same objects: described once
+    for s in sp:
+        assert isinstance(s, Schedule) and s.family == "matmul" and s.problem == "M,N,K"
+        assert FAMILY.is_valid(ir, s, dims[0]) == (True, "")
+        assert FAMILY.fits(ir, s, dims)
+    assert {s.tile_n for s in sp} >= {64, 128, 256}
+    assert {s.consumers for s in sp} == {1, 2}
+    bad = Schedule(tile_n=256, stages=8, problem="M,N,K")
+    ok, why = FAMILY.is_valid(ir, bad, dims[0])
+    assert not ok and "shared memory" in why
+    assert bad not in sp
+
+
+def test_two_right_operands_halve_the_tile():
+    w = example("swiglu_up.toml")
+    ir = FAMILY.lower(w)
+    sp = FAMILY.space(ir, [dict(d) for d in w.shapes])
+    assert sp and max(s.tile_n for s in sp) <= 128
+    d = FAMILY.default_schedule(ir, w.shapes[0])
+    assert d.tile_n == 128 and d.problem == "M,N,K,2"
+
+
+def test_seeds_follow_the_shape():
+    ir = FAMILY.lower(example("matmul_bias_gelu.toml"))
+    big = FAMILY.seeds(ir, {"M": 8192, "N": 8192, "K": 8192})
+    skinny = FAMILY.seeds(ir, {"M": 128, "N": 8192, "K": 8192})
+    for seeds in (big, skinny):
+        assert 1 < len(seeds) <= S.SEEDS_PER_SHAPE
+        assert len({(s.tile_m, s.tile_n) for s in seeds}) == len(seeds)
+    assert (big[0].tile_m, big[0].tile_n) == (128, 256)
+    # few rows: narrower tiles, so more SMs have a tile
+    first = skinny[0]
+    tiles = math.ceil(128 / first.tile_m) * math.ceil(8192 / first.tile_n)
+    assert tiles >= 100, first
+
+
+def test_features_are_finite_and_follow_waves():
+    ir = FAMILY.lower(example("matmul_bias_gelu.toml"))
+    s = FAMILY.default_schedule(ir, {"M": 4096, "N": 4096, "K": 4096}).to_dict()
+    order = ["M", "K", "N"]
+    f = FAMILY.features(s, {"M": 4096, "N": 4096, "K": 4096}, order)
+    assert len(f) == len(F.FEATURE_NAMES) and all(math.isfinite(v) for v in f)
+    i = F.FEATURE_NAMES.index("log2_tiles")
+    assert f[i] == pytest.approx(math.log2(32 * 16))
+    assert f[F.FEATURE_NAMES.index("last_wave_fill")] == pytest.approx((512 - 3 * 132) / 132)
+    assert f[F.FEATURE_NAMES.index("log2_k_iters")] == pytest.approx(6.0)
+    assert set(FAMILY.feature_fields) >= {"tile_m", "tile_n", "stages", "problem"}
+    # without the problem field, dims named M, N, K are read as such
+    plain = {k: v for k, v in s.items() if k != "problem"}
+    assert FAMILY.features(plain, {"M": 4096, "N": 4096, "K": 4096}, order) == f
+
+
+def test_roofline_counts_each_product():
+    d = {"M": 4096, "N": 4096, "K": 4096}
+    r = FAMILY.roofline_of(example("matmul_bias_gelu.toml"), d)
+    assert r.flops == 2 * 4096**3
+    assert r.bytes == (4096 * 4096 * 3 + 4096) * 2
+    d = {"M": 16384, "N": 14336, "K": 4096}
+    assert FAMILY.roofline_of(example("swiglu_up.toml"), d).flops == 2 * 2 * 16384 * 14336 * 4096
+
+
+def test_the_record_behind_the_registry():
+    assert families.get("matmul") is FAMILY
+    assert "matmul" in families.names()
+    ir = FAMILY.lower(example("linear_residual.toml"))
+    s = FAMILY.default_schedule(ir, {"M": 512, "N": 4096, "K": 4096})
+    d = s.to_dict()
+    assert d["family"] == "matmul"
+    assert families.of_schedule(d) is FAMILY
+    assert FAMILY.schedule_from_dict(d) == s
+    assert families.label(d) == "wgmma 128x256x64 s4 c2 pers g8"
+    assert "problem" not in FAMILY.canonical(d)
+    assert FAMILY.baselines == (
+        "torch_eager",
+        "torch_compile",
+        "torch_compile_max_autotune",
+        "triton",
+    )
+    assert families.baselines_module("matmul").__name__ == "factory.families.matmul.baselines"
+    assert set(FAMILY.layout_fields) <= set(d)
+    for changes, why in FAMILY.moves(s):
+        assert set(changes) <= set(d) and why
+
+
+# -- emission and compilation ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", MATMUL_EXAMPLES)
+def test_examples_emit_and_compile_for_sm_90a(name):
+    from factory.compile import compile_ptx, rejection_reason
+
+    w = example(name)
+    fam, ir = families.family_for(w)
+    s = fam.default_schedule(ir, [dict(d) for d in w.shapes])
+    em = fam.emit(ir, s, "sm_90")  # a workload's target: the family renders sm_90a
+    assert ".target sm_90a" in em.ptx
+    rep = compile_ptx(em.ptx, "sm_90a")
+    assert rep.ok, rep.log[:500]
+    assert rejection_reason(rep, em.launch.block[0]) == "", rejection_reason(rep)
+    (rep2,) = fam.reports([em.ptx])
+    assert rep2.ok and rep2.registers == rep.registers
+
+
+# -- the agents -----------------------------------------------------------------------------------
+
+
+def test_the_agents_propose_matmul_schedules():
+    from factory import loop
+
+    w = example("matmul_bias_gelu.toml")
+    drafts = loop.propose(
+        w, generation=0, population=4, evidence=[], backend="offline", seed=0, settings={}
+    )
+    assert drafts
+    for d in drafts:
+        assert d.schedule["family"] == "matmul"
+        assert d.entry and ".target sm_90a" in d.ptx
+    assert len({d.ptx for d in drafts}) == len(drafts)
