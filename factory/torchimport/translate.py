@@ -14,6 +14,7 @@ import json
 import keyword
 import math
 import operator
+import os
 import textwrap
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ _REDUCTION = {0: "none", 1: "mean", 2: "sum"}
 _AUTO_DIMS = ("N", "M", "B", "H")  # by position from the last axis of the first input
 _MORE_DIMS = ("K", "V", "D", "L", "P", "Q", "R", "S", "T", "U", "G", "J")
 _NOOPS = ("clone", "contiguous", "detach", "alias", "lift_fresh_copy", "detach_copy", "alias_copy")
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _SKIP = ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")
 
 
@@ -122,6 +124,7 @@ def _trace(module, examples: tuple):
 
     try:
         ep = torch.export.export(module, examples, strict=False)
+        ep = ep.run_decompositions({})  # functional: in-place updates of temporaries go away
     except Exception as export_error:  # noqa: BLE001 - any failure: try the simpler tracer
         try:
             from torch.fx.experimental.proxy_tensor import make_fx
@@ -174,7 +177,7 @@ def _source_of(node) -> str:
                 number = line.split(", line ")[1].split(",")[0]
             except IndexError:
                 continue
-            if "/torch/" in path or "torchimport" in path:
+            if "/torch/" in path or path.startswith(_HERE):
                 continue
             code = lines[i + 1].strip() if i + 1 < len(lines) else ""
             best = f"{path.rsplit('/', 1)[-1]}:{number}" + (f": {code}" if code else "")
@@ -1379,6 +1382,7 @@ def translate(
         shape = tr.labels_for(base, tuple(int(s) for s in meta.shape))
         vkind = "float" if dtype in FLOAT_OUT else ("index" if dtype != "bool" else "mask")
         decl = {"name": in_name, "shape": shape, "dtype": dtype, "tensor": tensor}
+        decl["user"] = kind[0] == "user"
         if dtype == "bool":  # stored as int32 0/1; the translation compares it with 0
             decl["dtype"] = "int32"
             tr.mask_inputs.add(in_name)
@@ -1409,6 +1413,13 @@ def translate(
         return x
 
     for node in graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            tr.current = node
+            raise tr.fail(
+                "the function writes into a tensor in place; a kernel's inputs are read-only "
+                "(use the out-of-place op and return the result)"
+            )
         if node.op in ("placeholder", "output") or node.name not in needed:
             continue
         tr.current = node
@@ -1513,6 +1524,8 @@ def translate(
             n = n.args[0]
         final.append((n, dtype, shape))
 
+    used = {n.attrs[0] for n in walk([n for n, _, _ in final]) if n.kind == "in"}
+    tr.inputs = [d for d in tr.inputs if d["name"] in used or d.get("user")]
     return _render(tr, fn_or_module, final, out_names, name=name, shapes=shapes,
                    target=target, description=description)  # fmt: skip
 

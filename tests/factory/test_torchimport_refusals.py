@@ -1,0 +1,96 @@
+"""What `from_torch` cannot translate, it refuses by name: the graph node, its operator, the
+customer's source line, and why."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from factory.torchimport import TranslationError, from_torch  # noqa: E402
+
+
+def _refusal(fn, *examples) -> TranslationError:
+    with pytest.raises(TranslationError) as info:
+        from_torch(fn, *examples)
+    return info.value
+
+
+def sorts(x):
+    y = x * 2
+    return torch.sort(y, dim=-1).values
+
+
+def test_an_unsupported_op_names_the_node_the_operator_and_the_source_line():
+    err = _refusal(sorts, torch.randn(4, 32))
+    assert err.node == "sort"
+    assert "aten.sort" in err.target
+    assert "test_torchimport_refusals.py" in err.source and "torch.sort" in err.source
+    message = str(err)
+    assert message.startswith("cannot translate node 'sort' (aten.sort")
+    assert "no equivalent in the manifest language" in message
+
+
+def test_an_unbiased_variance_is_refused_with_the_fix():
+    err = _refusal(lambda x: x.var(dim=-1), torch.randn(4, 32))
+    assert "var" in err.node and "correction=0" in str(err)
+
+
+def test_a_reshape_that_merges_axes_is_refused():
+    err = _refusal(lambda x: x.reshape(-1) * 2, torch.randn(4, 32))
+    assert "merges or splits axes" in str(err) and err.node
+
+
+def test_chunk_is_refused_by_name():
+    def swiglu_fused(x):
+        a, b = x.chunk(2, dim=-1)
+        return F.silu(a) * b
+
+    err = _refusal(swiglu_fused, torch.randn(4, 64))
+    assert "chunk" in err.node or "split" in err.node or "slice" in err.node
+    assert err.target
+
+
+def test_an_integer_output_is_refused():
+    err = _refusal(lambda x: x.argmax(dim=-1), torch.randn(4, 32))
+    assert "argmax" in str(err)
+
+
+def test_computed_gather_indices_are_refused():
+    def f(x, t):
+        return x.gather(-1, (t + 1).unsqueeze(-1)).squeeze(-1)
+
+    err = _refusal(f, torch.randn(4, 32), torch.randint(0, 31, (4,)))
+    assert err.node == "gather" and "integer inputs" in str(err)
+
+
+def test_float64_inputs_are_refused_with_the_fix():
+    err = _refusal(lambda x: x * 2, torch.randn(4, 32, dtype=torch.float64))
+    assert "fp64" in str(err) and "x.float()" in str(err)
+
+
+def test_non_tensor_example_inputs_are_refused():
+    with pytest.raises(TranslationError, match="must be a tensor"):
+        from_torch(lambda x, s: x * s, torch.randn(4, 8), 2.0)
+
+
+def test_an_in_place_update_of_a_buffer_is_refused():
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("seen", torch.zeros(8))
+
+        def forward(self, x):
+            self.seen.add_(x.sum(0))
+            return x * 2
+
+    err = _refusal(Counter(), torch.randn(4, 8))
+    assert "in place" in str(err)
+
+
+def test_dropout_in_training_mode_asks_for_eval():
+    model = torch.nn.Sequential(torch.nn.Dropout(0.1))
+    model.train()
+    err = _refusal(model, torch.randn(4, 8))
+    assert "eval()" in str(err)
+    model.eval()
+    assert "[outputs.y]" in from_torch(model, torch.randn(4, 8))
