@@ -16,6 +16,7 @@ import math
 import operator
 import os
 import textwrap
+import warnings
 from dataclasses import dataclass
 
 from factory.torchimport.ir import Graph, INode, Renderer, ShapeError, broadcast, walk
@@ -123,8 +124,13 @@ def _trace(module, examples: tuple):
     import torch
 
     try:
-        ep = torch.export.export(module, examples, strict=False)
-        ep = ep.run_decompositions({})  # functional: in-place updates of temporaries go away
+        with warnings.catch_warnings():  # torch's own deprecation notices are not the customer's
+            warnings.simplefilter("ignore", FutureWarning)
+            ep = torch.export.export(module, examples, strict=False)
+        if any(
+            getattr(getattr(n.target, "_schema", None), "is_mutable", False) for n in ep.graph.nodes
+        ):
+            ep = ep.run_decompositions({})  # functional: in-place updates of temporaries go away
     except Exception as export_error:  # noqa: BLE001 - any failure: try the simpler tracer
         try:
             from torch.fx.experimental.proxy_tensor import make_fx
