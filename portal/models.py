@@ -146,6 +146,9 @@ class Workload(models.Model):
     baseline_source = models.TextField(blank=True)
     baseline_filename = models.CharField(max_length=200, blank=True)
     baseline_sha256 = models.CharField(max_length=64, blank=True)
+    # Derived when written (portal.derived.row_lengths): the distinct lengths of the axis the
+    # operator family splits on, from lowering the manifest; [] where no family lowers it.
+    row_lengths = models.JSONField(default=list, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -244,6 +247,9 @@ class Job(models.Model):
     best_candidate = models.ForeignKey(
         "Candidate", models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # Derived when a generation finishes (portal.derived.rank_correlation): the cost model's
+    # Spearman rank correlation with the measured times over every verified candidate it ranked.
+    model_rho = models.FloatField(null=True, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
     )
@@ -318,6 +324,9 @@ class Generation(models.Model):
         "Candidate", models.SET_NULL, null=True, blank=True, related_name="+"
     )
     best_score_us = models.FloatField(null=True, blank=True)
+    # Derived when it finishes: the cost model's rank correlation over this generation's verified
+    # candidates (None with fewer than three ranked).
+    model_rho = models.FloatField(null=True, blank=True)
     created = models.DateTimeField(default=timezone.now)
     updated = models.DateTimeField(default=timezone.now)
     finished = models.DateTimeField(null=True, blank=True)
@@ -373,6 +382,9 @@ class Candidate(models.Model):
     role = models.CharField(max_length=32, blank=True)  # planner, writer, tuner, baseline...
     backend = models.CharField(max_length=32, blank=True)  # offline, anthropic
     schedule = models.JSONField(default=dict, blank=True)
+    # Derived when stored (portal.derived.schedule_label): the schedule in a few words, through
+    # its operator family.
+    schedule_label = models.CharField(max_length=200, blank=True)
     note = models.TextField(blank=True)
     entry = models.CharField(max_length=200, blank=True)
     params = models.JSONField(null=True, blank=True)

@@ -15,16 +15,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from portal import services
+from portal import catalogue, services
+from portal import selectors as q
 from portal.models import ApiToken, Job
-from portal.web import access, catalogue, queries
-from portal.web.forms import (
-    BASELINE_EXTENSIONS,
-    BASELINE_MAX_BYTES,
-    MANIFEST_MAX_BYTES,
-    check_text,
-)
-from portal.web.views import approved_artifact
+from portal.uploads import BASELINE_EXTENSIONS, BASELINE_MAX_BYTES, MANIFEST_MAX_BYTES, check_text
 
 log = logging.getLogger("portal.api")
 API_VERSION = 1
@@ -103,15 +97,15 @@ def _queue_json(request, queue: dict) -> dict:
     body["mine_started"] = _iso(queue["mine_started"])
     body["last_taken"] = _iso(queue["last_taken"])
     body["mine_failed"] = bool(queue["mine_error"])
-    if access.is_engineer(request.user):
+    if q.is_engineer(request.user):
         body["mine_worker"] = queue["mine_worker"]
         body["mine_error"] = queue["mine_error"]
     return body
 
 
 def job_json(request, job: Job, progress: dict | None = None) -> dict:
-    progress = progress or queries.job_progress(job)
-    decision = queries.latest_decision(job)
+    progress = progress or q.job_progress(job)
+    decision = q.latest_decision(job)
     body = {
         "job": str(job.code),
         "workload": str(job.workload.code),
@@ -275,11 +269,7 @@ def _read_submission(request) -> dict:
 @api_view(("GET", "POST"))
 def jobs(request):
     if request.method == "GET":
-        rows = (
-            access.jobs_for(request.user)
-            .select_related("workload", "best_candidate")
-            .order_by("-created")[:50]
-        )
+        rows = q.recent_jobs(q.job_list(user=request.user), limit=50)
         return JsonResponse(
             {
                 "jobs": [
@@ -293,7 +283,7 @@ def jobs(request):
                 ]
             }
         )
-    org = access.primary_org(request.user)
+    org = q.primary_org(request.user)
     if org is None:
         raise ApiError(403, "You are not a member of any organisation.")
     data = _read_submission(request)
@@ -321,14 +311,14 @@ def jobs(request):
 
 @api_view(("GET",))
 def job(request, code):
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     return JsonResponse(job_json(request, j))
 
 
 @api_view(("POST",))
 def job_cancel(request, code):
     """Stop an active job for good; 409 when it had already stopped."""
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     if not services.job_cancel(job=j, user=request.user):
         return error(409, f"The job is {j.get_status_display().lower()}: nothing to cancel.")
     return JsonResponse(job_json(request, j))
@@ -338,7 +328,7 @@ def job_cancel(request, code):
 def job_stop(request, code):
     """End the search now and send the best verified kernel so far to review; 409 when the job
     is not searching or nothing has passed verification yet."""
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     try:
         j = services.job_stop_early(job=j, user=request.user)
     except services.JobControlRefused as exc:
@@ -348,12 +338,12 @@ def job_stop(request, code):
 
 @api_view(("GET",))
 def results(request, code):
-    j = access.get_job_for_user(request.user, code)
-    progress = queries.job_progress(j)
+    j = q.get_job_for_user(request.user, code)
+    progress = q.job_progress(j)
     body = job_json(request, j, progress)
     best = j.best_candidate
-    baselines = queries.job_baselines(j)
-    body["copy_ceiling_tbps"] = queries.copy_ceiling_tbps(j)
+    baselines = q.job_baselines(j)
+    body["copy_ceiling_tbps"] = q.copy_ceiling_tbps(j)
     body["baselines"] = [
         {
             "name": b.name,
@@ -365,8 +355,8 @@ def results(request, code):
         for b in baselines
     ]
     if best is not None:
-        timings = queries.candidate_timings(best)
-        chosen = queries.default_baseline(baselines, timings)
+        timings = q.candidate_timings(best)
+        chosen = q.default_baseline(baselines, timings)
         body["best"] = {
             "candidate": str(best.code),
             "status": best.status,
@@ -380,14 +370,12 @@ def results(request, code):
                     "rel_err": v.rel_err,
                     "max_abs_err": v.max_abs_err,
                 }
-                for v in queries.candidate_verifications(best)
+                for v in q.candidate_verifications(best)
             ],
             "timing": [_timing_json(t) for t in timings],
-            "flags": [f.message for f in queries.candidate_flags(best)],
+            "flags": [f.message for f in q.candidate_flags(best)],
             "compared_with": chosen,
-            "speedups": queries.speedups(
-                timings, next((b for b in baselines if b.name == chosen), None)
-            ),
+            "speedups": q.speedups(timings, next((b for b in baselines if b.name == chosen), None)),
         }
     else:
         body["best"] = None
@@ -410,7 +398,7 @@ def results(request, code):
             "entry": c.entry,
             "note": c.note,
         }
-        for c in j.candidates.select_related("generation").order_by("generation__index", "id")
+        for c in q.candidate_results(j)
     ]
     return JsonResponse(body)
 
@@ -418,10 +406,10 @@ def results(request, code):
 @api_view(("GET",))
 def artifact(request, code):
     try:
-        found = approved_artifact(request.user, code)
+        found = q.get_artifact_for_user(request.user, code)
     except Http404 as exc:
         # The job itself may be visible but not approved: say so (409) rather than "not found".
-        if access.jobs_for(request.user).filter(code=code).exists():
+        if q.job_list(user=request.user).filter(code=code).exists():
             return error(409, str(exc) or "Nothing has been approved for this job.")
         raise
     services.audit_record(
@@ -445,7 +433,7 @@ def artifact(request, code):
 def workload_jobs(request, code):
     """Another job on a stored workload ({"generations": n} optional); 409 while one of its
     jobs is still searching."""
-    w = access.get_workload_for_user(request.user, code)
+    w = q.get_workload_for_user(request.user, code)
     body = _json_body(request, 4096, optional=True)
     errors = []
     generations = _generations(body, errors)
@@ -460,7 +448,7 @@ def workload_jobs(request, code):
 
 @api_view(("GET",))
 def workload(request, code):
-    w = access.get_workload_for_user(request.user, code)
+    w = q.get_workload_for_user(request.user, code)
     return JsonResponse(
         {
             "workload": str(w.code),
@@ -470,16 +458,14 @@ def workload(request, code):
             "sha256": w.sha256,
             "baseline_filename": w.baseline_filename or None,
             "created": _iso(w.created),
-            "jobs": [
-                {"job": str(j.code), "status": j.status} for j in w.jobs.order_by("-created")[:50]
-            ],
+            "jobs": [{"job": str(j.code), "status": j.status} for j in q.workload_jobs(w)],
         }
     )
 
 
 @api_view(("GET",))
 def candidate(request, code):
-    c = access.get_candidate_for_user(request.user, code)
+    c = q.get_candidate_for_user(request.user, code)
     return JsonResponse(
         {
             "candidate": str(c.code),
@@ -497,7 +483,7 @@ def candidate(request, code):
             "compile": c.compile_report,
             "ptx_sha256": c.ptx_sha256,
             # A customer gets the PTX once it is approved (the artifact carries it too).
-            "ptx": c.ptx if access.may_read_ptx(request.user, c) else None,
-            "timing": [_timing_json(t) for t in queries.candidate_timings(c)],
+            "ptx": c.ptx if q.may_read_ptx(request.user, c) else None,
+            "timing": [_timing_json(t) for t in q.candidate_timings(c)],
         }
     )

@@ -14,48 +14,16 @@ from django import forms
 from django.conf import settings
 from django.core.validators import ProhibitNullCharactersValidator
 
-MANIFEST_MAX_BYTES = 64 * 1024
-BASELINE_MAX_BYTES = 512 * 1024
-BASELINE_EXTENSIONS = {".ptx": "ptx", ".cu": "cuda", ".cuh": "cuda"}
+from portal.uploads import (
+    BASELINE_EXTENSIONS,
+    BASELINE_MAX_BYTES,
+    MANIFEST_MAX_BYTES,
+    check_text,
+    decode_text,
+)
+
 DTYPE_CHOICES = [("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16")]
 MAX_SHAPES = 16
-
-SAMPLE_MANIFEST_NAME = "softmax"
-
-
-def decode_text(data: bytes, *, what: str, max_bytes: int) -> str:
-    """Bytes from an upload to text, or a ValidationError that says what is wrong with them."""
-    if len(data) > max_bytes:
-        raise forms.ValidationError(
-            f"The {what} is {len(data):,} bytes; the limit is {max_bytes:,} bytes."
-        )
-    if not data.strip():
-        raise forms.ValidationError(f"The {what} is empty.")
-    if b"\x00" in data:
-        raise forms.ValidationError(f"The {what} contains NUL bytes: it looks like a binary file.")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise forms.ValidationError(
-            f"The {what} is not UTF-8 text (byte {exc.start} cannot be decoded)."
-        ) from None
-    return check_text(text, what=what)
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def check_text(text: str, *, what: str) -> str:
-    if "\x00" in text:
-        raise forms.ValidationError(f"The {what} contains NUL bytes: it looks like a binary file.")
-    match = _CONTROL.search(text)
-    if match:
-        line = text.count("\n", 0, match.start()) + 1
-        raise forms.ValidationError(
-            f"The {what} contains a control character (0x{ord(match.group()):02x}) on line "
-            f"{line}; upload plain text."
-        )
-    return text
 
 
 def parse_shapes(text: str) -> list[dict[str, int]]:

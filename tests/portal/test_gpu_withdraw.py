@@ -7,7 +7,7 @@ import uuid
 import pytest
 from django.conf import settings
 
-from portal import services, tasks
+from portal import pipeline, services
 from portal.celery import GPU_TASK_NAME, app
 from portal.models import Generation, GpuBatch, Job
 from tests.portal.test_redelivery import start_worker, stop_worker, wait_for, worker_env
@@ -43,14 +43,14 @@ def test_a_cancelled_jobs_waiting_batch_is_discarded_by_the_gpu_worker(
         assert wait_for(lambda: "ready." in log_path.read_text(), 60), log_path.read_text()
         job.refresh_from_db()
         assert services.job_cancel(job=job, user=customer)  # withdraws on commit
-        task_id = tasks.gpu_task_id(code)
+        task_id = pipeline.gpu_task_id(code)
         heard = lambda: any(  # noqa: E731 - the worker has the revoke in its revoked set
             task_id in ids for ids in (app.control.inspect(timeout=2).revoked() or {}).values()
         )
         assert wait_for(heard, 30), "the worker never heard of the revoke"
         # In service the message waits in the queue behind other batches while the cancel's
         # revoke reaches the worker; here it is sent after: the worker's check is the same.
-        tasks.send_to_gpu(batch.pk)
+        pipeline.send_to_gpu(batch.pk)
         discarded = f"Discarding revoked task: {GPU_TASK_NAME}[{task_id}]"
         assert wait_for(lambda: discarded in log_path.read_text(), 30), log_path.read_text()
         assert f"Received task: {GPU_TASK_NAME}[{task_id}]" not in log_path.read_text()

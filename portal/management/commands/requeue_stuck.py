@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from portal import tasks
+from portal import pipeline, tasks
 from portal.models import Job
 
 
@@ -21,11 +21,11 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         if opts["job"]:
             jobs = Job.objects.filter(code=opts["job"])
-            sent = sum(tasks.requeue_job(job, gpu=opts["gpu"]) for job in jobs)
+            sent = sum(pipeline.resume(job, gpu=opts["gpu"]) for job in jobs)
         elif opts["gpu"]:
             sent = 0
             for job in Job.objects.filter(status__in=Job.ACTIVE):
-                sent += tasks.requeue_job(job, gpu=True)
+                sent += pipeline.resume(job, gpu=True)
         else:
             sent = tasks.requeue_stuck(opts["older_than"])
         self.stdout.write(f"re-sent {sent} task(s)")

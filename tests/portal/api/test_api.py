@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from portal import services
 from portal.artifacts import verify_checksums
-from portal.web.delivery import decide_and_deliver
+from portal.delivery import decide_and_deliver
 from tests.portal.web.world import job_between_generations, job_in_review
 
 pytestmark = pytest.mark.django_db

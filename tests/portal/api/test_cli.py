@@ -7,7 +7,7 @@ import pytest
 
 from portal import cli, services
 from portal.artifacts import verify_checksums
-from portal.web.delivery import decide_and_deliver
+from portal.delivery import decide_and_deliver
 from tests.portal.web.world import job_in_review
 
 

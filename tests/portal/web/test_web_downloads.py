@@ -9,8 +9,8 @@ import pytest
 from django.urls import reverse
 
 from portal.artifacts import verify_checksums
+from portal.delivery import decide_and_deliver
 from portal.models import Artifact, AuditEvent, Job, ReviewDecision
-from portal.web.delivery import decide_and_deliver
 from tests.portal.web.world import job_in_review
 
 pytestmark = pytest.mark.django_db

@@ -4,6 +4,7 @@ import pytest
 from django.urls import reverse
 
 from factory.families.row.schedules import Schedule
+from portal.derived import schedule_label
 from portal.models import Candidate, Workload
 from tests.portal.web.world import job_in_review
 
@@ -20,7 +21,9 @@ def two_jobs(orgs, customer, settings, tmp_path):
     Workload.objects.update(family="softmax")
     for i, c in enumerate(Candidate.objects.order_by("pk")):
         s = Schedule(threads_per_row=(128, 256, 512, 1024)[i % 4], chunks=(4, 2, 1, 1)[i % 4])
-        Candidate.objects.filter(pk=c.pk).update(schedule=s.to_dict())
+        Candidate.objects.filter(pk=c.pk).update(
+            schedule=s.to_dict(), schedule_label=schedule_label(s.to_dict())
+        )
     return jobs
 
 

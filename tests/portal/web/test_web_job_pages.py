@@ -7,8 +7,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from portal.delivery import decide_and_deliver
 from portal.models import Candidate, GpuBatch, Job
-from portal.web.delivery import decide_and_deliver
 from tests.portal.web.world import job_in_review
 
 pytestmark = pytest.mark.django_db
@@ -340,9 +340,20 @@ def test_a_customer_creates_and_revokes_an_api_token(client, customer):
     ],
 )
 def test_the_stage_timeline_marks_done_current_and_failed_steps(status, stage, expected):
-    from portal.web.queries import stage_steps
+    from portal.selectors import stage_steps
 
     assert [s["state"] for s in stage_steps(Job(status=status, stage=stage))] == expected
+
+
+def _rank_again(job):
+    """The cost model's rank correlation, stored again as generation_finish stores it."""
+    from portal import services
+
+    for generation in job.generations.all():
+        generation.model_rho = services.costmodel_rho(job=job, generation=generation)
+        generation.save(update_fields=["model_rho"])
+    Job.objects.filter(pk=job.pk).update(model_rho=services.costmodel_rho(job=job))
+    job.refresh_from_db()
 
 
 def test_the_job_page_tracks_how_well_the_cost_model_ranked_the_candidates(
@@ -355,6 +366,7 @@ def test_the_job_page_tracks_how_well_the_cost_model_ranked_the_candidates(
         job.candidates.order_by("score_us"), (5.0, 6.0, 9.0, None), strict=True
     ):
         Candidate.objects.filter(pk=c.pk).update(predicted_us=predicted)
+    _rank_again(job)  # as generation_finish does when the results land
     client.force_login(customer)
     response = client.get(reverse("web-job", args=[job.code]))
     assert response.status_code == 200
@@ -364,6 +376,7 @@ def test_the_job_page_tracks_how_well_the_cost_model_ranked_the_candidates(
     assert "rank correlation 1.00" in response.context["charts"]["costmodel"]
 
     Candidate.objects.filter(pk=job.candidates.order_by("score_us")[0].pk).update(predicted_us=20.0)
+    _rank_again(job)
     response = client.get(reverse("web-job", args=[job.code]))
     assert response.context["progress"]["generations"][0]["model_rho"] == pytest.approx(-0.5)
 
@@ -392,19 +405,13 @@ def test_the_workload_page_says_when_one_kernel_must_serve_several_row_lengths(
     client, customer, orgs
 ):
     from factory.spec import catalogue_manifest
-    from portal.models import Workload, sha256_hex
+    from portal import services
 
     suite = catalogue_manifest("rmsnorm")  # rows of 4096 and 8192
     one = suite.split("[[shapes]]")[0] + "[[shapes]]\nM = 64\nN = 4096\n"
     client.force_login(customer)
     for manifest, said in ((suite, True), (one, False)):
-        wl = Workload.objects.create(
-            org=orgs[0],
-            name="rmsnorm",
-            manifest=manifest,
-            sha256=sha256_hex(manifest),
-            created_by=customer,
-        )
+        wl = services.workload_create(org=orgs[0], user=customer, manifest=manifest)
         response = client.get(reverse("web-workload", args=[wl.code]))
         assert response.context["spec"] is not None
         assert response.context["row_lengths"] == ([4096, 8192] if said else [4096])

@@ -12,12 +12,12 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.urls import reverse
 
+from portal import selectors as q
 from portal import services
 from portal.artifacts import ArtifactInputs, build_artifact
 from portal.models import Artifact, Candidate, GpuBatch, Job, ReviewDecision
-from portal.web import queries
 
-log = logging.getLogger("portal.web")
+log = logging.getLogger("portal.delivery")
 
 HARNESS_FALLBACK = "gpuworker (unrecorded version)"
 
@@ -27,9 +27,9 @@ def _tensor(decl) -> dict:
 
 
 def artifact_inputs(job: Job, candidate: Candidate, decision: ReviewDecision) -> ArtifactInputs:
-    spec = queries.spec_or_none(job.workload)
-    timings = queries.candidate_timings(candidate)
-    verifications = queries.candidate_verifications(candidate)
+    spec = q.spec_or_none(job.workload)
+    timings = q.candidate_timings(candidate)
+    verifications = q.candidate_verifications(candidate)
     batch = (
         GpuBatch.objects.filter(job=job, timings__candidate=candidate)
         .select_related("environment")
@@ -43,7 +43,7 @@ def artifact_inputs(job: Job, candidate: Candidate, decision: ReviewDecision) ->
         env = {"gpu": env_row.gpu, "sm": env_row.sm, "driver": env_row.driver, **env_row.versions}
     # The results file may name the harness; the JSON key lookup avoids loading the whole file.
     harness = None
-    copy_ceiling = queries.copy_ceiling_tbps(job)
+    copy_ceiling = q.copy_ceiling_tbps(job)
     if batch is not None:
         # The worker does not stamp a harness version yet: name its results format instead.
         named, fmt = (
@@ -63,7 +63,7 @@ def artifact_inputs(job: Job, candidate: Candidate, decision: ReviewDecision) ->
             "cluster": list(spec.baseline.launch.cluster) if spec.baseline.launch.cluster else None,
         }
     baselines = []
-    for b in queries.job_baselines(job):
+    for b in q.job_baselines(job):
         baselines.append(
             {
                 "name": b.name,
@@ -105,7 +105,7 @@ def artifact_inputs(job: Job, candidate: Candidate, decision: ReviewDecision) ->
         ],
         timing=[_timing_dict(t, samples=True) for t in timings],
         baselines=baselines,
-        flags=[f.message for f in queries.candidate_flags(candidate)],
+        flags=[f.message for f in q.candidate_flags(candidate)],
         lineage={
             "parent": str(candidate.parent.code) if candidate.parent_id else None,
             "role": candidate.role,

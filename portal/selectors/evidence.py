@@ -1,303 +1,30 @@
-"""Reads for the pages and the API: the evidence behind a job, shaped as plain data.
+"""Reads about the evidence behind a job: a candidate's verification and timings, the
+baselines it was timed against, speedups, the review checklist, and the evidence memory
+across jobs. Shaped as plain data for the pages, the API and the delivered artifact alike.
 
-The views call these after the access check (`portal.web.access`); nothing here decides who may
-see what. Queries are written for a job with thousands of candidates: values() instead of model
-instances where a page only needs a few columns, JSON key lookups instead of loading a whole
-results file, and pagination for lists.
+Nothing here decides who may see what (`portal.selectors.scope` does, before these are called).
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Count, F
-from django.utils import timezone
+from django.db.models import Count, F, Max, Q
 
 from portal.charts import shape_label
 from portal.models import (
     BaselineMeasurement,
     Candidate,
     Flag,
-    Generation,
     GpuBatch,
     Job,
-    ReviewDecision,
     TimingResult,
     VerificationResult,
     dims_key,
 )
-
-STAGES = [
-    ("queued", "Queued"),
-    ("proposing", "Writing kernels"),
-    ("building", "Compiling"),
-    ("gpu", "On the GPU"),
-    ("review", "Engineer review"),
-    ("approved", "Approved"),
-]
-
-
-def spec_or_none(workload):
-    """The parsed workload, or None when the spec package cannot read it (the page still shows
-    what the database holds)."""
-    try:
-        return workload.spec()
-    except Exception:  # noqa: BLE001 - a page must render even if the spec code changed
-        return None
-
-
-def row_lengths(spec) -> list[int]:
-    """The distinct row lengths (the reduced or innermost axis) of a workload's shapes, in
-    order; [] when the generator cannot lower it. One kernel serves every shape of a job, so
-    with more than one the page says what that costs."""
-    if spec is None:
-        return []
-    try:
-        from factory import families
-
-        fam, ir = families.family_for(spec)
-        split = fam.split_dims(ir)
-    except Exception:  # noqa: BLE001 - an operator the generator does not express
-        return []
-    if not split:
-        return []
-    row_dim = split[0]
-    out: list[int] = []
-    for dims in spec.shapes:
-        n = int(dims[row_dim])
-        if n not in out:
-            out.append(n)
-    return out
-
-
-# --- progress -----------------------------------------------------------------------------------
-
-
-def _stage_key(job: Job) -> str:
-    """Where on the timeline the job is (or was when it stopped)."""
-    if job.status == Job.QUEUED:
-        return "queued"
-    if job.status in (Job.REVIEW, Job.REJECTED):
-        return "review"
-    if job.status == Job.APPROVED:
-        return "approved"
-    if job.status == Job.WAITING_GPU:
-        return "gpu"
-    return {"building": "building", "gpu": "gpu", "recording": "gpu", "done": "review"}.get(
-        job.stage, "proposing"
-    )
-
-
-def stage_steps(job: Job) -> list[dict]:
-    """The stage timeline: steps before the current one are done; the current one is current,
-    or failed when the job failed, was cancelled or was rejected there."""
-    keys = [k for k, _ in STAGES]
-    reached = keys.index(_stage_key(job))
-    stopped = job.status in (Job.FAILED, Job.CANCELLED, Job.REJECTED)
-    steps = []
-    for i, (key, label) in enumerate(STAGES):
-        if job.status == Job.APPROVED or i < reached:
-            state = "done"
-        elif i == reached:
-            state = "failed" if stopped else "current"
-        else:
-            state = ""
-        steps.append({"key": key, "label": label, "state": state})
-    return steps
-
-
-def costmodel_rows(job: Job) -> list[dict]:
-    """Verified candidates the cost model had ranked: generation, predicted time and measured
-    time, both summed over the benchmarked shapes (the model predicts that sum). One grouped
-    query over the timings."""
-    from django.db.models import Sum
-
-    rows = (
-        TimingResult.objects.filter(
-            candidate__job=job,
-            candidate__status=Candidate.PASSED,
-            candidate__predicted_us__isnull=False,
-        )
-        .values("candidate_id", "candidate__generation__index", "candidate__predicted_us")
-        .annotate(total=Sum("median_us"))
-        .order_by()
-    )
-    return [
-        {
-            "generation": r["candidate__generation__index"],
-            "predicted_us": r["candidate__predicted_us"],
-            "runtime_us": r["total"],
-        }
-        for r in rows
-        if r["total"] is not None
-    ]
-
-
-def costmodel_accuracy(rows: list[dict]) -> dict[int | None, float | None]:
-    """Spearman rank correlation of predicted and measured times, per generation and for the
-    whole job (key None); None where fewer than three verified candidates were ranked."""
-    from factory.costmodel import spearman
-
-    by_gen: dict[int | None, list[dict]] = {None: rows}
-    for row in rows:
-        by_gen.setdefault(row["generation"], []).append(row)
-    return {
-        gen: spearman([r["predicted_us"] for r in rs], [r["runtime_us"] for r in rs])
-        for gen, rs in by_gen.items()
-    }
-
-
-def generation_rows(job: Job) -> list[dict]:
-    """One row per generation: status, candidate counts by status, best time, duration, and the
-    cost model's rank correlation with the measured times."""
-    accuracy = costmodel_accuracy(costmodel_rows(job))
-    counts: dict[int, dict[str, int]] = {}
-    for gen_id, status, n in (
-        Candidate.objects.filter(job=job)
-        .values_list("generation_id", "status")
-        .annotate(n=Count("id"))
-        .order_by()
-    ):
-        counts.setdefault(gen_id, {})[status] = n
-    rows = []
-    for gen in Generation.objects.filter(job=job).order_by("index"):
-        c = counts.get(gen.id, {})
-        end = gen.finished or (timezone.now() if gen.status != Generation.DONE else gen.updated)
-        rows.append(
-            {
-                "index": gen.index,
-                "status": gen.status,
-                "status_label": gen.get_status_display(),
-                "total": sum(c.values()),
-                "passed": c.get(Candidate.PASSED, 0),
-                "failed": c.get(Candidate.FAILED, 0),
-                "rejected": c.get(Candidate.REJECTED, 0),
-                "waiting": sum(
-                    c.get(s, 0) for s in (Candidate.PROPOSED, Candidate.COMPILED, Candidate.QUEUED)
-                ),
-                "by_status": c,
-                "best_score_us": gen.best_score_us,
-                "model_rho": accuracy.get(gen.index),
-                "duration_s": max(0.0, (end - gen.created).total_seconds()),
-            }
-        )
-    return rows
-
-
-def gpu_queue(job: Job) -> dict:
-    """What the GPU queue for the job's architecture looks like: batches a GPU worker is running,
-    batches waiting in line (sent, not yet taken), where this job's batch stands, and when a
-    GPU worker last took a batch of this architecture (None: never), so a queue that nothing
-    consumes says so."""
-    open_batches = list(
-        GpuBatch.objects.filter(arch=job.target_gpu, status=GpuBatch.DISPATCHED)
-        .order_by("dispatched", "id")
-        .values_list("job_id", "started", "worker", "error", "job__status")[:500]
-    )
-    # A stopped job's batch that no worker took is withdrawn: not in line any more. One on a
-    # GPU still holds that GPU.
-    waiting = [
-        j
-        for j, started, _, error, status in open_batches
-        if started is None and not error and status in Job.ACTIVE
-    ]
-    running = {j: (started, worker) for j, started, worker, _, _ in open_batches if started}
-    failed = {j: error for j, started, _, error, _ in open_batches if error and not started}
-    last_taken = (
-        GpuBatch.objects.filter(arch=job.target_gpu, started__isnull=False)
-        .order_by("-started")
-        .values_list("started", flat=True)
-        .first()
-    )
-    mine = running.get(job.id)
-    return {
-        "arch": job.target_gpu,
-        "dispatch": settings.GPU_DISPATCH,
-        "waiting": len(waiting),
-        "running": len(running),
-        "mine_running": mine is not None,
-        "mine_started": mine[0] if mine else None,
-        "mine_worker": mine[1] if mine else "",
-        "position": waiting.index(job.id) + 1 if job.id in waiting else None,
-        "mine_error": failed.get(job.id, ""),
-        "last_taken": last_taken,
-        # Nothing running and batches waiting, and no worker has taken one for 5 minutes (or
-        # ever): the queue may have no consumer, which the page should say.
-        "idle": bool(waiting)
-        and not running
-        and (last_taken is None or (timezone.now() - last_taken).total_seconds() > 300),
-    }
-
-
-def job_progress(job: Job) -> dict:
-    gens = generation_rows(job)
-    done = sum(1 for g in gens if g["status"] == Generation.DONE)
-    budget = max(job.max_generations, 1)
-    finished = job.status not in Job.ACTIVE
-    # A search that ran its course (budget, plateau, stopped early for review) is complete; a
-    # cancelled or failed one shows how far it got.
-    stopped = job.status in (Job.CANCELLED, Job.FAILED)
-    fraction = min(1.0, done / budget) if stopped else 1.0 if finished else min(0.99, done / budget)
-    # Estimate the rest from the generations already done (median, robust to a slow first one
-    # that had to warm caches); nothing to say before the first generation is done.
-    durations = [g["duration_s"] for g in gens if g["status"] == Generation.DONE]
-    eta_s = None
-    if not finished and durations:
-        remaining = budget - done
-        current = next((g for g in gens if g["status"] != Generation.DONE), None)
-        per_gen = statistics.median(durations)
-        eta_s = max(0.0, remaining * per_gen - (current["duration_s"] if current else 0.0))
-    totals: dict[str, int] = {}
-    for g in gens:
-        for key in ("total", "passed", "failed", "rejected", "waiting"):
-            totals[key] = totals.get(key, 0) + g[key]
-    return {
-        "status": job.status,
-        "status_label": job.get_status_display(),
-        "stage": job.stage,
-        "active": job.status in Job.ACTIVE,
-        "stopped": stopped,
-        "generations_done": done,
-        "max_generations": job.max_generations,
-        "fraction": fraction,
-        "percent": round(fraction * 100),
-        "eta_s": eta_s,
-        "eta": format_duration(eta_s),
-        "generations": gens,
-        "totals": totals,
-        "gpu_queue": gpu_queue(job),
-        "stop_reason": job.stop_reason,
-        "best_score_us": job.best_candidate.score_us if job.best_candidate_id else None,
-    }
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "estimating…"
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"about {seconds} s"
-    if seconds < 3600:
-        return f"about {math.ceil(seconds / 60)} min"
-    return f"about {seconds // 3600} h {seconds % 3600 // 60} min"
-
-
-# --- evidence -----------------------------------------------------------------------------------
-
-
-def population_rows(job: Job) -> list[dict]:
-    """Every candidate of the job as (generation, score, status), for the population chart.
-    Plain columns only: thousands of rows, and no UUIDs to convert."""
-    return [
-        {"generation": gen, "runtime_us": score, "status": status}
-        for gen, score, status in Candidate.objects.filter(job=job)
-        .order_by()
-        .values_list("generation__index", "score_us", "status")
-    ]
+from portal.selectors.jobs import spec_or_none
 
 
 def candidate_timings(candidate: Candidate) -> list[TimingResult]:
@@ -581,47 +308,17 @@ def default_baseline(baselines: list[BaselineSeries], timings: list[TimingResult
     return best
 
 
-def latest_decision(job: Job) -> ReviewDecision | None:
-    return ReviewDecision.objects.filter(job=job).select_related("reviewer").first()
-
-
-def review_queue():
-    """Jobs whose best candidate awaits a decision, oldest first."""
-    return (
-        Job.objects.filter(status=Job.REVIEW, best_candidate__isnull=False)
-        .select_related("workload", "workload__org", "best_candidate")
-        .order_by("updated")
-    )
-
-
-def top_candidates(job: Job):
-    """Candidates ranked for the job page's table: timed ones by score, then the rest."""
-    return (
-        Candidate.objects.filter(job=job)
-        .select_related("generation")
-        .only(
-            "code",
-            "status",
-            "score_us",
-            "role",
-            "backend",
-            "reason",
-            "gpu_status",
-            "generation__index",
-            "created",
-        )
-        # Timed candidates first, fastest first; nulls last on every database.
-        .order_by(F("score_us").asc(nulls_last=True), "created")
-    )
-
-
 # --- the evidence memory (engineers) -------------------------------------------------------------
+
+
+def evidence_gpus() -> list[str]:
+    """The architectures any job targeted, sm_90 when there are none yet."""
+    gpus = Job.objects.order_by("target_gpu").values_list("target_gpu", flat=True).distinct()
+    return list(gpus) or ["sm_90"]
 
 
 def evidence_families() -> list[dict]:
     """Per operator family across every job: jobs, candidates by outcome, the best bandwidth."""
-    from django.db.models import Max, Q
-
     counts = (
         Candidate.objects.values(family=F("job__workload__family"))
         .annotate(
@@ -673,6 +370,7 @@ def evidence_view(*, family: str, gpu: str, dtype: str | None, shape_class: str 
     ]
     passed = [r for r in records if r["status"] == Candidate.PASSED and r["median_us"]]
     top = sorted(passed, key=lambda r: -(r["tbps"] or 0.0))[:12]
+    labels = _schedule_labels(top)
     return {
         "records": len(records),
         "jobs": len({r["job"] for r in records}),
@@ -684,22 +382,19 @@ def evidence_view(*, family: str, gpu: str, dtype: str | None, shape_class: str 
         # on the newest verified records: the estimate needs hundreds, not every record
         "model_rho": held_out_spearman(passed[-ACCURACY_SAMPLE:]),
         "model_sample": min(len(passed), ACCURACY_SAMPLE),
-        "top": [dict(r, shape=shape_label(r["dims"]), what=_schedule_label(r)) for r in top],
+        "top": [
+            dict(r, shape=shape_label(r["dims"]), what=labels.get((r["job"], r["ptx_sha256"]), ""))
+            for r in top
+        ],
         "tag_legend": " ".join(f.legend for f in families.all_families() if f.legend),
     }
 
 
-def _schedule_label(record: dict) -> str:
-    schedule = record.get("schedule") or {}
-    if schedule.get("ptx_edit"):
-        from factory.agents.ptxedit import PtxEdit
-
-        return "customer kernel: " + PtxEdit.from_schedule(schedule).describe()
-    if schedule.get("family"):
-        from factory import families
-
-        try:
-            return families.get(schedule["family"]).label(schedule)
-        except (KeyError, TypeError, ValueError):
-            pass
-    return "hand-written PTX" if not schedule else str(schedule)[:60]
+def _schedule_labels(records: list[dict]) -> dict[tuple[str, str], str]:
+    """The stored schedule label of each record's candidate, by (job code, PTX hash): the
+    evidence records carry the schedule, the candidate row its label in words."""
+    rows = Candidate.objects.filter(
+        job__code__in={r["job"] for r in records},
+        ptx_sha256__in={r["ptx_sha256"] for r in records},
+    ).values_list("job__code", "ptx_sha256", "schedule_label")
+    return {(str(job), sha): label for job, sha, label in rows}

@@ -1,0 +1,98 @@
+"""Facts derived from what the pipeline writes, computed once when the row is written and stored
+beside it, so that no page computes them again on every render:
+
+- a workload's row lengths: the distinct lengths of the axis its operator family splits on,
+  from lowering the manifest (`Workload.row_lengths`);
+- a schedule's human label, through its operator family (`Candidate.schedule_label`);
+- the cost model's rank correlation with the measured times over a generation's verified
+  candidates, and over the whole job (`Generation.model_rho`, `Job.model_rho`).
+
+Pure functions of plain data (no models), so the services and the migration that backfills old
+rows compute them the same way. Each returns a neutral value ([], "", None) for data it cannot
+read: a derived fact never stops a write.
+"""
+
+from __future__ import annotations
+
+import math
+
+HAND_WRITTEN = "hand-written PTX"
+
+
+def row_lengths(spec) -> list[int]:
+    """The distinct row lengths (the first axis the workload's family splits on) of a parsed
+    workload's shapes, in order; [] when no family lowers it or the family splits on nothing.
+    One kernel serves every shape of a job, so with more than one the workload page says what
+    that costs."""
+    if spec is None:
+        return []
+    try:
+        from factory import families
+
+        fam, ir = families.family_for(spec)
+        split = fam.split_dims(ir)
+        if not split:
+            return []
+        out: list[int] = []
+        for dims in spec.shapes:
+            n = int(dims[split[0]])
+            if n not in out:
+                out.append(n)
+        return out
+    except Exception:  # noqa: BLE001 - an operator the generator does not express
+        return []
+
+
+def manifest_row_lengths(
+    manifest: str, baseline_source: str = "", baseline_filename: str = ""
+) -> list[int]:
+    """row_lengths of a stored manifest's text; [] when the spec refuses it."""
+    try:
+        from factory.spec import load_manifest
+
+        spec = load_manifest(
+            manifest,
+            baseline_source=baseline_source or None,
+            baseline_filename=baseline_filename or None,
+        )
+    except Exception:  # noqa: BLE001 - an old manifest the spec no longer reads
+        return []
+    return row_lengths(spec)
+
+
+def schedule_label(schedule: dict | None, limit: int = 200) -> str:
+    """What a candidate's schedule is, in a few words: its family's label, "customer kernel:
+    ..." for an edit of the customer's kernel, "hand-written PTX" without a schedule."""
+    if not schedule:
+        return HAND_WRITTEN
+    if not isinstance(schedule, dict):
+        return str(schedule)[:limit]
+    try:
+        if schedule.get("ptx_edit"):
+            from factory.agents.ptxedit import PtxEdit
+
+            return ("customer kernel: " + PtxEdit.from_schedule(schedule).describe())[:limit]
+        from factory import families
+
+        return (families.label(schedule) or HAND_WRITTEN)[:limit]
+    except Exception:  # noqa: BLE001 - a schedule the families no longer read
+        return str(schedule)[:limit]
+
+
+def rank_correlation(pairs: list[tuple[float, float]]) -> float | None:
+    """Spearman rank correlation of (predicted, measured) pairs; None with fewer than three
+    finite pairs or when either side is constant."""
+    clean = [
+        (float(p), float(m))
+        for p, m in pairs
+        if p is not None and m is not None and math.isfinite(p) and math.isfinite(m)
+    ]
+    if len(clean) < 3:
+        return None
+    try:
+        from factory.costmodel import spearman
+
+        rho = spearman([p for p, _ in clean], [m for _, m in clean])
+    except Exception:  # noqa: BLE001 - no cost model installed
+        return None
+    return None if rho is None or not math.isfinite(rho) else float(rho)

@@ -1,0 +1,380 @@
+"""Reads about a job's progress: the stage timeline, its generations, the GPU queue it waits
+in, its candidates, and the lists of jobs on the home and review pages.
+
+Nothing here decides who may see what (`portal.selectors.scope` does, before these are called).
+Queries are written for a job with thousands of candidates: values() instead of model instances
+where a page only needs a few columns, and derived facts (the cost model's rank correlation,
+schedule labels, a workload's row lengths) read from the columns the services filled when they
+wrote the rows, not computed again on every render.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from django.conf import settings
+from django.db.models import Count, F, Sum
+from django.utils import timezone
+
+from portal.models import (
+    AuditEvent,
+    Candidate,
+    Generation,
+    GpuBatch,
+    Job,
+    ReviewDecision,
+    TimingResult,
+    Workload,
+)
+
+STAGES = [
+    ("queued", "Queued"),
+    ("proposing", "Writing kernels"),
+    ("building", "Compiling"),
+    ("gpu", "On the GPU"),
+    ("review", "Engineer review"),
+    ("approved", "Approved"),
+]
+
+
+def spec_or_none(workload):
+    """The parsed workload, or None when the spec package cannot read it (the page still shows
+    what the database holds)."""
+    try:
+        return workload.spec()
+    except Exception:  # noqa: BLE001 - a page must render even if the spec code changed
+        return None
+
+
+# --- progress -----------------------------------------------------------------------------------
+
+
+def _stage_key(job: Job) -> str:
+    """Where on the timeline the job is (or was when it stopped)."""
+    if job.status == Job.QUEUED:
+        return "queued"
+    if job.status in (Job.REVIEW, Job.REJECTED):
+        return "review"
+    if job.status == Job.APPROVED:
+        return "approved"
+    if job.status == Job.WAITING_GPU:
+        return "gpu"
+    return {"building": "building", "gpu": "gpu", "recording": "gpu", "done": "review"}.get(
+        job.stage, "proposing"
+    )
+
+
+def stage_steps(job: Job) -> list[dict]:
+    """The stage timeline: steps before the current one are done; the current one is current,
+    or failed when the job failed, was cancelled or was rejected there."""
+    keys = [k for k, _ in STAGES]
+    reached = keys.index(_stage_key(job))
+    stopped = job.status in (Job.FAILED, Job.CANCELLED, Job.REJECTED)
+    steps = []
+    for i, (key, label) in enumerate(STAGES):
+        if job.status == Job.APPROVED or i < reached:
+            state = "done"
+        elif i == reached:
+            state = "failed" if stopped else "current"
+        else:
+            state = ""
+        steps.append({"key": key, "label": label, "state": state})
+    return steps
+
+
+def costmodel_rows(job: Job, generation: Generation | None = None) -> list[dict]:
+    """Verified candidates the cost model had ranked: generation, predicted time and measured
+    time, both summed over the benchmarked shapes (the model predicts that sum): the points of
+    the job page's cost-model chart, and what `services.costmodel_rho` ranks. One grouped query
+    over the timings."""
+    rows = (
+        TimingResult.objects.filter(
+            candidate__job=job,
+            candidate__status=Candidate.PASSED,
+            candidate__predicted_us__isnull=False,
+            **({"candidate__generation": generation} if generation is not None else {}),
+        )
+        .values("candidate_id", "candidate__generation__index", "candidate__predicted_us")
+        .annotate(total=Sum("median_us"))
+        .order_by()
+    )
+    return [
+        {
+            "generation": r["candidate__generation__index"],
+            "predicted_us": r["candidate__predicted_us"],
+            "runtime_us": r["total"],
+        }
+        for r in rows
+        if r["total"] is not None
+    ]
+
+
+def generation_rows(job: Job) -> list[dict]:
+    """One row per generation: status, candidate counts by status, best time, duration, and the
+    cost model's rank correlation with the measured times (stored when the generation finished)."""
+    counts: dict[int, dict[str, int]] = {}
+    for gen_id, status, n in (
+        Candidate.objects.filter(job=job)
+        .values_list("generation_id", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    ):
+        counts.setdefault(gen_id, {})[status] = n
+    rows = []
+    for gen in Generation.objects.filter(job=job).order_by("index"):
+        c = counts.get(gen.id, {})
+        end = gen.finished or (timezone.now() if gen.status != Generation.DONE else gen.updated)
+        rows.append(
+            {
+                "index": gen.index,
+                "status": gen.status,
+                "status_label": gen.get_status_display(),
+                "total": sum(c.values()),
+                "passed": c.get(Candidate.PASSED, 0),
+                "failed": c.get(Candidate.FAILED, 0),
+                "rejected": c.get(Candidate.REJECTED, 0),
+                "waiting": sum(
+                    c.get(s, 0) for s in (Candidate.PROPOSED, Candidate.COMPILED, Candidate.QUEUED)
+                ),
+                "by_status": c,
+                "best_score_us": gen.best_score_us,
+                "model_rho": gen.model_rho,
+                "duration_s": max(0.0, (end - gen.created).total_seconds()),
+            }
+        )
+    return rows
+
+
+def gpu_queue(job: Job) -> dict:
+    """What the GPU queue for the job's architecture looks like: batches a GPU worker is running,
+    batches waiting in line (sent, not yet taken), where this job's batch stands, and when a
+    GPU worker last took a batch of this architecture (None: never), so a queue that nothing
+    consumes says so."""
+    open_batches = list(
+        GpuBatch.objects.filter(arch=job.target_gpu, status=GpuBatch.DISPATCHED)
+        .order_by("dispatched", "id")
+        .values_list("job_id", "started", "worker", "error", "job__status")[:500]
+    )
+    # A stopped job's batch that no worker took is withdrawn: not in line any more. One on a
+    # GPU still holds that GPU.
+    waiting = [
+        j
+        for j, started, _, error, status in open_batches
+        if started is None and not error and status in Job.ACTIVE
+    ]
+    running = {j: (started, worker) for j, started, worker, _, _ in open_batches if started}
+    failed = {j: error for j, started, _, error, _ in open_batches if error and not started}
+    last_taken = (
+        GpuBatch.objects.filter(arch=job.target_gpu, started__isnull=False)
+        .order_by("-started")
+        .values_list("started", flat=True)
+        .first()
+    )
+    mine = running.get(job.id)
+    return {
+        "arch": job.target_gpu,
+        "dispatch": settings.GPU_DISPATCH,
+        "waiting": len(waiting),
+        "running": len(running),
+        "mine_running": mine is not None,
+        "mine_started": mine[0] if mine else None,
+        "mine_worker": mine[1] if mine else "",
+        "position": waiting.index(job.id) + 1 if job.id in waiting else None,
+        "mine_error": failed.get(job.id, ""),
+        "last_taken": last_taken,
+        # Nothing running and batches waiting, and no worker has taken one for 5 minutes (or
+        # ever): the queue may have no consumer, which the page should say.
+        "idle": bool(waiting)
+        and not running
+        and (last_taken is None or (timezone.now() - last_taken).total_seconds() > 300),
+    }
+
+
+def job_progress(job: Job) -> dict:
+    gens = generation_rows(job)
+    done = sum(1 for g in gens if g["status"] == Generation.DONE)
+    budget = max(job.max_generations, 1)
+    finished = job.status not in Job.ACTIVE
+    # A search that ran its course (budget, plateau, stopped early for review) is complete; a
+    # cancelled or failed one shows how far it got.
+    stopped = job.status in (Job.CANCELLED, Job.FAILED)
+    fraction = min(1.0, done / budget) if stopped else 1.0 if finished else min(0.99, done / budget)
+    # Estimate the rest from the generations already done (median, robust to a slow first one
+    # that had to warm caches); nothing to say before the first generation is done.
+    durations = [g["duration_s"] for g in gens if g["status"] == Generation.DONE]
+    eta_s = None
+    if not finished and durations:
+        remaining = budget - done
+        current = next((g for g in gens if g["status"] != Generation.DONE), None)
+        per_gen = statistics.median(durations)
+        eta_s = max(0.0, remaining * per_gen - (current["duration_s"] if current else 0.0))
+    totals: dict[str, int] = {}
+    for g in gens:
+        for key in ("total", "passed", "failed", "rejected", "waiting"):
+            totals[key] = totals.get(key, 0) + g[key]
+    return {
+        "status": job.status,
+        "status_label": job.get_status_display(),
+        "stage": job.stage,
+        "active": job.status in Job.ACTIVE,
+        "stopped": stopped,
+        "generations_done": done,
+        "max_generations": job.max_generations,
+        "fraction": fraction,
+        "percent": round(fraction * 100),
+        "eta_s": eta_s,
+        "eta": format_duration(eta_s),
+        "generations": gens,
+        "totals": totals,
+        "gpu_queue": gpu_queue(job),
+        "stop_reason": job.stop_reason,
+        "best_score_us": job.best_candidate.score_us if job.best_candidate_id else None,
+    }
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "estimating…"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"about {seconds} s"
+    if seconds < 3600:
+        return f"about {math.ceil(seconds / 60)} min"
+    return f"about {seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def population_rows(job: Job) -> list[dict]:
+    """Every candidate of the job as (generation, score, status), for the population chart.
+    Plain columns only: thousands of rows, and no UUIDs to convert."""
+    return [
+        {"generation": gen, "runtime_us": score, "status": status}
+        for gen, score, status in Candidate.objects.filter(job=job)
+        .order_by()
+        .values_list("generation__index", "score_us", "status")
+    ]
+
+
+def top_candidates(job: Job):
+    """Candidates ranked for the job page's table and the results file: timed ones by score,
+    then the rest."""
+    return (
+        Candidate.objects.filter(job=job)
+        .select_related("generation")
+        .only(
+            "code",
+            "status",
+            "score_us",
+            "role",
+            "backend",
+            "reason",
+            "gpu_status",
+            "entry",
+            "note",
+            "schedule_label",
+            "generation__index",
+            "created",
+        )
+        # Timed candidates first, fastest first; nulls last on every database.
+        .order_by(F("score_us").asc(nulls_last=True), "created")
+    )
+
+
+def candidate_results(job: Job):
+    """Every candidate of the job in the order it was made, for the API's results answer."""
+    return job.candidates.select_related("generation").order_by("generation__index", "id")
+
+
+def candidate_children(candidate: Candidate):
+    return candidate.children.only("code", "status", "score_us").order_by("score_us")[:20]
+
+
+# --- lists of jobs ------------------------------------------------------------------------------
+
+
+def recent_jobs(jobs, limit: int = 20):
+    """The newest of `jobs` (a scoped queryset from `scope.job_list`)."""
+    return jobs.order_by("-created")[:limit]
+
+
+def workload_jobs(workload: Workload, limit: int = 50) -> list[Job]:
+    return list(workload.jobs.select_related("best_candidate").order_by("-created")[:limit])
+
+
+def review_queue(*, user):
+    """Jobs whose best candidate awaits an engineer's decision, oldest first; empty for anyone
+    who is not an engineer."""
+    from portal.selectors.scope import is_engineer, job_list
+
+    if not is_engineer(user):
+        return Job.objects.none()
+    return (
+        job_list(user=user)
+        .filter(status=Job.REVIEW, best_candidate__isnull=False)
+        .order_by("updated")
+    )
+
+
+def jobs_waiting_for_gpu(limit: int = 20) -> list[Job]:
+    """Every organisation's jobs waiting for GPU results (engineers' home page)."""
+    return list(
+        Job.objects.filter(status=Job.WAITING_GPU)
+        .select_related("workload", "workload__org")
+        .order_by("updated")[:limit]
+    )
+
+
+def recent_decisions(*, user, limit: int = 5):
+    """The latest review decisions the user may see: of their organisations' jobs, or (for an
+    engineer) of every job."""
+    from portal.selectors.scope import is_engineer, org_ids
+
+    rows = ReviewDecision.objects.select_related("job", "job__workload", "reviewer")
+    if not is_engineer(user):
+        rows = rows.filter(job__workload__org_id__in=org_ids(user))
+    return rows.order_by("-created")[:limit]
+
+
+def job_history(job: Job, limit: int = 20):
+    """The audit trail of one job, newest first."""
+    return (
+        AuditEvent.objects.filter(target=f"job:{job.code}")
+        .select_related("actor")
+        .order_by("-created")[:limit]
+    )
+
+
+def job_decisions(job: Job):
+    return job.reviews.select_related("reviewer").order_by("-created")
+
+
+# --- the job's GPU batch ------------------------------------------------------------------------
+
+
+def open_batch(job: Job) -> GpuBatch | None:
+    """The job's batch still out to a GPU (sent, no results recorded), newest first."""
+    return GpuBatch.objects.filter(job=job, status=GpuBatch.DISPATCHED).order_by("-id").first()
+
+
+def batch_codes(job: Job) -> set[str]:
+    return {str(c) for c in GpuBatch.objects.filter(job=job).values_list("code", flat=True)}
+
+
+def job_artifact(job: Job):
+    """The newest artifact of an approved job (None otherwise); what the job page links."""
+    if job.status != Job.APPROVED:
+        return None
+    return job.artifacts.order_by("-created").first()
+
+
+def job_timings_by_candidate(job: Job) -> dict[int, list[TimingResult]]:
+    """Every candidate timing of the job by candidate id, shapes in order, without the samples:
+    the rows of the job's results spreadsheet."""
+    out: dict[int, list[TimingResult]] = {}
+    for t in (
+        TimingResult.objects.filter(candidate__job=job)
+        .defer("samples_us")
+        .order_by("candidate_id", "dims_key")
+    ):
+        out.setdefault(t.candidate_id, []).append(t)
+    return out
