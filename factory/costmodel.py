@@ -168,7 +168,9 @@ class CostModel:
 
     def fit(self, records: list[dict]) -> CostModel:
         """Fit on passed records with a time; returns self. Too few records leave it unfitted."""
-        rows = [r for r in records if r.get("status") == "passed" and r.get("median_us")]
+        # Only finite positive times: log(median / roofline) of anything else is a math
+        # domain error that would stop every later job of the family from proposing.
+        rows = [r for r in records if r.get("status") == "passed" and _finite(r.get("median_us"))]
         self.n_train = len(rows)
         if len(rows) < self.min_records:
             self.weights = None

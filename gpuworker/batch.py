@@ -8,6 +8,7 @@ Results are plain dicts so they serialise to JSON unchanged; `candidate_record` 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -342,10 +343,12 @@ def parse_batch(data: Any) -> Batch:
     )
 
 
-def candidate_record(cid: str) -> dict:
-    """An empty result record for a candidate; the runner fills it in."""
+def candidate_record(cid: str, ptx: str = "") -> dict:
+    """An empty result record for a candidate; the runner fills it in. `ptx_sha256` names the
+    PTX the worker was given, so the portal records results only for the kernels it sent."""
     return {
         "id": cid,
+        "ptx_sha256": hashlib.sha256(ptx.encode("utf-8")).hexdigest(),
         "status": "failed",
         "reason": "",
         "compile": None,

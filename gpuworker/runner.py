@@ -342,7 +342,7 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
     # -- entrants ---------------------------------------------------------------------------
     entrants = []  # (record, desc or None)
     for c in b.candidates:
-        rec = candidate_record(c.id)
+        rec = candidate_record(c.id, c.ptx)
         params, launch = c.params, c.launch
         if params is None:
             if w.baseline is None:

@@ -47,6 +47,16 @@ def _timing(dims, median_us):
     }
 
 
+def _ptx_sha256(c: dict) -> str:
+    """The sha256 of the PTX sent for batch entry `c`: from the entry, or (for the tests' hand-made
+    batch documents, which carry only ids) from the candidate's row."""
+    if "ptx" in c:
+        return hashlib.sha256(c["ptx"].encode()).hexdigest()
+    from portal.models import Candidate
+
+    return Candidate.objects.get(code=c["id"]).ptx_sha256
+
+
 def results_for(batch: dict, *, failing: set[str] = frozenset(), base_us: float = 10.0) -> dict:
     candidates = []
     for i, c in enumerate(batch["candidates"]):
@@ -66,6 +76,7 @@ def results_for(batch: dict, *, failing: set[str] = frozenset(), base_us: float 
         candidates.append(
             {
                 "id": c["id"],
+                "ptx_sha256": _ptx_sha256(c),
                 "status": "passed" if ok else "failed",
                 "reason": "" if ok else "wrong at M=1,N=4095",
                 "compile": {"ok": True, "registers": 32},
@@ -76,14 +87,15 @@ def results_for(batch: dict, *, failing: set[str] = frozenset(), base_us: float 
         )
     baselines = [
         {
-            "name": "torch_compile",
+            "name": name,
             "version": "2.11.0",
             "config": {"mode": "default"},
             "status": "passed",
             "reason": "",
             "verification": [],
-            "timing": [_timing(d, base_us * 2) for d in batch["shapes"]],
+            "timing": [_timing(d, base_us * (2 + i)) for d in batch["shapes"]],
         }
+        for i, name in enumerate(batch.get("baselines", ["torch_compile"]))
     ]
     return {
         "format": 1,
@@ -116,5 +128,22 @@ def rebase_recorded(recorded: dict, batch: dict) -> dict:
         sha = hashlib.sha256(candidate["ptx"].encode()).hexdigest()
         entry = copy.deepcopy(by_sha.get(sha) or ordered[i % len(ordered)])
         entry["id"] = candidate["id"]
+        entry["ptx_sha256"] = sha
         out["candidates"].append(entry)
+    # The worker answers every baseline the batch asks for (unavailable ones included), and no
+    # other: a recording made under another setting keeps the baselines this batch asked for.
+    recorded_baselines = {b["name"]: b for b in recorded.get("baselines", [])}
+    out["baselines"] = [
+        copy.deepcopy(recorded_baselines.get(name))
+        or {
+            "name": name,
+            "version": "",
+            "config": {},
+            "status": "unavailable",
+            "reason": "not installed on the recording host",
+            "verification": [],
+            "timing": [],
+        }
+        for name in batch.get("baselines", recorded_baselines)
+    ]
     return out

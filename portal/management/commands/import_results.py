@@ -1,9 +1,8 @@
-import json
 import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from portal import services
+from portal import results_schema, services
 
 
 class Command(BaseCommand):
@@ -18,8 +17,8 @@ class Command(BaseCommand):
     def handle(self, *args, **opts):
         path = opts["path"]
         try:
-            text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-            results = json.loads(text)
+            data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+            results = results_schema.loads(data)
         except (OSError, ValueError) as exc:
             raise CommandError(f"cannot read {path}: {exc}") from exc
         try:
