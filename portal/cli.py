@@ -6,9 +6,14 @@
     ptxf status JOB
     ptxf results JOB [--candidates]
     ptxf download JOB -o kernel.zip
+    ptxf import model.py:rmsnorm --example-shapes "x=16384x4096:bf16,w=4096:bf16" -o rmsnorm.toml
 
-Exit codes: 0 done, 1 refused by the server (the message is printed), 2 bad usage or
-configuration, 3 the server could not be reached.
+`ptxf import` runs on your machine only: it loads your Python file, traces the function with
+torch.export and writes a manifest (no server, no token). From Python: `from_torch` here, or
+`factory.torchimport.from_torch`.
+
+Exit codes: 0 done, 1 refused by the server or (import) not translatable (the message is
+printed), 2 bad usage or configuration, 3 the server could not be reached.
 """
 
 from __future__ import annotations
@@ -287,6 +292,187 @@ def cmd_download(client: Client, args, out) -> int:
     return 0
 
 
+# -- ptxf import: PyTorch -> manifest, on the customer's machine ---------------------------------
+
+IMPORT_HELP = """Translate a PyTorch function or nn.Module into a workload manifest.
+
+This runs on YOUR machine and executes YOUR Python file: it is imported like any module (its
+top-level code runs), then the function is traced with torch.export on placeholder tensors of
+the example shapes (nothing is computed on them). Only the manifest it writes is ever uploaded;
+the portal never runs customer Python. Needs torch 2.x.
+
+TARGET is FILE.py:NAME or a dotted module:NAME. NAME is a function, an nn.Module instance, or an
+nn.Module class that takes no constructor arguments. Parameters and buffers become inputs.
+
+Example:
+  ptxf import model.py:rmsnorm --example-shapes "x=16384x4096:bf16,w=4096:bf16" -o rmsnorm.toml
+"""
+
+IMPORT_DTYPES = {
+    "bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "f16": "float16",
+    "float16": "float16", "half": "float16", "fp32": "float32", "f32": "float32",
+    "float32": "float32", "float": "float32", "int32": "int32", "int64": "int64",
+    "long": "int64", "bool": "bool",
+}  # fmt: skip
+
+
+def parse_example_shapes(text: str) -> list[tuple[str, tuple[int, ...], str, tuple | None]]:
+    """Parse NAME=SIZExSIZE[:DTYPE[:LOW..HIGH]] entries, comma-separated, such as
+    "x=16384x4096:bf16,w=4096:bf16:0.5..1.5", into [(name, shape, torch dtype name, range)].
+    A scalar input is "s=:fp32". Raises CliError (exit code 2) naming the bad entry."""
+    out = []
+    for entry in [e.strip() for e in text.split(",") if e.strip()]:
+        name, eq, rest = entry.partition("=")
+        parts = rest.split(":")
+        if not eq or not name.strip().isidentifier() or not 1 <= len(parts) <= 3:
+            raise CliError(
+                f"--example-shapes: {entry!r} is not NAME=SIZExSIZE[:DTYPE[:LOW..HIGH]]", 2
+            )
+        shape_text, dtype = parts[0].strip(), (parts[1].strip() if len(parts) > 1 else "fp32")
+        try:
+            shape = tuple(int(s) for s in shape_text.lower().split("x")) if shape_text else ()
+        except ValueError:
+            raise CliError(f"--example-shapes: sizes in {entry!r} must be integers", 2) from None
+        if any(s < 1 for s in shape):
+            raise CliError(f"--example-shapes: sizes in {entry!r} must be positive", 2)
+        if dtype.lower() not in IMPORT_DTYPES:
+            raise CliError(
+                f"--example-shapes: unknown dtype {dtype!r} in {entry!r} "
+                "(bf16, fp16, fp32, int32, int64, bool)",
+                2,
+            )
+        value_range = None
+        if len(parts) == 3:
+            low, dots, high = parts[2].partition("..")
+            try:
+                value_range = (float(low), float(high))
+            except ValueError:
+                value_range = None
+            if not dots or value_range is None or not value_range[0] < value_range[1]:
+                raise CliError(f"--example-shapes: range in {entry!r} must be LOW..HIGH", 2)
+        out.append((name.strip(), shape, IMPORT_DTYPES[dtype.lower()], value_range))
+    if not out:
+        raise CliError("--example-shapes: give at least one input, e.g. x=1024x4096:bf16", 2)
+    return out
+
+
+def _parse_pairs(text: str, what: str) -> dict[str, str]:
+    pairs = {}
+    for entry in [e.strip() for e in (text or "").split(",") if e.strip()]:
+        key, eq, value = entry.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise CliError(f"{what}: {entry!r} is not KEY=VALUE", 2)
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def load_target(target: str):
+    """The object named by FILE.py:NAME or module:NAME, loaded by importing the customer's own
+    code (on their machine, by design)."""
+    import importlib
+    import importlib.util
+
+    where, colon, attr = target.rpartition(":")
+    if not colon or not where or not attr:
+        raise CliError(f"{target!r}: expected FILE.py:NAME or module:NAME", 2)
+    path = Path(where)
+    try:
+        if where.endswith(".py") or path.is_file():
+            if not path.is_file():
+                raise CliError(f"{where}: no such file", 2)
+            folder = str(path.resolve().parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)  # the file's own imports of its neighbours
+            spec = importlib.util.spec_from_file_location(f"ptxf_import_{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+    except CliError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the customer's file failed to import: say so
+        raise CliError(f"importing {where} failed: {type(exc).__name__}: {exc}", 2) from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise CliError(f"{where} has no {attr!r}", 2)
+        obj = getattr(obj, part)
+    return obj
+
+
+def cmd_import(_client, args, out) -> int:
+    try:
+        import torch
+    except ImportError:
+        raise CliError("ptxf import needs PyTorch 2.x installed on this machine", 2) from None
+    from factory.torchimport import TranslationError, from_torch
+
+    specs = parse_example_shapes(args.example_shapes)
+    obj = load_target(args.target)
+    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+        try:
+            obj = obj()
+        except TypeError as exc:
+            raise CliError(
+                f"{args.target}: the module needs constructor arguments ({exc}); name a "
+                "module instance or a function instead",
+                2,
+            ) from None
+    if isinstance(obj, torch.nn.Module):
+        obj.eval()
+    elif not callable(obj):
+        raise CliError(f"{args.target} is not a function or an nn.Module", 2)
+    # Placeholder tensors: on the meta device (no memory, nothing computed) unless the module's
+    # parameters live somewhere else; zeros there (the value range then comes from the spec).
+    params = list(obj.parameters()) if isinstance(obj, torch.nn.Module) else []
+    devices = ["meta"] if not params else [params[0].device]
+    if not params:
+        devices.append("cpu")  # a function that makes its own CPU tensors cannot run on meta
+
+    def examples(device):
+        return [
+            torch.zeros(shape, dtype=getattr(torch, dtype), device=device)
+            for _, shape, dtype, _ in specs
+        ]
+
+    dims = _parse_pairs(args.dims, "--dims")
+    shapes = []
+    for row in args.shape or []:
+        try:
+            shapes.append({k: int(v) for k, v in _parse_pairs(row, "--shape").items()})
+        except ValueError:
+            raise CliError(f"--shape: sizes in {row!r} must be integers", 2) from None
+    ranges = {name: r for name, _, _, r in specs if r is not None}
+    for device in devices:
+        try:
+            text = from_torch(
+                obj,
+                *examples(device),
+                name=args.name,
+                shapes=shapes,
+                dims=dims or None,
+                ranges=ranges,
+            )
+            break
+        except TranslationError as exc:
+            if device == devices[-1] or "device" not in str(exc):
+                raise CliError(str(exc), 1) from None
+    if args.output and args.output != "-":
+        Path(args.output).write_text(text, encoding="utf-8")
+        print(f"wrote {args.output}: upload it (New workload page, or ptxf submit)", file=out)
+    else:
+        out.write(text)
+    return 0
+
+
+def from_torch(fn_or_module, *example_inputs, **options) -> str:
+    """The Python API of `ptxf import`: factory.torchimport.from_torch (see there)."""
+    from factory.torchimport import from_torch as translate
+
+    return translate(fn_or_module, *example_inputs, **options)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ptxf", description="PTX Kernel Factory command-line client."
@@ -332,6 +518,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     p.add_argument("-o", "--output")
     p.set_defaults(run=cmd_download)
+    p = sub.add_parser(
+        "import",
+        help="translate your PyTorch function into a manifest (runs your code, locally)",
+        description=IMPORT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("target", help="FILE.py:NAME or module:NAME (a function or an nn.Module)")
+    p.add_argument(
+        "--example-shapes",
+        required=True,
+        help='inputs in order: "x=16384x4096:bf16,w=4096:bf16" (optional :LOW..HIGH range)',
+    )
+    p.add_argument("-o", "--output", help="the manifest file to write (default: print it)")
+    p.add_argument("--name", help="the workload's name (default: the function's)")
+    p.add_argument("--dims", help='name the axes yourself: "x=MxN,w=N"')
+    p.add_argument(
+        "--shape",
+        action="append",
+        help='another [[shapes]] row to optimise for, e.g. "M=32768,N=4096" (repeatable)',
+    )
+    p.set_defaults(run=cmd_import, local=True)
     return parser
 
 
@@ -339,6 +546,8 @@ def main(argv: list[str] | None = None, out=None) -> int:
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "local", False):  # ptxf import: no server, no token
+            return args.run(None, args, out)
         client = Client(args.url, os.environ.get("PTXF_TOKEN", ""))
         return args.run(client, args, out)
     except CliError as exc:

@@ -26,6 +26,7 @@ def from_torch(
     outputs: list[str] | None = None,
     target: str = "sm_90",
     description: str | None = None,
+    ranges: dict | None = None,
     validate: bool = True,
 ) -> str:
     """The manifest (TOML text) of `fn_or_module` applied to `example_inputs` (tensors).
@@ -33,7 +34,9 @@ def from_torch(
     Dims are named from the example shapes (axes of equal size share a name; M, N for a row
     operator, M, N, K for a matmul, V for a gathered vocabulary) and the example sizes are the
     first [[shapes]] row; `shapes` adds more rows ({"M": 32768, "N": 4096}), `dims` names the
-    axes yourself ({"x": "MxN", "w": "N"}), `outputs` names the outputs. Raises
+    axes yourself ({"x": "MxN", "w": "N"}), `outputs` names the outputs, `ranges` sets the
+    value range the judge draws an input from ({"w": (0.5, 1.5)}; by default the example's
+    data gives it, or [-4, 4] for placeholder tensors). Raises
     TranslationError naming the graph node that has no equivalent and why. With `validate`,
     the text is loaded with factory.spec.load_manifest before it is returned (a TranslationError
     lists the loader's complaints)."""
@@ -48,6 +51,7 @@ def from_torch(
         outputs=outputs,
         target=target,
         description=description,
+        ranges=ranges,
     )
     if validate:
         from factory.spec import SpecError, load_manifest

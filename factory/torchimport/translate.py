@@ -1339,6 +1339,7 @@ def translate(
     outputs: list[str] | None = None,
     target: str = "sm_90",
     description: str | None = None,
+    ranges: dict | None = None,
 ) -> str:
     import torch
 
@@ -1389,6 +1390,8 @@ def translate(
         vkind = "float" if dtype in FLOAT_OUT else ("index" if dtype != "bool" else "mask")
         decl = {"name": in_name, "shape": shape, "dtype": dtype, "tensor": tensor}
         decl["user"] = kind[0] == "user"
+        if base in (ranges or {}):
+            decl["range"] = [float(x) for x in ranges[base]]
         if dtype == "bool":  # stored as int32 0/1; the translation compares it with 0
             decl["dtype"] = "int32"
             tr.mask_inputs.add(in_name)
@@ -1644,6 +1647,8 @@ def _render(tr, original, final, out_names, *, name, shapes, target, description
             rng = [0, dim_names.get(axis, axis)]
         elif decl["name"] in tr.mask_inputs:
             rng = [0, 2]
+        elif decl.get("range") is not None:
+            rng = decl["range"]
         else:
             rng = _range_of(decl["tensor"], decl["dtype"])
             if rng is None and decl["dtype"] in ("int32", "int64"):
