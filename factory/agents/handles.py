@@ -16,7 +16,7 @@ built (the context keeps them, so the offline backend does not emit them again).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from factory import evidence as ev
 from factory import families
@@ -83,7 +83,11 @@ class Kernels:
             except Exception as exc:  # noqa: BLE001 - a kernel that cannot be built is not listed
                 ctx.settings.setdefault("_emit_errors", []).append(f"{handle}: {exc}")
                 return
-            if k is None or k.sha in seen:
+            if k is None:
+                return
+            if k.sha in seen:  # the same kernel under an earlier handle: say so there
+                first = next(h for h, o in out.items() if o.sha == k.sha)
+                out[first] = replace(out[first], about=f"{out[first].about} (also {handle})")
                 return
             seen.add(k.sha)
             out[handle] = k
