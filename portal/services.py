@@ -8,7 +8,10 @@ The pipeline (each step is one task in portal/tasks.py that loads by id and call
       -> [gpu.<arch>: gpuworker.run_batch] -> results_record -> generation_finish
       -> generation_propose (next) ... or job to review.
 
-Follow-up tasks are queued with `on_commit`, so a worker never sees a row before it exists.
+A service that moves a row into a new state calls `pipeline.advance(row)`: the transitions table
+in portal/pipeline.py names the task that follows, queued on commit, so a worker never sees a
+row before it exists. Facts that pages would otherwise derive on every render (portal/derived.py)
+are computed here, when the row is written.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from django.core.files.base import ContentFile
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from portal import derived, pipeline, results_schema
 from portal.models import (
+    ApiToken,
     Artifact,
     AuditEvent,
     Baseline,
@@ -112,10 +117,16 @@ def membership_set(*, user, org: Organisation, role: str) -> Membership:
     return membership
 
 
+def api_token_revoke(*, user, code) -> bool:
+    """Delete one of the user's own tokens; False when they have none of that code."""
+    deleted, _ = ApiToken.objects.filter(user=user, code=code).delete()
+    if deleted:
+        audit_record(actor=user, verb="token.revoke", target=f"token:{code}")
+    return bool(deleted)
+
+
 def api_token_create(*, user, name: str = "") -> tuple[str, object]:
     """(key, token): the key is shown once; only its hash is kept."""
-    from portal.models import ApiToken
-
     key, prefix, key_sha256 = ApiToken.new_key()
     token = ApiToken.objects.create(user=user, name=name, prefix=prefix, key_sha256=key_sha256)
     audit_record(actor=user, verb="token.create", target=f"token:{token.code}")
@@ -157,6 +168,7 @@ def workload_create(
                 "description": spec.description,
                 "manifest": spec.manifest,
                 "family": family or spec.name.lower(),
+                "row_lengths": derived.row_lengths(spec),
                 "tags": tags,
                 "target_gpu": spec.target,
                 "baseline_source": baseline_source or "",
@@ -204,9 +216,7 @@ def job_create(
         )
         audit_record(actor=user, org=workload.org, verb="job.create", target=f"job:{job.code}")
         if start:
-            from portal import tasks
-
-            tasks.job_start.delay_on_commit(job.pk)
+            pipeline.advance(job)
     return job
 
 
@@ -265,9 +275,7 @@ def job_cancel(*, job: Job, user) -> bool:
         )
         if ok:
             audit_record(actor=user, org=job.org, verb="job.cancel", target=f"job:{job.code}")
-            from portal import tasks
-
-            transaction.on_commit(lambda: tasks.withdraw_gpu_batches(job))
+            pipeline.advance(job)
     return ok
 
 
@@ -315,9 +323,15 @@ def job_rerun(*, workload: Workload, user, max_generations: int | None = None) -
         return job_create(workload=workload, user=user, max_generations=max_generations)
 
 
+def job_fail(*, job: Job, reason: str) -> bool:
+    """An active job fails for good with `reason` (the agents cannot run, or keep failing)."""
+    with transaction.atomic():
+        return job.claim(Job.ACTIVE, Job.FAILED, stop_reason=reason[:300], finished=timezone.now())
+
+
 def job_start(*, job: Job) -> Generation | None:
-    """queued -> running, and generation 0. Returns the generation to propose, or None when the
-    job was already started (a redelivery) and its generation is past proposing."""
+    """queued -> running, and generation 0, queued to be proposed. Returns that generation, or
+    None when the job was already started (a redelivery) and its generation is past proposing."""
     with transaction.atomic():
         if job.claim(
             [Job.QUEUED],
@@ -330,7 +344,10 @@ def job_start(*, job: Job) -> Generation | None:
         if job.status != Job.RUNNING:
             return None
         generation, _ = Generation.objects.get_or_create(job=job, index=0)
-    return generation if generation.status == Generation.PROPOSING else None
+        if generation.status != Generation.PROPOSING:
+            return None
+        pipeline.advance(generation)
+    return generation
 
 
 # --- Proposing ----------------------------------------------------------------------------------
@@ -343,15 +360,17 @@ def _field(obj, name, default=None):
 
 
 def generation_propose(*, generation: Generation) -> list[int]:
-    """Ask the agents (factory.loop.propose) for this generation's candidates and store them.
-    Returns the ids of the candidates to build. The agents run outside any transaction; their
-    drafts are stored in one transaction together with the claim proposing -> building, so a
-    redelivered task stores them once (a second run that loses the claim discards its drafts)."""
+    """Ask the agents (factory.loop.propose) for this generation's candidates and store them,
+    each queued to be built (none: the generation goes on to its batch). Returns their ids. The
+    agents run outside any transaction; their drafts are stored in one transaction together
+    with the claim proposing -> building, so a redelivered task stores them once (a second run
+    that loses the claim discards its drafts, and queues the builds still to do)."""
     job = generation.job
     if generation.status != Generation.PROPOSING or job.status != Job.RUNNING:
-        return list(
-            generation.candidates.filter(status=Candidate.PROPOSED).values_list("pk", flat=True)
-        )
+        waiting = list(generation.candidates.filter(status=Candidate.PROPOSED))
+        for candidate in waiting:
+            pipeline.advance(candidate)
+        return [c.pk for c in waiting]
     from portal.evidence_store import DbEvidenceStore
 
     propose = stage(settings.FACTORY_PROPOSE)
@@ -372,10 +391,9 @@ def generation_propose(*, generation: Generation) -> list[int]:
             candidate = candidate_from_draft(job=job, generation=generation, draft=draft)
             if candidate is not None:
                 made.append(candidate.pk)
-    if not made:
-        from portal import tasks
-
-        transaction.on_commit(lambda: tasks.gpu_batch_dispatch.delay(generation.pk))
+                pipeline.advance(candidate)
+        if not made:
+            pipeline.advance(generation)  # building, with nothing to build: to the batch
     return made
 
 
@@ -397,6 +415,7 @@ def candidate_from_draft(*, job: Job, generation: Generation, draft) -> Candidat
     if parent_sha:
         parent = Candidate.objects.filter(job=job, ptx_sha256=parent_sha).first()
     usage = _field(draft, "usage") or {}
+    schedule = _plain(_field(draft, "schedule")) or {}
     params = _field(draft, "params")
     launch = _field(draft, "launch")
     if launch is not None and not isinstance(launch, dict):
@@ -413,7 +432,8 @@ def candidate_from_draft(*, job: Job, generation: Generation, draft) -> Candidat
                 parent=parent,
                 role=_field(draft, "role", "") or "",
                 backend=_field(draft, "backend", "") or "",
-                schedule=_plain(_field(draft, "schedule")) or {},
+                schedule=schedule,
+                schedule_label=derived.schedule_label(schedule),
                 note=_field(draft, "note", "") or "",
                 entry=_field(draft, "entry", "") or "",
                 params=_plain(params) if params is not None else None,
@@ -459,7 +479,17 @@ def _draft_of(candidate: Candidate):
 
 def candidate_build(*, candidate: Candidate) -> bool:
     """Compile with nvJitLink (CPU) and let the reviewer read the report: proposed -> compiled or
-    rejected (with the reason). Returns True when this call settled the candidate."""
+    rejected (with the reason); the last build of a generation sends it on to its batch. Returns
+    True when this call settled the candidate."""
+    settled = _candidate_compile(candidate=candidate)
+    # Whoever sees "all built" queues the dispatch; if two builders both do, the dispatch's own
+    # claim lets only one of them through.
+    generation = Generation.objects.get(pk=candidate.generation_id)
+    pipeline.advance(generation)
+    return settled
+
+
+def _candidate_compile(*, candidate: Candidate) -> bool:
     if candidate.status != Candidate.PROPOSED or candidate.job.status not in Job.ACTIVE:
         return False  # built already, or its job stopped: no CPU spent on a kernel nobody runs
     from factory.compile import compile_ptx
@@ -535,14 +565,12 @@ def gpu_batch_dispatch(*, generation: Generation) -> GpuBatch | None:
     job = generation.job
     if job.status != Job.RUNNING or not generation_builds_done(generation=generation):
         return None  # cancelled or failed meanwhile, or a build is still running
-    from portal import tasks
-
     with transaction.atomic():
         if not generation.claim([Generation.BUILDING], Generation.GPU):
             return None
         survivors = list(generation.candidates.filter(status=Candidate.COMPILED))
         if not survivors:
-            transaction.on_commit(lambda: tasks.generation_finish.delay(generation.pk))
+            pipeline.advance(generation)  # on the GPU with no batch: straight to finishing
             return None
         code = uuid.uuid4()
         batch = GpuBatch.objects.create(
@@ -558,7 +586,7 @@ def gpu_batch_dispatch(*, generation: Generation) -> GpuBatch | None:
             status=Candidate.QUEUED, updated=timezone.now()
         )
         job.claim([Job.RUNNING], Job.WAITING_GPU, stage=Job.STAGE_GPU)
-        transaction.on_commit(lambda: tasks.send_to_gpu(batch.pk))
+        pipeline.advance(batch)
     return batch
 
 
@@ -584,8 +612,6 @@ def gpu_batch_resend(*, job: Job, user) -> GpuBatch:
     """An engineer sends the job's batch to its GPU queue again: after a GPU worker stopped
     without results, or when the batch's message was lost. A batch a worker says it is running
     is not sent twice (GPU time is dear and the first run may still land)."""
-    from portal import tasks
-
     if not settings.GPU_DISPATCH:
         raise ResendRefused("This portal sends no batches to GPU workers: import a results file.")
     if job.status not in Job.ACTIVE:
@@ -612,7 +638,7 @@ def gpu_batch_resend(*, job: Job, user) -> GpuBatch:
             data={"job": str(job.code), "error": batch.error},
         )
         Job.objects.filter(pk=job.pk).update(updated=timezone.now())
-        transaction.on_commit(lambda: tasks.send_to_gpu(batch.pk))
+        pipeline.advance(batch)
     return batch
 
 
@@ -662,8 +688,6 @@ def results_record(*, results: dict, source: str = "worker") -> GpuBatch:
         batch_code = uuid.UUID(str(results.get("batch_id")))
     except ValueError:
         raise ResultsError("the results file has no valid batch_id") from None
-    from portal import results_schema, tasks
-
     with transaction.atomic():
         batch = GpuBatch.objects.select_for_update().filter(code=batch_code).first()
         if batch is None:
@@ -698,8 +722,7 @@ def results_record(*, results: dict, source: str = "worker") -> GpuBatch:
         batch.finished = timezone.now()
         batch.save()
         Job.objects.filter(pk=job.pk).update(stage=Job.STAGE_RECORDING, updated=timezone.now())
-        generation_pk = batch.generation_id
-        transaction.on_commit(lambda: tasks.generation_finish.delay(generation_pk))
+        pipeline.advance(Generation.objects.get(pk=batch.generation_id))
     return batch
 
 
@@ -827,6 +850,16 @@ def job_should_stop(*, job: Job, generation: Generation) -> str:
     return ""
 
 
+def costmodel_rho(*, job: Job, generation: Generation | None = None) -> float | None:
+    """The cost model's rank correlation with the measured times over the verified candidates it
+    ranked: of `generation`, or of the whole job. Stored when a generation finishes, so the pages
+    read it rather than rank every candidate on each render."""
+    from portal.selectors import costmodel_rows
+
+    rows = costmodel_rows(job, generation)
+    return derived.rank_correlation([(r["predicted_us"], r["runtime_us"]) for r in rows])
+
+
 def generation_finish(*, generation: Generation) -> Generation | None:
     """gpu -> done; the job's best candidate updated; then the next generation (returned, to be
     proposed) or the job to review. Idempotent: a second call finds the generation done."""
@@ -838,7 +871,10 @@ def generation_finish(*, generation: Generation) -> Generation | None:
         generation.best_candidate = best
         generation.best_score_us = best.score_us if best else None
         generation.finished = timezone.now()
-        generation.save(update_fields=["best_candidate", "best_score_us", "finished"])
+        generation.model_rho = costmodel_rho(job=job, generation=generation)
+        generation.save(update_fields=["best_candidate", "best_score_us", "finished", "model_rho"])
+        job.model_rho = costmodel_rho(job=job)
+        Job.objects.filter(pk=job.pk).update(model_rho=job.model_rho)
         overall = _fastest_verified(job.candidates)
         if (
             job.status == Job.REVIEW
@@ -880,9 +916,8 @@ def generation_finish(*, generation: Generation) -> Generation | None:
             current_generation=nxt.index,
             best_candidate=overall,
         )
-        from portal import tasks
-
-        transaction.on_commit(lambda: tasks.generation_propose.delay(nxt.pk))
+        if job.status == Job.RUNNING:
+            pipeline.advance(nxt)
     return nxt
 
 
@@ -899,9 +934,9 @@ def review_decide(
     candidate: Candidate | None = None,
 ) -> ReviewDecision:
     """An engineer approves or rejects the job's best candidate (or the one named)."""
-    from portal.selectors import user_is_engineer
+    from portal.selectors import is_engineer
 
-    if not user_is_engineer(reviewer):
+    if not is_engineer(reviewer):
         raise PermissionDenied("only engineers review")
     if decision not in (ReviewDecision.APPROVE, ReviewDecision.REJECT):
         raise ValidationError("decision must be approve or reject")

@@ -1,5 +1,6 @@
-"""The portal's pages: plain function views. Every object is fetched through
-`portal.web.access`, which owns the organisation check (other organisations' objects are 404)."""
+"""The portal's pages: plain function views. Every read goes through `portal.selectors`, whose
+`get_<thing>_for_user` helpers own the organisation check (other organisations' objects are 404);
+every write through `portal.services`."""
 
 from __future__ import annotations
 
@@ -16,18 +17,10 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal import charts, results_schema, services
-from portal.models import (
-    ApiToken,
-    Artifact,
-    AuditEvent,
-    GpuBatch,
-    Job,
-    ReviewDecision,
-    TimingResult,
-)
-from portal.web import access, catalogue, queries
-from portal.web.delivery import decide_and_deliver
+from portal import catalogue, charts, results_schema, services
+from portal import selectors as q
+from portal.delivery import decide_and_deliver
+from portal.models import Job, TimingResult
 from portal.web.forms import RerunForm, ReviewForm, TokenForm, UploadForm
 
 log = logging.getLogger("portal.web")
@@ -41,8 +34,8 @@ def _render(request, template: str, context: dict, *, nav: str = "", status: int
     user = request.user
     base = {
         "nav": nav,
-        "is_engineer": access.is_engineer(user),
-        "organisation": access.primary_org(user),
+        "is_engineer": q.is_engineer(user),
+        "organisation": q.primary_org(user),
     }
     return render(request, template, {**base, **context}, status=status)
 
@@ -52,7 +45,7 @@ def engineer_required(view):
 
     @login_required
     def wrapped(request, *args, **kwargs):
-        if not access.is_engineer(request.user):
+        if not q.is_engineer(request.user):
             raise Http404("No such page.")
         return view(request, *args, **kwargs)
 
@@ -68,27 +61,14 @@ def engineer_required(view):
 @require_GET
 def home(request):
     user = request.user
-    jobs = (
-        access.jobs_for(user)
-        .select_related("workload", "workload__org", "best_candidate")
-        .order_by("-created")[:20]
-    )
-    context = {"jobs": jobs}
-    if access.is_engineer(user):
-        context["queue"] = list(queries.review_queue()[:20])
-        context["waiting_gpu"] = list(
-            Job.objects.filter(status=Job.WAITING_GPU)
-            .select_related("workload", "workload__org")
-            .order_by("updated")[:20]
-        )
+    context = {"jobs": q.recent_jobs(q.job_list(user=user))}
+    if q.is_engineer(user):
+        context["queue"] = list(q.review_queue(user=user)[:20])
+        context["waiting_gpu"] = q.jobs_waiting_for_gpu()
     else:
-        workloads = access.workloads_for(user).order_by("-created")
+        workloads = q.workload_list(user=user).order_by("-created")
         context["workloads"] = Paginator(workloads, 20).get_page(request.GET.get("page"))
-        context["decisions"] = (
-            ReviewDecision.objects.filter(job__workload__org_id__in=access.org_ids(user))
-            .select_related("job", "job__workload")
-            .order_by("-created")[:5]
-        )
+        context["decisions"] = q.recent_decisions(user=user)
     return _render(request, "web/home.html", context, nav="home")
 
 
@@ -98,7 +78,7 @@ def home(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def upload(request):
-    org = access.primary_org(request.user)
+    org = q.primary_org(request.user)
     if org is None:
         raise PermissionDenied("You are not a member of any organisation.")
     names = catalogue.names()
@@ -181,16 +161,17 @@ def _upload_context(form, names):
 @login_required
 @require_GET
 def workload(request, code):
-    wl = access.get_workload_for_user(request.user, code)
-    jobs = list(wl.jobs.select_related("best_candidate").order_by("-created")[:50])
+    wl = q.get_workload_for_user(request.user, code)
+    jobs = q.workload_jobs(wl)
     latest = jobs[0] if jobs else None
     context = {
         "workload": wl,
         "jobs": jobs,
         "latest": latest,
-        "progress": queries.job_progress(latest) if latest else None,
-        "steps": queries.stage_steps(latest) if latest else [],
-        "spec": queries.spec_or_none(wl),
+        "progress": q.job_progress(latest) if latest else None,
+        "steps": q.stage_steps(latest) if latest else [],
+        "spec": q.spec_or_none(wl),
+        "row_lengths": wl.row_lengths,
         "default_generations": settings.FACTORY_GENERATIONS,
         "searching": any(j.status in Job.ACTIVE for j in jobs),
     }
@@ -206,36 +187,34 @@ def workload(request, code):
                 for j in timed
             )
         )
-    context["row_lengths"] = queries.row_lengths(context["spec"])
     return _render(request, "web/workload.html", context, nav="home")
 
 
 def _job_charts(job: Job) -> dict:
     """The job page's charts as HTML fragments (None when there is nothing to draw yet)."""
     best = job.best_candidate
-    baselines = queries.job_baselines(job)
-    comparison = queries.comparison_rows(best, baselines)
+    baselines = q.job_baselines(job)
+    comparison = q.comparison_rows(best, baselines)
     out = {}
-    population = charts.generations_figure(queries.population_rows(job))
+    population = charts.generations_figure(q.population_rows(job))
     out["generations"] = None if charts.is_empty(population) else charts.to_div(population)
-    ranked = queries.costmodel_rows(job)
+    ranked = q.costmodel_rows(job)
     if len(ranked) >= 3:
-        rho = queries.costmodel_accuracy(ranked)[None]
-        out["costmodel"] = charts.to_div(charts.costmodel_figure(ranked, rho))
+        out["costmodel"] = charts.to_div(charts.costmodel_figure(ranked, job.model_rho))
     if comparison:
         out["baselines"] = charts.to_div(charts.baselines_figure(comparison))
         out["bandwidth"] = charts.to_div(
-            charts.bandwidth_figure(comparison, queries.copy_ceiling_tbps(job))
+            charts.bandwidth_figure(comparison, q.copy_ceiling_tbps(job))
         )
     if best is not None:
-        verifications = queries.candidate_verifications(best)
+        verifications = q.candidate_verifications(best)
         if verifications:
-            spec = queries.spec_or_none(job.workload)
+            spec = q.spec_or_none(job.workload)
             tol = None
             if spec is not None and spec.tolerance:
                 tol = max(t.rel_norm for t in spec.tolerance.values())
             out["correctness"] = charts.to_div(
-                charts.correctness_figure(queries.correctness_rows(verifications), tol)
+                charts.correctness_figure(q.correctness_rows(verifications), tol)
             )
     return out
 
@@ -243,13 +222,11 @@ def _job_charts(job: Job) -> dict:
 @login_required
 @require_GET
 def job(request, code):
-    return _job_page(request, access.get_job_for_user(request.user, code))
+    return _job_page(request, q.get_job_for_user(request.user, code))
 
 
 def _candidates_page(request, j: Job):
-    return Paginator(queries.top_candidates(j), CANDIDATES_PER_PAGE).get_page(
-        request.GET.get("page")
-    )
+    return Paginator(q.top_candidates(j), CANDIDATES_PER_PAGE).get_page(request.GET.get("page"))
 
 
 def _live_tokens(j: Job, progress: dict) -> dict[str, str]:
@@ -269,27 +246,23 @@ def _live_tokens(j: Job, progress: dict) -> dict[str, str]:
 
 def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
     page = _candidates_page(request, j)
-    decision = queries.latest_decision(j)
-    artifact = (
-        Artifact.objects.filter(job=j).order_by("-created").first()
-        if j.status == Job.APPROVED
-        else None
-    )
+    decision = q.latest_decision(j)
+    artifact = q.job_artifact(j)
     best = j.best_candidate
-    baselines = queries.job_baselines(j)
+    baselines = q.job_baselines(j)
     speed = []
     chosen = None
     if best is not None:
-        timings = queries.candidate_timings(best)
-        chosen = queries.default_baseline(baselines, timings)
-        speed = queries.speedups(timings, next((b for b in baselines if b.name == chosen), None))
-    progress = queries.job_progress(j)
+        timings = q.candidate_timings(best)
+        chosen = q.default_baseline(baselines, timings)
+        speed = q.speedups(timings, next((b for b in baselines if b.name == chosen), None))
+    progress = q.job_progress(j)
     context = {
         "job": j,
         "workload": j.workload,
         "progress": progress,
         "live": _live_tokens(j, progress),
-        "steps": queries.stage_steps(j),
+        "steps": q.stage_steps(j),
         "charts": _job_charts(j),
         "candidates": page,
         "decision": decision,
@@ -297,11 +270,7 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         "baselines": baselines,
         "speedups": speed,
         "chosen_baseline": chosen,
-        "open_batch": (
-            GpuBatch.objects.filter(job=j, status=GpuBatch.DISPATCHED).only("code").first()
-            if access.is_engineer(request.user)
-            else None
-        ),
+        "open_batch": q.open_batch(j) if q.is_engineer(request.user) else None,
         "import_error": import_error,
         "gpu_dispatch": settings.GPU_DISPATCH,
     }
@@ -317,8 +286,8 @@ RESULTS_MAX_BYTES = 64 * 1024 * 1024
 @require_GET
 def job_batch(request, code):
     """The batch waiting for a GPU, as a file for `python -m gpuworker run` on a GPU host."""
-    j = access.get_job_for_user(request.user, code)
-    batch = GpuBatch.objects.filter(job=j, status=GpuBatch.DISPATCHED).order_by("-id").first()
+    j = q.get_job_for_user(request.user, code)
+    batch = q.open_batch(j)
     if batch is None:
         raise Http404("No batch is waiting for a GPU.")
     response = HttpResponse(json.dumps(batch.batch, indent=1), content_type="application/json")
@@ -330,7 +299,7 @@ def job_batch(request, code):
 @require_POST
 def job_import(request, code):
     """A results file carried back from a GPU host; it must answer one of this job's batches."""
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     upload = request.FILES.get("results")
     error = ""
     results = None
@@ -345,8 +314,7 @@ def job_import(request, code):
             error = f"The results file is not JSON: {exc}"
     if not error:
         batch_id = str(results.get("batch_id", "")) if isinstance(results, dict) else ""
-        owned = {str(c) for c in GpuBatch.objects.filter(job=j).values_list("code", flat=True)}
-        if batch_id not in owned:
+        if batch_id not in q.batch_codes(j):
             error = "This results file answers a batch of another job (its batch_id is not ours)."
     if not error:
         try:
@@ -363,7 +331,7 @@ def job_import(request, code):
 @require_POST
 def job_resend(request, code):
     """Send the job's waiting batch to its GPU queue again (a stopped or lost batch)."""
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     try:
         batch = services.gpu_batch_resend(job=j, user=request.user)
     except services.ResendRefused as exc:
@@ -401,14 +369,8 @@ def job_results_csv(request, code):
 
     from portal.charts import shape_label
 
-    j = access.get_job_for_user(request.user, code)
-    timings: dict[int, list[TimingResult]] = {}
-    for t in (
-        TimingResult.objects.filter(candidate__job=j)
-        .defer("samples_us")
-        .order_by("candidate_id", "dims_key")
-    ):
-        timings.setdefault(t.candidate_id, []).append(t)
+    j = q.get_job_for_user(request.user, code)
+    timings = q.job_timings_by_candidate(j)
 
     def measured(t: TimingResult | None) -> list:
         if t is None:
@@ -424,13 +386,13 @@ def job_results_csv(request, code):
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
-    for c in queries.top_candidates(j):
+    for c in q.top_candidates(j):
         made_by = text(f"{c.role} {c.backend}".strip())
         score = "" if c.score_us is None else c.score_us
         for t in timings.get(c.pk) or [None]:
             head = [str(c.code), c.generation.index, c.status, made_by, score]
             writer.writerow(head + measured(t) + [text(c.reason)])
-    for b in queries.job_baselines(j):
+    for b in q.job_baselines(j):
         for t in b.timings.values():
             row = [text(b.name), "", b.status, "baseline", ""] + measured(t) + [text(b.reason)]
             writer.writerow(row)
@@ -446,7 +408,7 @@ def job_results_csv(request, code):
 @require_POST
 def job_cancel(request, code):
     """Stop an active job for good (no review)."""
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     if services.job_cancel(job=j, user=request.user):
         messages.success(request, "The job is cancelled: nothing more goes to the agents or GPU.")
     else:
@@ -458,7 +420,7 @@ def job_cancel(request, code):
 @require_POST
 def job_stop(request, code):
     """End the search now; the best verified kernel so far goes to review."""
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     try:
         services.job_stop_early(job=j, user=request.user)
     except services.JobControlRefused as exc:
@@ -472,7 +434,7 @@ def job_stop(request, code):
 @require_POST
 def workload_rerun(request, code):
     """Another job on this workload, with the budget asked for (the default when blank)."""
-    wl = access.get_workload_for_user(request.user, code)
+    wl = q.get_workload_for_user(request.user, code)
     form = RerunForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Generations: " + " ".join(form.errors.get("generations", [])))
@@ -492,7 +454,7 @@ def workload_rerun(request, code):
 @require_GET
 def job_charts(request, code):
     """The job page's charts, fetched again when a generation or the best kernel changed."""
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     return _render(request, "web/partials/charts.html", {"job": j, "charts": _job_charts(j)})
 
 
@@ -500,7 +462,7 @@ def job_charts(request, code):
 @require_GET
 def job_candidates(request, code):
     """The job page's candidate table (one page of it), fetched again when candidates change."""
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     context = {"job": j, "candidates": _candidates_page(request, j)}
     return _render(request, "web/partials/candidates.html", context)
 
@@ -509,13 +471,13 @@ def job_candidates(request, code):
 @require_GET
 def job_progress(request, code):
     """The live part of the job page, polled by htmx every second while the job is active."""
-    j = access.get_job_for_user(request.user, code)
-    progress = queries.job_progress(j)
+    j = q.get_job_for_user(request.user, code)
+    progress = q.job_progress(j)
     live = _live_tokens(j, progress)
     context = {
         "job": j,
         "progress": progress,
-        "steps": queries.stage_steps(j),
+        "steps": q.stage_steps(j),
         "live": live,
     }
     response = _render(request, "web/partials/progress.html", context)
@@ -539,11 +501,11 @@ def job_progress(request, code):
 @login_required
 @require_GET
 def candidate(request, code):
-    c = access.get_candidate_for_user(request.user, code)
-    timings = queries.candidate_timings(c)
-    verifications = queries.candidate_verifications(c)
+    c = q.get_candidate_for_user(request.user, code)
+    timings = q.candidate_timings(c)
+    verifications = q.candidate_verifications(c)
     samples = {charts.shape_label(t.dims): t.samples_us for t in timings if t.samples_us}
-    show_ptx = access.may_read_ptx(request.user, c)
+    show_ptx = q.may_read_ptx(request.user, c)
     context = {
         "candidate": c,
         "job": c.job,
@@ -555,8 +517,8 @@ def candidate(request, code):
         "agent_review": c.review or {},
         "verifications": verifications,
         "timings": timings,
-        "flags": queries.candidate_flags(c),
-        "children": c.children.only("code", "status", "score_us").order_by("score_us")[:20],
+        "flags": q.candidate_flags(c),
+        "children": q.candidate_children(c),
         "samples_chart": charts.to_div(charts.samples_figure(samples)) if samples else None,
         "is_best": c.job.best_candidate_id == c.id,
     }
@@ -597,10 +559,8 @@ def _compile_rows(report: dict) -> list[tuple[str, str]]:
 @engineer_required
 @require_GET
 def review_queue(request):
-    page = Paginator(queries.review_queue(), 25).get_page(request.GET.get("page"))
-    recent = ReviewDecision.objects.select_related("job", "job__workload", "reviewer").order_by(
-        "-created"
-    )[:10]
+    page = Paginator(q.review_queue(user=request.user), 25).get_page(request.GET.get("page"))
+    recent = q.recent_decisions(user=request.user, limit=10)
     return _render(request, "web/review_queue.html", {"page": page, "recent": recent}, nav="review")
 
 
@@ -608,10 +568,9 @@ def review_queue(request):
 @require_GET
 def evidence(request):
     """The evidence memory: what every job has taught, by family, GPU, dtype and shape class."""
-    families = queries.evidence_families()
+    families = q.evidence_families()
     known = {row["family"] for row in families}
-    gpus = list(Job.objects.order_by("target_gpu").values_list("target_gpu", flat=True).distinct())
-    gpus = gpus or ["sm_90"]
+    gpus = q.evidence_gpus()
     family = request.GET.get("family") or ""
     gpu = request.GET.get("gpu") or gpus[0]
     context = {"families": families, "gpus": gpus, "family": family, "gpu": gpu, "view": None}
@@ -623,7 +582,7 @@ def evidence(request):
         else:
             context["dtype"] = request.GET.get("dtype") or ""
             context["shape_class"] = request.GET.get("shape_class") or ""
-            context["view"] = queries.evidence_view(
+            context["view"] = q.evidence_view(
                 family=family,
                 gpu=gpu,
                 dtype=context["dtype"] or None,
@@ -635,18 +594,16 @@ def evidence(request):
 @engineer_required
 @require_http_methods(["GET", "POST"])
 def review(request, code):
-    j = access.get_job_for_user(request.user, code)
+    j = q.get_job_for_user(request.user, code)
     best = j.best_candidate
     if best is None:
         raise Http404("This job has no candidate to review.")
     form = ReviewForm(request.POST or None)
     baseline_name = request.POST.get("baseline") or request.GET.get("baseline")
-    checks, speed, baselines = queries.review_checklist(j, best, baseline_name)
+    checks, speed, baselines = q.review_checklist(j, best, baseline_name)
     chosen = next((r for r in baselines if r.name == baseline_name), None)
     chosen_name = (
-        chosen.name
-        if chosen
-        else queries.default_baseline(baselines, queries.candidate_timings(best))
+        chosen.name if chosen else q.default_baseline(baselines, q.candidate_timings(best))
     )
     all_ok = all(c.ok for c in checks)
     status = 200
@@ -698,7 +655,7 @@ def review(request, code):
                     return redirect("web-review-queue")
         else:
             status = 400
-    comparison = queries.comparison_rows(best, baselines)
+    comparison = q.comparison_rows(best, baselines)
     context = {
         "job": j,
         "workload": j.workload,
@@ -712,10 +669,8 @@ def review(request, code):
         "baseline_chart": charts.to_div(charts.baselines_figure(comparison))
         if comparison
         else None,
-        "history": AuditEvent.objects.filter(target=f"job:{j.code}")
-        .select_related("actor")
-        .order_by("-created")[:20],
-        "decisions": j.reviews.select_related("reviewer").order_by("-created"),
+        "history": q.job_history(j),
+        "decisions": q.job_decisions(j),
     }
     return _render(request, "web/review.html", context, nav="review", status=status)
 
@@ -723,29 +678,10 @@ def review(request, code):
 # --- artifacts ----------------------------------------------------------------------------------
 
 
-def approved_artifact(user, job_code) -> Artifact:
-    """The artifact of an approved job, checked every time: the job must be visible to the
-    user, approved, and the artifact's candidate the one the latest decision approved."""
-    j = access.get_job_for_user(user, job_code)
-    if j.status != Job.APPROVED:
-        raise Http404("Nothing has been approved for this job.")
-    decision = queries.latest_decision(j)
-    if decision is None or decision.decision != ReviewDecision.APPROVE:
-        raise Http404("Nothing has been approved for this job.")
-    artifact = (
-        Artifact.objects.filter(job=j, candidate_id=decision.candidate_id)
-        .order_by("-created")
-        .first()
-    )
-    if artifact is None:
-        raise Http404("The artifact is not ready.")
-    return artifact
-
-
 @login_required
 @require_GET
 def artifact_download(request, code):
-    artifact = approved_artifact(request.user, code)
+    artifact = q.get_artifact_for_user(request.user, code)
     services.audit_record(
         actor=request.user,
         org=artifact.job.workload.org,
@@ -772,7 +708,7 @@ def tokens(request):
     form = TokenForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         new_key, _ = services.api_token_create(user=request.user, name=form.cleaned_data["name"])
-    rows = ApiToken.objects.filter(user=request.user).order_by("-created")
+    rows = q.api_token_list(user=request.user)
     return _render(
         request,
         "web/tokens.html",
@@ -789,7 +725,7 @@ def tokens(request):
 @login_required
 @require_POST
 def token_delete(request, code):
-    ApiToken.objects.filter(user=request.user, code=code).delete()
+    services.api_token_revoke(user=request.user, code=code)
     messages.success(request, "Token revoked.")
     return redirect("web-tokens")
 
