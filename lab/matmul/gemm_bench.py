@@ -201,7 +201,7 @@ def torch_baseline(torch, name, t):
     raise KeyError(name)
 
 
-def wait_or_die(torch, what, seconds=20.0):
+def wait_or_die(torch, what, seconds=10.0):
     """A kernel that deadlocks on a barrier would hang the whole run: poll, and exit with the
     results so far when it does not finish in time."""
     ev = torch.cuda.Event()
@@ -318,6 +318,8 @@ def main():
     ap.add_argument("--scheds", default="w256s4")
     ap.add_argument("--check-shapes", default="333x250x72,1x4096x4096,4095x4097x4000,4096x4096x4096")
     ap.add_argument("--time-shapes", default="4096x4096x4096,8192x8192x8192")
+    ap.add_argument("--plan", default="",
+                    help="op:sched+sched;op:sched ... (overrides --ops/--scheds)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=500.0)
     args = ap.parse_args()
@@ -340,12 +342,14 @@ def main():
     irs, scheds = epilogue_irs(), schedules()
     parse = lambda txt: [tuple(int(x) for x in s.split("x")) for s in txt.split(",") if s]  # noqa
     table = []
-    for op in args.ops.split(","):
+    plan = [(op, args.scheds.split(",")) for op in args.ops.split(",")]
+    if args.plan:
+        plan = [(part.split(":")[0], part.split(":")[1].split("+"))
+                for part in args.plan.split(";") if part]
+    for op, snames in plan:
         kerns = {}
-        for sn in args.scheds.split(","):
+        for sn in snames:
             ir, s = irs[op], scheds[sn]
-            if (op == "swiglu") != (s.tile_n <= 128 and sn.startswith("glu")) and op == "swiglu":
-                pass
             why = is_valid(ir, s)
             if why:
                 log(f"skip {op} {sn}: {why}")
