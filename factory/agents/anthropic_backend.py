@@ -426,7 +426,7 @@ class Session:
             if name == "compile_ptx":
                 return self._compile(args), False
             if name == "read_evidence":
-                return self._evidence(int(args.get("limit", 40))), False
+                return self._evidence(max(1, min(int(args.get("limit", 40)), 200))), False
             if name == "read_best_candidates":
                 return self._best(int(args.get("k", 3))), False
             if name == "list_kernels":
@@ -484,8 +484,13 @@ class Session:
             if handle:
                 row["handle"] = handle
             rows.append(row)
+        n = len(self.ctx.job_records)
         return json.dumps(
-            {"lessons": self.ctx.lessons.text if self.ctx.lessons else "", "this_job": rows},
+            {
+                "lessons": self.ctx.lessons.text if self.ctx.lessons else "",
+                "this_job": rows,
+                "this_job_shown": f"the last {len(rows)} of {n} records (limit {limit})",
+            },
             default=str,
         )
 
@@ -519,6 +524,11 @@ class Session:
             if not isinstance(args["params"], list):
                 raise MalformedInput("params must be a list of objects")
             params = params_from_list(args["params"])
+            for p in params:
+                if p.kind not in ("tensor", "dim", "scalar", "tmap"):
+                    raise MalformedInput(
+                        f"param kind {p.kind!r} is not tensor, dim, scalar or tmap"
+                    )
         if args.get("launch") is not None:
             if not isinstance(args["launch"], dict):
                 raise MalformedInput("launch must be an object")
@@ -527,9 +537,6 @@ class Session:
             raise MalformedInput("params is required (no customer kernel to take them from)")
         if launch is None:
             raise MalformedInput("launch is required (no customer kernel to take it from)")
-        for p in params:
-            if p.kind not in ("tensor", "dim", "scalar"):
-                raise MalformedInput(f"param kind {p.kind!r} is not tensor, dim or scalar")
         return tuple(params), launch
 
     def _submit(self, role, args, accepted) -> tuple[str, bool]:

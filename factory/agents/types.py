@@ -61,10 +61,7 @@ class CandidateDraft:
             "id": candidate_id,
             "ptx": self.ptx,
             "entry": self.entry,
-            "params": [
-                {"kind": p.kind, "ptx_type": p.ptx_type, "name": p.name, "value": p.value}
-                for p in self.params
-            ],
+            "params": [param_to_dict(p) for p in self.params],
             "launch": launch_to_dict(self.launch),
         }
 
@@ -106,6 +103,14 @@ def launch_from_dict(d: dict) -> Launch:
     )
 
 
+def param_to_dict(p: KernelParam) -> dict:
+    """A parameter as the batch format writes it; a tensor map's box, dims and swizzle too."""
+    d = {"kind": p.kind, "ptx_type": p.ptx_type, "name": p.name, "value": p.value}
+    if p.kind == "tmap":
+        d.update(box=list(p.box), dims=list(p.dims), swizzle=p.swizzle)
+    return d
+
+
 def params_from_list(items: list[dict]) -> tuple[KernelParam, ...]:
     return tuple(
         KernelParam(
@@ -113,6 +118,9 @@ def params_from_list(items: list[dict]) -> tuple[KernelParam, ...]:
             ptx_type=str(p["ptx_type"]),
             name=str(p.get("name", "")),
             value=float(p.get("value", 0.0)),
+            box=tuple(int(x) for x in p.get("box") or ()),
+            dims=tuple(str(x) for x in p.get("dims") or ()),
+            swizzle=int(p.get("swizzle", 0) or 0),
         )
         for p in items
     )

@@ -237,6 +237,19 @@ def test_the_model_edits_a_generator_kernel_longer_than_60000_characters_by_hand
     assert len(model._features(r1["schedule"], SHAPE)) == len(
         model._features(parent.schedule, SHAPE)
     )
+    # a later job of the same operator reads the model's fastest kernel back as past1
+    from factory.agents.handles import Kernels
+
+    later = build_context(
+        big_workload(),
+        generation=0,
+        population=1,
+        evidence=store.all(),
+        seed=0,
+        settings={"generator": one_layout_row(), "job": "later"},
+    )
+    past = Kernels(later).get("past1")
+    assert past.sha == r1["ptx_sha256"] and past.ptx == r1["ptx"] and past.entry == parent.entry
     # tokens: each candidate carries its generation's whole spend (one candidate each)
     for g, r in zip(history.generations, (r0, r1), strict=True):
         assert r["usage"]["tokens_in"] == g.usage["tokens_in"] > 0
@@ -369,3 +382,70 @@ def test_the_model_and_max_tokens_settings_reach_the_request(monkeypatch):
     # the settings over the environment; a limit past the SDK's non-streaming bound still goes
     body = _first_body(monkeypatch, env=env, model="claude-haiku-4-5", max_tokens=32_000)
     assert body["model"] == "claude-haiku-4-5" and body["max_tokens"] == 32_000
+
+
+# --- the tools one by one -------------------------------------------------------------------------
+
+
+def _session(**extra):
+    from factory.agents.anthropic_backend import Session
+
+    settings = {"api_key": "test-key", "generator": fake_generator(), **extra}
+    ctx = build_context(
+        make_workload(), generation=0, population=2, evidence=[], seed=0, settings=settings
+    )
+    return Session(ctx)
+
+
+def test_the_tools_refuse_clearly_and_never_cut_silently():
+    s = _session(compile_fn=lambda ptx, arch: {"ok": True, "log": "x" * 5000})
+    run = functools.partial(s._run_tool, "writer")
+    text, err = run("submit_candidate", {"ptx": "x" * 260_001, "entry": "k", "note": "n"}, [])
+    assert err and "260001 characters; the limit is 260000" in text and "submit_edit" in text
+    text, err = run("read_kernel", {"handle": "best9"}, [])
+    assert err and "no kernel with handle 'best9'; the handles are: default" in text
+    text, err = run("submit_edit", {"handle": "default", "edits": [], "note": "n"}, [])
+    assert err and "edits must be a non-empty list" in text
+    same = {"find": ".address_size 64", "replace": ".address_size 64"}
+    text, err = run("submit_edit", {"handle": "default", "edits": [same], "note": "n"}, [])
+    assert err and "the edits leave default unchanged" in text
+    # a compile of an edit by handle: the log's cut is said
+    edit = {"find": " ret;", "replace": " exit;"}
+    text, err = run("compile_ptx", {"handle": "default", "edits": [edit]}, [])
+    assert not err and "more characters of the log left out" in json.loads(text)["log"]
+    text, err = run("read_evidence", {"limit": 5}, [])
+    assert "the last 0 of 0 records" in json.loads(text)["this_job_shown"]
+    # an edit of a generator kernel: the parent's schedule, its binding and lineage
+    accepted = []
+    text, err = run("submit_edit", {"handle": "default", "edits": [edit], "note": "exit"}, accepted)
+    assert not err and text.startswith("accepted as candidate 1")
+    (d,) = accepted
+    parent = s.kernels.get("default")
+    assert d.parent_ptx_sha256 == parent.sha and d.params == parent.params
+    assert d.schedule == {**parent.schedule, "model_edit": d.lineage["edit_digest"]}
+    assert d.evidence_fields()["ptx"] == d.ptx and d.evidence_fields()["lineage"]["tool"] == (
+        "submit_edit"
+    )
+
+
+def test_a_tensor_map_parameter_survives_the_batch_and_evidence_round_trip():
+    from factory.agents.types import CandidateDraft, params_from_list
+    from factory.spec.types import KernelParam, Launch
+
+    p = KernelParam("tmap", "b8x128", "A", 0.0, box=(64, 128), dims=("K", "M"), swizzle=128)
+    d = CandidateDraft(
+        ptx=".entry k",
+        entry="k",
+        params=(p, KernelParam("dim", "u32", "M")),
+        launch=Launch((1, 1, 1), (128, 1, 1)),
+        schedule=None,
+        parent_ptx_sha256=None,
+        role="writer",
+        backend="anthropic",
+        note="",
+    )
+    batch = d.to_batch_candidate("c1")["params"]
+    assert batch[0]["box"] == [64, 128] and batch[0]["swizzle"] == 128
+    assert "box" not in batch[1]
+    assert params_from_list(batch) == d.params
+    assert params_from_list(d.evidence_fields()["params"]) == d.params
