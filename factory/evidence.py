@@ -5,6 +5,10 @@ A record is the dict the portal builds from its database (docs/CONTRACTS.md, iss
     {"job", "workload_sha256", "family", "signature", "dims", "dtype", "gpu", "schedule",
      "ptx_sha256", "status", "reason", "median_us", "tbps", "generation", "role", "backend"}
 
+A kernel a model wrote also carries "ptx", "entry", "params", "launch", "parent_ptx_sha256",
+"lineage", "model" and "usage" (CandidateDraft.evidence_fields), so later generations and jobs
+can read it back by handle (factory.agents.handles) and sum its tokens (factory.agents.usage).
+
 The portal keeps its own database-backed store returning the same dicts; `JsonlEvidenceStore`
 is the in-process one (memory, optionally appended to a JSON-lines file) used by the local
 driver, the benchmark runs and the tests.

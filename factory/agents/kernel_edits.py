@@ -20,8 +20,10 @@ schedule at each of the catalogue's 41 shapes): 22,695 to 121,360 characters, me
 41 over 60,000 (masked_softmax 121,360; add_rmsnorm 107,524; layernorm 100,406); the offline
 agents' 112 generation-0 kernels (8 per operator): median 60,060, largest 172,310 (add_rmsnorm),
 57 over 60,000; even at 3.5 characters a token, 96 of the 112 exceed what one 8,192-token answer
-holds. `MAX_KERNEL_CHARS` accepts 1.5x the largest of those; `PAGE_CHARS` is what one read
-returns at most (about 13,000 tokens: the largest kernel in five reads).
+holds. The matmul family's default kernels for the examples (factory/examples) run 50,965
+(swiglu_up) to 170,656 characters (matmul_bias_gelu). `MAX_KERNEL_CHARS` accepts 1.5x the largest
+generation-0 kernel; `PAGE_CHARS` is what one read returns at most (about 13,000 tokens: the
+largest kernel in five reads).
 """
 
 from __future__ import annotations
