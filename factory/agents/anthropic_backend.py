@@ -757,11 +757,12 @@ def _system(role: str, ctx: Context, session: Session | None = None) -> str:
     }[role]
     parts = [f"[role: {role}] {what}", hardware_brief(ctx), ptx_rules(ctx)]
     if session is not None and role != "planner":
+        longest = max((len(k.ptx) for k in session.kernels.by_handle.values()), default=0)
+        sizes = f", and the kernels here run to {longest} characters" if longest else ""
         parts.append(
             f"Your answers hold at most {session.max_tokens} output tokens (about "
-            f"{session.answer_chars} characters of PTX), and the kernels here run to "
-            f"{max((len(k.ptx) for k in session.kernels.by_handle.values()), default=0)} "
-            "characters: never retype a long kernel. Read it a page at a time (read_kernel "
+            f"{session.answer_chars} characters of PTX){sizes}: never retype a long kernel. "
+            "Read it a page at a time (read_kernel "
             "gives line numbers in its header; search_kernel finds lines), then send "
             'submit_edit with small edits: {"find": <text that occurs once>, "replace": ...} or '
             '{"diff": "@@ -120,3 +120,4 @@\\n context\\n-old line\\n+new line\\n context"}. A '
@@ -794,7 +795,7 @@ def propose_anthropic(ctx: Context) -> tuple[list[CandidateDraft], Plan, list[st
     session = None
     try:
         session = Session(ctx)
-        max_turns = int(ctx.settings.get("max_turns", 8))
+        max_turns = int(ctx.settings.get("max_turns", 12))
         lessons = ctx.lessons.text if ctx.lessons else ""
         _, plan_args = session.converse(
             "planner",

@@ -155,7 +155,8 @@ def test_the_whole_kernel_limit_covers_the_kernels_the_factory_emits():
 # --- recorded answers ----------------------------------------------------------------------------
 
 
-def test_the_model_edits_a_generator_kernel_longer_than_60000_characters_by_handle():
+def test_the_model_edits_a_generator_kernel_longer_than_60000_characters_by_handle(monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_MAX_TOKENS", raising=False)
     meta = fixture_meta("edit_generator_kernel")
     lines = meta["lines"]
     parent = parent_kernel()
@@ -175,6 +176,11 @@ def test_the_model_edits_a_generator_kernel_longer_than_60000_characters_by_hand
     )
     assert not replay.responses  # every recorded answer was asked for
     bodies = replay.bodies()
+    # the writer was told its answer budget and how long the kernels are
+    system = bodies[1]["system"]
+    assert "Your answers hold at most 16384 output tokens (about 49152 characters" in system
+    assert f"the kernels here run to {len(parent.ptx)} characters" in system
+    assert "- default: ct128r1v8c4_elno" in bodies[1]["messages"][0]["content"]
     # list_kernels named the default kernel with its size; read_kernel paged with a header
     listing = json.loads(tool_results(bodies[2])[0]["content"])
     assert listing[0]["handle"] == "default" and listing[0]["chars"] == len(parent.ptx)
