@@ -6,7 +6,10 @@
   schedule, model-written ones from the PTX their evidence records keep);
 - `cand-<sha8>`: this job's other model-written kernels of earlier generations (failed ones
   too, with their reason);
-- `past1`..: the fastest model-written kernels of earlier jobs of the same operator on this GPU;
+- `past1`..: the fastest model-written kernels of earlier jobs of the same operator on this GPU,
+  where the evidence store hands their PTX over (the local driver's JSON-lines store does; the
+  portal's keeps PTX within a job, since evidence crosses organisations only as schedules and
+  numbers);
 - `customer`: the customer's kernel, when the job has one.
 
 A kernel appears once, under its first handle. Generator kernels are emitted when the list is

@@ -4,7 +4,9 @@ Every draft carries its share of its generation's conversations (`CandidateDraft
 shares of a generation sum to what its conversations spent when the model produced anything),
 every evidence record of a model-written kernel carries the same `usage`, and the loop's report
 (`ProposeReport.usage`, `GenerationRecord.usage`) holds each generation's whole spend, tokens that
-produced nothing included. `job_usage` sums them for a page or an API answer.
+produced nothing included; the Anthropic backend's also names the `model`, its `max_tokens`, the
+`requests` made, the `answers_cut` at max_tokens and the `candidates` produced. `job_usage` sums
+them for a page or an API answer.
 """
 
 from __future__ import annotations
