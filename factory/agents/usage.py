@@ -47,7 +47,8 @@ def job_usage(items: Iterable, generations: Iterable | None = None) -> dict:
     candidate carries (the tokens of answers that produced no accepted kernel).
 
     Returns {"tokens_in", "tokens_out", "cost_usd", "candidates" (how many carry model use),
-    "by_generation": {generation: {tokens_in, tokens_out, cost_usd, candidates}},
+    "requests", "answers_cut" (from `generations`, 0 without them),
+    "by_generation": {generation: {tokens_in, tokens_out, cost_usd, candidates, spent}},
     "by_model": {model: {...}}, "unattributed": {...}}."""
     seen: set[tuple] = set()
     total = _zero()
@@ -74,6 +75,7 @@ def job_usage(items: Iterable, generations: Iterable | None = None) -> dict:
         _add(md, usage)
         md["candidates"] += 1
     attributed = dict(total)
+    counts = {"requests": 0, "answers_cut": 0}
     if generations is not None:
         total = _zero()
         for i, gen in enumerate(generations):
@@ -82,6 +84,8 @@ def job_usage(items: Iterable, generations: Iterable | None = None) -> dict:
             else:
                 usage, g = _get(gen, "usage") or {}, _get(gen, "generation", i)
             _add(total, usage)
+            for k in counts:
+                counts[k] += int((usage or {}).get(k, 0) or 0)
             gd = by_gen.setdefault(g, dict(_zero(), candidates=0))
             spent = _zero()
             _add(spent, usage)
@@ -90,6 +94,7 @@ def job_usage(items: Iterable, generations: Iterable | None = None) -> dict:
     return {
         **_rounded(total),
         "candidates": n,
+        **counts,
         "by_generation": {g: _rounded(v) for g, v in by_gen.items()},
         "by_model": {m: _rounded(v) for m, v in by_model.items()},
         "unattributed": _rounded(unattributed),

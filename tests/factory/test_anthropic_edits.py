@@ -296,6 +296,7 @@ def test_an_answer_cut_at_max_tokens_is_reported_and_the_offline_backend_fills_i
     # the job's spend keeps what no candidate carries
     u = job_usage(drafts, generations=[report.usage])
     assert u["tokens_out"] == report.usage["tokens_out"] and u["candidates"] == 0
+    assert u["answers_cut"] == 2 and u["requests"] == 5
     assert u["unattributed"]["tokens_out"] == report.usage["tokens_out"]
 
 
