@@ -1616,6 +1616,7 @@ def _render(tr, original, final, out_names, *, name, shapes, target, description
     # index inputs: their range
     qual = getattr(original, "__qualname__", None) or type(original).__qualname__
     module_name = getattr(original, "__module__", "") or type(original).__module__
+    module_name = module_name.removeprefix("ptxf_import_")  # ptxf import's name for the file
     wname = name or safe_name(getattr(original, "__name__", None) or type(original).__name__,
                               set(), set())  # fmt: skip
     wname = "".join(c if c.isalnum() or c in "_-" else "_" for c in wname)[:64]
