@@ -30,7 +30,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from factory.compile import compile_ptx  # noqa: E402
-from factory.families.matmul import emit as gemm_emit  # noqa: E402
+import importlib  # noqa: E402
+
+gemm_emit = importlib.import_module("factory.families.matmul.emit")
 from factory.families.matmul.schedule import is_valid  # noqa: E402
 from gpuworker import tensormap  # noqa: E402
 from lab.matmul.variants import epilogue_irs, schedules  # noqa: E402
@@ -338,7 +340,12 @@ def main():
     except Exception:  # noqa: BLE001
         pass
     log(RESULTS["env"])
-    torch.cuda.init()
+    torch.zeros(1, device="cuda")  # torch's primary context exists from here
+    from cuda.bindings import driver as cu
+
+    cu.cuInit(0)
+    _, ctx = cu.cuDevicePrimaryCtxRetain(cu.CUdevice(torch.cuda.current_device()))
+    cu.cuCtxSetCurrent(ctx)
     irs, scheds = epilogue_irs(), schedules()
     parse = lambda txt: [tuple(int(x) for x in s.split("x")) for s in txt.split(",") if s]  # noqa
     table = []

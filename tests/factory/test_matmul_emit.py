@@ -15,7 +15,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from factory.families.matmul import emit as gemm_emit  # noqa: E402
+import importlib  # noqa: E402
+
+gemm_emit = importlib.import_module("factory.families.matmul.emit")
 from factory.families.matmul import tiling  # noqa: E402
 from factory.families.matmul.ir import plain  # noqa: E402
 from factory.families.matmul.schedule import GemmSchedule, is_valid  # noqa: E402
