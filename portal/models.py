@@ -286,24 +286,6 @@ class Job(models.Model):
     def is_active(self) -> bool:
         return self.status in self.ACTIVE
 
-    @property
-    def progress(self) -> dict:
-        """Counts for the progress display: generations done of the budget, candidates by status."""
-        counts = dict(
-            self.candidates.values_list("status").annotate(n=models.Count("id")).order_by()
-        )
-        done = self.generations.filter(status=Generation.DONE).count()
-        return {
-            "generations_done": done,
-            "max_generations": self.max_generations,
-            "fraction": min(1.0, done / self.max_generations) if self.max_generations else 0.0,
-            "candidates": counts,
-        }
-
-    @property
-    def waiting_for_gpu(self) -> bool:
-        return self.status == self.WAITING_GPU
-
 
 class Generation(models.Model):
     PROPOSING = "proposing"
@@ -466,18 +448,6 @@ class GpuBatch(models.Model):
 
     def __str__(self) -> str:
         return f"batch {str(self.code)[:8]} ({self.status})"
-
-    @property
-    def shapes(self) -> list[dict]:
-        return list(self.batch.get("shapes", []))
-
-    @property
-    def heldout_shapes(self) -> list[dict]:
-        return list(self.batch.get("heldout_shapes", []))
-
-    @property
-    def candidate_codes(self) -> list[str]:
-        return [c["id"] for c in self.batch.get("candidates", [])]
 
 
 class Environment(models.Model):

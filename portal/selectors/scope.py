@@ -40,7 +40,7 @@ def memberships(user) -> list[Membership]:
 
 
 def is_engineer(user) -> bool:
-    return any(m.role == Membership.ROLE_ENGINEER for m in memberships(user))
+    return any(m.is_engineer for m in memberships(user))
 
 
 def org_ids(user) -> list[int]:

@@ -52,8 +52,11 @@ def test_dims_key_is_stable_whatever_the_order_of_the_dims():
 
 
 def test_job_progress_counts_candidates_by_status(acme_world):
-    progress = acme_world["job"].progress
-    assert progress["candidates"] == {Candidate.PROPOSED: 1}
+    from portal.selectors import job_progress
+
+    progress = job_progress(acme_world["job"])
+    assert progress["generations"][0]["by_status"] == {Candidate.PROPOSED: 1}
+    assert progress["totals"]["waiting"] == 1
     assert progress["generations_done"] == 0
 
 
