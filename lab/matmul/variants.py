@@ -67,4 +67,7 @@ def schedules() -> dict[str, GemmSchedule]:
         "w128s4c1": GemmSchedule(tile_m=64, tile_n=128, consumers=1, stages=4),
         "w256s4c1": GemmSchedule(tile_m=64, tile_n=256, consumers=1, stages=4),
         "glu128s4": GemmSchedule(tile_n=128, stages=4),
+        "pp128s6": GemmSchedule(tile_n=128, stages=6, pingpong=True),
+        "pp128s5": GemmSchedule(tile_n=128, stages=5, pingpong=True),
+        "w128s6": GemmSchedule(tile_n=128, stages=6),
     }

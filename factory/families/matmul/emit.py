@@ -154,7 +154,10 @@ class _Kernel:
         self.two = ir.b2 is not None
         self.a_bytes = s.tile_m * 128  # one stage of A
         self.b_bytes = s.b_rows(ir) * 128  # one stage of B (and B2)
-        self.n_acc = s.acc_regs(ir) // (2 if self.two else 1)  # registers per accumulator
+        self.pp = s.pingpong
+        # registers per accumulator: a second accumulator holds A @ B2 (two) or, with pingpong,
+        # the tile's rows 64-127
+        self.n_acc = s.acc_regs(ir) // (2 if self.two or self.pp else 1)
 
     # ---- helpers -------------------------------------------------------------------------
     def op(self, t: str) -> None:
@@ -254,6 +257,7 @@ class _Kernel:
         self.op("mov.u32 %stage, 0")
         self.op("mov.u32 %phase, 0")
         self.op("mov.u32 %ncta, %nctaid.x")
+        self.op("mov.u32 %cta, %ctaid.x")
 
         b.comment("thread 0 initialises the barriers: full expects the producer's one arrival "
                   "plus the TMA bytes; empty one arrival per consumer warp")
@@ -263,7 +267,8 @@ class _Kernel:
         self.op(f"@{p0} bra {lab_init}")
         for i in range(s.stages):
             self.op(f"mbarrier.init.shared::cta.b64 [%full+{8 * i}], 1")
-            self.op(f"mbarrier.init.shared::cta.b64 [%empty+{8 * i}], {4 * s.consumers}")
+            releasers = 4 if self.pp else 4 * s.consumers  # warps that read each stage
+            self.op(f"mbarrier.init.shared::cta.b64 [%empty+{8 * i}], {releasers}")
         self.op("fence.mbarrier_init.release.cluster")
         self.op("fence.proxy.async.shared::cta")
         b.label(lab_init)
@@ -284,10 +289,10 @@ class _Kernel:
         decls = b.declarations()
         n = self.n_acc
         decls.append(f"    .reg .f32 %ca<{n}>;")
-        if self.two:
+        if self.two or self.pp:
             decls.append(f"    .reg .f32 %cb<{n}>;")
         named = ("M", "N", "K", "tiles_m", "tiles_n", "tiles", "nk", "tx", "wg", "ncta", "base", "sb",
-                 "full", "empty", "stage", "phase", "tile", "kb")
+                 "full", "empty", "stage", "phase", "tile", "kb", "ci", "cta")
         decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
         head = [
             "//",
@@ -388,7 +393,10 @@ class _Kernel:
         self.op(f"setp.eq.u32 {plane0}, {lane}, 0")
         # descriptor of this consumer's rows of A in stage 0, and of B in stage 0
         a0, b0 = self.r32(), self.r32()
-        self.op(f"mad.lo.u32 {a0}, {cons}, {64 * 128}, %base")
+        if self.pp:
+            self.op(f"mov.u32 {a0}, %base")
+        else:
+            self.op(f"mad.lo.u32 {a0}, {cons}, {64 * 128}, %base")
         self.op(f"shr.u32 {a0}, {a0}, 4")
         self.op(f"shr.u32 {b0}, %sb, 4")
         desc_a0, desc_b0 = self.r64(), self.r64()
@@ -400,18 +408,43 @@ class _Kernel:
         frag_row, frag_col = self.r32(), self.r32()
         self.op(f"shr.u32 {frag_row}, {lane}, 2")
         self.op(f"mad.lo.u32 {frag_row}, {warp}, 16, {frag_row}")
-        self.op(f"mad.lo.u32 {frag_row}, {cons}, 64, {frag_row}")
+        if not self.pp:
+            self.op(f"mad.lo.u32 {frag_row}, {cons}, 64, {frag_row}")
         self.op(f"and.b32 {frag_col}, {lane}, 3")
         self.op(f"shl.b32 {frag_col}, {frag_col}, 1")
 
         lab_tile, lab_k, lab_kdone = b.new_label("ctile"), b.new_label("ck"), b.new_label("ckd")
         lab_done = b.new_label("cdone")
-        self.op("mov.u32 %tile, %ctaid.x")
+        if self.pp:
+            # named barriers 1 and 2: "consumer 0 / 1 may start its main loop"
+            bar_self, bar_other = self.r32(), self.r32()
+            self.op(f"add.u32 {bar_self}, {cons}, 1")
+            self.op(f"sub.u32 {bar_other}, 2, {cons}")
+            # consumer c takes the CTA's tiles c, c + 2, ...: tile ctaid + ci * nctaid
+            self.op(f"mov.u32 %ci, {cons}")
+            self.op("mad.lo.u32 %tile, %ci, %ncta, %cta")
+        else:
+            self.op("mov.u32 %tile, %ctaid.x")
         pt = self.pred()
         b.label(lab_tile)
         self.op(f"setp.ge.u32 {pt}, %tile, %tiles")
         self.op(f"@{pt} bra {lab_done}")
         tm, tn = self.tile_coords("%tile")
+        if self.pp:
+            # the ring position of this tile's first k-block: ci * nk (the other consumer's
+            # tiles fill the positions in between)
+            it, ph = self.r32(), self.r32()
+            self.op(f"mul.lo.u32 {it}, %ci, %nk")
+            self.op(f"rem.u32 %stage, {it}, {s.stages}")
+            self.op(f"div.u32 {ph}, {it}, {s.stages}")
+            self.op(f"and.b32 %phase, {ph}, 1")
+            # Main loops take turns: wait until the other consumer has waited on its tile's last
+            # k-block. A parity wait only tells the last two phases of a barrier apart, so a
+            # consumer must not wait on a slot more than one ring pass ahead of its fills;
+            # after the other's main loop every earlier position has been filled once.
+            pfirst_tile = self.pred()
+            self.op(f"setp.ne.u32 {pfirst_tile}, %ci, 0")
+            self.op(f"@{pfirst_tile} bar.sync {bar_self}, 256")
         self.op("mov.u32 %kb, 0")
         prev = self.r32()  # byte offset of the previous k-block's empty barrier
         b.label(lab_k)
@@ -442,6 +475,11 @@ class _Kernel:
             self.op(f"add.u64 {db}, {sbb}, {2 * kk}")
             scale = pacc if kk == 0 else pone
             self.wgmma("%ca", s.tile_n, da, db, scale)
+            if self.pp:
+                # rows 64-127 of the tile: 64 rows x 128 bytes further into the A stage
+                da2 = self.r64()
+                self.op(f"add.u64 {da2}, {da}, {64 * 128 // 16}")
+                self.wgmma("%cb", s.tile_n, da2, db, scale)
             if self.two:
                 db2 = self.r64()
                 self.op(f"add.u64 {db2}, {db}, {s.tile_n * 128 // 16}")
@@ -461,12 +499,19 @@ class _Kernel:
         self.op("add.u32 %kb, %kb, 1")
         self.op(f"bra {lab_k}")
         b.label(lab_kdone)
+        if self.pp:
+            # 128 threads arrive, the other consumer's 128 wait: its main loop may start
+            self.op(f"bar.arrive {bar_other}, 256")
         self.op("wgmma.wait_group.sync.aligned 0")
         eaddr2 = self.r32()
         self.op(f"add.u32 {eaddr2}, %empty, {prev}")
         self.op(f"@{plane0} mbarrier.arrive.shared::cta.b64 _, [{eaddr2}]")
         self.epilogue(tm, tn, frag_row, frag_col)
-        self.op("add.u32 %tile, %tile, %ncta")
+        if self.pp:
+            self.op("add.u32 %ci, %ci, 2")
+            self.op("mad.lo.u32 %tile, %ci, %ncta, %cta")
+        else:
+            self.op("add.u32 %tile, %tile, %ncta")
         self.op(f"bra {lab_tile}")
         b.label(lab_done)
 
@@ -492,11 +537,20 @@ class _Kernel:
         self.op(f"setp.eq.and.u32 {pin}, {nodd}, 0, {pin}")
         del podd
         lab_slow, lab_end = b.new_label("eslow"), b.new_label("eend")
+        # (first row, accumulator of A @ B, accumulator of A @ B2) of each 64-row block
+        if self.pp:
+            r64 = self.r32()
+            self.op(f"add.u32 {r64}, {row0}, 64")
+            blocks = [(row0, "%ca", None), (r64, "%cb", None)]
+        else:
+            blocks = [(row0, "%ca", "%cb" if self.two else None)]
         self.op(f"@!{pin} bra {lab_slow}")
-        self.epilogue_body(row0, col0, fast=True)
+        for r, ca, cb in blocks:
+            self.epilogue_body(r, col0, True, ca, cb)
         self.op(f"bra {lab_end}")
         b.label(lab_slow)
-        self.epilogue_body(row0, col0, fast=False)
+        for r, ca, cb in blocks:
+            self.epilogue_body(r, col0, False, ca, cb)
         b.label(lab_end)
 
     def _ptr(self, pname: str) -> str:
@@ -517,7 +571,8 @@ class _Kernel:
         self.op(f"mad.lo.u64 {a}, {idx}, {size}, {base}")
         return a
 
-    def epilogue_body(self, row0: str, col0: str, fast: bool) -> None:
+    def epilogue_body(self, row0: str, col0: str, fast: bool, acc_a: str = "%ca",
+                      acc_b: str | None = None) -> None:
         s, b, ir = self.s, self.b, self.ir
         ev = _Epilogue(b, ir, s.fast_math and all(o.dtype != "fp32" for o in ir.outputs))
         out_ptr = {o.name: self._ptr(f"out_{o.name}") for o in ir.outputs}
@@ -593,9 +648,9 @@ class _Kernel:
                 results: dict[str, list[str]] = {o.name: [] for o in ir.outputs}
                 for e in range(2):
                     idx = 4 * j + 2 * h + e
-                    env = {ACC: f"%ca{idx}"}
-                    if self.two:
-                        env[ACC2] = f"%cb{idx}"
+                    env = {ACC: f"{acc_a}{idx}"}
+                    if acc_b:
+                        env[ACC2] = f"{acc_b}{idx}"
                     for name, v in scal.items():
                         env[name] = v[h]
                     for name, v in colv.items():

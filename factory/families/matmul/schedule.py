@@ -12,6 +12,12 @@ rows at a time) so that the CTAs running together share A and B panels in L2.
 tile_n counts output columns. With a second right operand (IR.b2) each k-block loads tile_n rows
 of B and tile_n rows of B2, and each consumer holds two accumulators of 64 x tile_n.
 
+With `pingpong`, the two consumer warpgroups take turns instead of sharing a tile: the CTA's
+tiles i = 0, 1, 2, ... go to consumer i % 2, each consumer holding the whole tile_m = 128 rows
+(two m64 accumulators, so tile_n <= 128). The producer fills the ring in tile order, so consumer 1
+finds its first k-block only when consumer 0's last ones are loaded: the main loops follow each
+other and one consumer's epilogue runs while the other's main loop keeps the tensor cores busy.
+
 The "mma_sync" kind is reserved for the fallback (mma.sync + cp.async); it is not emitted yet and
 `is_valid` refuses it.
 """
@@ -44,6 +50,7 @@ class GemmSchedule:
     persistent: bool = True
     split_k: int = 1  # only 1 is emitted yet
     fast_math: bool = True  # approximate tanh/rcp in the epilogue (bf16/fp16 outputs only)
+    pingpong: bool = False  # consumers alternate whole tiles (see the module docstring)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -62,6 +69,8 @@ class GemmSchedule:
         ]
         if self.cluster_m * self.cluster_n > 1:
             parts.append(f"cl{self.cluster_m}x{self.cluster_n}")
+        if self.pingpong:
+            parts.append("pp")
         if self.persistent:
             parts.append(f"pers g{self.group_m}")
         if self.split_k > 1:
@@ -70,7 +79,7 @@ class GemmSchedule:
 
     # Derived quantities the emitter uses.
     def rows_per_consumer(self) -> int:
-        return self.tile_m // self.consumers
+        return self.tile_m if self.pingpong else self.tile_m // self.consumers
 
     def b_rows(self, ir: GemmIR) -> int:
         """Rows of B (and B2) loaded per k-block: the wgmma N of each accumulator times their
@@ -111,7 +120,12 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
         return "tile_k must be 64 (one 128-byte swizzle row of bf16/fp16)"
     if s.consumers not in (1, 2):
         return "consumers must be 1 or 2"
-    if s.tile_m != 64 * s.consumers:
+    if s.pingpong:
+        if s.consumers != 2 or s.tile_m != 128 or not s.persistent:
+            return "pingpong needs 2 consumers, tile_m 128 and a persistent grid"
+        if ir.b2 is not None:
+            return "pingpong is not emitted with a second right operand"
+    elif s.tile_m != 64 * s.consumers:
         return f"tile_m must be 64 per consumer warpgroup ({64 * s.consumers})"
     if s.tile_n % 16 or not 16 <= s.tile_n <= 256:
         return "tile_n must be a multiple of 16 in [16, 256] (wgmma N)"
