@@ -75,7 +75,7 @@
 #       --plan-from bench/results/2026-12-02-h200-suite3/run1-plan-d,...,<later runs>
 # (plus the evict-last variant of GELU's best, which explore did not time).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to the folder that comes back}"
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.csv"
