@@ -17,7 +17,7 @@ from factory.families.matmul import features as F
 from factory.spec import expr as E
 from factory.spec import load_manifest
 
-# the package's `lower` and `space` are its functions; the modules by name
+# the modules by name
 L = importlib.import_module("factory.families.matmul.lower")
 S = importlib.import_module("factory.families.matmul.space")
 
@@ -293,3 +293,74 @@ def test_the_agents_propose_matmul_schedules():
         assert d.schedule["family"] == "matmul"
         assert d.entry and ".target sm_90a" in d.ptx
     assert len({d.ptx for d in drafts}) == len(drafts)
+
+
+def _measured(w, schedules, job="j1", generation=0):
+    """Passed records for `schedules` at every shape of `w`, timed by the analytic estimate with a
+    deterministic spread (a stand-in for the GPU)."""
+    from factory import evidence as ev
+
+    out = []
+    for i, s in enumerate(schedules):
+        sd = s.to_dict() if hasattr(s, "to_dict") else dict(s)
+        for d in w.shapes:
+            rows, n, k, nb = F.gemm_dims(sd, d)
+            us = F.estimate(sd, rows, n, k, nb)["us"] * (1.0 + 0.05 * ((i * 7) % 5))
+            roof = FAMILY.roofline_of(w, d)
+            out.append(
+                {
+                    "job": job,
+                    "status": "passed",
+                    "median_us": us,
+                    "dims": dict(d),
+                    "schedule": sd,
+                    "ptx_sha256": f"p{i}",
+                    "generation": generation,
+                    "family": ev.family_of(w),
+                    "signature": ev.signature_of(w),
+                    "gpu": w.target,
+                    "workload_sha256": w.sha256,
+                    "bytes": roof.bytes,
+                    "flops": roof.flops,
+                }
+            )
+    return out
+
+
+def test_the_cost_model_fits_matmul_evidence_and_ranks_the_space():
+    from factory.costmodel import CostModel
+
+    w = example("matmul_bias_gelu.toml")
+    ir = FAMILY.lower(w)
+    sp = FAMILY.space(ir, [dict(d) for d in w.shapes])
+    train = _measured(w, sp[::40])
+    model = CostModel(dim_order=list(w.shapes[0]), family="matmul").fit(train)
+    assert model.fitted
+    d = w.shapes[0]
+    roof = FAMILY.roofline_of(w, d)
+    us = model.predict_many([s.to_dict() for s in sp], d, roof.bytes, roof.flops)
+    assert all(math.isfinite(u) and u > 0 for u in us)
+    assert len(set(round(u, 6) for u in us)) > 10  # the features tell layouts apart
+
+
+def test_a_later_generation_proposes_new_matmul_schedules():
+    from factory import loop
+
+    w = example("matmul_bias_gelu.toml")
+    first = loop.propose(
+        w, generation=0, population=4, evidence=[], backend="offline", seed=0,
+        settings={"job": "j1"},
+    )  # fmt: skip
+    ir = FAMILY.lower(w)
+    tried = [FAMILY.schedule_from_dict(d.schedule) for d in first]
+    evidence = _measured(w, tried)
+    later = loop.propose(
+        w, generation=1, population=4, evidence=evidence, backend="offline", seed=0,
+        settings={"job": "j1"},
+    )  # fmt: skip
+    assert later
+    seen = {FAMILY.canonical(d.schedule).__repr__() for d in first}
+    for d in later:
+        assert d.schedule["family"] == "matmul"
+        assert FAMILY.canonical(d.schedule).__repr__() not in seen
+        assert FAMILY.is_valid(ir, FAMILY.schedule_from_dict(d.schedule), dict(w.shapes[0]))[0]

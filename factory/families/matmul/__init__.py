@@ -18,22 +18,18 @@ from functools import lru_cache
 
 from factory.families.base import Family
 from factory.families.matmul import features as _features
-from factory.families.matmul.lower import lower
-from factory.families.matmul.space import (
-    LAYOUT_FIELDS,
-    Schedule,
-    default_schedule,
-    fits,
-    seeds,
-    space,
-    verdict,
-)
+from factory.families.matmul import lower as _lower_mod
+from factory.families.matmul import space as _space
+from factory.families.matmul.space import LAYOUT_FIELDS, Schedule
+
+# No name here is a submodule's name (emit, lower, space, ...): `from factory.families.matmul
+# import emit` is the emitter's module, whatever was imported first.
 
 ARCH = "sm_90a"
 ARCHS = ("sm_90", "sm_90a")
 
 
-def emit(ir, schedule, arch: str = ARCH):
+def emit_kernel(ir, schedule, arch: str = ARCH):
     """Render `ir` with `schedule` for Hopper; "sm_90" (a workload's target) means its
     architecture-specific variant sm_90a, which wgmma and setmaxnreg need."""
     from factory.emit.ptx import EmitError
@@ -123,13 +119,13 @@ if "min_warps_per_sm" in Family.__dataclass_fields__:
 
 FAMILY = Family(
     name="matmul",
-    lower=lower,
-    space=space,
-    is_valid=verdict,
-    emit=emit,
-    default_schedule=default_schedule,
-    seeds=seeds,
-    fits=fits,
+    lower=_lower_mod.lower,
+    space=_space.space,
+    is_valid=_space.verdict,
+    emit=emit_kernel,
+    default_schedule=_space.default_schedule,
+    seeds=_space.seeds,
+    fits=_space.fits,
     space_fits=True,
     reports=compile_reports,
     recap=None,
@@ -148,4 +144,4 @@ FAMILY = Family(
     **_EXTRA,
 )
 
-__all__ = ["FAMILY", "Schedule", "emit", "lower"]
+__all__ = ["FAMILY", "Schedule", "emit_kernel"]
