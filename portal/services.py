@@ -30,7 +30,7 @@ from django.core.files.base import ContentFile
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal import derived, pipeline, results_schema
+from portal import derived, pipeline, quotas, results_schema
 from portal.models import (
     ApiToken,
     Artifact,
@@ -204,6 +204,7 @@ def job_create(
     if backend not in ("offline", "anthropic"):
         raise ValidationError("backend must be offline or anthropic")
     with transaction.atomic():
+        quotas.check_running_jobs(org=workload.org)  # a clear refusal past the org's limit
         job = Job.objects.create(
             workload=workload,
             target_gpu=target_gpu,

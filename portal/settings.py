@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -123,6 +124,13 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 DEBUG = envbool("DEBUG", False)
+# PRODUCTION=1 turns every transport-security default on (HTTPS redirect, HSTS, secure cookies,
+# static files from collectstatic's manifest); each can still be set alone. docs/DEPLOYMENT.md.
+PRODUCTION = envbool("PRODUCTION", False)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("PRODUCTION=1 with DEBUG=1: a production portal never runs DEBUG")
+if PRODUCTION and "SECRET_KEY" not in os.environ:
+    raise ImproperlyConfigured("PRODUCTION=1 needs SECRET_KEY (50 random characters or more)")
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 SITE_URL = envstr("SITE_URL", "http://127.0.0.1:8000")
@@ -135,11 +143,15 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "axes",
     "portal.apps.PortalConfig",
 ]
 
 MIDDLEWARE = [
+    # First: the correlation id, the API's body bounds and its JSON errors (portal/middleware.py).
+    "portal.middleware.RequestGuardMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -147,6 +159,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: locks out a username after AXES_FAILURE_LIMIT wrong passwords.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -173,12 +187,39 @@ if _database_url:
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {"default": sqlite_database(VAR_DIR / "db.sqlite3")}
+# The README's demo logins (seed_demo) exist only in the embedded default: no DATABASE_URL, no
+# PRODUCTION, and DEBUG not set to 0. Anywhere else `up` disables any left from a demo run.
+DEMO_ACCOUNTS = (
+    not _database_url
+    and not PRODUCTION
+    and os.environ.get("DEBUG", "").strip().lower() not in _FALSE - {""}
+)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Login throttling (django-axes): AXES_FAILURE_LIMIT wrong passwords for one username lock that
+# account for AXES_COOLOFF_MINUTES, and as many from one address lock that address; a right
+# password is refused too until the lock expires (`manage.py axes_reset_username NAME` lifts it).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_ENABLED = envbool("AXES_ENABLED", True)
+AXES_FAILURE_LIMIT = envint("AXES_FAILURE_LIMIT", 20, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("AXES_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one reaching the limit locks
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+# Behind a proxy the client's address is in X-Forwarded-For: how many proxies to look through
+# (else every client has the proxy's address and 20 failures anywhere would lock everyone out).
+AXES_IPWARE_PROXY_COUNT = (
+    envint("AXES_PROXY_COUNT", 1 if envbool("TRUST_X_FORWARDED_PROTO", False) else 0, minimum=0)
+    or None
+)
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -199,18 +240,103 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(envstr("STATIC_ROOT") or VAR_DIR / "static")
+# WhiteNoise serves static files from the WSGI app (gunicorn needs no separate file server). In
+# production from collectstatic's output, with hashed names cached for a year; elsewhere straight
+# from the app and project folders, so no collectstatic step is needed to try the portal.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+try:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # (WhiteNoise warns of a missing one)
+except OSError:
+    pass
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if PRODUCTION
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
+        )
+    },
+}
 MEDIA_URL = "/media/"
 MEDIA_ROOT = Path(envstr("MEDIA_ROOT") or VAR_DIR / "media")
 # Customer uploads are declarative text (a manifest and optionally a kernel source).
 DATA_UPLOAD_MAX_MEMORY_SIZE = envint("DATA_UPLOAD_MAX_MEMORY_SIZE", 5 * 1024 * 1024, minimum=1)
+# Any request body (the largest is a results file of up to 64 MiB) is refused past this, by its
+# declared length before it is read, and by the bytes received for a file part as they arrive;
+# file parts go to anonymous temporary files that vanish with the process (upload_handlers.py).
+UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 65 * 1024 * 1024, minimum=1024)
+FILE_UPLOAD_MAX_MEMORY_SIZE = 0  # (every file part goes through the handler below)
+FILE_UPLOAD_HANDLERS = ["portal.upload_handlers.BoundedTemporaryFileUploadHandler"]
+FILE_UPLOAD_TEMP_DIR = envstr("FILE_UPLOAD_TEMP_DIR") or None
 
+# --- Transport security (on by default with PRODUCTION=1; each overridable) ---------------------
+# Behind a proxy that terminates TLS, set TRUST_X_FORWARDED_PROTO=1 so Django sees https.
+if envbool("TRUST_X_FORWARDED_PROTO", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", PRODUCTION)
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 31536000 if PRODUCTION else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", PRODUCTION)
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", PRODUCTION)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", PRODUCTION)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Scripts only from our own origin: plotly.js and htmx are served from static/. The charts that
+# plotly renders into the page and the upload form carry inline scripts, hence 'unsafe-inline'
+# for scripts and styles; no other origin may load code, frame the portal or receive a form.
+CONTENT_SECURITY_POLICY = envstr(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'self'; form-action 'self'; frame-ancestors 'none'",
+)
+
+# The API refuses a body larger than this, or JSON nested deeper, before any view parses it.
+API_MAX_BODY_BYTES = envint("API_MAX_BODY_BYTES", DATA_UPLOAD_MAX_MEMORY_SIZE, minimum=1024)
+API_MAX_JSON_DEPTH = envint("API_MAX_JSON_DEPTH", 16, minimum=2)
+
+# Logs: the portal's own loggers and Django's request logger (every unhandled exception with its
+# traceback and the request's correlation id) to the console and to LOG_FILE ("" for none).
+LOG_LEVEL = envstr("LOG_LEVEL", "INFO")
+LOG_FILE = envstr("LOG_FILE", str(VAR_DIR / "log" / "portal.log"))
+_log_handlers = ["console"]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"portal": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")}},
+    "filters": {"correlation_id": {"()": "portal.middleware.CorrelationIdFilter"}},
+    "formatters": {
+        "plain": {
+            "format": "%(asctime)s %(levelname)s %(name)s [%(correlation_id)s] %(message)s",
+        }
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["correlation_id"],
+            "formatter": "plain",
+        }
+    },
+    "loggers": {
+        "portal": {"handlers": _log_handlers, "level": LOG_LEVEL},
+        "django.request": {"handlers": _log_handlers, "level": "WARNING", "propagate": False},
+    },
 }
+if LOG_FILE:
+    Path(LOG_FILE).parent.mkdir(parents=True, exist_ok=True)
+    LOGGING["handlers"]["file"] = {
+        "class": "logging.handlers.RotatingFileHandler",
+        "filename": LOG_FILE,
+        "maxBytes": 10 * 1024 * 1024,
+        "backupCount": 5,
+        "filters": ["correlation_id"],
+        "formatter": "plain",
+    }
+    _log_handlers.append("file")
 
 # --- Celery -------------------------------------------------------------------------------------
 # The longest task is a GPU batch: its hard limit plus slack. The broker's visibility timeout must
@@ -231,6 +357,9 @@ STUCK_AFTER_S = envint("STUCK_AFTER_S", 600, minimum=5)
 # False on deployments whose GPU hosts reach no broker: batches then wait for a results file
 # carried back and imported (`manage.py import_results`).
 GPU_DISPATCH = envbool("GPU_DISPATCH", True)
+
+# Per organisation: at most this many jobs queued or searching at once (0: no limit).
+ORG_MAX_ACTIVE_JOBS = envint("ORG_MAX_ACTIVE_JOBS", 10, minimum=0)
 
 # --- The factory --------------------------------------------------------------------------------
 FACTORY_POPULATION = envint("FACTORY_POPULATION", 8, minimum=1)

@@ -3,6 +3,9 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+# A server error's page names the request's correlation id (portal/middleware.py).
+handler500 = "portal.middleware.server_error"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

@@ -14,12 +14,14 @@ from portal.models import Generation, GpuBatch, Job, Membership, Organisation
 from tests.portal.results_files import results_for
 
 
-def test_seed_demo_creates_the_demo_logins_and_prints_them(db):
+def test_seed_demo_creates_the_demo_logins_and_prints_them(db, settings, rf):
+    settings.DEMO_ACCOUNTS = True  # the embedded default (tests/portal/test_hardening_login.py)
     out = StringIO()
     call_command("seed_demo", stdout=out)
     call_command("seed_demo", stdout=StringIO())  # twice is harmless
     assert "demo / demo-pass-2026" in out.getvalue()
-    assert authenticate(username="demo", password="demo-pass-2026") is not None
+    login = rf.post("/accounts/login/")  # django-axes wants the request
+    assert authenticate(login, username="demo", password="demo-pass-2026") is not None
     assert Membership.objects.get(user__username="demo").org.name == "Acme"
     assert Membership.objects.get(user__username="engineer").role == Membership.ROLE_ENGINEER
     assert Membership.objects.get(user__username="outsider").org.name != "Acme"

@@ -1,12 +1,10 @@
 import os
-import signal
-import subprocess
 import sys
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from portal.management.supervise import supervise
+from portal.management.supervise import Child, supervise
 from portal.management.workers import machine_facts, worker_commands
 
 
@@ -44,11 +42,15 @@ class Command(BaseCommand):
         if not facts.gpu_ids:
             self.stdout.write("no GPU visible: GPU batches wait in their queue (or get imported)")
         self.stdout.flush()  # before the workers print, and before we block supervising them
-        procs = []
-        for command in commands:
-            env = {**os.environ, **command.env}
-            procs.append(subprocess.Popen(command.argv, env=env, cwd=settings.BASE_DIR))
-        stopping = supervise(procs, grace_s=20)
-        failed = [p.returncode for p in procs if p.returncode not in (0, -signal.SIGTERM)]
-        if failed and not stopping:
+        # A worker that dies is started again (portal/management/supervise.py).
+        children = [
+            Child(
+                name=command.name,
+                argv=list(command.argv),
+                env={**os.environ, **command.env},
+                cwd=str(settings.BASE_DIR),
+            )
+            for command in commands
+        ]
+        if not supervise(children, grace_s=20):
             sys.exit(1)

@@ -130,11 +130,11 @@ def test_an_unknown_mode_is_a_400(client, customer):
     assert client.post(reverse("web-upload"), {"mode": "exec"}).status_code == 400
 
 
-def test_a_request_body_over_the_limit_is_a_400_not_a_500(client, customer, settings):
+def test_a_request_body_over_the_limit_is_a_413_not_a_500(client, customer, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     client.force_login(customer)
     response = _post(client, manifest="#" * 5000)
-    assert response.status_code == 400
+    assert response.status_code == 413  # Payload Too Large (portal/middleware.py)
 
 
 def test_the_upload_page_offers_a_sample_manifest(client, customer):
