@@ -229,13 +229,15 @@ def test_tile_loop_model_matches_direct_product(m, n, k, s, ctas):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["plain", "bias_gelu", "residual", "swiglu"])
+@pytest.mark.parametrize("op", ["plain", "bias_gelu", "residual", "swiglu", "plain_pp"])
 def test_gemm_kernels_correct_on_gpu(op):
     torch = pytest.importorskip("torch")
     from lab.matmul import gemm_bench
 
+    sched = {"swiglu": "glu128s4", "plain_pp": "pp128s6"}.get(op, "w256s4")
+    op = op.removesuffix("_pp")
     ir = epilogue_irs()[op]
-    s = schedules()["glu128s4" if op == "swiglu" else "w256s4"]
+    s = schedules()[sched]
     kern = gemm_bench.Kernel(ir, s)
     for i, (m, n, k) in enumerate([(333, 250, 72), (1, 520, 4096), (1000, 1030, 1000),
                                    (512, 512, 512)]):
@@ -269,3 +271,23 @@ def test_tensor_map_plan():
     import ctypes
 
     assert ctypes.addressof(arg) % 64 == 0 and bytes(arg) == bytes(range(128))
+
+
+@pytest.mark.parametrize("pingpong", [False, True])
+@pytest.mark.parametrize(("tiles", "nk", "stages"), [(5, 7, 3), (4, 1, 6), (3, 64, 4), (7, 5, 5)])
+def test_ring_protocol_reads_every_position_once_in_order(pingpong, tiles, nk, stages):
+    for seed in range(8):
+        reads = tiling.simulate_ring(tiles, nk, stages, pingpong, seed)
+        for c in range(2):
+            got = [p for cc, p in reads if cc == c]
+            want = [i * nk + kb for i in range(tiles) if not pingpong or i % 2 == c
+                    for kb in range(nk)]
+            assert got == want
+
+
+def test_ring_protocol_model_catches_unordered_pingpong():
+    # without the named-barrier turn-taking, consumer 1 waits on a slot a whole ring pass ahead
+    # and a parity wait lets it through on the wrong fill
+    with pytest.raises(AssertionError):
+        for seed in range(20):
+            tiling.simulate_ring(5, 7, 3, True, seed, ordered=False)

@@ -51,3 +51,93 @@ def fragment(warp: int, lane: int, reg: int) -> tuple[int, int]:
     `reg` of thread (warp, lane) of the warpgroup."""
     j, h, e = reg // 4, (reg // 2) % 2, reg % 2
     return 16 * warp + lane // 4 + 8 * h, 8 * j + 2 * (lane % 4) + e
+
+
+def simulate_ring(tiles: int, nk: int, stages: int, pingpong: bool, seed: int = 0,
+                  ordered: bool = True) -> list[tuple[int, int]]:
+    """Run the kernel's mbarrier protocol for one CTA under a random interleaving and return
+    what each consumer read, as (consumer, ring position) pairs in read order.
+
+    The model: ring position p (the p-th k-block the producer loads) uses slot p % stages; a
+    slot's "full" and "empty" barriers count completed phases, and a parity wait for parity P
+    passes when the count of completed phases is odd/even opposite to P (a fresh barrier passes a
+    wait for parity 1). The producer waits empty(p % S) with parity ((p // S) & 1) ^ 1, then its
+    load lands at some later moment (completing full's phase); a consumer waits full with parity
+    (p // S) & 1, asserts the slot holds position p, and releases the slot one k-block later
+    (wgmma.wait_group 1) or at its tile's end. Cooperative: both consumers read every position
+    and each slot's empty barrier completes after both released it. Ping-pong: tile i belongs to
+    consumer i % 2 and, with `ordered`, a consumer starts a tile's main loop only after the other
+    consumer has waited on the previous tile's last k-block (the named barriers). Raises
+    AssertionError on a wrong read or a deadlock."""
+    import random
+
+    rng = random.Random(seed)
+    n_cons = 2
+    full = [0] * stages
+    empty = [0] * stages
+    empty_arrivals = [0] * stages
+    slot_data = [None] * stages
+    in_flight: list[tuple[int, int]] = []  # (slot, position) loads not yet landed
+    releasers = 1 if pingpong else n_cons
+    done_main = [-1] * n_cons  # last tile index whose main loop each consumer finished
+    reads: list[tuple[int, int]] = []
+
+    def passes(count: int, parity: int) -> bool:
+        return (count & 1) != parity
+
+    def producer():
+        for p in range(tiles * nk):
+            s = p % stages
+            while not passes(empty[s], ((p // stages) & 1) ^ 1):
+                yield False
+            in_flight.append((s, p))
+            yield True
+
+    def release(s: int):
+        empty_arrivals[s] += 1
+        if empty_arrivals[s] == releasers:
+            empty_arrivals[s] = 0
+            empty[s] += 1
+
+    def consumer(c: int):
+        mine = [i for i in range(tiles) if not pingpong or i % 2 == c]
+        for i in mine:
+            if pingpong and ordered and i > 0:
+                while done_main[1 - c] < i - 1:
+                    yield False
+            prev = None
+            for kb in range(nk):
+                p = i * nk + kb
+                s = p % stages
+                while not passes(full[s], (p // stages) & 1):
+                    yield False
+                assert slot_data[s] == p, f"consumer {c} read slot {s} for {p}: {slot_data[s]}"
+                reads.append((c, p))
+                if prev is not None:
+                    release(prev)
+                prev = s
+                yield True
+            done_main[c] = i
+            release(prev)
+            yield True
+
+    actors = [producer()] + [consumer(c) for c in range(n_cons)]
+    alive = list(range(len(actors)))
+    stalled = 0
+    while alive or in_flight:
+        choices = alive + (["land"] if in_flight else [])
+        pick = rng.choice(choices)
+        if pick == "land":
+            s, p = in_flight.pop(rng.randrange(len(in_flight)))
+            slot_data[s] = p
+            full[s] += 1
+            stalled = 0
+            continue
+        try:
+            progressed = next(actors[pick])
+        except StopIteration:
+            alive.remove(pick)
+            continue
+        stalled = 0 if progressed else stalled + 1
+        assert stalled < 10000, "deadlock"
+    return reads
