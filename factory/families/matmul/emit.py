@@ -1,6 +1,13 @@
 """The Hopper (sm_90a) GEMM emitter: TMA loads, an mbarrier ring, wgmma, a fused epilogue.
 
-One CTA = 1 producer warpgroup + `consumers` consumer warpgroups (see schedule.py for the plan).
+One CTA = 1 producer warpgroup + `consumers` consumer warpgroups (see schedule.py for the plan,
+the cooperative and the ping-pong split of the tiles between consumers, and `tiling.py` for the
+index arithmetic and a model of the mbarrier ring in Python).
+
+Tails: the TMA fills the parts of a box outside the tensor with zeros, so a k-block past K adds
+nothing and rows/columns past M/N compute zeros that are never stored; a tile wholly inside the
+output with N even stores column pairs without predicates, any other tile element by element
+under row < M and column < N.
 
 Shared memory, from a 1024-byte aligned base (the 128-byte swizzle repeats every 8 rows of 128
 bytes, and the wgmma descriptors assume that period starts on a 1024-byte boundary):
@@ -106,9 +113,10 @@ class _Epilogue:
 
 
 def _cvt_in(b: Builder, dtype: str, word: str, pair: bool) -> list[str]:
-    """f32 registers of a loaded input: a b32 holding two 16-bit values (pair) or one value."""
-    if dtype == "fp32":
-        return [word] if not pair else word  # caller passes a list for fp32 pairs
+    """f32 registers of a loaded 16-bit input: a b32 holding two values (pair, the lower column
+    in the low half) or a b16 holding one. fp32 inputs are loaded straight into f32 registers."""
+    if dtype not in ("bf16", "fp16"):
+        raise EmitError(f"no 16-bit conversion for {dtype}")
     outs = []
     if dtype == "bf16":
         if pair:
@@ -528,14 +536,12 @@ class _Kernel:
         self.op(f"mul.lo.u32 {end_m}, {end_m}, {s.tile_m}")
         self.op(f"add.u32 {end_n}, {tn}, 1")
         self.op(f"mul.lo.u32 {end_n}, {end_n}, {s.tile_n}")
-        podd = self.pred()
         nodd = self.r32()
         self.op(f"and.b32 {nodd}, %N, 1")
         pin = self.pred()
         self.op(f"setp.le.u32 {pin}, {end_m}, %M")
         self.op(f"setp.le.and.u32 {pin}, {end_n}, %N, {pin}")
         self.op(f"setp.eq.and.u32 {pin}, {nodd}, 0, {pin}")
-        del podd
         lab_slow, lab_end = b.new_label("eslow"), b.new_label("eend")
         # (first row, accumulator of A @ B, accumulator of A @ B2) of each 64-row block
         if self.pp:
