@@ -50,7 +50,26 @@ def rebase(recorded: dict, batch: dict) -> dict:
         else:
             entry = copy.deepcopy(ordered[i % len(ordered)])
         entry["id"] = candidate["id"]
+        if sha is not None:
+            # The results file answers this batch's kernels (the portal checks the hash).
+            entry["ptx_sha256"] = sha
         out["candidates"].append(entry)
+    # The worker answers every baseline the batch asks for (unavailable ones included), and no
+    # other: the portal refuses a results file that does not.
+    recorded_baselines = {b["name"]: b for b in recorded.get("baselines", [])}
+    out["baselines"] = [
+        copy.deepcopy(recorded_baselines.get(name))
+        or {
+            "name": name,
+            "version": "",
+            "config": {},
+            "status": "unavailable",
+            "reason": "not installed on the recording host",
+            "verification": [],
+            "timing": [],
+        }
+        for name in batch.get("baselines", recorded_baselines)
+    ]
     return out
 
 
