@@ -232,6 +232,15 @@ def submit(
 ) -> list[Job]:
     """A workload and a job for each manifest (one upload, or its parts by row length), all or
     none: a part the spec refuses leaves nothing behind."""
+    # Validate first, outside the transaction: compiling a customer's CUDA takes seconds (up to
+    # the compiler's caps), and must not hold the database's write lock meanwhile. The compile
+    # is cached, so workload_create below does not run it again.
+    from factory.spec import load_manifest
+
+    for manifest in manifests:
+        load_manifest(
+            manifest, baseline_source=baseline_source, baseline_filename=baseline_filename
+        )
     with transaction.atomic():
         jobs = []
         for manifest in manifests:

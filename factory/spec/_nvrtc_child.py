@@ -16,7 +16,26 @@ def _limit(which: int, value: int) -> None:
         pass
 
 
+def _die_with_parent() -> None:
+    """SIGKILL when the process that started us dies (Linux prctl PR_SET_PDEATHSIG), so a
+    compile never outlives a killed web server; if it already died, stop now."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import os
+    import signal
+
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    parent = os.environ.get("PTXF_NVRTC_PARENT")
+    if parent and os.getppid() != int(parent):
+        os._exit(1)
+
+
 def main() -> None:
+    _die_with_parent()
     _limit(resource.RLIMIT_CPU, 60)
     _limit(resource.RLIMIT_AS, 8 * 2**30)
     _limit(resource.RLIMIT_FSIZE, 0)  # NVRTC needs no files; writing one is a bug or an attack

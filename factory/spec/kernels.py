@@ -10,12 +10,15 @@ into the customer's own source, so it can never show another file's contents."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -404,6 +407,9 @@ def compile_cuda(source: str, *, target: str = "sm_90", timeout_s: float = NVRTC
     if len(source.encode("utf-8")) > MAX_SOURCE_BYTES:
         raise SpecError([(field, f"is larger than {MAX_SOURCE_BYTES} bytes")])
     check_cuda_includes(source, field)
+    key = (hashlib.sha256(source.encode("utf-8")).hexdigest(), target)
+    if key in _COMPILED:  # the same upload validated twice (outside and inside a transaction)
+        return _COMPILED[key]
     request = json.dumps(
         {
             "source": source,
@@ -414,7 +420,8 @@ def compile_cuda(source: str, *, target: str = "sm_90", timeout_s: float = NVRTC
     )
     child = Path(__file__).with_name("_nvrtc_child.py")
     env = {k: os.environ[k] for k in ("PATH", "LD_LIBRARY_PATH", "CUDA_PATH") if k in os.environ}
-    with tempfile.TemporaryDirectory(prefix="ptxf-nvrtc-") as work:
+    env["PTXF_NVRTC_PARENT"] = str(os.getpid())  # the child dies with us (_nvrtc_child.py)
+    with _compile_slot(field), tempfile.TemporaryDirectory(prefix="ptxf-nvrtc-") as work:
         try:
             proc = subprocess.Popen(
                 [os.environ.get("PTXF_PYTHON") or sys.executable, "-I", str(child)],
@@ -442,4 +449,49 @@ def compile_cuda(source: str, *, target: str = "sm_90", timeout_s: float = NVRTC
     if not result.get("ok"):
         messages = filter_log(result.get("log", ""), source) or ["compilation failed"]
         raise SpecError([(field, m) for m in messages])
+    if len(_COMPILED) >= _COMPILED_MAX:
+        _COMPILED.pop(next(iter(_COMPILED)))
+    _COMPILED[key] = result["ptx"]
     return result["ptx"]
+
+
+# Successful compiles of this process, by (sha256 of the source, target), oldest first.
+_COMPILED: dict[tuple[str, str], str] = {}
+_COMPILED_MAX = 32
+
+
+@contextlib.contextmanager
+def _compile_slot(field: str):
+    """One of PTXF_NVRTC_SLOTS (2) compile slots shared by every process of this machine
+    (flock on files under PTXF_NVRTC_SLOT_DIR), so concurrent uploads cannot run more compilers
+    than that; an upload that finds none free within PTXF_NVRTC_WAIT_S (10) seconds is refused
+    with a message instead of queueing behind a compile bomb."""
+    import fcntl
+
+    slots = max(1, int(os.environ.get("PTXF_NVRTC_SLOTS") or 2))
+    wait_s = float(os.environ.get("PTXF_NVRTC_WAIT_S") or 10)
+    folder = Path(
+        os.environ.get("PTXF_NVRTC_SLOT_DIR")
+        or Path(tempfile.gettempdir()) / f"ptxf-nvrtc-slots-{os.getuid()}"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + wait_s
+    while True:
+        for index in range(slots):
+            handle = open(folder / f"slot{index}", "a")  # noqa: SIM115 - held while compiling
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+            return
+        if time.monotonic() >= deadline:
+            raise SpecError(
+                [(field, "the CUDA compiler is busy with other uploads: try again in a minute")]
+            )
+        time.sleep(0.1)
