@@ -364,3 +364,20 @@ def test_a_later_generation_proposes_new_matmul_schedules():
         assert d.schedule["family"] == "matmul"
         assert FAMILY.canonical(d.schedule).__repr__() not in seen
         assert FAMILY.is_valid(ir, FAMILY.schedule_from_dict(d.schedule), dict(w.shapes[0]))[0]
+
+
+@pytest.mark.parametrize(("operands", "out"), [("fp16", "fp16"), ("bf16", "fp32")])
+def test_fp16_operands_and_fp32_outputs_emit_and_compile(operands, out):
+    from factory.compile import compile_ptx
+
+    inputs = {"x": (["M", "K"], operands), "w": (["N", "K"], operands), "b": (["N"], "fp32")}
+    w = manifest("x @ w.T * 0.5 + b", inputs, {"M": 300, "N": 200, "K": 72}, out_dtype=out)
+    fam, ir = families.family_for(w)
+    assert fam is FAMILY and ir.a.dtype == operands and ir.outputs[0].dtype == out
+    em = fam.emit(ir, fam.seeds(ir, dict(w.shapes[0]))[0])
+    assert compile_ptx(em.ptx, "sm_90a").ok
+
+
+def test_features_of_a_record_without_schedule_or_shape():
+    f = FAMILY.features({}, {}, [])
+    assert len(f) == len(F.FEATURE_NAMES) and all(math.isfinite(v) for v in f)

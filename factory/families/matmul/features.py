@@ -83,6 +83,8 @@ def gemm_dims(
     if {"M", "N", "K"} <= set(dims):
         return int(dims["M"]), int(dims["N"]), int(dims["K"]), 1
     order = [d for d in (dim_order or list(dims)) if d in dims] or list(dims)
+    if not order:  # a record without a shape: a neutral problem
+        return 1, 1, 1, 1
     order = (order + order[-1:] * 3)[:3]
     return int(dims[order[0]]), int(dims[order[2]]), int(dims[order[1]]), 1
 
