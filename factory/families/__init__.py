@@ -21,6 +21,8 @@ from factory.families.base import Family, Roofline, Unsupported, io_bytes
 # the most specific first (a matmul's expression would otherwise be refused by the row family).
 BUILTIN: dict[str, str] = {
     "matmul": "factory.families.matmul",
+    "colreduce": "factory.families.colreduce",
+    "allreduce": "factory.families.allreduce",
     "row": "factory.families.row",
 }
 

@@ -23,6 +23,10 @@ UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "ab
 BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 REDUCE_OPS = ("sum", "mean", "max", "min")
+# Reductions the language has beyond REDUCE_OPS (the row family lowers REDUCE_OPS only).
+EXTRA_REDUCE_OPS = ("prod",)
+SCAN_OPS = ("sum", "prod")  # cumsum, cumprod
+ARG_OPS = ("argmax", "argmin")
 
 Dim = str | int  # a dim symbol such as "M", or 1
 Shape = tuple[Dim, ...]
@@ -136,11 +140,38 @@ class MatMul(Node):
     dtype: str = "fp32"
 
 
+@dataclass(frozen=True)
+class Scan(Node):
+    """A cumulative sum or product along `axis` (cumsum/cumprod): element i combines elements
+    0..i (exclusive: 0..i-1, the first is the identity; reverse: i..n-1, or i+1..n-1)."""
+
+    op: str  # "sum" or "prod"
+    x: Node
+    axis: int  # normalised to a non-negative axis of x
+    exclusive: bool
+    reverse: bool
+    shape: Shape
+    dtype: str = "fp32"
+
+
+@dataclass(frozen=True)
+class ArgReduce(Node):
+    """The index of the largest (argmax) or smallest (argmin) element along `axis`, the first
+    one on ties, as numpy. An index value: an output of it is declared int32 or int64."""
+
+    op: str  # "argmax" or "argmin"
+    x: Node
+    axis: int
+    keepdims: bool
+    shape: Shape
+    dtype: str = "int64"
+
+
 def children(node: Node) -> tuple[Node, ...]:
     """The direct operands of a node, in a fixed order."""
     if isinstance(node, Input | Const):
         return ()
-    if isinstance(node, Unary | Reduce | Cast | Transpose):
+    if isinstance(node, Unary | Reduce | Cast | Transpose | Scan | ArgReduce):
         return (node.x,)
     if isinstance(node, Binary | Compare | MatMul):
         return (node.a, node.b)
@@ -231,5 +262,7 @@ def _getstate(self: Node) -> dict:
 
 Node.__getstate__ = _getstate
 for _cls in (Input, Const, Unary, Binary, Compare, Where, Reduce, Gather, Cast, Transpose, MatMul):
+    _install_graph_methods(_cls)
+for _cls in (Scan, ArgReduce):
     _install_graph_methods(_cls)
 del _cls

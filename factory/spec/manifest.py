@@ -18,11 +18,14 @@ from factory.spec.expr import (
     DTYPES,
     FLOAT_DTYPES,
     INDEX_DTYPES,
+    ArgReduce,
     Const,
     Gather,
     Input,
     MatMul,
     Node,
+    Reduce,
+    Scan,
     children,
     walk,
 )
@@ -70,6 +73,9 @@ DEFAULT_TOLERANCE = {
     "bf16": Tolerance(rel_norm=1e-2, atol=1e-2, rtol=2e-2),  # bf16 keeps 8 bits: 2^-9 = 2e-3
     "fp16": Tolerance(rel_norm=5e-3, atol=1e-3, rtol=5e-3),  # fp16 keeps 11 bits: 2^-12 = 2.4e-4
     "fp32": Tolerance(rel_norm=1e-5, atol=1e-5, rtol=1e-4),
+    # argmax/argmin outputs: the index itself, exactly
+    "int32": Tolerance(rel_norm=1e-12, atol=0.0, rtol=0.0),
+    "int64": Tolerance(rel_norm=1e-12, atol=0.0, rtol=0.0),
 }
 MAX_REL_NORM = 0.5  # looser than this and a garbage output could pass
 MAX_RTOL = 0.5
@@ -235,6 +241,8 @@ class _Loader:
         err.raise_if_any()
 
         self._check_index_ranges(shapes, heldout)
+        tolerance = _grown_tolerance(self.data.get("tolerance"), tolerance, outputs,
+                                     self.inputs.values(), shapes + heldout)  # fmt: skip
         baseline = self._baseline(outputs, shapes + heldout, target)
         err.raise_if_any()
 
@@ -469,13 +477,23 @@ class _Loader:
                 if key not in ("expr", "dtype", "shape"):
                     self.err.add(f"{field}.{key}", "unknown field (expr, dtype, shape)")
             dtype = spec.get("dtype")
-            if dtype not in FLOAT_DTYPES:
-                self.err.add(f"{field}.dtype", f"must be one of {', '.join(FLOAT_DTYPES)}")
+            if dtype not in DTYPES:
+                self.err.add(
+                    f"{field}.dtype",
+                    f"must be one of {', '.join(FLOAT_DTYPES)} (or {', '.join(INDEX_DTYPES)} "
+                    "for an argmax/argmin)",
+                )
             if "expr" not in spec:
                 self.err.add(f"{field}.expr", "is required")
                 continue
             node = self._parse(f"{field}.expr", spec["expr"])
-            if node is None or dtype not in FLOAT_DTYPES:
+            if node is None or dtype not in DTYPES:
+                continue
+            if dtype in INDEX_DTYPES and not isinstance(node, ArgReduce):
+                self.err.add(
+                    f"{field}.dtype",
+                    f"{dtype} outputs hold an index: the expression must be an argmax/argmin",
+                )
                 continue
             if node.dtype == "bool":
                 self.err.add(f"{field}.expr", "is a comparison; use where(c, 1.0, 0.0)")
@@ -939,3 +957,64 @@ def _odd_below(v: int) -> int:
 
 def _odd_above(v: int) -> int:
     return v + 3 if v % 2 == 0 else v + 2
+
+
+# -- tolerances that grow with the reduced length (issue 50) ----------------------------------
+
+_EPS32 = 2.0**-24
+
+
+def reduced_length(n: Node, row: dict[str, int]) -> int:
+    """Elements one result of a Reduce/Scan combines: its axis, times those of the same op
+    nested inside it (a reduction over several axes)."""
+    if not isinstance(n, Reduce | Scan):
+        return 1
+    d = n.x.shape[n.axis]
+    size = row[d] if isinstance(d, str) else d
+    if isinstance(n, Reduce) and isinstance(n.x, Reduce) and n.x.op == n.op:
+        return size * reduced_length(n.x, row)
+    return size
+
+
+def _grown_tolerance(given, tolerance: dict, outputs, inputs, rows) -> dict:
+    """The default tolerance of an output dtype, grown with the longest length L a sum, product
+    or scan combines that the row family does not compute (over a leading or middle axis,
+    several axes, a product or a scan). fp32 accumulation of L terms within R = the largest
+    declared input magnitude: atol eps*R*L for a sum or scan (eps = 2^-24; a blocked sum's
+    error is far below that, a sequential one about there), eps*R*sqrt(L) for a mean; rel_norm
+    4*eps*sqrt(L); rtol eps*L for products and scans (each step rounds once). Capped at the
+    manifest's limits. Tolerances the manifest gives are never changed."""
+    given = given if isinstance(given, dict) else {}
+    r = max([1.0] + [max(abs(t.low), abs(float(t.high))) for t in inputs
+                     if t.dtype in FLOAT_DTYPES])  # fmt: skip
+    out = dict(tolerance)
+    for o in outputs:
+        if o.dtype not in FLOAT_DTYPES or o.dtype in given:
+            continue
+        atol = rel = rtol = 0.0
+        for n in walk(o.expr):
+            if not isinstance(n, Reduce | Scan) or n.op in ("max", "min"):
+                continue
+            new_kind = (
+                isinstance(n, Scan)
+                or n.op == "prod"
+                or n.axis != len(n.x.shape) - 1
+                or (isinstance(n.x, Reduce) and n.x.op == n.op)
+            )
+            if not new_kind:
+                continue
+            length = max(reduced_length(n, row) for row in rows)
+            if n.op == "mean":
+                atol = max(atol, _EPS32 * r * math.sqrt(length))
+            elif n.op == "sum":
+                atol = max(atol, _EPS32 * r * length)
+            if n.op == "prod" or isinstance(n, Scan):
+                rtol = max(rtol, _EPS32 * length)
+            rel = max(rel, 4 * _EPS32 * math.sqrt(length))
+        base = out[o.dtype]
+        out[o.dtype] = Tolerance(
+            rel_norm=min(MAX_REL_NORM, max(base.rel_norm, rel)),
+            atol=min(MAX_ATOL, max(base.atol, atol)),
+            rtol=min(MAX_RTOL, max(base.rtol, rtol)),
+        )
+    return out

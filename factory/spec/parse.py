@@ -9,7 +9,11 @@ Grammar (everything else is refused with a SpecError naming the field):
   max(a, b) / min(a, b) elementwise; sum/mean/max/min(x, axis=-1, keepdims=False) reductions;
   gather(x, idx) along the last axis; casts f32(x) bf16(x) f16(x);
   a @ b and matmul(a, b) over the last two axes (leading batch axes broadcast), w.T (a 2-D tensor
-  with its axes swapped: `x @ w.T` multiplies by a weight stored [N, K], as torch's F.linear).
+  with its axes swapped: `x @ w.T` multiplies by a weight stored [N, K], as torch's F.linear);
+  sum/mean/max/min/prod(x, axis=(0, 2), keepdims=False) over a tuple of axes or axis=None (every
+  axis; nested single-axis Reduce nodes, innermost axis first); cumsum/cumprod(x, axis=-1,
+  exclusive=False, reverse=False); argmax/argmin(x, axis=-1, keepdims=False) (an index value,
+  the first on ties); the constants inf and -inf.
 Broadcasting follows numpy's rules on symbolic shapes.
 """
 
@@ -21,6 +25,7 @@ import re
 import warnings
 
 from factory.spec.expr import (
+    ArgReduce,
     Binary,
     Cast,
     Compare,
@@ -30,6 +35,7 @@ from factory.spec.expr import (
     MatMul,
     Node,
     Reduce,
+    Scan,
     Shape,
     Transpose,
     Unary,
@@ -46,9 +52,17 @@ from factory.spec.limits import (
 UNARY_FUNCS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs")
 CAST_FUNCS = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 REDUCE_FUNCS = ("sum", "mean", "max", "min")
+SCAN_FUNCS = {"cumsum": "sum", "cumprod": "prod"}
+ARG_FUNCS = ("argmax", "argmin")
+EXTRA_FUNCS = ("prod", *SCAN_FUNCS, *ARG_FUNCS)  # parsed by ExprParser._extended
 FUNCTION_NAMES = (
-    frozenset(UNARY_FUNCS) | set(CAST_FUNCS) | set(REDUCE_FUNCS) | {"where", "gather", "matmul"}
+    frozenset(UNARY_FUNCS)
+    | set(CAST_FUNCS)
+    | set(REDUCE_FUNCS)
+    | {"where", "gather", "matmul"}
+    | set(EXTRA_FUNCS)
 )
+INF_NAME = "inf"  # the constant infinity (-inf by unary minus), unless the manifest names one
 REDUCE_KEYWORDS = ("axis", "keepdims")
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow"}
@@ -194,6 +208,8 @@ class ExprParser:
             raise ExprError(f"name {name!r} is not allowed (names may not start with '_')")
         if name in self.scope:
             return self.scope[name]
+        if name == INF_NAME:
+            return self.make(Const(math.inf))
         if name in FUNCTION_NAMES:
             raise ExprError(f"{name!r} is a function; call it, e.g. {name}(x)")
         known = ", ".join(sorted(self.scope)) or "none"
@@ -282,6 +298,12 @@ class ExprParser:
         if len(keywords) != len(n.keywords):
             raise ExprError(f"{fname}() got a repeated keyword")
 
+        if fname in EXTRA_FUNCS or (
+            fname in REDUCE_FUNCS
+            and not (fname in ("max", "min") and nargs == 2)
+            and _several_axes(keywords.get("axis"))
+        ):
+            return self._extended(fname, n, keywords, depth)
         if fname in REDUCE_FUNCS and not (fname in ("max", "min") and nargs == 2):
             return self._reduce(fname, n, keywords, depth)
         if keywords:
@@ -405,3 +427,78 @@ class ExprParser:
                 f"{shape_text(batch + (1,))}"
             )
         return self.make(Gather(x, idx, idx.shape))
+
+
+# -- reductions over several axes, scans, arg-reductions (issue 50) ------------------------------
+
+
+def _several_axes(v: ast.AST | None) -> bool:
+    """axis=(a, b, ...) or axis=None: a reduction over several axes."""
+    return isinstance(v, ast.Tuple) or (isinstance(v, ast.Constant) and v.value is None)
+
+
+def _axes_keyword(v: ast.AST | None, rank: int, fname: str) -> tuple[int, ...]:
+    """The non-negative axes an axis keyword names, in increasing order (default: the last)."""
+    if v is None:
+        items: list = [-1]
+    elif isinstance(v, ast.Constant) and v.value is None:
+        items = list(range(rank))
+    elif isinstance(v, ast.Tuple):
+        if not v.elts:
+            raise ExprError(f"{fname}(): axis=() names no axis")
+        items = [ExprParser._int_keyword(e, -1) for e in v.elts]
+    else:
+        items = [ExprParser._int_keyword(v, -1)]
+    axes = []
+    for a in items:
+        if not -rank <= a < rank:
+            raise ExprError(f"axis {a} is out of range for a tensor of rank {rank}")
+        axes.append(a % rank)
+    if len(set(axes)) != len(axes):
+        raise ExprError(f"{fname}(): an axis is named twice")
+    return tuple(sorted(axes))
+
+
+def _extended(self, fname: str, n: ast.Call, keywords: dict, depth: int) -> Node:
+    allowed = {
+        "scan": ("axis", "exclusive", "reverse"),
+        "arg": ("axis", "keepdims"),
+        "reduce": REDUCE_KEYWORDS,
+    }
+    kind = "scan" if fname in SCAN_FUNCS else "arg" if fname in ARG_FUNCS else "reduce"
+    if len(n.args) != 1:
+        raise ExprError(f"{fname}() takes one tensor")
+    for k in keywords:
+        if k not in allowed[kind]:
+            raise ExprError(f"{fname}() got an unexpected keyword {k!r}"[:120])
+    x = self._operand(self._visit(n.args[0], depth + 1), f"{fname}()")
+    if _kind(x) != "float":
+        raise ExprError(f"{fname}() takes a floating-point tensor")
+    rank = len(x.shape)
+    if rank == 0:
+        raise ExprError(f"{fname}() of a scalar: there is no axis to work along")
+    if kind == "scan":
+        axis = self._int_keyword(keywords.get("axis"), -1)
+        if not -rank <= axis < rank:
+            raise ExprError(f"axis {axis} is out of range for a tensor of rank {rank}")
+        exclusive = self._bool_keyword(keywords.get("exclusive"), False)
+        reverse = self._bool_keyword(keywords.get("reverse"), False)
+        return self.make(Scan(SCAN_FUNCS[fname], x, axis % rank, exclusive, reverse, x.shape))
+    keepdims = self._bool_keyword(keywords.get("keepdims"), False)
+    if kind == "arg":
+        if _several_axes(keywords.get("axis")):
+            raise ExprError(f"{fname}() takes one axis")
+        (axis,) = _axes_keyword(keywords.get("axis"), rank, fname)
+        shape = x.shape[:axis] + ((1,) if keepdims else ()) + x.shape[axis + 1 :]
+        return self.make(ArgReduce(fname, x, axis, keepdims, shape))
+    # Over several axes: nested single-axis reductions, the highest axis first (so the lower
+    # ones keep their numbers without keepdims). Exact for every op: a mean of means over full
+    # axes is the mean over both.
+    node = x
+    for axis in reversed(_axes_keyword(keywords.get("axis"), rank, fname)):
+        shape = node.shape[:axis] + ((1,) if keepdims else ()) + node.shape[axis + 1 :]
+        node = self.make(Reduce(fname, node, axis, keepdims, shape))
+    return node
+
+
+ExprParser._extended = _extended

@@ -14,6 +14,7 @@ import numpy as np
 from factory.spec.expr import (
     FLOAT_DTYPES,
     INDEX_DTYPES,
+    ArgReduce,
     Binary,
     Cast,
     Compare,
@@ -23,6 +24,7 @@ from factory.spec.expr import (
     MatMul,
     Node,
     Reduce,
+    Scan,
     Transpose,
     Unary,
     Where,
@@ -267,7 +269,7 @@ def _row_plan(w: Workload, dims: dict[str, int]):
     for n in nodes:
         if n.shape.count(split) > 1:
             return None
-        if isinstance(n, Reduce) and n.x.shape[n.axis] == split:
+        if isinstance(n, Reduce | Scan | ArgReduce) and n.x.shape[n.axis] == split:
             return None
         if isinstance(n, Gather) and n.x.shape[-1] == split:
             return None
@@ -401,8 +403,14 @@ def _eval(n: Node, values, decls, inputs, dims, out) -> np.ndarray:
         return r.astype(np.float64, copy=False)
     if isinstance(n, Reduce):
         x = _as_float(values[n.x])
-        fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[n.op]
+        fn = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "prod": np.prod}[n.op]
         return np.asarray(fn(x, axis=n.axis, keepdims=n.keepdims), dtype=np.float64)
+    if isinstance(n, Scan):
+        return _scan(n, _as_float(values[n.x]))
+    if isinstance(n, ArgReduce):
+        x = _as_float(values[n.x])
+        fn = np.argmax if n.op == "argmax" else np.argmin  # the first index on ties, as numpy
+        return np.asarray(fn(x, axis=n.axis, keepdims=n.keepdims), dtype=np.int64)
     if isinstance(n, Gather):
         x, idx = values[n.x], values[n.idx]
         size = x.shape[-1]
@@ -485,3 +493,24 @@ _COMPARE = {
     "eq": np.equal,
     "ne": np.not_equal,
 }
+
+
+def _scan(n: Scan, x: np.ndarray) -> np.ndarray:
+    """cumsum/cumprod along n.axis in float64; reverse runs from the end, exclusive shifts by one
+    and starts from the identity (0 or 1)."""
+    fn = np.cumsum if n.op == "sum" else np.cumprod
+    if n.reverse:
+        x = np.flip(x, axis=n.axis)
+    r = fn(x, axis=n.axis, dtype=np.float64)
+    if n.exclusive:
+        shifted = np.empty_like(r)
+        head = [slice(None)] * r.ndim
+        rest = [slice(None)] * r.ndim
+        body = [slice(None)] * r.ndim
+        head[n.axis], rest[n.axis], body[n.axis] = slice(0, 1), slice(1, None), slice(0, -1)
+        shifted[tuple(head)] = 0.0 if n.op == "sum" else 1.0
+        shifted[tuple(rest)] = r[tuple(body)]
+        r = shifted
+    if n.reverse:
+        r = np.flip(r, axis=n.axis)
+    return np.ascontiguousarray(r)
