@@ -150,3 +150,54 @@ def test_up_restarts_a_sigkilled_worker_and_keeps_serving(tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def test_up_production_serves_through_gunicorn_with_whitenoise(tmp_path):
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DEBUG", "SECRET_KEY")
+    }
+    env.update(
+        PTXF_VAR_DIR=str(tmp_path / "var"),
+        PRODUCTION="1",
+        SECRET_KEY="a-fifty-character-or-longer-random-secret-key-for-this-test-0123",
+        SECURE_SSL_REDIRECT="0",  # plain http on the loopback in this test
+        ALLOWED_HOSTS="127.0.0.1",
+        WEB_CONCURRENCY="2",
+    )
+    log = tmp_path / "up.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "up", "--production", "--no-workers"]
+            + ["--addr", f"127.0.0.1:{port}"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: "is up" in log.read_text() or proc.poll() is not None, 240, "up")
+        text = log.read_text()
+        assert proc.poll() is None and "gunicorn" in text.lower(), text
+        assert "demo /" not in text  # no published demo login in production
+        with urllib.request.urlopen(base + "/accounts/login/", timeout=10) as response:  # noqa: S310
+            page = response.read().decode()
+            assert response.headers["Content-Security-Policy"]
+        script = re.search(r'src="(/static/django_htmx/htmx-2\.min\.[0-9a-f]+\.js)"', page)
+        assert script, "hashed static names from collectstatic's manifest"
+        with urllib.request.urlopen(base + script.group(1), timeout=10) as response:  # noqa: S310
+            assert response.status == 200 and "max-age=315360000" in response.headers.get(
+                "Cache-Control", ""
+            )
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

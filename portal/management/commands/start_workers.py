@@ -4,6 +4,7 @@ import sys
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from portal.management.commands.up import requeue_after_worker_loss
 from portal.management.supervise import Child, supervise
 from portal.management.workers import machine_facts, worker_commands
 
@@ -52,5 +53,7 @@ class Command(BaseCommand):
             )
             for command in commands
         ]
-        if not supervise(children, grace_s=20):
+        # Embedded, a dead worker's taken messages are gone: re-send the active jobs' tasks.
+        on_restart = requeue_after_worker_loss if embedded else None
+        if not supervise(children, grace_s=20, on_restart=on_restart):
             sys.exit(1)
