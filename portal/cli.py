@@ -49,6 +49,25 @@ def api_base(url: str) -> str:
     return url + "/"
 
 
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
+class _SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect, but never carry the token to another origin (scheme, host or port):
+    urllib copies every header onto the redirected request, Authorization included."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and _origin(new.full_url) != _origin(req.full_url):
+            new.remove_header("Authorization")
+        return new
+
+
+_OPENER = urllib.request.build_opener(_SameOriginRedirects)
+
+
 class Client:
     def __init__(self, url: str, token: str):
         if not token:
@@ -71,7 +90,7 @@ class Client:
         url = urllib.parse.urljoin(self.base, path)  # api_base() allowed http(s) only
         request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310
         try:
-            return urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 - http(s) only
+            return _OPENER.open(request, timeout=TIMEOUT_S)  # http(s) only, token stays home
         except urllib.error.HTTPError as exc:
             raise CliError(_describe_error(exc)) from None
         except (urllib.error.URLError, OSError) as exc:
