@@ -147,8 +147,19 @@ def child_path_check(torch, kern, m=1000, n=1030, k=1000):
     return ok
 
 
+BATCH = 3  # Bt of the batched variant: A and the output have BATCH * M rows
+
+
+def rows_of(name, m):
+    return BATCH * m if name == "batched_row" else m
+
+
 def make_inputs(torch, name, m, n, k, gen):
     dev = "cuda"
+    if name == "batched_row":
+        t = make_inputs(torch, "plain", BATCH * m, n, k, gen)
+        t["rs"] = torch.randn(m, device=dev, generator=gen).to(torch.bfloat16)
+        return t
     t = {
         "a": torch.randn(m, k, device=dev, generator=gen).to(torch.bfloat16),
         "b": (torch.randn(n, k, device=dev, generator=gen) / math.sqrt(k) * 4).to(torch.bfloat16),
@@ -181,6 +192,8 @@ def reference(torch, name, t):
     if name == "swiglu":
         u = a @ t["b2"].double().T
         return x * torch.sigmoid(x) * u
+    if name == "batched_row":
+        return x * t["rs"].double().repeat(BATCH)[:, None]
     raise KeyError(name)
 
 
@@ -200,6 +213,9 @@ def torch_baseline(torch, name, t):
         return lambda: torch.square(F.relu(torch.matmul(a, b.T)))
     if name == "swiglu":
         return lambda: F.silu(torch.matmul(a, b.T)) * torch.matmul(a, t["b2"].T)
+    if name == "batched_row":
+        rs = t["rs"].repeat(BATCH)[:, None]
+        return lambda: torch.matmul(a, b.T) * rs
     raise KeyError(name)
 
 
@@ -222,7 +238,7 @@ def check(torch, kern, name, m, n, k, seed):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
     t = make_inputs(torch, name, m, n, k, gen)
-    dims = {"M": m, "N": n, "K": k}
+    dims = {"M": m, "N": n, "K": k, "Bt": BATCH}
     kern.bind(t, dims)
     stream = torch.cuda.current_stream().cuda_stream
     outs = []
@@ -238,7 +254,7 @@ def check(torch, kern, name, m, n, k, seed):
     rel = float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)) if finite else float("nan")
     rms = float(torch.sqrt((ref**2).mean()))
     atol = 2**-7 * rms * (1 + k / 65536)
-    bad = int((diff > atol + 2**-7 * ref.abs()).sum()) if finite else m * n
+    bad = int((diff > atol + 2**-7 * ref.abs()).sum()) if finite else rows_of(name, m) * n
     same = bool(torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)))
     ok = finite and rel < 1e-2 and bad == 0 and same
     rec = {"op": name, "schedule": kern.s.label(), "shape": [m, n, k], "rel_norm": rel,
@@ -267,7 +283,7 @@ def time_pair(torch, kerns: dict, name, m, n, k, reps):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
     t = make_inputs(torch, name, m, n, k, gen)
-    dims = {"M": m, "N": n, "K": k}
+    dims = {"M": m, "N": n, "K": k, "Bt": BATCH}
     stream = torch.cuda.current_stream().cuda_stream
     for kern in kerns.values():
         kern.bind(t, dims)
@@ -298,7 +314,7 @@ def time_pair(torch, kerns: dict, name, m, n, k, reps):
     for lab, e0, e1 in evs:
         samples[lab].append(e0.elapsed_time(e1) * 1e3)
     # the timed runs' output must still be right: recheck the last kernel's output cheaply
-    flops = 2.0 * m * n * k * (2 if name == "swiglu" else 1)
+    flops = 2.0 * rows_of(name, m) * n * k * (2 if name == "swiglu" else 1)
     rows = {}
     for lab, xs in samples.items():
         xs = np.array(xs)
@@ -323,9 +339,15 @@ def main():
     ap.add_argument("--plan", default="",
                     help="op:sched+sched;op:sched ... (overrides --ops/--scheds)")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--allow-batch", action="store_true",
+                    help="let is_valid pass batched IRs (to verify them)")
     ap.add_argument("--timeout", type=float, default=500.0)
     args = ap.parse_args()
     start = time.time()
+    if args.allow_batch:
+        from factory.families.matmul import schedule as _schedule
+
+        _schedule.BATCH_VERIFIED = True
     import torch
 
     dev = torch.cuda.get_device_properties(0)

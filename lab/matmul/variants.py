@@ -37,8 +37,8 @@ def _silu(x):
     return _b("mul", x, E.Unary("sigmoid", x, S))
 
 
-def _ir(name, expr, inputs=(), b2=False):
-    return GemmIR(name, "M", "N", "K", (), Operand("a", "bf16", "row"),
+def _ir(name, expr, inputs=(), b2=False, batch=()):
+    return GemmIR(name, "M", "N", "K", tuple(batch), Operand("a", "bf16", "row"),
                   Operand("b", "bf16", "col"), Operand("b2", "bf16", "col") if b2 else None,
                   tuple(inputs), (EpiOutput("c", "bf16", expr),))
 
@@ -54,6 +54,10 @@ def epilogue_irs() -> dict[str, GemmIR]:
         "residual": _ir("residual", _b("add", acc(), res), [EpiInput("res", "bf16", "full")]),
         "relu2": _ir("relu2", _b("pow", _b("max", acc(), _c(0)), _c(2))),
         "swiglu": _ir("swiglu", _b("mul", _silu(acc()), acc2()), b2=True),
+        # a batch axis Bt (3 in the bench) over A and the output, a per-row scale shared by the
+        # batch: rows flatten to Bt * M, the scale is read at row % M
+        "batched_row": _ir("batched_row", _b("mul", acc(), E.Input("rs", ("M", 1), "fp32")),
+                           [EpiInput("rs", "bf16", "row")], batch=("Bt",)),
     }
 
 

@@ -66,8 +66,14 @@ def tmap_param(name: str, tensor: str, box: tuple[int, int], dims: tuple[str, st
                        swizzle=swizzle)
 
 
+def rows_expr(ir: GemmIR) -> str:
+    """The output's row count as a dim expression: batch axes and M flattened (A, the output
+    and "full" inputs are contiguous over them; B is shared by the batch)."""
+    return " * ".join((*ir.batch, ir.m))
+
+
 def launch_for(ir: GemmIR, s: GemmSchedule) -> Launch:
-    tiles = f"ceildiv({ir.m}, {s.tile_m}) * ceildiv({ir.n}, {s.tile_n})"
+    tiles = f"ceildiv({rows_expr(ir)}, {s.tile_m}) * ceildiv({ir.n}, {s.tile_n})"
     grid = f"min({tiles}, {NUM_SMS})" if s.persistent else tiles
     return Launch(grid=(grid, 1, 1), block=(s.threads(), 1, 1), smem_bytes=s.smem_bytes(ir))
 
@@ -224,7 +230,8 @@ class _Kernel:
         ir, s, b = self.ir, self.s, self.b
         params: list[KernelParam] = []
         plist: list[str] = []
-        maps = [("a_map", ir.a.name, s.tile_m, ir.m), ("b_map", ir.b.name, s.tile_n, ir.n)]
+        maps = [("a_map", ir.a.name, s.tile_m, rows_expr(ir)),
+                ("b_map", ir.b.name, s.tile_n, ir.n)]
         if self.two:
             maps.append(("b2_map", ir.b2.name, s.tile_n, ir.n))
         for pname, tensor, rows, outer in maps:
@@ -236,15 +243,22 @@ class _Kernel:
         for i in ir.inputs:
             params.append(KernelParam("tensor", "u64", i.name))
             plist.append(f".param .u64 in_{i.name}")
-        for d in (ir.m, ir.n, ir.k):
+        for d in (*ir.batch, ir.m, ir.n, ir.k):
             params.append(KernelParam("dim", "u32", d))
+        plist += [f".param .u32 dim_b{i}" for i in range(len(ir.batch))]
         plist += [".param .u32 dim_m", ".param .u32 dim_n", ".param .u32 dim_k"]
 
         maxnreg = min(248, 65536 // s.threads() // 8 * 8)
         creg = s.consumer_regs()
 
         b.comment("load dims, tile counts, shared-memory layout")
-        self.op("ld.param.u32 %M, [dim_m]")
+        # %Mb: rows of one batch entry (row-role inputs repeat per entry); %M: all rows
+        self.op("ld.param.u32 %Mb, [dim_m]")
+        self.op("mov.u32 %M, %Mb")
+        for i in range(len(ir.batch)):
+            bd = self.r32()
+            self.op(f"ld.param.u32 {bd}, [dim_b{i}]")
+            self.op(f"mul.lo.u32 %M, %M, {bd}")
         self.op("ld.param.u32 %N, [dim_n]")
         self.op("ld.param.u32 %K, [dim_k]")
         self.op(f"add.u32 %tiles_m, %M, {s.tile_m - 1}")
@@ -299,7 +313,7 @@ class _Kernel:
         decls.append(f"    .reg .f32 %ca<{n}>;")
         if self.two or self.pp:
             decls.append(f"    .reg .f32 %cb<{n}>;")
-        named = ("M", "N", "K", "tiles_m", "tiles_n", "tiles", "nk", "tx", "wg", "ncta", "base", "sb",
+        named = ("M", "Mb", "N", "K", "tiles_m", "tiles_n", "tiles", "nk", "tx", "wg", "ncta", "base", "sb",
                  "full", "empty", "stage", "phase", "tile", "kb", "ci", "cta")
         decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
         head = [
@@ -601,6 +615,10 @@ class _Kernel:
             elif i.role == "row":
                 vals = []
                 for h, r in enumerate(rows):
+                    if ir.batch:
+                        rb = self.r32()
+                        self.op(f"rem.u32 {rb}, {r}, %Mb")
+                        r = rb
                     r64 = self.r64()
                     self.op(f"cvt.u64.u32 {r64}, {r}")
                     a = self.r64()
