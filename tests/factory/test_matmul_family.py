@@ -204,7 +204,8 @@ def test_seeds_follow_the_shape():
     for seeds in (big, skinny):
         assert 1 < len(seeds) <= S.SEEDS_PER_SHAPE
         assert len({(s.tile_m, s.tile_n) for s in seeds}) == len(seeds)
-    assert (big[0].tile_m, big[0].tile_n) == (128, 256)
+    assert big[0].tile_m == 128 and big[0].tile_n >= 192  # the widest tiles for a big shape
+    assert FAMILY.default_schedule(ir, {"M": 8192, "N": 8192, "K": 8192}) in big
     # few rows: narrower tiles, so more SMs have a tile
     first = skinny[0]
     tiles = math.ceil(128 / first.tile_m) * math.ceil(8192 / first.tile_n)
@@ -381,3 +382,25 @@ def test_fp16_operands_and_fp32_outputs_emit_and_compile(operands, out):
 def test_features_of_a_record_without_schedule_or_shape():
     f = FAMILY.features({}, {}, [])
     assert len(f) == len(F.FEATURE_NAMES) and all(math.isfinite(v) for v in f)
+
+
+@pytest.mark.parametrize(
+    ("tile_n", "stages", "persistent", "nb", "size", "measured_us"),
+    [
+        (256, 4, True, 1, 4096, 232.5),
+        (256, 4, True, 1, 8192, 1704.6),
+        (128, 5, True, 1, 4096, 233.3),
+        (128, 5, True, 1, 8192, 1705.2),
+        (256, 4, False, 1, 8192, 1725.7),
+        (128, 4, True, 2, 4096, 426.8),
+        (128, 4, True, 2, 8192, 3277.8),
+    ],
+)
+def test_the_estimate_reproduces_the_measured_emitter(
+    tile_n, stages, persistent, nb, size, measured_us
+):
+    """bench/results/2026-12-07-h200-matmul-emitter (H200, medians)."""
+    sd = {"tile_m": 128, "tile_n": tile_n, "stages": stages, "consumers": 2,
+          "persistent": persistent, "group_m": 8}  # fmt: skip
+    us = F.estimate(sd, size, size, size, nb)["us"]
+    assert abs(us / measured_us - 1) < 0.08, us
