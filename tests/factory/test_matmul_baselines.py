@@ -171,3 +171,21 @@ def test_the_triton_path_composes_with_a_fused_linear():
         got = fn(as_torch(data))["y"].float().numpy()
         assert rel_error(got, reference(w, data, SMALL)["y"]) < 1e-2
     assert "silu" in calls and "gelu_tanh" in calls and None in calls
+
+
+def test_the_gpu_worker_builds_the_family_baselines():
+    from gpuworker.baselines import make_torch_baseline
+
+    w = example("matmul_bias_gelu")
+    fn, version, config = make_torch_baseline("torch_eager", w, family="matmul")
+    assert version == torch.__version__
+    assert config["function"].startswith('y = F.gelu(F.linear(x, w, bias), approximate="tanh")')
+    data = random_inputs(w, SMALL, seed=9)
+    got = fn(as_torch(data))["y"].float().numpy()
+    assert rel_error(got, reference(w, data, SMALL)["y"]) < 1e-2
+    _, _, config = make_torch_baseline("torch_compile_max_autotune", w, family="matmul")
+    assert config["torch_compile"]["mode"] == "max-autotune-no-cudagraphs"
+    assert "F.linear" in config["function"]
+    if importlib.util.find_spec("triton") is None:
+        with pytest.raises(BaselineUnavailable, match="triton"):
+            make_torch_baseline("triton", w, family="matmul")
