@@ -23,6 +23,8 @@ BUILTIN: dict[str, str] = {
     "matmul": "factory.families.matmul",
     "colreduce": "factory.families.colreduce",
     "allreduce": "factory.families.allreduce",
+    "scan": "factory.families.scan",
+    "argreduce": "factory.families.argreduce",
     "row": "factory.families.row",
 }
 

@@ -1,0 +1,383 @@
+"""The arg-reduction family: argmax/argmin along the last axis of an elementwise expression of
+inputs of one shape, to an int32 or int64 index (greedy sampling, routing), one row a block.
+
+Each thread walks its row's chunks of threads x vec elements carrying a (value, index) pair;
+the pairs meet by warp butterflies, then across warps through shared memory. A pair wins when
+its value is larger (smaller for argmin), or it is NaN and the other is not, or the values tie
+(NaN ties NaN) and its index is smaller: numpy's answer, the first index on ties, whatever the
+order of the combinations. Exact: verified bit for bit."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, fields
+
+from factory.emit import Emitted
+from factory.emit.ptx import Builder, EmitError, f32_literal
+from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
+from factory.families.colreduce import ELEMENTWISE
+from factory.families.colreduce.kernel import ESIZE, ColumnKernel, ident
+from factory.spec import expr as E
+from factory.spec.types import KernelParam, Launch
+
+ARCHS = ("sm_90", "sm_100")
+THREADS = (32, 64, 128, 256, 512, 1024)
+UNROLLS = (1, 2)
+
+
+@dataclass(frozen=True)
+class ArgIR:
+    name: str
+    inputs: tuple[tuple[str, str], ...]
+    out: str
+    out_dtype: str
+    op: str  # argmax / argmin
+    operand: E.Node
+    order: tuple[E.Node, ...]
+    shape: tuple  # the operand's
+    dims: tuple[str, ...]
+
+    @property
+    def outputs(self):  # ColumnKernel.evaluate reads outputs[i].operand
+        return (self,)
+
+    @property
+    def max_esize(self) -> int:
+        return max(E.DTYPE_BYTES[d] for _, d in self.inputs)
+
+
+def lower(workload) -> ArgIR:
+    if len(workload.outputs) != 1:
+        raise Unsupported("the arg-reduction family writes one index output")
+    o = workload.outputs[0]
+    n = o.expr
+    if not isinstance(n, E.ArgReduce):
+        raise Unsupported("an output that is not an argmax/argmin")
+    if n.axis != len(n.x.shape) - 1:
+        raise Unsupported("an argmax/argmin along a leading or middle axis (the last axis, yet)")
+    if o.dtype not in E.INDEX_DTYPES:
+        raise Unsupported(f"output {o.name} is {o.dtype}: declare int32 or int64")
+    order, inputs = [], {}
+    for m in E.walk(n.x):
+        order.append(m)
+        if not isinstance(m, ELEMENTWISE):
+            raise Unsupported(f"{type(m).__name__} inside an argmax/argmin's operand")
+        if isinstance(m, E.Input):
+            if m.dtype not in E.FLOAT_DTYPES or m.shape != n.x.shape:
+                raise Unsupported(f"input {m.name}: only float inputs of the operand's shape")
+            inputs[m.name] = m.dtype
+        if isinstance(m, E.Binary) and m.op == "pow" and not isinstance(m.b, E.Const):
+            raise Unsupported("pow needs a constant exponent")
+        if isinstance(m, E.Cast) and m.to not in E.FLOAT_DTYPES:
+            raise Unsupported(f"cast to {m.to}")
+        if m.shape not in ((), n.x.shape) and not isinstance(m, E.Const):
+            raise Unsupported(f"{type(m).__name__} of shape {m.shape} is broadcast")
+    if not inputs:
+        raise Unsupported("the operand reads no input")
+    return ArgIR(
+        name=workload.name.replace("-", "_"),
+        inputs=tuple(inputs.items()),
+        out=o.name,
+        out_dtype=o.dtype,
+        op=n.op,
+        operand=n.x,
+        order=tuple(order),
+        shape=n.x.shape,
+        dims=tuple(dict.fromkeys(d for d in n.x.shape if isinstance(d, str))),
+    )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """threads: a row's block; vec: adjacent elements a load; unroll: loads in flight."""
+
+    family: str = "argreduce"
+    threads: int = 256
+    vec: int = 4
+    unroll: int = 2
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Schedule:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def tag(self) -> str:
+        return f"t{self.threads}v{self.vec}u{self.unroll}"
+
+
+def vecs(ir) -> tuple[int, ...]:
+    return tuple(v for v in (1, 2, 4, 8) if v * ir.max_esize <= 16)
+
+
+def _row(ir, dims) -> int:
+    d = ir.shape[-1]
+    return int(dims[d]) if isinstance(d, str) else int(d)
+
+
+def is_valid(ir: ArgIR, s: Schedule, dims) -> tuple[bool, str]:
+    if s.family != "argreduce" or s.threads not in THREADS or s.vec not in vecs(ir):
+        return False, "threads/vec outside the space"
+    if s.unroll not in UNROLLS:
+        return False, "unroll outside the space"
+    if dims is not None:
+        n = _row(ir, dims)
+        if s.threads > 32 and s.threads * s.vec >= 2 * n:
+            return False, f"{s.threads} x {s.vec} for rows of {n}: half idle"
+    return True, ""
+
+
+def space(ir, dims_list) -> list[Schedule]:
+    out = []
+    for t, v, u in itertools.product(THREADS, vecs(ir), UNROLLS):
+        s = Schedule(threads=t, vec=v, unroll=u)
+        if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
+            out.append(s)
+    return out
+
+
+def default_schedule(ir, dims) -> Schedule:
+    v = max(vecs(ir))
+    n = _row(ir, dims)
+    t = 32
+    while t < 512 and 4 * t * v < n:
+        t *= 2
+    s = Schedule(threads=t, vec=v, unroll=2)
+    return s if is_valid(ir, s, dims)[0] else Schedule(threads=32, vec=1, unroll=1)
+
+
+def seeds(ir, dims) -> list[Schedule]:
+    d = default_schedule(ir, dims)
+    out = [d]
+    for ch in ({"threads": d.threads * 2}, {"threads": d.threads // 2}, {"unroll": 1}):
+        s = Schedule(**{**d.to_dict(), **ch})
+        if s.threads in THREADS and s not in out and is_valid(ir, s, dims)[0]:
+            out.append(s)
+    return out
+
+
+class ArgKernel(ColumnKernel):
+    def __init__(self, ir, s, arch):
+        self.ir, self.s, self.arch = ir, s, arch
+        self.b = Builder()
+        self.V = s.vec
+        self.W = s.threads // 32
+        self.nout = 1
+
+    def take(self, v: str, i: str, ov: str, oi: str) -> str:
+        """pred: (ov, oi) beats (v, i) (see the module docstring)."""
+        b = self.b
+        better = b.reg("pred")
+        b.op(f"setp.{'gt' if self.ir.op == 'argmax' else 'lt'}.f32 {better}, {ov}, {v}")
+        on, vn = b.reg("pred"), b.reg("pred")
+        b.op(f"setp.neu.f32 {on}, {ov}, {ov}")  # ov is NaN
+        b.op(f"setp.neu.f32 {vn}, {v}, {v}")
+        nan_wins = b.reg("pred")
+        b.op(f"not.pred {nan_wins}, {vn}")
+        b.op(f"and.pred {nan_wins}, {nan_wins}, {on}")
+        tie, both = b.reg("pred"), b.reg("pred")
+        b.op(f"setp.eq.f32 {tie}, {ov}, {v}")
+        b.op(f"and.pred {both}, {on}, {vn}")
+        b.op(f"or.pred {tie}, {tie}, {both}")
+        first = b.reg("pred")
+        b.op(f"setp.lt.u32 {first}, {oi}, {i}")
+        b.op(f"and.pred {tie}, {tie}, {first}")
+        b.op(f"or.pred {better}, {better}, {nan_wins}")
+        b.op(f"or.pred {better}, {better}, {tie}")
+        return better
+
+    def fold(self, v: str, i: str, ov: str, oi: str) -> None:
+        p = self.take(v, i, ov, oi)
+        self.b.op(f"selp.f32 {v}, {ov}, {v}, {p}")
+        self.b.op(f"selp.b32 {i}, {oi}, {i}, {p}")
+
+    def render(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
+        ir, s, b = self.ir, self.s, self.b
+        V, T, W = self.V, s.threads, self.W
+        params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
+        params += [KernelParam("tensor", "u64", ir.out)]
+        params += [KernelParam("dim", "u32", d) for d in ir.dims]
+        M, N = self.product(ir.shape[:-1]), self.product(ir.shape[-1:])
+        base = {}
+        for name in [*(n for n, _ in ir.inputs), ir.out]:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            base[name] = r
+        tid, row = self.u32("%tid.x"), self.u32("%ctaid.x")
+        lane, warp = b.reg("b32"), b.reg("b32")
+        b.op(f"and.b32 {lane}, {tid}, 31")
+        b.op(f"shr.u32 {warp}, {tid}, 5")
+        done = b.new_label("done")
+        pr = b.reg("pred")
+        b.op(f"setp.ge.u32 {pr}, {row}, {M}")
+        b.op(f"@{pr} bra.uni {done}")
+        rowstart = b.reg("b32")
+        b.op(f"mul.lo.u32 {rowstart}, {row}, {N}")
+        nmod = b.reg("b32")
+        b.op(f"and.b32 {nmod}, {N}, {V - 1}")
+        aligned = b.reg("pred")
+        b.op(f"setp.eq.u32 {aligned}, {nmod}, 0")
+        worst = -math.inf if ir.op == "argmax" else math.inf
+        bv, bi = b.reg("f32"), b.reg("b32")
+        b.op(f"mov.f32 {bv}, {f32_literal(worst)}")
+        b.op(f"mov.u32 {bi}, {N}")  # past the row: loses every tie
+        k = b.reg("b32")
+        b.op(f"mul.lo.u32 {k}, {tid}, {V}")
+        step = T * V
+        tail = b.new_label("tail")
+        b.op(f"@!{aligned} bra {tail}")
+        U = s.unroll
+        for width in [U, 1] if U > 1 else [1]:
+            top, end = b.new_label("vec"), b.new_label("vec_end")
+            b.label(top)
+            last = b.reg("b32")
+            b.op(f"add.u32 {last}, {k}, {(width - 1) * step + V}")
+            pe = b.reg("pred")
+            b.op(f"setp.gt.u32 {pe}, {last}, {N}")
+            b.op(f"@{pe} bra.uni {end}")
+            loads = []
+            for u in range(width):
+                at = b.reg("b32")
+                b.op(f"add.u32 {at}, {k}, {u * step}")
+                b.op(f"add.u32 {at}, {at}, {rowstart}")
+                per = {}
+                for name, dtype in ir.inputs:
+                    addr = b.reg("b64")
+                    b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                    b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                    per[name] = self.load_vector(addr, dtype)
+                loads.append(per)
+            for u, per in enumerate(loads):
+                for j in range(V):
+                    v = self.evaluate({name: per[name][j] for name, _ in ir.inputs})[0]
+                    idx = b.reg("b32")
+                    b.op(f"add.u32 {idx}, {k}, {u * step + j}")
+                    self.fold(bv, bi, v, idx)
+            b.op(f"add.u32 {k}, {k}, {width * step}")
+            b.op(f"bra.uni {top}")
+            b.label(end)
+        b.label(tail)
+        top, end = b.new_label("elems"), b.new_label("elems_end")
+        b.label(top)
+        pe = b.reg("pred")
+        b.op(f"setp.ge.u32 {pe}, {k}, {N}")
+        b.op(f"@{pe} bra.uni {end}")
+        for j in range(V):
+            kj, pj = b.reg("b32"), b.reg("pred")
+            b.op(f"add.u32 {kj}, {k}, {j}")
+            b.op(f"setp.lt.u32 {pj}, {kj}, {N}")
+            at = b.reg("b32")
+            b.op(f"add.u32 {at}, {kj}, {rowstart}")
+            ins = {}
+            for name, dtype in ir.inputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                ins[name] = self.load_scalar(addr, dtype, pj)
+            v = self.evaluate(ins)[0]
+            p = self.take(bv, bi, v, kj)
+            b.op(f"and.pred {p}, {p}, {pj}")
+            b.op(f"selp.f32 {bv}, {v}, {bv}, {p}")
+            b.op(f"selp.b32 {bi}, {kj}, {bi}, {p}")
+        b.op(f"add.u32 {k}, {k}, {step}")
+        b.op(f"bra.uni {top}")
+        b.label(end)
+        for off in (16, 8, 4, 2, 1):
+            ov, oi = b.reg("f32"), b.reg("b32")
+            b.op(f"shfl.sync.bfly.b32 {ov}, {bv}, {off}, 31, -1")
+            b.op(f"shfl.sync.bfly.b32 {oi}, {bi}, {off}, 31, -1")
+            self.fold(bv, bi, ov, oi)
+        smem = self.u32("red_smem")
+        l0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {l0}, {lane}, 0")
+        at = b.reg("b32")
+        b.op(f"mad.lo.u32 {at}, {warp}, 8, {smem}")
+        b.op(f"@{l0} st.shared.f32 [{at}], {bv}")
+        b.op(f"@{l0} st.shared.b32 [{at}+4], {bi}")
+        b.op("bar.sync 0")
+        t0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {t0}, {tid}, 0")
+        b.op(f"@!{t0} bra.uni {done}")
+        for w in range(1, W):
+            ov, oi = b.reg("f32"), b.reg("b32")
+            b.op(f"ld.shared.f32 {ov}, [{smem}+{8 * w}]")
+            b.op(f"ld.shared.b32 {oi}, [{smem}+{8 * w + 4}]")
+            self.fold(bv, bi, ov, oi)
+        addr = b.reg("b64")
+        es = E.DTYPE_BYTES[ir.out_dtype]
+        b.op(f"mul.wide.u32 {addr}, {row}, {es}")
+        b.op(f"add.u64 {addr}, {addr}, {base[ir.out]}")
+        if es == 4:
+            b.op(f"st.global.b32 [{addr}], {bi}")
+        else:
+            zero = self.u32(0)
+            b.op(f"st.global.v2.b32 [{addr}], {{{bi}, {zero}}}")
+        b.label(done)
+        b.op("ret")
+        entry = f"{ident(ir.name)}_{ir.op}_{s.tag()}"
+        head = [
+            f"// Generated by factory.families.argreduce for workload {ir.name!r}",
+            f"// schedule: {s.to_dict()}",
+            ".version 8.0",
+            f".target {self.arch}",
+            ".address_size 64",
+            "",
+            f".visible .entry {entry}(",
+            ",\n".join(f"    .param .{p.ptx_type} p_{ident(p.name)}" for p in params),
+            f")\n.maxntid {T}, 1, 1",
+            "{",
+        ]
+        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{2 * W}];"]
+        ptx = "\n".join(head + body + [""] + b.lines + ["}", ""])
+        rows = "(" + "*".join(str(d) for d in ir.shape[:-1]) + ")" if ir.shape[:-1] else "1"
+        return Emitted(ptx, entry, tuple(params), Launch((rows, 1, 1), (T, 1, 1)))
+
+
+def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
+    if isinstance(schedule, dict):
+        schedule = Schedule.from_dict(schedule)
+    if arch not in ARCHS:
+        raise EmitError(f"no argreduce emitter for {arch}; known: {', '.join(ARCHS)}")
+    ok, why = is_valid(ir, schedule, None)
+    if not ok:
+        raise EmitError(f"invalid argreduce schedule {schedule.tag()}: {why}")
+    return ArgKernel(ir, schedule, arch).render()
+
+
+def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
+    s = Schedule.from_dict(schedule)
+    elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
+    return [log2(elements), log2(s.threads), float(s.vec * 4), float(s.unroll)]
+
+
+def label(schedule: dict) -> str:
+    s = Schedule.from_dict(schedule)
+    return f"arg: a row a block of {s.threads} threads x {s.vec} a load, {s.unroll} in flight"
+
+
+FAMILY = Family(
+    name="argreduce",
+    lower=lower,
+    space=space,
+    is_valid=is_valid,
+    emit=emit,
+    default_schedule=default_schedule,
+    seeds=seeds,
+    fits=lambda ir, s, dims_list: all(is_valid(ir, s, d)[0] for d in dims_list),
+    space_fits=True,
+    schedule_from_dict=Schedule.from_dict,
+    label=label,
+    legend="arg: threads of a row's block x elements a load, loads in flight",
+    features=features,
+    feature_fields=("threads", "vec", "unroll"),
+    roofline=lambda workload, dims: Roofline(bytes=io_bytes(workload, dims)),
+    baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
+    baselines_module="factory.families.colreduce.baselines",
+    layout_fields=("threads", "vec"),
+)
+
+__all__ = ["FAMILY", "ArgIR", "Schedule", "lower"]

@@ -1,0 +1,622 @@
+"""The scan family: cumsum/cumprod along the last axis (inclusive or exclusive, forward or
+reverse) of an elementwise expression of inputs of the output's shape, one row a block.
+
+A block of `threads` walks its row in chunks of threads x vec elements: each thread scans its
+vec elements in registers, the warp's lanes scan their totals with a butterfly (shfl.bfly: each
+lane ends with the combination of the lanes before it and the warp's total), the warps' totals
+meet in shared memory, and a running carry takes each chunk's total into the next. Reverse
+scans walk the row from its end. Every combination is in a fixed order: the same bits each run.
+
+Rows where this layout is slow: few very long rows (one block a row leaves SMs idle). A
+decoupled look-back single pass over many blocks a row needs a flag array that outlives a
+block; it is not built yet (see the report on issue 50)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, fields
+
+from factory.emit import Emitted
+from factory.emit.ptx import Builder, EmitError, f32_literal
+from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
+from factory.families.colreduce import ELEMENTWISE
+from factory.families.colreduce.kernel import COMBINE, ESIZE, IDENTITY, ColumnKernel, ident
+from factory.spec import expr as E
+from factory.spec.types import KernelParam, Launch
+
+ARCHS = ("sm_90", "sm_100")
+THREADS = (32, 64, 128, 256, 512, 1024)
+MODES = ("row", "lookback")
+CHUNKS = (1, 2, 4)
+LOOKBACK_TILES = 1 << 16  # the module's workspace: an aggregate and a flag per tile of a launch
+SMS = 132
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    name: str
+    dtype: str
+    op: str  # "sum" / "prod"
+    operand: E.Node
+
+
+@dataclass(frozen=True)
+class ScanIR:
+    name: str
+    inputs: tuple[tuple[str, str], ...]
+    outputs: tuple[ScanPlan, ...]  # one
+    order: tuple[E.Node, ...]
+    shape: tuple
+    exclusive: bool
+    reverse: bool
+    dims: tuple[str, ...]
+
+    @property
+    def max_esize(self) -> int:
+        return max(E.DTYPE_BYTES[d] for _, d in self.inputs)
+
+
+def lower(workload) -> ScanIR:
+    if len(workload.outputs) != 1:
+        raise Unsupported("the scan family writes one output")
+    o = workload.outputs[0]
+    n = o.expr
+    if not isinstance(n, E.Scan):
+        raise Unsupported("an output that is not a scan (cumsum/cumprod)")
+    if n.axis != len(n.x.shape) - 1:
+        raise Unsupported("a scan along a leading or middle axis (only the last axis, yet)")
+    if o.dtype not in E.FLOAT_DTYPES:
+        raise Unsupported(f"output {o.name} is {o.dtype}")
+    order, inputs = [], {}
+    for m in E.walk(n.x):
+        order.append(m)
+        if not isinstance(m, ELEMENTWISE):
+            raise Unsupported(f"{type(m).__name__} inside a scan's operand")
+        if isinstance(m, E.Input):
+            if m.dtype not in E.FLOAT_DTYPES or m.shape != n.shape:
+                raise Unsupported(f"input {m.name}: only float inputs of the output's shape")
+            inputs[m.name] = m.dtype
+        if isinstance(m, E.Binary) and m.op == "pow" and not isinstance(m.b, E.Const):
+            raise Unsupported("pow needs a constant exponent")
+        if isinstance(m, E.Cast) and m.to not in E.FLOAT_DTYPES:
+            raise Unsupported(f"cast to {m.to}")
+        if m.shape not in ((), n.shape) and not isinstance(m, E.Const):
+            raise Unsupported(f"{type(m).__name__} of shape {m.shape} is broadcast")
+    if not inputs:
+        raise Unsupported("the scan reads no input")
+    return ScanIR(
+        name=workload.name.replace("-", "_"),
+        inputs=tuple(inputs.items()),
+        outputs=(ScanPlan(o.name, o.dtype, n.op, n.x),),
+        order=tuple(order),
+        shape=n.shape,
+        exclusive=n.exclusive,
+        reverse=n.reverse,
+        dims=tuple(dict.fromkeys(d for d in n.shape if isinstance(d, str))),
+    )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """threads: a block; vec: adjacent elements a thread scans in registers a chunk; mode:
+    "row" (a row a block, chunk after chunk) or "lookback" (a row's tiles of chunks x threads
+    x vec elements over many blocks, each waiting for the aggregates of the tiles before it);
+    chunks: chunks a lookback tile (held in registers between its two passes)."""
+
+    family: str = "scan"
+    threads: int = 256
+    vec: int = 4
+    mode: str = "row"
+    chunks: int = 1
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Schedule:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def tag(self) -> str:
+        if self.mode == "lookback":
+            return f"t{self.threads}v{self.vec}lb{self.chunks}"
+        return f"t{self.threads}v{self.vec}"
+
+    @property
+    def tile(self) -> int:
+        return self.chunks * self.threads * self.vec
+
+
+def vecs(ir) -> tuple[int, ...]:
+    return tuple(v for v in (1, 2, 4, 8) if v * ir.max_esize <= 16)
+
+
+def _row(ir, dims) -> int:
+    d = ir.shape[-1]
+    return int(dims[d]) if isinstance(d, str) else int(d)
+
+
+def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
+    if s.family != "scan" or s.threads not in THREADS or s.vec not in vecs(ir):
+        return False, "threads/vec outside the space"
+    if s.mode not in MODES or s.chunks not in CHUNKS:
+        return False, "mode/chunks outside the space"
+    if s.mode == "row" and s.chunks != 1:
+        return False, "chunks are a lookback tile's"
+    if s.mode == "lookback" and s.threads < 128:
+        return False, "a lookback tile is a block of at least 128 threads"
+    if dims is not None:
+        n = _row(ir, dims)
+        if s.threads > 32 and s.threads * s.vec >= 2 * n:
+            return False, f"{s.threads} x {s.vec} for rows of {n}: half idle"
+        if s.mode == "lookback":
+            rows = math.prod(int(dims[d]) if isinstance(d, str) else d for d in ir.shape[:-1])
+            tiles = rows * math.ceil(n / s.tile)
+            if tiles > LOOKBACK_TILES:
+                return False, f"{tiles} tiles: past the module's {LOOKBACK_TILES}"
+            if n < 2 * s.tile:
+                return False, f"rows of {n} fit one tile: a row a block does it"
+    return True, ""
+
+
+def space(ir, dims_list) -> list[Schedule]:
+    out = []
+    for t, v, (mode, c) in itertools.product(
+        THREADS, vecs(ir), [("row", 1)] + [("lookback", c) for c in CHUNKS]
+    ):
+        s = Schedule(threads=t, vec=v, mode=mode, chunks=c)
+        if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
+            out.append(s)
+    return out
+
+
+def default_schedule(ir, dims) -> Schedule:
+    v = max(vecs(ir))
+    n = _row(ir, dims)
+    rows = math.prod(int(dims[d]) if isinstance(d, str) else d for d in ir.shape[:-1])
+    if rows < 2 * SMS:  # too few rows to fill the GPU a row a block
+        for t, c in ((512, 4), (256, 4), (256, 2), (128, 1)):  # the largest tile that fits
+            s = Schedule(threads=t, vec=v, mode="lookback", chunks=c)
+            if is_valid(ir, s, dims)[0]:
+                return s
+    t = 32
+    while t < 256 and 2 * t * v < 2 * n:
+        t *= 2
+    s = Schedule(threads=t, vec=v)
+    return s if is_valid(ir, s, dims)[0] else Schedule(threads=32, vec=1)
+
+
+def seeds(ir, dims) -> list[Schedule]:
+    d = default_schedule(ir, dims)
+    out = [d]
+    for t, v in ((d.threads * 2, d.vec), (d.threads // 2, d.vec), (d.threads, d.vec // 2)):
+        s = Schedule(threads=t, vec=v, mode=d.mode, chunks=d.chunks)
+        if t in THREADS and v in vecs(ir) and s not in out and is_valid(ir, s, dims)[0]:
+            out.append(s)
+    return out
+
+
+class ScanKernel(ColumnKernel):
+    def __init__(self, ir, s, arch):
+        self.ir, self.s, self.arch = ir, s, arch
+        self.b = Builder()
+        self.V = s.vec
+        self.W = s.threads // 32
+        self.nout = 1
+        self.op = ir.outputs[0].op
+        self.ident = f32_literal(IDENTITY[self.op])
+
+    def setup(self) -> list:
+        ir, b = self.ir, self.b
+        o = ir.outputs[0]
+        params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
+        params += [KernelParam("tensor", "u64", o.name)]
+        params += [KernelParam("dim", "u32", d) for d in ir.dims]
+        self.M, self.N = self.product(ir.shape[:-1]), self.product(ir.shape[-1:])
+        self.base = {}
+        for name, _ in [*ir.inputs, (o.name, o.dtype)]:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            self.base[name] = r
+        self.tid = self.u32("%tid.x")
+        self.lane, self.warp = b.reg("b32"), b.reg("b32")
+        b.op(f"and.b32 {self.lane}, {self.tid}, 31")
+        b.op(f"shr.u32 {self.warp}, {self.tid}, 5")
+        nmod = b.reg("b32")
+        b.op(f"and.b32 {nmod}, {self.N}, {self.V - 1}")
+        self.aligned = b.reg("pred")
+        b.op(f"setp.eq.u32 {self.aligned}, {nmod}, 0")
+        self.smem = self.u32("red_smem")
+        return params
+
+    def phys(self, kj: str, rowstart: str) -> str:
+        """The element index of logical position kj of the row (from the end, reversed)."""
+        b = self.b
+        r = b.reg("b32")
+        if self.ir.reverse:
+            b.op(f"sub.u32 {r}, {self.N}, {kj}")
+            b.op(f"sub.u32 {r}, {r}, 1")
+            b.op(f"add.u32 {r}, {r}, {rowstart}")
+        else:
+            b.op(f"add.u32 {r}, {kj}, {rowstart}")
+        return r
+
+    def load_chunk(self, k0: str, rowstart: str):
+        """This thread's V operand values at logical positions k0 + tid*V + j (identity past
+        the row), with each position's (index, in-row predicate)."""
+        ir, b, V, N = self.ir, self.b, self.V, self.N
+        k = b.reg("b32")
+        b.op(f"mad.lo.u32 {k}, {self.tid}, {V}, {k0}")
+        kend = b.reg("b32")
+        b.op(f"add.u32 {kend}, {k}, {V}")
+        whole = b.reg("pred")
+        b.op(f"setp.le.u32 {whole}, {kend}, {N}")
+        b.op(f"and.pred {whole}, {whole}, {self.aligned}")
+        vals = [b.reg("f32") for _ in range(V)]
+        preds = []
+        for j in range(V):
+            kj, pj = b.reg("b32"), b.reg("pred")
+            b.op(f"add.u32 {kj}, {k}, {j}")
+            b.op(f"setp.lt.u32 {pj}, {kj}, {N}")
+            preds.append((kj, pj))
+        if ir.reverse:
+            first = b.reg("b32")  # the lowest element of the reversed vector
+            b.op(f"sub.u32 {first}, {N}, {kend}")
+        else:
+            first = k
+        elems, loaded = b.new_label("elems"), b.new_label("loaded")
+        b.op(f"@!{whole} bra {elems}")
+        at = b.reg("b32")
+        b.op(f"add.u32 {at}, {rowstart}, {first}")
+        per = {}
+        for name, dtype in ir.inputs:
+            addr = b.reg("b64")
+            b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+            b.op(f"add.u64 {addr}, {addr}, {self.base[name]}")
+            got = self.load_vector(addr, dtype)
+            per[name] = got[::-1] if ir.reverse else got
+        for j in range(V):
+            ev = self.evaluate({name: per[name][j] for name, _ in ir.inputs})[0]
+            b.op(f"mov.f32 {vals[j]}, {ev}")
+        b.op(f"bra {loaded}")
+        b.label(elems)
+        for j in range(V):
+            kj, pj = preds[j]
+            at = self.phys(kj, rowstart)
+            ins = {}
+            for name, dtype in ir.inputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {self.base[name]}")
+                ins[name] = self.load_scalar(addr, dtype, pj)
+            ev = self.evaluate(ins)[0]
+            b.op(f"selp.f32 {vals[j]}, {ev}, {self.ident}, {pj}")
+        b.label(loaded)
+        return vals, preds
+
+    def scan_store_chunk(self, vals, preds, carry: str, rowstart: str) -> None:
+        """Scan one chunk (threads' registers, lanes by butterfly, warps through shared
+        memory), starting from `carry`; store it; carry takes the chunk's total."""
+        b, op, V, W = self.b, self.op, self.V, self.W
+        o = self.ir.outputs[0]
+        total = b.reg("f32")
+        b.op(f"mov.f32 {total}, {vals[0]}")
+        for j in range(1, V):
+            self.combine(total, vals[j], op)
+        prefix = b.reg("f32")
+        b.op(f"mov.f32 {prefix}, {self.ident}")
+        for off in (1, 2, 4, 8, 16):
+            other = b.reg("f32")
+            b.op(f"shfl.sync.bfly.b32 {other}, {total}, {off}, 31, -1")
+            bit, upper = b.reg("b32"), b.reg("pred")
+            b.op(f"and.b32 {bit}, {self.lane}, {off}")
+            b.op(f"setp.ne.u32 {upper}, {bit}, 0")
+            t1 = b.reg("f32")
+            b.op(f"{COMBINE[op]} {t1}, {other}, {prefix}")
+            b.op(f"selp.f32 {prefix}, {t1}, {prefix}, {upper}")
+            t2 = b.reg("f32")  # the lower half's total first: the same bits on both sides
+            b.op(f"{COMBINE[op]} {t2}, {other}, {total}")
+            b.op(f"{COMBINE[op]} {total}, {total}, {other}")
+            b.op(f"selp.f32 {total}, {t2}, {total}, {upper}")
+        last = b.reg("pred")
+        b.op(f"setp.eq.u32 {last}, {self.lane}, 31")
+        wat = b.reg("b32")
+        b.op(f"mad.lo.u32 {wat}, {self.warp}, 4, {self.smem}")
+        b.op(f"@{last} st.shared.f32 [{wat}], {total}")
+        b.op("bar.sync 0")
+        before = b.reg("f32")
+        b.op(f"mov.f32 {before}, {carry}")
+        for w in range(W):
+            tw = b.reg("f32")
+            b.op(f"ld.shared.f32 {tw}, [{self.smem}+{4 * w}]")
+            pw = b.reg("pred")
+            b.op(f"setp.gt.u32 {pw}, {self.warp}, {w}")  # warp w comes before this one
+            t3 = b.reg("f32")
+            b.op(f"{COMBINE[op]} {t3}, {before}, {tw}")
+            b.op(f"selp.f32 {before}, {t3}, {before}, {pw}")
+            self.combine(carry, tw, op)
+        b.op("bar.sync 0")
+        run = b.reg("f32")
+        b.op(f"{COMBINE[op]} {run}, {before}, {prefix}")
+        es = ESIZE[o.dtype]
+        for j in range(V):
+            r = b.reg("f32")
+            if self.ir.exclusive:
+                b.op(f"mov.f32 {r}, {run}")
+                self.combine(run, vals[j], op)
+            else:
+                self.combine(run, vals[j], op)
+                b.op(f"mov.f32 {r}, {run}")
+            kj, pj = preds[j]
+            at = self.phys(kj, rowstart)
+            addr = b.reg("b64")
+            b.op(f"mul.wide.u32 {addr}, {at}, {es}")
+            b.op(f"add.u64 {addr}, {addr}, {self.base[o.name]}")
+            if es == 4:
+                b.op(f"@{pj} st.global.f32 [{addr}], {r}")
+            else:
+                h = b.reg("b16")
+                b.op(f"cvt.rn.{'bf16' if o.dtype == 'bf16' else 'f16'}.f32 {h}, {r}")
+                b.op(f"@{pj} st.global.b16 [{addr}], {h}")
+
+    def render(self) -> Emitted:
+        params = self.setup()
+        if self.s.mode == "lookback":
+            globals_, grid = self.lookback_body()
+        else:
+            globals_, grid = self.row_body()
+        return self.finish_kernel(params, globals_, grid)
+
+    def row_body(self):
+        ir, b, T, V = self.ir, self.b, self.s.threads, self.V
+        row = self.u32("%ctaid.x")
+        done = b.new_label("done")
+        pr = b.reg("pred")
+        b.op(f"setp.ge.u32 {pr}, {row}, {self.M}")
+        b.op(f"@{pr} bra.uni {done}")  # the whole block leaves together
+        rowstart = b.reg("b32")
+        b.op(f"mul.lo.u32 {rowstart}, {row}, {self.N}")
+        carry = b.reg("f32")
+        b.op(f"mov.f32 {carry}, {self.ident}")
+        k0 = self.u32(0)
+        chunk, end = b.new_label("chunk"), b.new_label("chunk_end")
+        b.label(chunk)
+        pc = b.reg("pred")
+        b.op(f"setp.ge.u32 {pc}, {k0}, {self.N}")
+        b.op(f"@{pc} bra.uni {end}")
+        vals, preds = self.load_chunk(k0, rowstart)
+        self.scan_store_chunk(vals, preds, carry, rowstart)
+        b.op(f"add.u32 {k0}, {k0}, {T * V}")
+        b.op(f"bra.uni {chunk}")
+        b.label(end)
+        b.label(done)
+        b.op("ret")
+        rows = "(" + "*".join(str(d) for d in ir.shape[:-1]) + ")" if ir.shape[:-1] else "1"
+        return [], rows
+
+    def block_fold(self, v: str) -> str:
+        """Every thread's v combined in a fixed order (lanes by butterfly, then warps in
+        order); every thread gets the result. Uses shared slots [0, W)."""
+        b, op = self.b, self.op
+        for off in (16, 8, 4, 2, 1):
+            t = b.reg("f32")
+            b.op(f"shfl.sync.bfly.b32 {t}, {v}, {off}, 31, -1")
+            self.combine(v, t, op)
+        l0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {l0}, {self.lane}, 0")
+        wat = b.reg("b32")
+        b.op(f"mad.lo.u32 {wat}, {self.warp}, 4, {self.smem}")
+        b.op(f"@{l0} st.shared.f32 [{wat}], {v}")
+        b.op("bar.sync 0")
+        r = b.reg("f32")
+        b.op(f"ld.shared.f32 {r}, [{self.smem}]")
+        for w in range(1, self.W):
+            t = b.reg("f32")
+            b.op(f"ld.shared.f32 {t}, [{self.smem}+{4 * w}]")
+            self.combine(r, t, op)
+        b.op("bar.sync 0")
+        return r
+
+    def lookback_body(self):
+        """Tiles of a row over many blocks (module docstring): a ticket hands out tiles in
+        order; each publishes its aggregate, folds its predecessors' aggregates in a fixed
+        order (waiting for each), then scans its tile from that prefix."""
+        ir, b, s = self.ir, self.b, self.s
+        T, V, W = s.threads, self.V, self.W
+        tile = s.chunks * T * V
+        nm = ident(ir.name)
+        names = {k: f"{nm}_{k}" for k in ("ticket", "done", "epoch", "agg", "flag")}
+        globals_ = [
+            f".global .align 4 .u32 {names['ticket']};",
+            f".global .align 4 .u32 {names['done']};",
+            f".global .align 4 .u32 {names['epoch']};",
+            f".global .align 16 .f32 {names['agg']}[{LOOKBACK_TILES}];",
+            f".global .align 16 .u32 {names['flag']}[{LOOKBACK_TILES}];",
+        ]
+        g = {}
+        for k, v in names.items():
+            r = b.reg("b64")
+            b.op(f"mov.u64 {r}, {v}")
+            g[k] = r
+        ntiles = self.u32("%nctaid.x")
+        t0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {t0}, {self.tid}, 0")
+        got = b.new_label("ticket")
+        b.op(f"@!{t0} bra {got}")
+        tk, ep = b.reg("b32"), b.reg("b32")
+        b.op(f"atom.relaxed.gpu.global.add.u32 {tk}, [{g['ticket']}], 1")
+        b.op(f"ld.relaxed.gpu.global.u32 {ep}, [{g['epoch']}]")
+        b.op(f"st.shared.u32 [{self.smem}+{4 * W}], {tk}")
+        b.op(f"st.shared.u32 [{self.smem}+{4 * (W + 1)}], {ep}")
+        b.label(got)
+        b.op("bar.sync 0")
+        my, epoch = b.reg("b32"), b.reg("b32")
+        b.op(f"ld.shared.u32 {my}, [{self.smem}+{4 * W}]")
+        b.op(f"ld.shared.u32 {epoch}, [{self.smem}+{4 * (W + 1)}]")
+        b.op(f"add.u32 {epoch}, {epoch}, 1")  # what this launch's flags hold
+        b.op("bar.sync 0")
+        tpr = b.reg("b32")  # tiles a row
+        b.op(f"add.u32 {tpr}, {self.N}, {tile - 1}")
+        b.op(f"shr.u32 {tpr}, {tpr}, {int(math.log2(tile))}")
+        row, j = b.reg("b32"), b.reg("b32")
+        b.op(f"div.u32 {row}, {my}, {tpr}")
+        b.op(f"rem.u32 {j}, {my}, {tpr}")
+        rowstart = b.reg("b32")
+        b.op(f"mul.lo.u32 {rowstart}, {row}, {self.N}")
+        k0 = b.reg("b32")
+        b.op(f"mul.lo.u32 {k0}, {j}, {tile}")
+        chunks = []
+        for c in range(s.chunks):
+            kc = b.reg("b32")
+            b.op(f"add.u32 {kc}, {k0}, {c * T * V}")
+            chunks.append(self.load_chunk(kc, rowstart))
+        # the tile's aggregate, published
+        agg = b.reg("f32")
+        b.op(f"mov.f32 {agg}, {self.ident}")
+        for vals, _ in chunks:
+            for v in vals:
+                self.combine(agg, v, self.op)
+        agg = self.block_fold(agg)
+        pub = b.new_label("published")
+        b.op(f"@!{t0} bra {pub}")
+        at = b.reg("b64")
+        b.op(f"mul.wide.u32 {at}, {my}, 4")
+        a_ptr, f_ptr = b.reg("b64"), b.reg("b64")
+        b.op(f"add.u64 {a_ptr}, {at}, {g['agg']}")
+        b.op(f"add.u64 {f_ptr}, {at}, {g['flag']}")
+        b.op(f"st.relaxed.gpu.global.f32 [{a_ptr}], {agg}")
+        b.op(f"st.release.gpu.global.u32 [{f_ptr}], {epoch}")
+        b.label(pub)
+        # the prefix: the row's tiles before this one, thread i taking tiles i, i + T, ...
+        first = b.reg("b32")
+        b.op(f"sub.u32 {first}, {my}, {j}")  # the row's first tile
+        pre = b.reg("f32")
+        b.op(f"mov.f32 {pre}, {self.ident}")
+        i = b.reg("b32")
+        b.op(f"mov.u32 {i}, {self.tid}")
+        top, end = b.new_label("look"), b.new_label("look_end")
+        b.label(top)
+        pe = b.reg("pred")
+        b.op(f"setp.ge.u32 {pe}, {i}, {j}")
+        b.op(f"@{pe} bra.uni {end}")
+        ti = b.reg("b32")
+        b.op(f"add.u32 {ti}, {first}, {i}")
+        off = b.reg("b64")
+        b.op(f"mul.wide.u32 {off}, {ti}, 4")
+        fa, aa = b.reg("b64"), b.reg("b64")
+        b.op(f"add.u64 {fa}, {off}, {g['flag']}")
+        b.op(f"add.u64 {aa}, {off}, {g['agg']}")
+        spin = b.new_label("spin")
+        b.label(spin)
+        fl = b.reg("b32")
+        b.op(f"ld.acquire.gpu.global.u32 {fl}, [{fa}]")
+        pw = b.reg("pred")
+        b.op(f"setp.ne.u32 {pw}, {fl}, {epoch}")
+        b.op(f"@{pw} bra {spin}")
+        a = b.reg("f32")
+        b.op(f"ld.relaxed.gpu.global.f32 {a}, [{aa}]")
+        self.combine(pre, a, self.op)
+        b.op(f"add.u32 {i}, {i}, {T}")
+        b.op(f"bra {top}")
+        b.label(end)
+        carry = self.block_fold(pre)
+        for vals, preds in chunks:
+            self.scan_store_chunk(vals, preds, carry, rowstart)
+        # the last tile to finish starts the next launch afresh
+        fin = b.new_label("finished")
+        b.op(f"@!{t0} bra {fin}")
+        d = b.reg("b32")
+        b.op(f"atom.acq_rel.gpu.global.add.u32 {d}, [{g['done']}], 1")
+        nm1 = b.reg("b32")
+        b.op(f"sub.u32 {nm1}, {ntiles}, 1")
+        pl = b.reg("pred")
+        b.op(f"setp.ne.u32 {pl}, {d}, {nm1}")
+        b.op(f"@{pl} bra {fin}")
+        b.op(f"st.relaxed.gpu.global.u32 [{g['ticket']}], 0")
+        b.op(f"st.relaxed.gpu.global.u32 [{g['done']}], 0")
+        b.op(f"st.relaxed.gpu.global.u32 [{g['epoch']}], {epoch}")
+        b.label(fin)
+        b.op("ret")
+        rows = "(" + "*".join(str(d) for d in ir.shape[:-1]) + ")" if ir.shape[:-1] else "1"
+        n_text = str(ir.shape[-1])
+        return globals_, f"{rows}*ceildiv({n_text}, {tile})"
+
+    def finish_kernel(self, params, globals_, grid) -> Emitted:
+        ir, s, b = self.ir, self.s, self.b
+        entry = f"{ident(ir.name)}_scan_{s.tag()}"
+        head = [
+            f"// Generated by factory.families.scan for workload {ir.name!r}",
+            f"// schedule: {s.to_dict()}",
+            ".version 8.0",
+            f".target {self.arch}",
+            ".address_size 64",
+            "",
+            *globals_,
+            "",
+            f".visible .entry {entry}(",
+            ",\n".join(f"    .param .{p.ptx_type} p_{ident(p.name)}" for p in params),
+            f")\n.maxntid {s.threads}, 1, 1",
+            "{",
+        ]
+        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{self.W + 2}];"]
+        ptx = "\n".join(head + body + [""] + b.lines + ["}", ""])
+        return Emitted(ptx, entry, tuple(params), Launch((grid, 1, 1), (s.threads, 1, 1)))
+
+
+def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
+    if isinstance(schedule, dict):
+        schedule = Schedule.from_dict(schedule)
+    if arch not in ARCHS:
+        raise EmitError(f"no scan emitter for {arch}; known: {', '.join(ARCHS)}")
+    ok, why = is_valid(ir, schedule, None)
+    if not ok:
+        raise EmitError(f"invalid scan schedule {schedule.tag()}: {why}")
+    return ScanKernel(ir, schedule, arch).render()
+
+
+def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
+    s = Schedule.from_dict(schedule)
+    elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
+    return [
+        log2(elements),
+        log2(s.threads),
+        float(s.vec * 4),
+        float(s.mode == "lookback"),
+        float(s.chunks),
+    ]
+
+
+def label(schedule: dict) -> str:
+    s = Schedule.from_dict(schedule)
+    if s.mode == "lookback":
+        return (
+            f"scan: tiles of {s.chunks} x {s.threads} threads x {s.vec} elements over many "
+            "blocks, each folding the aggregates before it"
+        )
+    return f"scan: a row a block of {s.threads} threads x {s.vec} elements in registers"
+
+
+FAMILY = Family(
+    name="scan",
+    lower=lower,
+    space=space,
+    is_valid=is_valid,
+    emit=emit,
+    default_schedule=default_schedule,
+    seeds=seeds,
+    fits=lambda ir, s, dims_list: all(is_valid(ir, s, d)[0] for d in dims_list),
+    space_fits=True,
+    schedule_from_dict=Schedule.from_dict,
+    label=label,
+    legend="scan: threads of a row's block x elements a thread scans in registers",
+    features=features,
+    feature_fields=("threads", "vec", "mode", "chunks"),
+    roofline=lambda workload, dims: Roofline(bytes=io_bytes(workload, dims)),
+    baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
+    baselines_module="factory.families.colreduce.baselines",
+    layout_fields=("threads", "vec"),
+)
+
+__all__ = ["FAMILY", "ScanIR", "Schedule", "lower"]
