@@ -1,11 +1,12 @@
 """Reads about a job's progress: the stage timeline, its generations, the GPU queue it waits
 in, its candidates, and the lists of jobs on the home and review pages.
 
-Nothing here decides who may see what (`portal.selectors.scope` does, before these are called).
-Queries are written for a job with thousands of candidates: values() instead of model instances
-where a page only needs a few columns, and derived facts (the cost model's rank correlation,
-schedule labels, a workload's row lengths) read from the columns the services filled when they
-wrote the rows, not computed again on every render.
+Who may see a job is decided before these are called (`portal.selectors.scope`); the lists of
+jobs that take a `user` are scoped through it. Queries are written for a job with thousands of
+candidates: values() instead of model instances where a page only needs a few columns, and
+derived facts (the cost model's rank correlation, schedule labels, a workload's row lengths)
+read from the columns the services filled when they wrote the rows, not computed again on every
+render.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from portal.models import (
     TimingResult,
     Workload,
 )
+from portal.selectors.scope import is_engineer, job_list, org_ids
 
 STAGES = [
     ("queued", "Queued"),
@@ -304,8 +306,6 @@ def workload_jobs(workload: Workload, limit: int = 50) -> list[Job]:
 def review_queue(*, user):
     """Jobs whose best candidate awaits an engineer's decision, oldest first; empty for anyone
     who is not an engineer."""
-    from portal.selectors.scope import is_engineer, job_list
-
     if not is_engineer(user):
         return Job.objects.none()
     return (
@@ -327,8 +327,6 @@ def jobs_waiting_for_gpu(limit: int = 20) -> list[Job]:
 def recent_decisions(*, user, limit: int = 5):
     """The latest review decisions the user may see: of their organisations' jobs, or (for an
     engineer) of every job."""
-    from portal.selectors.scope import is_engineer, org_ids
-
     rows = ReviewDecision.objects.select_related("job", "job__workload", "reviewer")
     if not is_engineer(user):
         rows = rows.filter(job__workload__org_id__in=org_ids(user))
