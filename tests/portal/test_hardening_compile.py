@@ -107,3 +107,125 @@ def test_the_compiler_child_dies_with_a_killed_parent(tmp_path, fresh_cache):
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_logins_and_submissions_answer_within_a_second_while_four_compiles_run(tmp_path):
+    """Four slow customer compiles in flight (a stand-in compiler that takes 8 s) through the
+    real embedded portal: a login and an ordinary submission still answer within a second."""
+    import http.cookiejar
+    import json
+    import re
+    import socket
+    import threading
+    import urllib.parse
+    import urllib.request
+
+    from django.conf import settings
+
+    from factory.spec import catalogue_manifest
+
+    slow = tmp_path / "slow_compiler"
+    slow.write_text(
+        f"#!{sys.executable}\n"
+        "import json, sys, time\n"
+        "sys.stdin.read()\n"
+        "time.sleep(8)\n"
+        "json.dump({'ok': False, 'ptx': '', 'log': 'error: too slow to be useful'}, sys.stdout)\n"
+    )
+    slow.chmod(0o755)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(
+        PTXF_VAR_DIR=str(tmp_path / "var"),
+        PTXF_PYTHON=str(slow),
+        PTXF_NVRTC_SLOT_DIR=str(tmp_path / "slots"),
+        PTXF_NVRTC_SLOTS="4",
+    )
+    log = tmp_path / "up.log"
+    with open(log, "w") as out:
+        up = subprocess.Popen(
+            [sys.executable, "manage.py", "up", "--no-workers", "--addr", f"127.0.0.1:{port}"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240
+        while "is up" not in log.read_text() and time.monotonic() < deadline:
+            assert up.poll() is None, log.read_text()
+            time.sleep(0.3)
+        key = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c",
+             "from django.contrib.auth import get_user_model; from portal import services; "
+             "u = get_user_model().objects.get(username='demo'); "
+             "print(services.api_token_create(user=u, name='t')[0])"],
+            cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, check=True,
+        ).stdout.strip().splitlines()[-1]  # fmt: skip
+
+        def api_post(body):
+            request = urllib.request.Request(
+                base + "/api/v1/jobs/",
+                data=json.dumps(body).encode(),
+                headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310
+                    return response.status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        bomb = {
+            "manifest": CUDA_MANIFEST,
+            "baseline_source": CUDA_SOURCE,
+            "baseline_filename": "rmsnorm_cuda.cu",
+        }
+        answers = []
+
+        def send_bomb():
+            began = time.monotonic()
+            status = api_post(bomb)
+            answers.append((status, time.monotonic() - began))
+
+        bombs = [threading.Thread(target=send_bomb) for _ in range(4)]
+        for t in bombs:
+            t.start()
+        time.sleep(1.5)  # the four compiles are running now
+        assert not answers
+
+        started = time.monotonic()
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        login = base + "/accounts/login/"
+        page = opener.open(login, timeout=10).read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        form = urllib.parse.urlencode(
+            {"csrfmiddlewaretoken": token, "username": "demo", "password": "demo-pass-2026"}
+        ).encode()
+        home = opener.open(urllib.request.Request(login, data=form, headers={"Referer": login}))
+        login_s = time.monotonic() - started
+        assert home.status == 200 and home.url == base + "/"
+
+        started = time.monotonic()
+        status = api_post({"manifest": catalogue_manifest("softmax")})
+        submit_s = time.monotonic() - started
+        assert status == 201
+        assert not answers  # the compiles were still running meanwhile
+        assert login_s < 1.0 and submit_s < 1.0, (login_s, submit_s)
+        for t in bombs:
+            t.join(timeout=60)
+        # each refused with the compiler's message after its 8 s compile, none a 500
+        assert [status for status, _ in answers] == [400] * 4
+        assert all(seconds >= 7 for _, seconds in answers), answers
+    finally:
+        if up.poll() is None:
+            up.send_signal(signal.SIGTERM)
+            try:
+                up.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(up.pid, signal.SIGKILL)
+                up.wait()
