@@ -66,7 +66,10 @@ def scalar_access_note(schedule: dict) -> str | None:
 
 
 def label(schedule: dict) -> str:
-    return Schedule.from_dict(schedule).tag()
+    """The layout's tag; a model's edit of that layout's kernel adds its digest."""
+    edit = schedule.get("model_edit")
+    base = Schedule.from_dict({k: v for k, v in schedule.items() if k != "model_edit"}).tag()
+    return f"{base} + model edit {edit}" if edit else base
 
 
 def roofline(workload, dims: dict) -> Roofline:
