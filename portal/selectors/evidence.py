@@ -297,7 +297,12 @@ def default_baseline(baselines: list[BaselineSeries], timings: list[TimingResult
     keys = [t.dims_key for t in timings]
     best, best_score = None, math.inf
     for b in baselines:
-        times = [b.timings[k].median_us for k in keys if k in b.timings and b.timings[k].median_us]
+        # only finite positive times: a stored 0 or -1 (or inf) must not fail the page's log
+        times = [
+            b.timings[k].median_us
+            for k in keys
+            if k in b.timings and 0 < (b.timings[k].median_us or 0) < math.inf
+        ]
         if not times or len(times) < len(keys):
             continue
         score = math.exp(sum(math.log(x) for x in times) / len(times))
