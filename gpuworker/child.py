@@ -193,9 +193,10 @@ class PtxEntrant:
             self._smem_set = smem
         if any(p["kind"] == "tmap" for p in self.params):
             # by-value tensor maps go through the driver's launch (tensormap.launch_raw)
-            if ld.get("cluster"):
-                raise EntrantError("tensor-map kernels launch without clusters yet")
-            return (grid, block, smem), tuple(args)
+            cluster = ld.get("cluster")
+            if cluster and any(g % int(c) for g, c in zip(grid, cluster, strict=True)):
+                raise EntrantError(f"grid {grid} is not a multiple of cluster {cluster}")
+            return (grid, block, smem, cluster), tuple(args)
         try:
             cfg = gpu.launch_config(grid, block, smem, ld.get("cluster"))
         except ValueError as e:
@@ -242,7 +243,9 @@ class PtxEntrant:
         if isinstance(cfg, tuple):
             from gpuworker import tensormap
 
-            tensormap.launch_raw(gpu.stream_handle(self.s.stream), *cfg, self.kernel, args)
+            grid, block, smem, cluster = cfg
+            tensormap.launch_raw(gpu.stream_handle(self.s.stream), grid, block, smem,
+                                 self.kernel, args, cluster)
             return
         launch(self.s.stream, cfg, self.kernel, *args)
 

@@ -124,11 +124,13 @@ def _arg_ctype(a):
     raise TensorMapError(f"cannot pass {type(a).__name__} to a kernel with tensor maps")
 
 
-def launch_raw(stream_handle: int, grid, block, smem_bytes: int, kernel, args) -> None:
+def launch_raw(stream_handle: int, grid, block, smem_bytes: int, kernel, args,
+               cluster=None) -> None:
     """Launch `kernel` (a cuda.core Kernel, or a CUfunction/CUkernel handle) through the driver
     with a hand-built argument array: cuda.core's launch takes no 128-byte by-value arguments,
     so kernels with tensor-map parameters go this way. `args` as for cuda.core's launch, plus the
-    ctypes descriptors from encode()."""
+    ctypes descriptors from encode(). `grid` counts CTAs; with a `cluster` shape it must be a
+    multiple of it (cuLaunchKernelEx with the cluster-dimension attribute)."""
     from cuda.bindings import driver as cu
 
     handle = getattr(kernel, "handle", kernel)
@@ -137,8 +139,24 @@ def launch_raw(stream_handle: int, grid, block, smem_bytes: int, kernel, args) -
         handle = cu.CUfunction(int(handle))
     held = [_arg_ctype(a) for a in args]
     ptrs = (ctypes.c_void_p * max(1, len(held)))(*[ctypes.addressof(h) for h in held])
-    (err,) = cu.cuLaunchKernel(handle, int(grid[0]), int(grid[1]), int(grid[2]),
-                               int(block[0]), int(block[1]), int(block[2]), int(smem_bytes),
-                               stream_handle, ctypes.addressof(ptrs), 0)
+    if cluster and any(int(c) > 1 for c in cluster):
+        if any(int(g) % int(c) for g, c in zip(grid, cluster, strict=True)):
+            raise TensorMapError(f"grid {list(grid)} is not a multiple of cluster {list(cluster)}")
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = (int(g) for g in grid)
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = (int(b) for b in block)
+        cfg.sharedMemBytes = int(smem_bytes)
+        cfg.hStream = cu.CUstream(stream_handle)
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        dim = attr.value.clusterDim
+        dim.x, dim.y, dim.z = (int(c) for c in cluster)
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        (err,) = cu.cuLaunchKernelEx(cfg, handle, ctypes.addressof(ptrs), 0)
+    else:
+        (err,) = cu.cuLaunchKernel(handle, int(grid[0]), int(grid[1]), int(grid[2]),
+                                   int(block[0]), int(block[1]), int(block[2]),
+                                   int(smem_bytes), stream_handle, ctypes.addressof(ptrs), 0)
     if err != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuLaunchKernel: {err}")

@@ -100,6 +100,10 @@ class Kernel:
 
         keep, arr, grid = self._args
         b = self.em.launch.block
+        if self.em.launch.cluster:
+            tensormap.launch_raw(stream, grid, b, self.em.launch.smem_bytes, self.fn, keep[:-1],
+                                 self.em.launch.cluster)
+            return
         (err,) = cu.cuLaunchKernel(self.fn, grid[0], grid[1], grid[2], b[0], b[1], b[2],
                                    self.em.launch.smem_bytes, stream, ctypes.addressof(arr), 0)
         if err != cu.CUresult.CUDA_SUCCESS:
@@ -341,6 +345,8 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--allow-batch", action="store_true",
                     help="let is_valid pass batched IRs (to verify them)")
+    ap.add_argument("--allow-cluster", action="store_true",
+                    help="let is_valid pass 2x1 clusters (to verify them)")
     ap.add_argument("--timeout", type=float, default=500.0)
     args = ap.parse_args()
     start = time.time()
@@ -348,6 +354,10 @@ def main():
         from factory.families.matmul import schedule as _schedule
 
         _schedule.BATCH_VERIFIED = True
+    if args.allow_cluster:
+        from factory.families.matmul import schedule as _schedule
+
+        _schedule.CLUSTER_VERIFIED = True
     import torch
 
     dev = torch.cuda.get_device_properties(0)

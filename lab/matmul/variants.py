@@ -74,4 +74,6 @@ def schedules() -> dict[str, GemmSchedule]:
         "pp128s6": GemmSchedule(tile_n=128, stages=6, pingpong=True),
         "pp128s5": GemmSchedule(tile_n=128, stages=5, pingpong=True),
         "w128s6": GemmSchedule(tile_n=128, stages=6),
+        "cl2w256s4": GemmSchedule(tile_n=256, stages=4, cluster_m=2),
+        "cl2glu128s4": GemmSchedule(tile_n=128, stages=4, cluster_m=2),
     }

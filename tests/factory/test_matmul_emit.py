@@ -72,7 +72,8 @@ def test_every_schedule_emits_and_compiles(op, sn):
 
 def test_cases_cover_every_epilogue():
     assert {op for op, _ in CASES} == set(epilogue_irs())
-    assert len({sn for _, sn in CASES}) == len(schedules())
+    # every schedule but the 2x1 clusters (gated until verified on a GPU; tested below)
+    assert {sn for _, sn in CASES} == {sn for sn, s in schedules().items() if s.cluster_m == 1}
 
 
 def test_ptx_uses_the_hopper_path():
@@ -117,6 +118,51 @@ def test_batch_axes_flatten_into_rows(monkeypatch):
     assert eval_dim_expr(e.launch.grid[0], {"Bt": 3, "M": 100, "N": 256, "K": 64}) == 3
     assert "rem.u32" in e.ptx and "%Mb" in e.ptx  # the per-row scale is read at row % M
     assert is_valid(ir, GemmSchedule(), {"Bt": 3, "M": 100, "N": 256, "K": 64}) is None
+
+
+@pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
+@pytest.mark.parametrize(("op", "sn"), [("plain", "cl2w256s4"), ("bias_gelu", "cl2w256s4"),
+                                        ("swiglu", "cl2glu128s4")])
+def test_cluster_multicasts_half_of_b(op, sn, monkeypatch):
+    from factory.compile import compile_ptx
+    from factory.families.matmul import schedule as sched_mod
+
+    ir, s = epilogue_irs()[op], schedules()[sn]
+    assert "not yet verified" in is_valid(ir, s)
+    monkeypatch.setattr(sched_mod, "CLUSTER_VERIFIED", True)
+    e = gemm_emit.emit(ir, s)
+    assert ".reqnctapercluster 2, 1, 1" in e.ptx and e.launch.cluster == (2, 1, 1)
+    assert e.ptx.count(".multicast::cluster") == (2 if ir.b2 else 1)
+    assert "mapa.shared::cluster" in e.ptx and "barrier.cluster.wait" in e.ptx
+    assert [p.box for p in e.params if p.kind == "tmap"][1] == (64, s.tile_n // 2)
+    for m, n in [(4096, 4096), (100, 300), (129, 256), (1, 1)]:
+        got = eval_dim_expr(e.launch.grid[0], {"M": m, "N": n, "K": 64})
+        pairs = tiling.ceildiv(tiling.ceildiv(m, 128), 2) * tiling.ceildiv(n, s.tile_n)
+        assert got == 2 * min(pairs, 66)
+    r = compile_ptx(e.ptx, "sm_90a", cache=False)
+    assert r.ok and r.spill_store_bytes == 0, r.log[-2000:]
+
+
+def test_cluster_refusals():
+    ir = plain()
+    assert "2x1" in is_valid(ir, GemmSchedule(cluster_m=4))
+    assert "2x1" in is_valid(ir, GemmSchedule(cluster_n=2))
+    assert "ping-pong" in is_valid(ir, GemmSchedule(tile_n=128, stages=6, pingpong=True,
+                                                    cluster_m=2))
+
+
+def test_cluster_ring_protocol():
+    for seed in range(12):
+        for units, nk, stages in [(3, 5, 3), (2, 1, 4), (4, 7, 5)]:
+            reads = tiling.simulate_cluster_ring(units, nk, stages, seed)
+            for c in (0, 1):
+                for w in (0, 1):
+                    assert [p for cc, ww, p in reads if (cc, ww) == (c, w)] == \
+                        list(range(units * nk))
+    # releasing only the local slot lets the peer's multicast overwrite a slot still read
+    with pytest.raises(AssertionError):
+        for seed in range(20):
+            tiling.simulate_cluster_ring(3, 5, 3, seed, remote_release=False)
 
 
 def test_swiglu_loads_two_weights():
@@ -259,13 +305,17 @@ def test_tile_loop_model_matches_direct_product(m, n, k, s, ctas):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["plain", "bias_gelu", "residual", "swiglu", "plain_pp",
-                                "batched_row"])
+                                "batched_row", "plain_cl", "swiglu_cl"])
 def test_gemm_kernels_correct_on_gpu(op, monkeypatch):
     torch = pytest.importorskip("torch")
     from lab.matmul import gemm_bench
 
-    sched = {"swiglu": "glu128s4", "plain_pp": "pp128s6"}.get(op, "w256s4")
-    op = op.removesuffix("_pp")
+    sched = {"swiglu": "glu128s4", "plain_pp": "pp128s6", "plain_cl": "cl2w256s4",
+             "swiglu_cl": "cl2glu128s4"}.get(op, "w256s4")
+    op = op.removesuffix("_pp").removesuffix("_cl")
+    from factory.families.matmul import schedule as sched_mod
+
+    monkeypatch.setattr(sched_mod, "CLUSTER_VERIFIED", True)  # this test verifies them
     ir = epilogue_irs()[op]
     s = schedules()[sched]
     if ir.batch:

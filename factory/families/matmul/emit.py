@@ -73,6 +73,12 @@ def rows_expr(ir: GemmIR) -> str:
 
 
 def launch_for(ir: GemmIR, s: GemmSchedule) -> Launch:
+    if s.cluster_m == 2:
+        # clusters of 2 CTAs stacked along M: the grid counts CTAs, a multiple of 2
+        pairs = f"ceildiv(ceildiv({rows_expr(ir)}, {s.tile_m}), 2) * ceildiv({ir.n}, {s.tile_n})"
+        units = f"min({pairs}, {NUM_SMS // 2})" if s.persistent else pairs
+        return Launch(grid=(f"{units} * 2", 1, 1), block=(s.threads(), 1, 1),
+                      smem_bytes=s.smem_bytes(ir), cluster=(2, 1, 1))
     tiles = f"ceildiv({rows_expr(ir)}, {s.tile_m}) * ceildiv({ir.n}, {s.tile_n})"
     grid = f"min({tiles}, {NUM_SMS})" if s.persistent else tiles
     return Launch(grid=(grid, 1, 1), block=(s.threads(), 1, 1), smem_bytes=s.smem_bytes(ir))
@@ -169,6 +175,9 @@ class _Kernel:
         self.a_bytes = s.tile_m * 128  # one stage of A
         self.b_bytes = s.b_rows(ir) * 128  # one stage of B (and B2)
         self.pp = s.pingpong
+        # 2x1 cluster: the two CTAs take vertically adjacent tiles of one tile column; each
+        # loads its own A and half of the shared B tile, multicast into both CTAs
+        self.cl = s.cluster_m == 2
         # registers per accumulator: a second accumulator holds A @ B2 (two) or, with pingpong,
         # the tile's rows 64-127
         self.n_acc = s.acc_regs(ir) // (2 if self.two or self.pp else 1)
@@ -186,13 +195,15 @@ class _Kernel:
     def pred(self) -> str:
         return self.b.reg("pred")
 
-    def wait(self, bar: str, parity: str) -> None:
-        """Spin until the mbarrier at shared address `bar` has completed the phase of `parity`."""
+    def wait(self, bar: str, parity: str, cluster: bool = False) -> None:
+        """Spin until the mbarrier at shared address `bar` has completed the phase of `parity`
+        (with `cluster`, acquiring what the peer CTA released before its remote arrive)."""
         b = self.b
         lab = b.new_label("wait")
         p = self.pred()
         b.label(lab)
-        self.op(f"mbarrier.try_wait.parity.shared::cta.b64 {p}, [{bar}], {parity}")
+        sem = ".acquire.cluster" if cluster else ""
+        self.op(f"mbarrier.try_wait.parity{sem}.shared::cta.b64 {p}, [{bar}], {parity}")
         self.op(f"@!{p} bra {lab}")
 
     def tile_coords(self, t: str) -> tuple[str, str]:
@@ -206,7 +217,7 @@ class _Kernel:
         first = self.r32()
         self.op(f"mul.lo.u32 {first}, {grp}, {g}")
         rows = self.r32()
-        self.op(f"sub.u32 {rows}, %tiles_m, {first}")
+        self.op(f"sub.u32 {rows}, %units_m, {first}")
         self.op(f"min.u32 {rows}, {rows}, {g}")
         within = self.r32()
         self.op(f"mul.lo.u32 {within}, {grp}, {per_group}")
@@ -215,6 +226,10 @@ class _Kernel:
         self.op(f"rem.u32 {tm}, {within}, {rows}")
         self.op(f"add.u32 {tm}, {tm}, {first}")
         self.op(f"div.u32 {tn}, {within}, {rows}")
+        if self.cl:
+            # tile row of this CTA: the pair's row times 2 plus its rank in the cluster (a row
+            # past the output computes zeros from the TMA's fill and stores nothing)
+            self.op(f"mad.lo.u32 {tm}, {tm}, 2, %rank")
         return tm, tn
 
     def advance(self) -> None:
@@ -230,10 +245,11 @@ class _Kernel:
         ir, s, b = self.ir, self.s, self.b
         params: list[KernelParam] = []
         plist: list[str] = []
+        b_box = s.tile_n // 2 if self.cl else s.tile_n
         maps = [("a_map", ir.a.name, s.tile_m, rows_expr(ir)),
-                ("b_map", ir.b.name, s.tile_n, ir.n)]
+                ("b_map", ir.b.name, b_box, ir.n)]
         if self.two:
-            maps.append(("b2_map", ir.b2.name, s.tile_n, ir.n))
+            maps.append(("b2_map", ir.b2.name, b_box, ir.n))
         for pname, tensor, rows, outer in maps:
             params.append(tmap_param(pname, tensor, (64, rows), (ir.k, outer)))
             plist.append(f".param .align 64 .b8 {pname}[128]")
@@ -265,7 +281,13 @@ class _Kernel:
         self.op(f"div.u32 %tiles_m, %tiles_m, {s.tile_m}")
         self.op(f"add.u32 %tiles_n, %N, {s.tile_n - 1}")
         self.op(f"div.u32 %tiles_n, %tiles_n, {s.tile_n}")
-        self.op("mul.lo.u32 %tiles, %tiles_m, %tiles_n")
+        if self.cl:
+            self.op("add.u32 %units_m, %tiles_m, 1")
+            self.op("shr.u32 %units_m, %units_m, 1")
+        else:
+            self.op("mov.u32 %units_m, %tiles_m")
+        # %tiles: work units (tiles, or tile pairs with a cluster) walked from %cta by %ncta
+        self.op("mul.lo.u32 %tiles, %units_m, %tiles_n")
         self.op("add.u32 %nk, %K, 63")
         self.op("shr.u32 %nk, %nk, 6")
         self.op("mov.u32 %tx, %tid.x")
@@ -278,8 +300,13 @@ class _Kernel:
         self.op(f"add.u32 %empty, %full, {8 * s.stages}")  # empty barriers
         self.op("mov.u32 %stage, 0")
         self.op("mov.u32 %phase, 0")
-        self.op("mov.u32 %ncta, %nctaid.x")
-        self.op("mov.u32 %cta, %ctaid.x")
+        if self.cl:
+            self.op("mov.u32 %ncta, %nclusterid.x")
+            self.op("mov.u32 %cta, %clusterid.x")
+            self.op("mov.u32 %rank, %cluster_ctarank")
+        else:
+            self.op("mov.u32 %ncta, %nctaid.x")
+            self.op("mov.u32 %cta, %ctaid.x")
 
         b.comment("thread 0 initialises the barriers: full expects the producer's one arrival "
                   "plus the TMA bytes; empty one arrival per consumer warp")
@@ -290,11 +317,18 @@ class _Kernel:
         for i in range(s.stages):
             self.op(f"mbarrier.init.shared::cta.b64 [%full+{8 * i}], 1")
             releasers = 4 if self.pp else 4 * s.consumers  # warps that read each stage
+            if self.cl:
+                releasers *= 2  # a slot is refilled in both CTAs: both CTAs' readers release
             self.op(f"mbarrier.init.shared::cta.b64 [%empty+{8 * i}], {releasers}")
         self.op("fence.mbarrier_init.release.cluster")
         self.op("fence.proxy.async.shared::cta")
         b.label(lab_init)
-        self.op("bar.sync 0")
+        if self.cl:
+            # both CTAs' barriers initialised before any multicast or remote arrive
+            self.op("barrier.cluster.arrive.release.aligned")
+            self.op("barrier.cluster.wait.acquire.aligned")
+        else:
+            self.op("bar.sync 0")
 
         lab_cons = b.new_label("consumer")
         lab_exit = b.new_label("exit")
@@ -305,6 +339,10 @@ class _Kernel:
         b.label(lab_cons)
         self.consumer(creg)
         b.label(lab_exit)
+        if self.cl:
+            # stay until the peer is done: its releases arrive on our barriers
+            self.op("barrier.cluster.arrive.release")
+            self.op("barrier.cluster.wait.acquire")
         self.op("ret")
 
         body = b.lines
@@ -313,8 +351,8 @@ class _Kernel:
         decls.append(f"    .reg .f32 %ca<{n}>;")
         if self.two or self.pp:
             decls.append(f"    .reg .f32 %cb<{n}>;")
-        named = ("M", "Mb", "N", "K", "tiles_m", "tiles_n", "tiles", "nk", "tx", "wg", "ncta", "base", "sb",
-                 "full", "empty", "stage", "phase", "tile", "kb", "ci", "cta")
+        named = ("M", "Mb", "N", "K", "tiles_m", "units_m", "tiles_n", "tiles", "nk", "tx", "wg", "ncta", "base", "sb",
+                 "full", "empty", "stage", "phase", "tile", "kb", "ci", "cta", "rank")
         decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
         head = [
             "//",
@@ -331,6 +369,7 @@ class _Kernel:
             ")",
             f".maxnreg {maxnreg}",
             f".reqntid {s.threads()}, 1, 1",
+            *([".reqnctapercluster 2, 1, 1"] if self.cl else []),
             "{",
         ]
         ptx = "\n".join(head + decls + [""] + body + ["}", ""])
@@ -352,7 +391,7 @@ class _Kernel:
             self.op(f"prefetch.tensormap [{r1}]")
             gm[pname] = r1
         lab_tile, lab_k, lab_kdone = b.new_label("ptile"), b.new_label("pk"), b.new_label("pkd")
-        self.op("mov.u32 %tile, %ctaid.x")
+        self.op("mov.u32 %tile, %cta")
         pt = self.pred()
         b.label(lab_tile)
         self.op(f"setp.ge.u32 {pt}, %tile, %tiles")
@@ -361,6 +400,10 @@ class _Kernel:
         row_a, row_b = self.r32(), self.r32()
         self.op(f"mul.lo.u32 {row_a}, {tm}, {s.tile_m}")
         self.op(f"mul.lo.u32 {row_b}, {tn}, {s.tile_n}")
+        if self.cl:
+            self.op(f"mad.lo.u32 {row_b}, %rank, {s.tile_n // 2}, {row_b}")
+            mask = self.b.reg("b16")
+            self.op(f"mov.b16 {mask}, 3")
         self.op("mov.u32 %kb, 0")
         b.label(lab_k)
         pk = self.pred()
@@ -373,7 +416,7 @@ class _Kernel:
         self.op(f"shl.b32 {off}, %stage, 3")
         self.op(f"add.u32 {full}, %full, {off}")
         self.op(f"add.u32 {empty}, %empty, {off}")
-        self.wait(empty, par)
+        self.wait(empty, par, cluster=self.cl)
         self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{full}], "
                 f"{s.stage_bytes(self.ir)}")
         kc = self.r32()
@@ -383,11 +426,22 @@ class _Kernel:
         self.op(f"mad.lo.u32 {db}, %stage, {self.b_bytes}, %sb")
         cp = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
         self.op(f"{cp} [{da}], [{gm['a_map']}, {{{kc}, {row_a}}}], [{full}]")
-        self.op(f"{cp} [{db}], [{gm['b_map']}, {{{kc}, {row_b}}}], [{full}]")
-        if self.two:
-            db2 = self.r32()
-            self.op(f"add.u32 {db2}, {db}, {s.tile_n * 128}")
-            self.op(f"{cp} [{db2}], [{gm['b2_map']}, {{{kc}, {row_b}}}], [{full}]")
+        if self.cl:
+            # this CTA's half of the B rows lands at the same offsets in both CTAs and signals
+            # both CTAs' full barriers (each expects the whole stage)
+            self.op(f"mad.lo.u32 {db}, %rank, {s.tile_n // 2 * 128}, {db}")
+            mc = f"{cp}.multicast::cluster"
+            self.op(f"{mc} [{db}], [{gm['b_map']}, {{{kc}, {row_b}}}], [{full}], {mask}")
+            if self.two:
+                db2 = self.r32()
+                self.op(f"add.u32 {db2}, {db}, {s.tile_n * 128}")
+                self.op(f"{mc} [{db2}], [{gm['b2_map']}, {{{kc}, {row_b}}}], [{full}], {mask}")
+        else:
+            self.op(f"{cp} [{db}], [{gm['b_map']}, {{{kc}, {row_b}}}], [{full}]")
+            if self.two:
+                db2 = self.r32()
+                self.op(f"add.u32 {db2}, {db}, {s.tile_n * 128}")
+                self.op(f"{cp} [{db2}], [{gm['b2_map']}, {{{kc}, {row_b}}}], [{full}]")
         self.advance()
         self.op("add.u32 %kb, %kb, 1")
         self.op(f"bra {lab_k}")
@@ -396,6 +450,16 @@ class _Kernel:
         self.op(f"bra {lab_tile}")
 
     # ---- consumers -----------------------------------------------------------------------
+    def release(self, eaddr: str, pred: str) -> None:
+        """Lane 0 of each consumer warp frees a ring slot: its empty barrier here and, with a
+        cluster, the peer CTA's (the peer's producer multicasts into this CTA's slot too)."""
+        self.op(f"@{pred} mbarrier.arrive.shared::cta.b64 _, [{eaddr}]")
+        if self.cl:
+            peer, remote = self.r32(), self.r32()
+            self.op(f"xor.b32 {peer}, %rank, 1")
+            self.op(f"mapa.shared::cluster.u32 {remote}, {eaddr}, {peer}")
+            self.op(f"@{pred} mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{remote}]")
+
     def wgmma(self, acc: str, n: int, da: str, db: str, scale: str) -> None:
         regs = ", ".join(f"{acc}{i}" for i in range(self.n_acc))
         t = WGMMA_TYPE[self.ir.a.dtype]
@@ -446,7 +510,7 @@ class _Kernel:
             self.op(f"mov.u32 %ci, {cons}")
             self.op("mad.lo.u32 %tile, %ci, %ncta, %cta")
         else:
-            self.op("mov.u32 %tile, %ctaid.x")
+            self.op("mov.u32 %tile, %cta")
         pt = self.pred()
         b.label(lab_tile)
         self.op(f"setp.ge.u32 {pt}, %tile, %tiles")
@@ -515,7 +579,7 @@ class _Kernel:
         self.op(f"and.pred {pr}, {pfirst}, {plane0}")
         eaddr = self.r32()
         self.op(f"add.u32 {eaddr}, %empty, {prev}")
-        self.op(f"@{pr} mbarrier.arrive.shared::cta.b64 _, [{eaddr}]")
+        self.release(eaddr, pr)
         self.op(f"mov.u32 {prev}, {off}")
         self.advance()
         self.op("add.u32 %kb, %kb, 1")
@@ -527,7 +591,7 @@ class _Kernel:
         self.op("wgmma.wait_group.sync.aligned 0")
         eaddr2 = self.r32()
         self.op(f"add.u32 {eaddr2}, %empty, {prev}")
-        self.op(f"@{plane0} mbarrier.arrive.shared::cta.b64 _, [{eaddr2}]")
+        self.release(eaddr2, plane0)
         self.epilogue(tm, tn, frag_row, frag_col)
         if self.pp:
             self.op("add.u32 %ci, %ci, 2")

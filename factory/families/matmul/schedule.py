@@ -37,6 +37,9 @@ KINDS = ("wgmma", "mma_sync")
 # Batch axes flatten into the rows (emit.rows_expr); the emitter renders them, but until a GPU run
 # has verified them is_valid refuses them (lab.matmul.gemm_bench --allow-batch sets this).
 BATCH_VERIFIED = False
+# 2x1 clusters with B multicast: emitted, refused by is_valid until a GPU run verified them
+# (lab.matmul.gemm_bench --allow-cluster sets this).
+CLUSTER_VERIFIED = False
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class GemmSchedule:
     tile_k: int = 64  # k per pipeline stage (64 bf16 = one 128-byte swizzle row)
     stages: int = 4  # shared-memory buffers in the ring
     consumers: int = 2  # consumer warpgroups
-    cluster_m: int = 1  # CTA cluster shape (only 1x1 is emitted yet)
+    cluster_m: int = 1  # CTAs per cluster along M (2: B tiles multicast to both)
     cluster_n: int = 1
     group_m: int = 8  # rasterisation: tile rows per group of the persistent tile order
     persistent: bool = True
@@ -136,8 +139,15 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
         return "B rows per k-block exceed 256 (one TMA box); with b2 take tile_n <= 128"
     if s.stages < 2 or s.stages > 8:
         return "stages must be in [2, 8]"
-    if s.cluster_m != 1 or s.cluster_n != 1:
-        return "clusters are not emitted yet (cluster 1x1 only)"
+    if s.cluster_n != 1 or s.cluster_m not in (1, 2):
+        return "clusters: only 1x1 and 2x1 (two CTAs along M sharing B) are emitted"
+    if s.cluster_m == 2:
+        if s.pingpong:
+            return "a 2x1 cluster is not emitted with ping-pong consumers"
+        if (s.tile_n // 2) % 8:
+            return "a 2x1 cluster splits B's tile_n rows in halves of a multiple of 8"
+        if not CLUSTER_VERIFIED:
+            return "2x1 clusters are emitted but not yet verified on a GPU"
     if s.split_k != 1:
         return "split-K is not emitted yet"
     if s.group_m < 1:

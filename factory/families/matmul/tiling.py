@@ -141,3 +141,95 @@ def simulate_ring(tiles: int, nk: int, stages: int, pingpong: bool, seed: int = 
         stalled = 0 if progressed else stalled + 1
         assert stalled < 10000, "deadlock"
     return reads
+
+
+def simulate_cluster_ring(units: int, nk: int, stages: int, seed: int = 0,
+                          remote_release: bool = True) -> list[tuple[int, int, int]]:
+    """The 2x1 cluster's ring under a random interleaving: two CTAs, each with a producer and
+    two consumers. Per ring position a CTA's slot receives three parts: its own A, and the two
+    halves of B, one multicast by each CTA's producer into both CTAs. A full barrier completes
+    once its producer's arrive.expect_tx has come (count 1) and all three parts have landed (the
+    byte count may go below zero first: a peer's half can land before the local expect). A
+    producer waits only for its own CTA's empty barrier, so every consumer warp releases the
+    slot in both CTAs (remote_release; False models releasing only locally, with the count
+    halved). A slot a consumer is still reading must not be overwritten. Returns
+    (cta, consumer, position) per read; AssertionError on a wrong or torn read, or deadlock."""
+    import random
+
+    rng = random.Random(seed)
+    parts = ("a", "b0", "b1")
+    full = [[0] * stages for _ in range(2)]  # completed phases
+    full_arrived = [[0] * stages for _ in range(2)]
+    full_tx = [[0] * stages for _ in range(2)]
+    empty = [[0] * stages for _ in range(2)]
+    empty_arrivals = [[0] * stages for _ in range(2)]
+    releasers = 2 * 2 if remote_release else 2  # consumers per CTA x CTAs releasing
+    data = [[dict.fromkeys(parts) for _ in range(stages)] for _ in range(2)]
+    in_flight: list[tuple[int, int, str, int]] = []  # (cta, slot, part, position)
+    reads: list[tuple[int, int, int]] = []
+
+    def passes(count: int, parity: int) -> bool:
+        return (count & 1) != parity
+
+    def try_complete_full(c: int, s: int):
+        if full_arrived[c][s] == 1 and full_tx[c][s] == 0:
+            full_arrived[c][s] = 0
+            full[c][s] += 1
+
+    def producer(c: int):
+        for p in range(units * nk):
+            s = p % stages
+            while not passes(empty[c][s], ((p // stages) & 1) ^ 1):
+                yield False
+            full_arrived[c][s] += 1
+            full_tx[c][s] += len(parts)
+            try_complete_full(c, s)
+            in_flight.append((c, s, "a", p))
+            for dst in (0, 1):  # the multicast of this CTA's B half
+                in_flight.append((dst, s, f"b{c}", p))
+            yield True
+
+    def release(c: int, s: int, p: int):
+        assert all(data[c][s][x] == p for x in parts), f"CTA {c} slot {s} overwritten while read"
+        for dst in ((0, 1) if remote_release else (c,)):
+            empty_arrivals[dst][s] += 1
+            if empty_arrivals[dst][s] == releasers:
+                empty_arrivals[dst][s] = 0
+                empty[dst][s] += 1
+
+    def consumer(c: int, w: int):
+        prev = None
+        for p in range(units * nk):
+            s = p % stages
+            while not passes(full[c][s], (p // stages) & 1):
+                yield False
+            assert all(data[c][s][x] == p for x in parts), f"CTA {c} read {data[c][s]} for {p}"
+            reads.append((c, w, p))
+            if prev is not None:
+                release(c, *prev)
+            prev = (s, p)
+            yield True
+        release(c, *prev)
+        yield True
+
+    actors = [producer(0), producer(1)] + [consumer(c, w) for c in (0, 1) for w in (0, 1)]
+    alive = list(range(len(actors)))
+    stalled = 0
+    while alive or in_flight:
+        choices = alive + (["land"] if in_flight else [])
+        pick = rng.choice(choices)
+        if pick == "land":
+            c, s, part, p = in_flight.pop(rng.randrange(len(in_flight)))
+            data[c][s][part] = p
+            full_tx[c][s] -= 1
+            try_complete_full(c, s)
+            stalled = 0
+            continue
+        try:
+            progressed = next(actors[pick])
+        except StopIteration:
+            alive.remove(pick)
+            continue
+        stalled = 0 if progressed else stalled + 1
+        assert stalled < 10000, "deadlock"
+    return reads
