@@ -494,8 +494,9 @@ def candidate_build(*, candidate: Candidate) -> bool:
     settled = _candidate_compile(candidate=candidate)
     # Whoever sees "all built" queues the dispatch; if two builders both do, the dispatch's own
     # claim lets only one of them through.
-    generation = Generation.objects.get(pk=candidate.generation_id)
-    pipeline.advance(generation)
+    generation = Generation.objects.filter(pk=candidate.generation_id).first()
+    if generation is not None:  # gone with its job meanwhile: nothing follows
+        pipeline.advance(generation)
     return settled
 
 
