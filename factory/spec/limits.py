@@ -25,6 +25,10 @@ MAX_POW_EXPONENT = 16.0
 MAX_DIM = 2**31 - 1
 MAX_ELEMENTS = 2**31  # per tensor: 32-bit element indices must stay valid
 MAX_TOTAL_BYTES = 64 * 2**30  # inputs + outputs at one shape; an H200 holds 141 GB
+# Multiply-adds of the matrix products at one shape (M N K per product, batch included): the
+# float64 reference of 2^44 takes on the order of a minute on a 16-core host. The issue's
+# largest GEMMs are about 2^40.
+MAX_MATMUL_MACS = 2**44
 
 MAX_DIM_EXPR_CHARS = 200
 MAX_DIM_EXPR_DEPTH = 16

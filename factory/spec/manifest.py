@@ -39,6 +39,7 @@ from factory.spec.limits import (
     MAX_INPUTS,
     MAX_LETS,
     MAX_MANIFEST_BYTES,
+    MAX_MATMUL_MACS,
     MAX_NAME_CHARS,
     MAX_OUTPUTS,
     MAX_RANK,
@@ -204,6 +205,7 @@ class _Loader:
         self.gathers: list[tuple[TensorDecl, str | int]] = []  # (index input, gathered axis)
         self.broken: set[str] = set()  # names whose declaration was refused (already reported)
         self.node_shapes: set[tuple] = set()
+        self.matmuls: list[MatMul] = []
         self.outputs: list[OutputDecl] = []
 
     def load(self) -> Workload:
@@ -526,6 +528,7 @@ class _Loader:
             return
         # Broadcasting can make an intermediate or an output far larger than any input.
         self.node_shapes = {n.shape for n in nodes if not isinstance(n, Input | Const)}
+        self.matmuls = [n for n in nodes if isinstance(n, MatMul)]
         self.outputs = outputs
         depth: dict[Node, int] = {}
         for n in nodes:  # operands come before users
@@ -623,6 +626,14 @@ class _Loader:
                 self.err.add(
                     f"{field}[{i}]",
                     f"inputs and outputs take {total} bytes; limit {MAX_TOTAL_BYTES}",
+                )
+            macs = sum(_elements(m.shape, row) * _elements(m.a.shape[-1:], row)
+                       for m in self.matmuls)  # fmt: skip
+            if macs > MAX_MATMUL_MACS:
+                self.err.add(
+                    f"{field}[{i}]",
+                    f"the matrix products take {macs} multiply-adds; the limit is "
+                    f"{MAX_MATMUL_MACS} (2^{int(math.log2(MAX_MATMUL_MACS))})",
                 )
             for shape in self.node_shapes:
                 n = _elements(shape, row)
@@ -976,14 +987,24 @@ def reduced_length(n: Node, row: dict[str, int]) -> int:
     return size
 
 
+def _magnitude(node: Node, inputs, default: float) -> float:
+    """The largest declared magnitude of the float inputs `node` reads (`default` for none)."""
+    names = {n.name for n in walk(node) if isinstance(n, Input)}
+    found = [max(abs(t.low), abs(float(t.high))) for t in inputs
+             if t.name in names and t.dtype in FLOAT_DTYPES]  # fmt: skip
+    return max(found) if found else default
+
+
 def _grown_tolerance(given, tolerance: dict, outputs, inputs, rows) -> dict:
     """The default tolerance of an output dtype, grown with the longest length L a sum, product
     or scan combines that the row family does not compute (over a leading or middle axis,
     several axes, a product or a scan). fp32 accumulation of L terms within R = the largest
     declared input magnitude: atol eps*R*L for a sum or scan (eps = 2^-24; a blocked sum's
     error is far below that, a sequential one about there), eps*R*sqrt(L) for a mean; rel_norm
-    4*eps*sqrt(L); rtol eps*L for products and scans (each step rounds once). Capped at the
-    manifest's limits. Tolerances the manifest gives are never changed."""
+    4*eps*sqrt(L); rtol eps*L for products and scans (each step rounds once). A matrix product
+    sums K products each within Ra*Rb (the declared magnitudes of its operands): atol eps*Ra*Rb*K,
+    rel_norm 4*eps*sqrt(K). Capped at the manifest's limits. Tolerances the manifest gives are
+    never changed."""
     given = given if isinstance(given, dict) else {}
     r = max([1.0] + [max(abs(t.low), abs(float(t.high))) for t in inputs
                      if t.dtype in FLOAT_DTYPES])  # fmt: skip
@@ -993,6 +1014,13 @@ def _grown_tolerance(given, tolerance: dict, outputs, inputs, rows) -> dict:
             continue
         atol = rel = rtol = 0.0
         for n in walk(o.expr):
+            if isinstance(n, MatMul):  # K products summed in fp32, each within Ra * Rb
+                k = n.a.shape[-1]
+                length = max(row[k] if isinstance(k, str) else k for row in rows)
+                rab = _magnitude(n.a, inputs, r) * _magnitude(n.b, inputs, r)
+                atol = max(atol, _EPS32 * rab * length)
+                rel = max(rel, 4 * _EPS32 * math.sqrt(length))
+                continue
             if not isinstance(n, Reduce | Scan) or n.op in ("max", "min"):
                 continue
             new_kind = (

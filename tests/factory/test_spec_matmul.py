@@ -252,3 +252,26 @@ K = 16
     got = reference(w, inputs, dims)
     np.testing.assert_allclose(got["y"], f["x"] @ f["w"].T, rtol=1e-12)
     np.testing.assert_allclose(got["z"], np.exp(f["w"]) + 1, rtol=1e-12)
+
+
+# -- limits and tolerances ------------------------------------------------------------------------
+
+
+def test_matrix_products_too_costly_for_the_reference_are_refused():
+    e = refuse(linear(rows={"M": 65536, "N": 65536, "K": 8192}))
+    assert any(f == "shapes[0]" and "multiply-adds" in p for f, p in e.errors), e.errors
+    load_manifest(linear(rows={"M": 16384, "N": 14336, "K": 4096}))  # the shapes pass
+
+
+def test_fp32_outputs_of_a_product_get_a_tolerance_grown_with_k():
+    text = linear(rows={"M": 64, "N": 64, "K": 8192}).replace(
+        'expr = "x @ w.T"\ndtype = "bf16"', 'expr = "x @ w.T"\ndtype = "fp32"'
+    )
+    t = load_manifest(text).tolerance["fp32"]
+    # ranges [-1, 1] on both operands; K up to 8200 among the held-out shapes
+    assert t.atol == pytest.approx(2.0**-24 * 8200)
+    assert t.rel_norm == pytest.approx(4 * 2.0**-24 * 8200**0.5)
+    given = text + "[tolerance.fp32]\natol = 1e-5\n"
+    assert load_manifest(given).tolerance["fp32"].atol == 1e-5  # a given tolerance stays
+    # bf16 outputs keep their default: the output's rounding dominates
+    assert load_manifest(linear(rows={"M": 64, "N": 64, "K": 8192})).tolerance["bf16"].atol == 1e-2
