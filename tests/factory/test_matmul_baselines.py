@@ -189,3 +189,13 @@ def test_the_gpu_worker_builds_the_family_baselines():
     if importlib.util.find_spec("triton") is None:
         with pytest.raises(BaselineUnavailable, match="triton"):
             make_torch_baseline("triton", w, family="matmul")
+
+
+def test_a_product_of_expressions_is_translated_op_by_op():
+    inputs = {"x": (["M", "K"], "bf16"), "w": (["N", "K"], "bf16"), "s": (["K"], "bf16")}
+    w = manifest("(x * s) @ w.T", inputs)
+    fn, how = B.idiomatic("torch_eager", w, compiled=False)
+    assert "((x * s) @ w.mT)" in how
+    data = random_inputs(w, SMALL, seed=3)
+    got = fn(as_torch(data))["y"].float().numpy()
+    assert rel_error(got, reference(w, data, SMALL)["y"]) < 1e-2

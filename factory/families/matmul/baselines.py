@@ -251,8 +251,10 @@ def torch_function(workload, linear_fn=None):
     import torch.nn.functional as F
 
     linears, acts = plan(workload)
-    if not linears:
-        raise Unavailable(f"{workload.name!r} has no matrix product of input tensors")
+    if not linears and not any(
+        isinstance(n, E.MatMul) for o in workload.outputs for n in E.walk(o.expr)
+    ):
+        raise Unavailable(f"{workload.name!r} has no matrix product")
     unary = {
         "neg": torch.neg,
         "exp": torch.exp,
@@ -322,6 +324,10 @@ def torch_function(workload, linear_fn=None):
             t = f"({a} {sym} {b})" if sym else f"torch.{n.op}imum({a}, {b})"
         elif isinstance(n, E.Cast):
             t = f"{text(n.x, names)}.to({n.to})"
+        elif isinstance(n, E.MatMul):
+            t = f"({text(n.a, names)} @ {text(n.b, names)})"
+        elif isinstance(n, E.Transpose):
+            t = f"{text(n.x, names)}.mT"
         else:
             t = type(n).__name__.lower()
         names[n] = t
