@@ -157,9 +157,11 @@ def _tmap_fields(p: dict, w: str, errors: list) -> dict | None:
     """box (ints in [1, 256]), dims (dim expressions, same rank, 1 to 5) and swizzle of a
     tensor-map parameter (see gpuworker.tensormap)."""
     box, dims, swizzle = p.get("box"), p.get("dims"), p.get("swizzle", 0)
-    if not (isinstance(box, list) and 1 <= len(box) <= 5
-            and all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 256
-                    for b in box)):
+    if not (
+        isinstance(box, list)
+        and 1 <= len(box) <= 5
+        and all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 256 for b in box)
+    ):
         errors.append((f"{w}.box", "a tensor map's box is 1 to 5 integers in [1, 256]"))
         return None
     if not (isinstance(dims, list) and len(dims) == len(box) and all(_dim_expr(d) for d in dims)):

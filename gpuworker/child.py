@@ -244,8 +244,9 @@ class PtxEntrant:
             from gpuworker import tensormap
 
             grid, block, smem, cluster = cfg
-            tensormap.launch_raw(gpu.stream_handle(self.s.stream), grid, block, smem,
-                                 self.kernel, args, cluster)
+            tensormap.launch_raw(
+                gpu.stream_handle(self.s.stream), grid, block, smem, self.kernel, args, cluster
+            )
             return
         launch(self.s.stream, cfg, self.kernel, *args)
 

@@ -55,8 +55,14 @@ def plan(param: dict, dims: dict[str, int], dtype: str) -> dict:
         strides.append(acc)
     if any(s % 16 for s in strides):
         raise TensorMapError(f"row strides {strides} B must be multiples of 16 bytes")
-    return {"extents": extents, "strides": strides, "box": box, "swizzle": swizzle,
-            "elem_bytes": size, "dtype": dtype}
+    return {
+        "extents": extents,
+        "strides": strides,
+        "box": box,
+        "swizzle": swizzle,
+        "elem_bytes": size,
+        "dtype": dtype,
+    }
 
 
 def encode(ptr: int, p: dict):
@@ -66,13 +72,17 @@ def encode(ptr: int, p: dict):
 
     if ptr % 16:
         raise TensorMapError("the tensor's address must be 16-byte aligned")
-    dt = {"bf16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-          "fp16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-          "fp32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}[p["dtype"]]
-    sw = {0: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-          32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
-          64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
-          128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}[p["swizzle"]]
+    dt = {
+        "bf16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        "fp16": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        "fp32": cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+    }[p["dtype"]]
+    sw = {
+        0: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+        32: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B,
+        64: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_64B,
+        128: cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+    }[p["swizzle"]]
     rank = len(p["extents"])
     err, tmap = cu.cuTensorMapEncodeTiled(
         dt,
@@ -116,16 +126,23 @@ def _arg_ctype(a):
     if isinstance(a, ctypes.Array | ctypes._SimpleCData):  # noqa: SLF001
         return a
     if isinstance(a, np.generic):
-        conv = {np.uint32: ctypes.c_uint32, np.int32: ctypes.c_int32, np.uint64: ctypes.c_uint64,
-                np.int64: ctypes.c_int64, np.float32: ctypes.c_float, np.float64: ctypes.c_double}
+        conv = {
+            np.uint32: ctypes.c_uint32,
+            np.int32: ctypes.c_int32,
+            np.uint64: ctypes.c_uint64,
+            np.int64: ctypes.c_int64,
+            np.float32: ctypes.c_float,
+            np.float64: ctypes.c_double,
+        }
         return conv[type(a)](a.item())
     if isinstance(a, int):  # a device pointer, as cuda.core takes it
         return ctypes.c_uint64(a)
     raise TensorMapError(f"cannot pass {type(a).__name__} to a kernel with tensor maps")
 
 
-def launch_raw(stream_handle: int, grid, block, smem_bytes: int, kernel, args,
-               cluster=None) -> None:
+def launch_raw(
+    stream_handle: int, grid, block, smem_bytes: int, kernel, args, cluster=None
+) -> None:
     """Launch `kernel` (a cuda.core Kernel, or a CUfunction/CUkernel handle) through the driver
     with a hand-built argument array: cuda.core's launch takes no 128-byte by-value arguments,
     so kernels with tensor-map parameters go this way. `args` as for cuda.core's launch, plus the
@@ -155,8 +172,18 @@ def launch_raw(stream_handle: int, grid, block, smem_bytes: int, kernel, args,
         cfg.numAttrs = 1
         (err,) = cu.cuLaunchKernelEx(cfg, handle, ctypes.addressof(ptrs), 0)
     else:
-        (err,) = cu.cuLaunchKernel(handle, int(grid[0]), int(grid[1]), int(grid[2]),
-                                   int(block[0]), int(block[1]), int(block[2]),
-                                   int(smem_bytes), stream_handle, ctypes.addressof(ptrs), 0)
+        (err,) = cu.cuLaunchKernel(
+            handle,
+            int(grid[0]),
+            int(grid[1]),
+            int(grid[2]),
+            int(block[0]),
+            int(block[1]),
+            int(block[2]),
+            int(smem_bytes),
+            stream_handle,
+            ctypes.addressof(ptrs),
+            0,
+        )
     if err != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"cuLaunchKernel: {err}")

@@ -29,8 +29,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from factory.compile import compile_ptx  # noqa: E402
 import importlib  # noqa: E402
+
+from factory.compile import compile_ptx  # noqa: E402
 
 gemm_emit = importlib.import_module("factory.families.matmul.emit")
 from factory.families.matmul.schedule import is_valid  # noqa: E402
@@ -67,7 +68,8 @@ class Kernel:
         assert err == cu.CUresult.CUDA_SUCCESS, err
         smem = e.launch.smem_bytes
         (err,) = cu.cuFuncSetAttribute(
-            self.fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+            self.fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem
+        )
         assert err == cu.CUresult.CUDA_SUCCESS, err
         self._args = None
 
@@ -81,7 +83,10 @@ class Kernel:
                 t = tensors[p.name]
                 arg = tensormap.encode_param(
                     {"dims": list(p.dims), "box": list(p.box), "swizzle": p.swizzle},
-                    t.data_ptr(), dims, "bf16")
+                    t.data_ptr(),
+                    dims,
+                    "bf16",
+                )
             elif p.kind == "tensor":
                 arg = ctypes.c_uint64(tensors[p.name].data_ptr())
             elif p.kind == "dim":
@@ -101,11 +106,29 @@ class Kernel:
         keep, arr, grid = self._args
         b = self.em.launch.block
         if self.em.launch.cluster:
-            tensormap.launch_raw(stream, grid, b, self.em.launch.smem_bytes, self.fn, keep[:-1],
-                                 self.em.launch.cluster)
+            tensormap.launch_raw(
+                stream,
+                grid,
+                b,
+                self.em.launch.smem_bytes,
+                self.fn,
+                keep[:-1],
+                self.em.launch.cluster,
+            )
             return
-        (err,) = cu.cuLaunchKernel(self.fn, grid[0], grid[1], grid[2], b[0], b[1], b[2],
-                                   self.em.launch.smem_bytes, stream, ctypes.addressof(arr), 0)
+        (err,) = cu.cuLaunchKernel(
+            self.fn,
+            grid[0],
+            grid[1],
+            grid[2],
+            b[0],
+            b[1],
+            b[2],
+            self.em.launch.smem_bytes,
+            stream,
+            ctypes.addressof(arr),
+            0,
+        )
         if err != cu.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"launch: {err}")
 
@@ -128,9 +151,14 @@ def child_path_check(torch, kern, m=1000, n=1030, k=1000):
     args = []
     for p in kern.em.params:
         if p.kind == "tmap":
-            args.append(tensormap.encode_param({"dims": list(p.dims), "box": list(p.box),
-                                                "swizzle": p.swizzle}, t[p.name].data_ptr(),
-                                               dims, "bf16"))
+            args.append(
+                tensormap.encode_param(
+                    {"dims": list(p.dims), "box": list(p.box), "swizzle": p.swizzle},
+                    t[p.name].data_ptr(),
+                    dims,
+                    "bf16",
+                )
+            )
         elif p.kind == "tensor":
             args.append(t[p.name].data_ptr())
         else:
@@ -139,8 +167,14 @@ def child_path_check(torch, kern, m=1000, n=1030, k=1000):
 
     grid = [eval_dim_expr(g, dims) for g in kern.em.launch.grid]
     t["c"].fill_(float("nan"))
-    tensormap.launch_raw(torch.cuda.current_stream().cuda_stream, grid, kern.em.launch.block,
-                         kern.em.launch.smem_bytes, k_obj, args)
+    tensormap.launch_raw(
+        torch.cuda.current_stream().cuda_stream,
+        grid,
+        kern.em.launch.block,
+        kern.em.launch.smem_bytes,
+        k_obj,
+        args,
+    )
     wait_or_die(torch, "child path")
     ref = reference(torch, "plain", t)
     rel = float(torch.linalg.norm(t["c"].double() - ref) / torch.linalg.norm(ref))
@@ -174,7 +208,8 @@ def make_inputs(torch, name, m, n, k, gen):
         t["res"] = torch.randn(m, n, device=dev, generator=gen).to(torch.bfloat16)
     if name == "swiglu":
         t["b2"] = (torch.randn(n, k, device=dev, generator=gen) / math.sqrt(k) * 4).to(
-            torch.bfloat16)
+            torch.bfloat16
+        )
     t["c"] = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
     return t
 
@@ -261,13 +296,23 @@ def check(torch, kern, name, m, n, k, seed):
     bad = int((diff > atol + 2**-7 * ref.abs()).sum()) if finite else rows_of(name, m) * n
     same = bool(torch.equal(outs[0].view(torch.int16), outs[1].view(torch.int16)))
     ok = finite and rel < 1e-2 and bad == 0 and same
-    rec = {"op": name, "schedule": kern.s.label(), "shape": [m, n, k], "rel_norm": rel,
-           "max_err": float(diff.max()) if finite else None, "n_bad": bad, "repeat_equal": same,
-           "finite": finite, "ok": ok}
+    rec = {
+        "op": name,
+        "schedule": kern.s.label(),
+        "shape": [m, n, k],
+        "rel_norm": rel,
+        "max_err": float(diff.max()) if finite else None,
+        "n_bad": bad,
+        "repeat_equal": same,
+        "finite": finite,
+        "ok": ok,
+    }
     RESULTS["checks"].append(rec)
     save()
-    log(f"check {name:9s} {kern.s.label():28s} {m}x{n}x{k}: rel {rel:.2e} bad {bad} "
-        f"same {same} -> {'OK' if ok else 'FAIL'}")
+    log(
+        f"check {name:9s} {kern.s.label():28s} {m}x{n}x{k}: rel {rel:.2e} bad {bad} "
+        f"same {same} -> {'OK' if ok else 'FAIL'}"
+    )
     return ok
 
 
@@ -295,7 +340,7 @@ def time_pair(torch, kerns: dict, name, m, n, k, reps):
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
     runners = {"torch": base}
     for lab, kern in kerns.items():
-        runners[lab] = (lambda kk: (lambda: kk.launch(stream)))(kern)
+        runners[lab] = (lambda kk: lambda: kk.launch(stream))(kern)
     samples = {lab: [] for lab in runners}
     # warm-up, at least 200 ms
     t0 = time.time()
@@ -323,9 +368,13 @@ def time_pair(torch, kerns: dict, name, m, n, k, reps):
     for lab, xs in samples.items():
         xs = np.array(xs)
         med = float(np.median(xs))
-        rows[lab] = {"median_us": med, "p20_us": float(np.percentile(xs, 20)),
-                     "p80_us": float(np.percentile(xs, 80)), "tflops": flops / med / 1e6,
-                     "samples_us": [round(float(x), 2) for x in xs]}
+        rows[lab] = {
+            "median_us": med,
+            "p20_us": float(np.percentile(xs, 20)),
+            "p80_us": float(np.percentile(xs, 80)),
+            "tflops": flops / med / 1e6,
+            "samples_us": [round(float(x), 2) for x in xs],
+        }
     for lab in kerns:
         rows[lab]["vs_torch"] = rows["torch"]["median_us"] / rows[lab]["median_us"]
     rec = {"op": name, "shape": [m, n, k], "rows": rows, "sm_clock_mhz": [clk0, clk1]}
@@ -338,15 +387,22 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="plain")
     ap.add_argument("--scheds", default="w256s4")
-    ap.add_argument("--check-shapes", default="333x250x72,1x4096x4096,4095x4097x4000,4096x4096x4096")
+    ap.add_argument(
+        "--check-shapes", default="333x250x72,1x4096x4096,4095x4097x4000,4096x4096x4096"
+    )
     ap.add_argument("--time-shapes", default="4096x4096x4096,8192x8192x8192")
-    ap.add_argument("--plan", default="",
-                    help="op:sched+sched;op:sched ... (overrides --ops/--scheds)")
+    ap.add_argument(
+        "--plan", default="", help="op:sched+sched;op:sched ... (overrides --ops/--scheds)"
+    )
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--allow-batch", action="store_true",
-                    help="let is_valid pass batched IRs (to verify them)")
-    ap.add_argument("--allow-cluster", action="store_true",
-                    help="let is_valid pass 2x1 clusters (to verify them)")
+    ap.add_argument(
+        "--allow-batch", action="store_true", help="let is_valid pass batched IRs (to verify them)"
+    )
+    ap.add_argument(
+        "--allow-cluster",
+        action="store_true",
+        help="let is_valid pass 2x1 clusters (to verify them)",
+    )
     ap.add_argument("--timeout", type=float, default=500.0)
     args = ap.parse_args()
     start = time.time()
@@ -361,16 +417,22 @@ def main():
     import torch
 
     dev = torch.cuda.get_device_properties(0)
-    RESULTS["env"] = {"gpu": dev.name, "torch": torch.__version__, "cuda": torch.version.cuda,
-                      "sms": dev.multi_processor_count}
+    RESULTS["env"] = {
+        "gpu": dev.name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "sms": dev.multi_processor_count,
+    }
     try:
         import subprocess
 
         RESULTS["env"]["driver"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version,clocks.max.sm", "--format=csv,noheader"],
-            capture_output=True, text=True).stdout.strip()
-    except Exception:  # noqa: BLE001
-        pass
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except Exception as e:  # noqa: BLE001 - the driver line is a record, not a requirement
+        RESULTS["env"]["driver"] = f"unknown ({e})"
     log(RESULTS["env"])
     torch.zeros(1, device="cuda")  # torch's primary context exists from here
     from cuda.bindings import driver as cu
@@ -383,8 +445,11 @@ def main():
     table = []
     plan = [(op, args.scheds.split(",")) for op in args.ops.split(",")]
     if args.plan:
-        plan = [(part.split(":")[0], part.split(":")[1].split("+"))
-                for part in args.plan.split(";") if part]
+        plan = [
+            (part.split(":")[0], part.split(":")[1].split("+"))
+            for part in args.plan.split(";")
+            if part
+        ]
     for op, snames in plan:
         kerns = {}
         for sn in snames:
@@ -395,8 +460,10 @@ def main():
                 continue
             try:
                 kern = Kernel(ir, s)
-                RESULTS["compile"][f"{op}/{sn}"] = {"registers": kern.report.registers,
-                                                    "spills": kern.report.spill_store_bytes}
+                RESULTS["compile"][f"{op}/{sn}"] = {
+                    "registers": kern.report.registers,
+                    "spills": kern.report.spill_store_bytes,
+                }
                 ok = True
                 for i, (m, n, k) in enumerate(parse(args.check_shapes)):
                     ok &= check(torch, kern, op, m, n, k, seed=100 + i)
@@ -430,17 +497,30 @@ def main():
                 continue
             rec = time_pair(torch, good, op, m, n, k, args.reps)
             for lab, r in rec["rows"].items():
-                table.append((op, f"{m}x{n}x{k}", lab if lab == "torch" else good[lab].s.label(),
-                              r["tflops"], r["median_us"], r["p20_us"], r["p80_us"],
-                              r.get("vs_torch", 1.0), rec["sm_clock_mhz"]))
+                table.append(
+                    (
+                        op,
+                        f"{m}x{n}x{k}",
+                        lab if lab == "torch" else good[lab].s.label(),
+                        r["tflops"],
+                        r["median_us"],
+                        r["p20_us"],
+                        r["p80_us"],
+                        r.get("vs_torch", 1.0),
+                        rec["sm_clock_mhz"],
+                    )
+                )
     save()
     log("")
-    log(f"{'op':9s} {'shape':16s} {'variant':30s} {'TFLOP/s':>8s} {'med us':>9s} "
-        f"{'p20':>9s} {'p80':>9s} {'vs torch':>8s} clk")
+    log(
+        f"{'op':9s} {'shape':16s} {'variant':30s} {'TFLOP/s':>8s} {'med us':>9s} "
+        f"{'p20':>9s} {'p80':>9s} {'vs torch':>8s} clk"
+    )
     for row in table:
         op, sh, lab, tf, med, p20, p80, vs, clk = row
-        log(f"{op:9s} {sh:16s} {lab:30s} {tf:8.1f} {med:9.1f} {p20:9.1f} {p80:9.1f} "
-            f"{vs:8.3f} {clk}")
+        log(
+            f"{op:9s} {sh:16s} {lab:30s} {tf:8.1f} {med:9.1f} {p20:9.1f} {p80:9.1f} {vs:8.3f} {clk}"
+        )
 
 
 if __name__ == "__main__":

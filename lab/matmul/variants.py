@@ -28,8 +28,11 @@ def _c(v):
 
 
 def _gelu_tanh(x):
-    inner = _b("mul", _c(math.sqrt(2 / math.pi)),
-               _b("add", x, _b("mul", _c(0.044715), _b("pow", x, _c(3)))))
+    inner = _b(
+        "mul",
+        _c(math.sqrt(2 / math.pi)),
+        _b("add", x, _b("mul", _c(0.044715), _b("pow", x, _c(3)))),
+    )
     return _b("mul", _b("mul", _c(0.5), x), _b("add", _c(1), E.Unary("tanh", inner, S)))
 
 
@@ -38,9 +41,18 @@ def _silu(x):
 
 
 def _ir(name, expr, inputs=(), b2=False, batch=()):
-    return GemmIR(name, "M", "N", "K", tuple(batch), Operand("a", "bf16", "row"),
-                  Operand("b", "bf16", "col"), Operand("b2", "bf16", "col") if b2 else None,
-                  tuple(inputs), (EpiOutput("c", "bf16", expr),))
+    return GemmIR(
+        name,
+        "M",
+        "N",
+        "K",
+        tuple(batch),
+        Operand("a", "bf16", "row"),
+        Operand("b", "bf16", "col"),
+        Operand("b2", "bf16", "col") if b2 else None,
+        tuple(inputs),
+        (EpiOutput("c", "bf16", expr),),
+    )
 
 
 def epilogue_irs() -> dict[str, GemmIR]:
@@ -56,8 +68,12 @@ def epilogue_irs() -> dict[str, GemmIR]:
         "swiglu": _ir("swiglu", _b("mul", _silu(acc()), acc2()), b2=True),
         # a batch axis Bt (3 in the bench) over A and the output, a per-row scale shared by the
         # batch: rows flatten to Bt * M, the scale is read at row % M
-        "batched_row": _ir("batched_row", _b("mul", acc(), E.Input("rs", ("M", 1), "fp32")),
-                           [EpiInput("rs", "bf16", "row")], batch=("Bt",)),
+        "batched_row": _ir(
+            "batched_row",
+            _b("mul", acc(), E.Input("rs", ("M", 1), "fp32")),
+            [EpiInput("rs", "bf16", "row")],
+            batch=("Bt",),
+        ),
     }
 
 

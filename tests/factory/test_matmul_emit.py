@@ -41,8 +41,12 @@ def _valid_unbatched(ir, s):
 
 # batched IRs render like their flattened form: every IR is compiled (test_batch_axes... checks
 # the batched parameters)
-CASES = [(op, sn) for sn in schedules() for op in epilogue_irs()
-         if _valid_unbatched(epilogue_irs()[op], schedules()[sn])]
+CASES = [
+    (op, sn)
+    for sn in schedules()
+    for op in epilogue_irs()
+    if _valid_unbatched(epilogue_irs()[op], schedules()[sn])
+]
 
 
 @pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
@@ -121,8 +125,9 @@ def test_batch_axes_flatten_into_rows(monkeypatch):
 
 
 @pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
-@pytest.mark.parametrize(("op", "sn"), [("plain", "cl2w256s4"), ("bias_gelu", "cl2w256s4"),
-                                        ("swiglu", "cl2glu128s4")])
+@pytest.mark.parametrize(
+    ("op", "sn"), [("plain", "cl2w256s4"), ("bias_gelu", "cl2w256s4"), ("swiglu", "cl2glu128s4")]
+)
 def test_cluster_multicasts_half_of_b(op, sn, monkeypatch):
     from factory.compile import compile_ptx
     from factory.families.matmul import schedule as sched_mod
@@ -147,8 +152,9 @@ def test_cluster_refusals():
     ir = plain()
     assert "2x1" in is_valid(ir, GemmSchedule(cluster_m=4))
     assert "2x1" in is_valid(ir, GemmSchedule(cluster_n=2))
-    assert "ping-pong" in is_valid(ir, GemmSchedule(tile_n=128, stages=6, pingpong=True,
-                                                    cluster_m=2))
+    assert "ping-pong" in is_valid(
+        ir, GemmSchedule(tile_n=128, stages=6, pingpong=True, cluster_m=2)
+    )
 
 
 def test_cluster_ring_protocol():
@@ -157,8 +163,9 @@ def test_cluster_ring_protocol():
             reads = tiling.simulate_cluster_ring(units, nk, stages, seed)
             for c in (0, 1):
                 for w in (0, 1):
-                    assert [p for cc, ww, p in reads if (cc, ww) == (c, w)] == \
-                        list(range(units * nk))
+                    assert [p for cc, ww, p in reads if (cc, ww) == (c, w)] == list(
+                        range(units * nk)
+                    )
     # releasing only the local slot lets the peer's multicast overwrite a slot still read
     with pytest.raises(AssertionError):
         for seed in range(20):
@@ -171,8 +178,10 @@ def test_swiglu_loads_two_weights():
     assert e.ptx.count("wgmma.mma_async.sync.aligned.m64n128k16") == 8
 
 
-@pytest.mark.parametrize(("m", "n", "pers", "grid"), [
-    (4096, 4096, True, 132), (4096, 4096, False, 512), (100, 300, True, 2), (1, 1, True, 1)])
+@pytest.mark.parametrize(
+    ("m", "n", "pers", "grid"),
+    [(4096, 4096, True, 132), (4096, 4096, False, 512), (100, 300, True, 2), (1, 1, True, 1)],
+)
 def test_launch_geometry(m, n, pers, grid):
     s = GemmSchedule(persistent=pers)
     launch = gemm_emit.launch_for(plain(), s)
@@ -209,8 +218,9 @@ def test_schedule_round_trip_and_label():
     assert s.label() == "wgmma 128x256x64 s3 c2 pers g16"
 
 
-@pytest.mark.parametrize(("tiles_m", "tiles_n", "group"), [(7, 5, 3), (32, 32, 8), (1, 9, 8),
-                                                            (9, 1, 4)])
+@pytest.mark.parametrize(
+    ("tiles_m", "tiles_n", "group"), [(7, 5, 3), (32, 32, 8), (1, 9, 8), (9, 1, 4)]
+)
 def test_grouped_order_visits_every_tile_once(tiles_m, tiles_n, group):
     seen = [tiling.tile_coords(t, tiles_m, tiles_n, group) for t in range(tiles_m * tiles_n)]
     assert sorted(seen) == [(i, j) for i in range(tiles_m) for j in range(tiles_n)]
@@ -224,14 +234,16 @@ def test_swizzle_write_matches_wgmma_read():
         for k in range(64):
             chunk, byte = divmod(2 * k, 16)
             kk, kbyte = divmod(2 * k, 32)
-            assert tiling.wgmma_k_major_offset(32 * kk, r, kbyte) == \
-                tiling.swizzle128(r, chunk) + byte
+            assert (
+                tiling.wgmma_k_major_offset(32 * kk, r, kbyte) == tiling.swizzle128(r, chunk) + byte
+            )
 
 
 def test_fragment_covers_the_accumulator_once():
     n = 256
-    cells = {tiling.fragment(w, ln, reg) for w in range(4) for ln in range(32)
-             for reg in range(n // 2)}
+    cells = {
+        tiling.fragment(w, ln, reg) for w in range(4) for ln in range(32) for reg in range(n // 2)
+    }
     assert cells == {(r, c) for r in range(64) for c in range(n)}
 
 
@@ -247,13 +259,26 @@ def _model_gemm(a, b, s: GemmSchedule, ctas: int):
     ks = np.arange(64)
 
     def write_idx(rows):
-        return np.array([[tiling.swizzle128(r, (2 * kk) // 16) + (2 * kk) % 16 for kk in ks]
-                         for r in rows]) // 2
+        return (
+            np.array(
+                [[tiling.swizzle128(r, (2 * kk) // 16) + (2 * kk) % 16 for kk in ks] for r in rows]
+            )
+            // 2
+        )
 
     def read_idx(rows, base_row):
-        return np.array([[tiling.wgmma_k_major_offset(32 * (kk // 16), base_row + r,
-                                                      (2 * kk) % 32) for kk in ks]
-                         for r in rows]) // 2
+        return (
+            np.array(
+                [
+                    [
+                        tiling.wgmma_k_major_offset(32 * (kk // 16), base_row + r, (2 * kk) % 32)
+                        for kk in ks
+                    ]
+                    for r in rows
+                ]
+            )
+            // 2
+        )
 
     wa, wb = write_idx(rows_a), write_idx(rows_b)
     ra = [read_idx(np.arange(64), 64 * c) for c in range(s.consumers)]
@@ -265,11 +290,11 @@ def _model_gemm(a, b, s: GemmSchedule, ctas: int):
             for kb in range(nk):
                 # TMA boxes: out-of-bounds elements are zero
                 box_a = np.zeros((s.tile_m, 64))
-                blk = a[tm * s.tile_m:(tm + 1) * s.tile_m, kb * 64:(kb + 1) * 64]
-                box_a[:blk.shape[0], :blk.shape[1]] = blk
+                blk = a[tm * s.tile_m : (tm + 1) * s.tile_m, kb * 64 : (kb + 1) * 64]
+                box_a[: blk.shape[0], : blk.shape[1]] = blk
                 box_b = np.zeros((s.tile_n, 64))
-                blk = b[tn * s.tile_n:(tn + 1) * s.tile_n, kb * 64:(kb + 1) * 64]
-                box_b[:blk.shape[0], :blk.shape[1]] = blk
+                blk = b[tn * s.tile_n : (tn + 1) * s.tile_n, kb * 64 : (kb + 1) * 64]
+                box_b[: blk.shape[0], : blk.shape[1]] = blk
                 sm_a = np.full(s.tile_m * 64, np.nan)
                 sm_a[wa] = box_a
                 sm_b = np.full(s.tile_n * 64, np.nan)
@@ -288,12 +313,15 @@ def _model_gemm(a, b, s: GemmSchedule, ctas: int):
     return out
 
 
-@pytest.mark.parametrize(("m", "n", "k", "s", "ctas"), [
-    (130, 300, 72, GemmSchedule(group_m=2), 3),
-    (64, 256, 128, GemmSchedule(tile_m=64, consumers=1, group_m=1), 1),
-    (1, 17, 8, GemmSchedule(tile_n=128), 2),
-    (200, 130, 136, GemmSchedule(tile_n=64, group_m=3), 5),
-])
+@pytest.mark.parametrize(
+    ("m", "n", "k", "s", "ctas"),
+    [
+        (130, 300, 72, GemmSchedule(group_m=2), 3),
+        (64, 256, 128, GemmSchedule(tile_m=64, consumers=1, group_m=1), 1),
+        (1, 17, 8, GemmSchedule(tile_n=128), 2),
+        (200, 130, 136, GemmSchedule(tile_n=64, group_m=3), 5),
+    ],
+)
 def test_tile_loop_model_matches_direct_product(m, n, k, s, ctas):
     rng = np.random.default_rng(m * 1000 + n + k)
     a = rng.standard_normal((m, k))
@@ -304,14 +332,29 @@ def test_tile_loop_model_matches_direct_product(m, n, k, s, ctas):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["plain", "bias_gelu", "residual", "swiglu", "plain_pp",
-                                "batched_row", "plain_cl", "swiglu_cl"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        "plain",
+        "bias_gelu",
+        "residual",
+        "swiglu",
+        "plain_pp",
+        "batched_row",
+        "plain_cl",
+        "swiglu_cl",
+    ],
+)
 def test_gemm_kernels_correct_on_gpu(op, monkeypatch):
     torch = pytest.importorskip("torch")
     from lab.matmul import gemm_bench
 
-    sched = {"swiglu": "glu128s4", "plain_pp": "pp128s6", "plain_cl": "cl2w256s4",
-             "swiglu_cl": "cl2glu128s4"}.get(op, "w256s4")
+    sched = {
+        "swiglu": "glu128s4",
+        "plain_pp": "pp128s6",
+        "plain_cl": "cl2w256s4",
+        "swiglu_cl": "cl2glu128s4",
+    }.get(op, "w256s4")
     op = op.removesuffix("_pp").removesuffix("_cl")
     from factory.families.matmul import schedule as sched_mod
 
@@ -323,8 +366,9 @@ def test_gemm_kernels_correct_on_gpu(op, monkeypatch):
 
         monkeypatch.setattr(sched_mod, "BATCH_VERIFIED", True)  # this test verifies them
     kern = gemm_bench.Kernel(ir, s)
-    for i, (m, n, k) in enumerate([(333, 250, 72), (1, 520, 4096), (1000, 1030, 1000),
-                                   (512, 512, 512)]):
+    for i, (m, n, k) in enumerate(
+        [(333, 250, 72), (1, 520, 4096), (1000, 1030, 1000), (512, 512, 512)]
+    ):
         assert gemm_bench.check(torch, kern, op, m, n, k, seed=i), (op, m, n, k)
 
 
@@ -333,8 +377,15 @@ def test_tensor_map_params_travel_to_the_worker():
 
     e = gemm_emit.emit(plain(), GemmSchedule())
     js = params_to_json(e.params)
-    assert js[0] == {"kind": "tmap", "ptx_type": "b8x128", "name": "a", "value": 0.0,
-                     "box": [64, 128], "dims": ["K", "M"], "swizzle": 128}
+    assert js[0] == {
+        "kind": "tmap",
+        "ptx_type": "b8x128",
+        "name": "a",
+        "value": 0.0,
+        "box": [64, 128],
+        "dims": ["K", "M"],
+        "swizzle": 128,
+    }
     errors: list = []
     assert parse_params(js, "params", errors) == e.params and not errors
     bad = [dict(js[0], box=[64, 512])]
@@ -364,8 +415,9 @@ def test_ring_protocol_reads_every_position_once_in_order(pingpong, tiles, nk, s
         reads = tiling.simulate_ring(tiles, nk, stages, pingpong, seed)
         for c in range(2):
             got = [p for cc, p in reads if cc == c]
-            want = [i * nk + kb for i in range(tiles) if not pingpong or i % 2 == c
-                    for kb in range(nk)]
+            want = [
+                i * nk + kb for i in range(tiles) if not pingpong or i % 2 == c for kb in range(nk)
+            ]
             assert got == want
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from factory.emit import ops
-from factory.emit.ptx import Builder, EmitError, f32_literal
+from factory.emit.ptx import Builder, EmitError
 from factory.families.matmul.ir import ACC, ACC2, GemmIR
 from factory.families.matmul.schedule import NUM_SMS, PRODUCER_REGS, GemmSchedule, is_valid
 from factory.spec import expr as E
@@ -57,13 +57,15 @@ class Emitted:
     launch: Launch
 
 
-def tmap_param(name: str, tensor: str, box: tuple[int, int], dims: tuple[str, str],
-               swizzle: int = 128) -> KernelParam:
+def tmap_param(
+    name: str, tensor: str, box: tuple[int, int], dims: tuple[str, str], swizzle: int = 128
+) -> KernelParam:
     """A CUtensorMap kernel parameter: a 2D tiled map over `tensor` (row-major), innermost dim
     first, box in elements, 128-byte swizzle."""
     del name  # binding is positional; the PTX parameter's name is the emitter's business
-    return KernelParam("tmap", "b8x128", tensor, 0.0, box=tuple(box), dims=tuple(dims),
-                       swizzle=swizzle)
+    return KernelParam(
+        "tmap", "b8x128", tensor, 0.0, box=tuple(box), dims=tuple(dims), swizzle=swizzle
+    )
 
 
 def rows_expr(ir: GemmIR) -> str:
@@ -77,8 +79,12 @@ def launch_for(ir: GemmIR, s: GemmSchedule) -> Launch:
         # clusters of 2 CTAs stacked along M: the grid counts CTAs, a multiple of 2
         pairs = f"ceildiv(ceildiv({rows_expr(ir)}, {s.tile_m}), 2) * ceildiv({ir.n}, {s.tile_n})"
         units = f"min({pairs}, {NUM_SMS // 2})" if s.persistent else pairs
-        return Launch(grid=(f"{units} * 2", 1, 1), block=(s.threads(), 1, 1),
-                      smem_bytes=s.smem_bytes(ir), cluster=(2, 1, 1))
+        return Launch(
+            grid=(f"{units} * 2", 1, 1),
+            block=(s.threads(), 1, 1),
+            smem_bytes=s.smem_bytes(ir),
+            cluster=(2, 1, 1),
+        )
     tiles = f"ceildiv({rows_expr(ir)}, {s.tile_m}) * ceildiv({ir.n}, {s.tile_n})"
     grid = f"min({tiles}, {NUM_SMS})" if s.persistent else tiles
     return Launch(grid=(grid, 1, 1), block=(s.threads(), 1, 1), smem_bytes=s.smem_bytes(ir))
@@ -109,13 +115,16 @@ class _Epilogue:
             else:
                 r = ops.BINARY[node.op](b, x, self.value(node.b, env, memo), self.fast)
         elif isinstance(node, E.Compare):
-            r = ops.compare(b, node.op, self.value(node.a, env, memo),
-                            self.value(node.b, env, memo))
+            r = ops.compare(
+                b, node.op, self.value(node.a, env, memo), self.value(node.b, env, memo)
+            )
         elif isinstance(node, E.Where):
             p = self.value(node.cond, env, memo)
             r = b.reg("f32")
-            b.op(f"selp.f32 {r}, {self.value(node.a, env, memo)}, "
-                 f"{self.value(node.b, env, memo)}, {p}")
+            b.op(
+                f"selp.f32 {r}, {self.value(node.a, env, memo)}, "
+                f"{self.value(node.b, env, memo)}, {p}"
+            )
         elif isinstance(node, E.Cast):
             r = ops.cast_round(b, self.value(node.x, env, memo), node.to)
         else:
@@ -235,7 +244,7 @@ class _Kernel:
     def advance(self) -> None:
         """Next ring slot; the phase bit flips on wrap-around."""
         p = self.pred()
-        self.op(f"add.u32 %stage, %stage, 1")
+        self.op("add.u32 %stage, %stage, 1")
         self.op(f"setp.eq.u32 {p}, %stage, {self.s.stages}")
         self.op(f"@{p} mov.u32 %stage, 0")
         self.op(f"@{p} xor.b32 %phase, %phase, 1")
@@ -246,8 +255,7 @@ class _Kernel:
         params: list[KernelParam] = []
         plist: list[str] = []
         b_box = s.tile_n // 2 if self.cl else s.tile_n
-        maps = [("a_map", ir.a.name, s.tile_m, rows_expr(ir)),
-                ("b_map", ir.b.name, b_box, ir.n)]
+        maps = [("a_map", ir.a.name, s.tile_m, rows_expr(ir)), ("b_map", ir.b.name, b_box, ir.n)]
         if self.two:
             maps.append(("b2_map", ir.b2.name, b_box, ir.n))
         for pname, tensor, rows, outer in maps:
@@ -308,8 +316,10 @@ class _Kernel:
             self.op("mov.u32 %ncta, %nctaid.x")
             self.op("mov.u32 %cta, %ctaid.x")
 
-        b.comment("thread 0 initialises the barriers: full expects the producer's one arrival "
-                  "plus the TMA bytes; empty one arrival per consumer warp")
+        b.comment(
+            "thread 0 initialises the barriers: full expects the producer's one arrival "
+            "plus the TMA bytes; empty one arrival per consumer warp"
+        )
         p0 = self.pred()
         lab_init = b.new_label("init_done")
         self.op(f"setp.ne.u32 {p0}, %tx, 0")
@@ -351,8 +361,31 @@ class _Kernel:
         decls.append(f"    .reg .f32 %ca<{n}>;")
         if self.two or self.pp:
             decls.append(f"    .reg .f32 %cb<{n}>;")
-        named = ("M", "Mb", "N", "K", "tiles_m", "units_m", "tiles_n", "tiles", "nk", "tx", "wg", "ncta", "base", "sb",
-                 "full", "empty", "stage", "phase", "tile", "kb", "ci", "cta", "rank")
+        named = (
+            "M",
+            "Mb",
+            "N",
+            "K",
+            "tiles_m",
+            "units_m",
+            "tiles_n",
+            "tiles",
+            "nk",
+            "tx",
+            "wg",
+            "ncta",
+            "base",
+            "sb",
+            "full",
+            "empty",
+            "stage",
+            "phase",
+            "tile",
+            "kb",
+            "ci",
+            "cta",
+            "rank",
+        )
         decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
         head = [
             "//",
@@ -417,8 +450,7 @@ class _Kernel:
         self.op(f"add.u32 {full}, %full, {off}")
         self.op(f"add.u32 {empty}, %empty, {off}")
         self.wait(empty, par, cluster=self.cl)
-        self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{full}], "
-                f"{s.stage_bytes(self.ir)}")
+        self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{full}], {s.stage_bytes(self.ir)}")
         kc = self.r32()
         self.op(f"shl.b32 {kc}, %kb, 6")
         da, db = self.r32(), self.r32()
@@ -463,11 +495,13 @@ class _Kernel:
     def wgmma(self, acc: str, n: int, da: str, db: str, scale: str) -> None:
         regs = ", ".join(f"{acc}{i}" for i in range(self.n_acc))
         t = WGMMA_TYPE[self.ir.a.dtype]
-        self.op(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, {da}, {db}, "
-                f"{scale}, 1, 1, 0, 0")
+        self.op(
+            f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {{{regs}}}, {da}, {db}, "
+            f"{scale}, 1, 1, 0, 0"
+        )
 
     def consumer(self, creg: int) -> None:
-        s, b, ir = self.s, self.b, self.ir
+        s, b = self.s, self.b
         b.comment("consumer warpgroups: take registers, wgmma over the ring, epilogue")
         self.op(f"setmaxnreg.inc.sync.aligned.u32 {creg}")
         cons, warp, lane = self.r32(), self.r32(), self.r32()
@@ -603,7 +637,7 @@ class _Kernel:
 
     # ---- epilogue ------------------------------------------------------------------------
     def epilogue(self, tm: str, tn: str, frag_row: str, frag_col: str) -> None:
-        s, b, ir = self.s, self.b, self.ir
+        s, b = self.s, self.b
         b.comment("epilogue: rows row0 (+8), columns col0 + 8j (+1) of the accumulators")
         row0, col0 = self.r32(), self.r32()
         self.op(f"mad.lo.u32 {row0}, {tm}, {s.tile_m}, {frag_row}")
@@ -655,8 +689,9 @@ class _Kernel:
         self.op(f"mad.lo.u64 {a}, {idx}, {size}, {base}")
         return a
 
-    def epilogue_body(self, row0: str, col0: str, fast: bool, acc_a: str = "%ca",
-                      acc_b: str | None = None) -> None:
+    def epilogue_body(
+        self, row0: str, col0: str, fast: bool, acc_a: str = "%ca", acc_b: str | None = None
+    ) -> None:
         s, b, ir = self.s, self.b, self.ir
         ev = _Epilogue(b, ir, s.fast_math and all(o.dtype != "fp32" for o in ir.outputs))
         out_ptr = {o.name: self._ptr(f"out_{o.name}") for o in ir.outputs}
@@ -694,11 +729,13 @@ class _Kernel:
         rowaddr: dict[tuple[str, int], str] = {}
         for h, r in enumerate(rows):
             for o in ir.outputs:
-                rowaddr[(o.name, h)] = self._elem_addr(out_ptr[o.name], r, col0,
-                                                       DTYPE_BYTES[o.dtype])
+                rowaddr[(o.name, h)] = self._elem_addr(
+                    out_ptr[o.name], r, col0, DTYPE_BYTES[o.dtype]
+                )
             for i in full_in:
-                rowaddr[(i.name, h)] = self._elem_addr(in_ptr[i.name], r, col0,
-                                                       DTYPE_BYTES[i.dtype])
+                rowaddr[(i.name, h)] = self._elem_addr(
+                    in_ptr[i.name], r, col0, DTYPE_BYTES[i.dtype]
+                )
         colbase = {}
         for i in ir.inputs:
             if i.role == "col":
@@ -719,8 +756,9 @@ class _Kernel:
             colv = {}
             for i in ir.inputs:
                 if i.role == "col":
-                    colv[i.name] = self._load_pair(i.dtype, colbase[i.name],
-                                                   8 * j * DTYPE_BYTES[i.dtype], fast, pcol)
+                    colv[i.name] = self._load_pair(
+                        i.dtype, colbase[i.name], 8 * j * DTYPE_BYTES[i.dtype], fast, pcol
+                    )
             for h in range(2):
                 preds = None
                 if not fast:
@@ -731,8 +769,9 @@ class _Kernel:
                         preds.append(p)
                 fullv = {}
                 for i in full_in:
-                    fullv[i.name] = self._load_pair(i.dtype, rowaddr[(i.name, h)],
-                                                    8 * j * DTYPE_BYTES[i.dtype], fast, preds)
+                    fullv[i.name] = self._load_pair(
+                        i.dtype, rowaddr[(i.name, h)], 8 * j * DTYPE_BYTES[i.dtype], fast, preds
+                    )
                 results: dict[str, list[str]] = {o.name: [] for o in ir.outputs}
                 for e in range(2):
                     idx = 4 * j + 2 * h + e
@@ -749,8 +788,14 @@ class _Kernel:
                     for o in ir.outputs:
                         results[o.name].append(ev.value(o.expr, env, memo))
                 for o in ir.outputs:
-                    self._store_pair(o.dtype, rowaddr[(o.name, h)],
-                                     8 * j * DTYPE_BYTES[o.dtype], results[o.name], fast, preds)
+                    self._store_pair(
+                        o.dtype,
+                        rowaddr[(o.name, h)],
+                        8 * j * DTYPE_BYTES[o.dtype],
+                        results[o.name],
+                        fast,
+                        preds,
+                    )
 
     def _load1(self, dtype: str, addr: str, pred: str | None) -> str:
         b = self.b
@@ -784,8 +829,9 @@ class _Kernel:
             out.append(self._load1(dtype, a, preds[e]))
         return out
 
-    def _store_pair(self, dtype: str, base: str, off: int, vals: list[str], fast: bool,
-                    preds) -> None:
+    def _store_pair(
+        self, dtype: str, base: str, off: int, vals: list[str], fast: bool, preds
+    ) -> None:
         b = self.b
         if fast:
             if dtype == "fp32":

@@ -116,8 +116,9 @@ class GemmIR:
                         out.append(f"output {o.name}: reads acc2 but there is no b2")
                     elif node.name not in (ACC, ACC2) and node.name not in names:
                         out.append(f"output {o.name}: reads unknown input {node.name}")
-                elif not isinstance(node, E.Const | E.Unary | E.Binary | E.Compare | E.Where
-                                    | E.Cast):
+                elif not isinstance(
+                    node, E.Const | E.Unary | E.Binary | E.Compare | E.Where | E.Cast
+                ):
                     out.append(f"output {o.name}: {type(node).__name__} is not elementwise")
         return out
 
@@ -137,10 +138,25 @@ def acc2(shape: E.Shape = ("M", "N")) -> E.Input:
     return E.Input(ACC2, shape, "fp32")
 
 
-def plain(name: str = "gemm", dtype: str = "bf16", b_layout: str = "col",
-          out_dtype: str = "bf16") -> GemmIR:
+def plain(
+    name: str = "gemm", dtype: str = "bf16", b_layout: str = "col", out_dtype: str = "bf16"
+) -> GemmIR:
     """C = A @ B, the plain GEMM (for tests and the bench)."""
-    return GemmIR(name, "M", "N", "K", (), Operand("a", dtype, "row"),
-                  Operand("b", dtype, b_layout), None, (),
-                  (EpiOutput("c", out_dtype, E.Cast(acc(), out_dtype, ("M", "N"))
-                             if out_dtype != "fp32" else acc()),))
+    return GemmIR(
+        name,
+        "M",
+        "N",
+        "K",
+        (),
+        Operand("a", dtype, "row"),
+        Operand("b", dtype, b_layout),
+        None,
+        (),
+        (
+            EpiOutput(
+                "c",
+                out_dtype,
+                E.Cast(acc(), out_dtype, ("M", "N")) if out_dtype != "fp32" else acc(),
+            ),
+        ),
+    )

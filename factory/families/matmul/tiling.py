@@ -53,8 +53,9 @@ def fragment(warp: int, lane: int, reg: int) -> tuple[int, int]:
     return 16 * warp + lane // 4 + 8 * h, 8 * j + 2 * (lane % 4) + e
 
 
-def simulate_ring(tiles: int, nk: int, stages: int, pingpong: bool, seed: int = 0,
-                  ordered: bool = True) -> list[tuple[int, int]]:
+def simulate_ring(
+    tiles: int, nk: int, stages: int, pingpong: bool, seed: int = 0, ordered: bool = True
+) -> list[tuple[int, int]]:
     """Run the kernel's mbarrier protocol for one CTA under a random interleaving and return
     what each consumer read, as (consumer, ring position) pairs in read order.
 
@@ -143,8 +144,9 @@ def simulate_ring(tiles: int, nk: int, stages: int, pingpong: bool, seed: int = 
     return reads
 
 
-def simulate_cluster_ring(units: int, nk: int, stages: int, seed: int = 0,
-                          remote_release: bool = True) -> list[tuple[int, int, int]]:
+def simulate_cluster_ring(
+    units: int, nk: int, stages: int, seed: int = 0, remote_release: bool = True
+) -> list[tuple[int, int, int]]:
     """The 2x1 cluster's ring under a random interleaving: two CTAs, each with a producer and
     two consumers. Per ring position a CTA's slot receives three parts: its own A, and the two
     halves of B, one multicast by each CTA's producer into both CTAs. A full barrier completes
@@ -191,7 +193,7 @@ def simulate_cluster_ring(units: int, nk: int, stages: int, seed: int = 0,
 
     def release(c: int, s: int, p: int):
         assert all(data[c][s][x] == p for x in parts), f"CTA {c} slot {s} overwritten while read"
-        for dst in ((0, 1) if remote_release else (c,)):
+        for dst in (0, 1) if remote_release else (c,):
             empty_arrivals[dst][s] += 1
             if empty_arrivals[dst][s] == releasers:
                 empty_arrivals[dst][s] = 0
