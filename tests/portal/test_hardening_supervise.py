@@ -103,6 +103,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def shell(env, code: str) -> str:
+    return (
+        subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c", code],
+            cwd=settings.BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
+
+
 def test_up_restarts_a_sigkilled_worker_and_keeps_serving(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
@@ -121,14 +136,31 @@ def test_up_restarts_a_sigkilled_worker_and_keeps_serving(tmp_path):
     try:
         wait_for(lambda: "is up" in log.read_text() or proc.poll() is not None, 240, "up")
         assert proc.poll() is None, log.read_text()
+        assert "after cpu@previous-run: re-sent 0 task(s)" in log.read_text()  # at start
         ready = tmp_path / "var" / "run"
         cpu = next(ready.glob("cpu@*.ready"))
         worker_pid = int(cpu.read_text())
+        # A job whose task was lost: queued, with no message in the broker.
+        lost = shell(
+            env,
+            "from django.contrib.auth import get_user_model; "
+            "from factory.spec import catalogue_manifest; "
+            "from portal import services; from portal.models import Organisation; "
+            "u = get_user_model().objects.get(username='demo'); "
+            "w = services.workload_create(org=Organisation.objects.get(name='Acme'), user=u, "
+            "manifest=catalogue_manifest('softmax')); "
+            "print(services.job_create(workload=w, user=u, start=False).code)",
+        )
         os.kill(worker_pid, signal.SIGKILL)
+        killed_at = time.monotonic()
         # the web server answers meanwhile
         with urllib.request.urlopen(login, timeout=10) as response:  # noqa: S310
             assert response.status == 200
-        wait_for(lambda: "re-sent" in log.read_text(), 60, "the supervisor to restart it")
+        wait_for(
+            lambda: re.search(r"after cpu@(?!previous-run)\S+: re-sent", log.read_text()),
+            60,
+            "the supervisor to restart it and re-send the active jobs' tasks",
+        )
         new_pid = wait_for(
             lambda: (
                 cpu.exists()
@@ -139,6 +171,9 @@ def test_up_restarts_a_sigkilled_worker_and_keeps_serving(tmp_path):
             "the new worker to consume its queues",
         )
         assert alive(new_pid)
+        status = f"from portal.models import Job; print(Job.objects.get(code='{lost}').status)"
+        wait_for(lambda: shell(env, status) != "queued", 120, "the lost job to move")
+        assert time.monotonic() - killed_at < 60 + 30  # a minute, and slack for a busy box
         with urllib.request.urlopen(login, timeout=10) as response:  # noqa: S310
             assert response.status == 200
         assert proc.poll() is None

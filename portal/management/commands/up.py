@@ -57,7 +57,7 @@ def requeue_after_worker_loss(child: Child) -> None:
     except Exception as exc:  # noqa: BLE001 - the next sweep tries again
         print(f"up: re-sending after {child.name} died failed: {exc}", file=sys.stderr)
     else:
-        print(f"up: {child.name} died; re-sent {sent} task(s) of active jobs", file=sys.stderr)
+        print(f"up: after {child.name}: re-sent {sent} task(s) of active jobs", file=sys.stderr)
 
 
 class Command(BaseCommand):
@@ -123,6 +123,10 @@ class Command(BaseCommand):
             workers = self._wait_for_workers(ready, children)
             if workers:
                 self.stdout.write(f"workers ready: {', '.join(workers)}")
+                if settings.CELERY_EMBEDDED:
+                    # A previous run that died took its workers' in-flight messages with it
+                    # (the embedded broker is at-most-once): send the active jobs' tasks again.
+                    requeue_after_worker_loss(Child(name="cpu@previous-run", argv=[]))
             else:
                 self.stdout.write(self.style.WARNING("the workers are not ready yet: jobs wait"))
         if web_up:
