@@ -23,6 +23,7 @@ BUILTIN: dict[str, str] = {
     "matmul": "factory.families.matmul",
     "colreduce": "factory.families.colreduce",
     "allreduce": "factory.families.allreduce",
+    "segreduce": "factory.families.segreduce",
     "scan": "factory.families.scan",
     "argreduce": "factory.families.argreduce",
     "row": "factory.families.row",

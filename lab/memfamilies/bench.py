@@ -1,6 +1,7 @@
-"""Issue 50 on the GPU: the memory-bound families' candidates (colreduce, allreduce, scan,
-argreduce) run through the real worker (gpuworker.run_batch) beside the torch baselines, at
-sizes of at least 256 MiB of input and at held-out odd sizes, one batch per case; prints a table
+"""Issue 50 on the GPU: the memory-bound families' candidates (colreduce, segreduce,
+allreduce, scan, argreduce) run through the real worker (gpuworker.run_batch) beside the torch
+baselines, at sizes of at least 256 MiB of input and at held-out odd sizes, one batch per case;
+prints a table
 of each entrant's median time, TB/s and share of the same run's copy ceiling, and writes the
 raw results under --out.
 
@@ -66,6 +67,35 @@ N = 64
 H = 32
 W = 32
 C = 1024
+""",
+    "bn_stats_nchw_bf16": """
+name = "bn-stats-nchw"
+[inputs.x]
+shape = ["N", "C", "H", "W"]
+dtype = "bf16"
+[outputs.mu]
+expr = "mean(x, axis=(0, 2, 3))"
+dtype = "fp32"
+[outputs.msq]
+expr = "mean(x * x, axis=(0, 2, 3))"
+dtype = "fp32"
+[[shapes]]
+N = 64
+C = 256
+H = 64
+W = 64
+""",
+    "cumsum_long_rows_fp32": """
+name = "cumsum-long-rows-fp32"
+[inputs.x]
+shape = ["M", "N"]
+dtype = "fp32"
+[outputs.y]
+expr = "cumsum(x, axis=-1)"
+dtype = "fp32"
+[[shapes]]
+M = 8
+N = 8388608
 """,
     "seq_max_bf16": """
 name = "seq-max-bf16"

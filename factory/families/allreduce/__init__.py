@@ -521,6 +521,11 @@ FAMILY = Family(
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.colreduce.baselines",
     layout_fields=("combine", "blocks", "threads"),
+    scalar_access_note=lambda schedule: (
+        "a block's partials, one word an output, stored once a block for the last block"
+        if schedule.get("combine") == "ticket"
+        else None
+    ),
 )
 
 __all__ = ["FAMILY", "AllReduceIR", "Schedule", "WholeKernel", "lower"]

@@ -228,8 +228,10 @@ def _pow2_at_least(x: int) -> int:
 
 
 def default_schedule(ir: ColReduceIR, dims) -> Schedule:
-    """16-byte loads, lanes to cover the columns (up to a warp), 256 threads, and a split that
-    brings the blocks to about two a SM where the columns alone do not."""
+    """16-byte loads; lanes to cover the columns (up to a warp), narrower where the column
+    blocks are too few to give each SM four blocks even split eight ways; 256 threads; a split
+    that brings the blocks to about four a SM (32 warps: loads in flight, Little's law), and
+    four rows in flight a thread where the blocks stay fewer."""
     v = max(vecs(ir))
     q, r, p = _size(ir.inner, dims), _size(ir.reduced, dims), _size(ir.outer, dims)
     while v > 1 and LANES[0] * v >= 2 * q:
@@ -237,12 +239,16 @@ def default_schedule(ir: ColReduceIR, dims) -> Schedule:
     lanes = min(32, max(LANES[0], _pow2_at_least(math.ceil(q / v))))
     while lanes > LANES[0] and lanes * v >= 2 * q:
         lanes //= 2
+    want = 4 * SMS
+    while lanes > LANES[0] and p * math.ceil(q / (lanes * v)) * SPLITS[-1] < want:
+        lanes //= 2
     rows = 256 // lanes
     clusters = p * math.ceil(q / (lanes * v))
     split = 1
-    while split < SPLITS[-1] and clusters * split < 2 * SMS and 2 * split * rows <= r:
+    while split < SPLITS[-1] and clusters * split < want and 2 * split * rows <= r:
         split *= 2
-    s = Schedule(threads=256, lanes=lanes, vec=v, split=split, unroll=2)
+    unroll = 4 if clusters * split < want and r >= 4 * split * rows else 2
+    s = Schedule(threads=256, lanes=lanes, vec=v, split=split, unroll=unroll)
     ok, _ = is_valid(ir, s, dims)
     return s if ok else Schedule(threads=256, lanes=LANES[0], vec=1, split=1, unroll=1)
 
