@@ -109,6 +109,12 @@ class ApiToken(models.Model):
     key_sha256 = models.CharField(max_length=64, unique=True)
     created = models.DateTimeField(default=timezone.now)
     last_used = models.DateTimeField(null=True, blank=True)
+    # Refused from this moment (settings.API_TOKEN_DAYS after it was made; null: never).
+    expires = models.DateTimeField(null=True, blank=True)
+    # "read": GET only; "write": all its user may do.
+    scope = models.CharField(
+        max_length=8, choices=[("read", "read only"), ("write", "read and write")], default="write"
+    )
 
     def __str__(self) -> str:
         return f"{self.user} token {self.prefix}"
@@ -124,7 +130,10 @@ class ApiToken(models.Model):
     def lookup(cls, key: str) -> ApiToken | None:
         if not key.startswith("ptxf_"):
             return None
-        return cls.objects.select_related("user").filter(key_sha256=sha256_hex(key)).first()
+        token = cls.objects.select_related("user").filter(key_sha256=sha256_hex(key)).first()
+        if token is not None and token.expires is not None and token.expires <= timezone.now():
+            return None  # expired: refused like a revoked key
+        return token
 
 
 # --- Workloads ----------------------------------------------------------------------------------

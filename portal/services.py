@@ -22,7 +22,7 @@ import math
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, is_dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -125,10 +125,19 @@ def api_token_revoke(*, user, code) -> bool:
     return bool(deleted)
 
 
-def api_token_create(*, user, name: str = "") -> tuple[str, object]:
-    """(key, token): the key is shown once; only its hash is kept."""
+def api_token_create(
+    *, user, name: str = "", scope: str = "write", days: int | None = None
+) -> tuple[str, object]:
+    """(key, token): the key is shown once; only its hash is kept. It expires after `days`
+    (settings.API_TOKEN_DAYS; 0: never); scope "read" allows GET only."""
+    if scope not in ("read", "write"):
+        raise ValidationError("scope must be read or write")
+    days = settings.API_TOKEN_DAYS if days is None else days
+    expires = timezone.now() + timedelta(days=days) if days else None
     key, prefix, key_sha256 = ApiToken.new_key()
-    token = ApiToken.objects.create(user=user, name=name, prefix=prefix, key_sha256=key_sha256)
+    token = ApiToken.objects.create(
+        user=user, name=name, prefix=prefix, key_sha256=key_sha256, scope=scope, expires=expires
+    )
     audit_record(actor=user, verb="token.create", target=f"token:{token.code}")
     return key, token
 

@@ -358,6 +358,10 @@ STUCK_AFTER_S = envint("STUCK_AFTER_S", 600, minimum=5)
 # carried back and imported (`manage.py import_results`).
 GPU_DISPATCH = envbool("GPU_DISPATCH", True)
 
+# API tokens expire this many days after they are made (0: never); tokens made before expiry
+# existed never expire.
+API_TOKEN_DAYS = envint("API_TOKEN_DAYS", 90, minimum=0)
+
 # Per organisation: at most this many jobs queued or searching at once (0: no limit).
 ORG_MAX_ACTIVE_JOBS = envint("ORG_MAX_ACTIVE_JOBS", 10, minimum=0)
 

@@ -48,7 +48,9 @@ def _authenticate(request):
         raise ApiError(401, "Send an API token: Authorization: Bearer <token>.")
     token = ApiToken.lookup(key.strip())
     if token is None or not token.user.is_active:
-        raise ApiError(401, "The API token is not valid (revoked or mistyped).")
+        raise ApiError(401, "The API token is not valid (revoked, expired or mistyped).")
+    if token.scope == "read" and request.method not in ("GET", "HEAD", "OPTIONS"):
+        raise ApiError(403, "This API token may only read (its scope is read).")
     now = timezone.now()
     if token.last_used is None or now - token.last_used > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used=now)
