@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -187,6 +188,11 @@ def test_up_restarts_a_sigkilled_worker_and_keeps_serving(tmp_path):
                 proc.wait()
 
 
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
 def test_up_production_serves_through_gunicorn_with_whitenoise(tmp_path):
     port = free_port()
     env = {
@@ -198,7 +204,7 @@ def test_up_production_serves_through_gunicorn_with_whitenoise(tmp_path):
         PTXF_VAR_DIR=str(tmp_path / "var"),
         PRODUCTION="1",
         SECRET_KEY="a-fifty-character-or-longer-random-secret-key-for-this-test-0123",
-        SECURE_SSL_REDIRECT="0",  # plain http on the loopback in this test
+        TRUST_X_FORWARDED_PROTO="1",  # TLS ends at a proxy: this test is the proxy
         ALLOWED_HOSTS="127.0.0.1",
         WEB_CONCURRENCY="2",
     )
@@ -219,12 +225,26 @@ def test_up_production_serves_through_gunicorn_with_whitenoise(tmp_path):
         text = log.read_text()
         assert proc.poll() is None and "gunicorn" in text.lower(), text
         assert "demo /" not in text  # no published demo login in production
-        with urllib.request.urlopen(base + "/accounts/login/", timeout=10) as response:  # noqa: S310
+        plain = urllib.request.build_opener(NoRedirects)
+        try:
+            plain.open(base + "/accounts/login/", timeout=10)
+        except urllib.error.HTTPError as exc:  # plain http is sent to https
+            assert exc.code == 301 and exc.headers["Location"].startswith("https://")
+        else:
+            raise AssertionError("plain http was not redirected to https")
+        proxied = urllib.request.Request(
+            base + "/accounts/login/", headers={"X-Forwarded-Proto": "https"}
+        )
+        with urllib.request.urlopen(proxied, timeout=10) as response:  # noqa: S310
             page = response.read().decode()
             assert response.headers["Content-Security-Policy"]
+            assert "max-age=31536000" in response.headers["Strict-Transport-Security"]
         script = re.search(r'src="(/static/django_htmx/htmx-2\.min\.[0-9a-f]+\.js)"', page)
         assert script, "hashed static names from collectstatic's manifest"
-        with urllib.request.urlopen(base + script.group(1), timeout=10) as response:  # noqa: S310
+        static = urllib.request.Request(
+            base + script.group(1), headers={"X-Forwarded-Proto": "https"}
+        )
+        with urllib.request.urlopen(static, timeout=10) as response:  # noqa: S310
             assert response.status == 200 and "max-age=315360000" in response.headers.get(
                 "Cache-Control", ""
             )

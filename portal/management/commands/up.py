@@ -1,6 +1,7 @@
 import os
 import sys
 import time
+import urllib.error
 import urllib.request
 
 from django.conf import settings
@@ -154,12 +155,25 @@ class Command(BaseCommand):
             if not web.alive():
                 return False
             try:
-                with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310
+                with _NO_REDIRECTS.open(url, timeout=2) as response:
                     if response.status < 500:
                         return True
+            except urllib.error.HTTPError as exc:
+                # a redirect to https (PRODUCTION) or a refusal still means it answers
+                if exc.code < 500:
+                    return True
+                time.sleep(0.5)
             except OSError:
                 time.sleep(0.5)
         return False
+
+
+class _KeepRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None  # report the redirect instead of following it
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_KeepRedirects)
 
 
 def argparse_hidden():
