@@ -109,7 +109,7 @@ def test_idiomatic_matches_the_reference(name):
     [
         ("matmul_bias_gelu", 'F.gelu(F.linear(x, w, bias), approximate="tanh")'),
         ("swiglu_up", "F.silu(F.linear(x, wg))"),
-        ("linear_residual", "F.linear(x, w)"),
+        ("linear_residual", "torch.addmm(r, x, w.T)"),
         ("matmul_relu2_scaled", "F.relu(F.linear(x, w)).square()"),
     ],
 )
@@ -164,7 +164,7 @@ def test_the_triton_path_composes_with_a_fused_linear():
         h = torch.nn.functional.linear(x, w, bias) if layout == "col" else x @ w
         return torch.nn.functional.silu(h) if act == "silu" else h
 
-    for name in ("swiglu_up", "matmul_bias_gelu"):
+    for name in ("swiglu_up", "matmul_bias_gelu", "linear_residual"):
         w = example(name)
         fn, _ = B.torch_function(w, linear_fn=fake_linear)
         data = random_inputs(w, SMALL, seed=2)

@@ -2,6 +2,7 @@
 
 - "torch_eager": cuBLAS through torch: `F.linear(x, w, bias)` for a weight stored [N, K] (bias
   fused by cuBLASLt), `torch.addmm(bias, x, w)` / `torch.matmul(x, w)` for one stored [K, N],
+  `torch.addmm(r, x, w.T)` for a residual of the product's shape (added in cuBLAS's epilogue),
   then the activation by its library call (`F.gelu(h, approximate="tanh")`, `F.silu`, `F.relu`,
   `torch.sigmoid`, ...) recognised from the expression, whatever formula the manifest wrote,
   and the rest (a residual, a gate's product, a scale) as torch operators on the storage dtype.
@@ -134,6 +135,7 @@ class Linear:
     w: str
     w_layout: str  # "col": w stored [N, K]; "row": [K, N]
     bias: str | None
+    residual: str | None = None  # x @ w.T + r, r of the product's shape: torch.addmm(r, x, w.T)
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,23 @@ def plan(workload) -> tuple[dict, dict]:
                     and other.shape == (mm.shape[-1],)
                 ):
                     linears[n] = Linear(n, lin.x, lin.w, lin.w_layout, other.name)
+                    break
+    # a residual add: add(mm, r) with r of the product's 2-D shape and the operands' dtype, which
+    # cuBLAS adds in its epilogue (torch.addmm(r, x, w.T): beta * C)
+    dtypes = {t.name: t.dtype for t in workload.inputs}
+    for n in nodes:
+        if isinstance(n, E.Binary) and n.op == "add":
+            for mm, other in ((n.a, n.b), (n.b, n.a)):
+                lin = linears.get(mm)
+                if (
+                    lin is not None
+                    and isinstance(mm, E.MatMul)
+                    and isinstance(other, E.Input)
+                    and len(mm.shape) == 2
+                    and other.shape == mm.shape
+                    and dtypes.get(other.name) == dtypes.get(lin.x)
+                ):
+                    linears[n] = Linear(n, lin.x, lin.w, lin.w_layout, None, other.name)
                     break
     # activations: the largest node computed from a linear's result alone
     heads = sorted(linears, key=lambda n: len(E.walk(n)), reverse=True)
@@ -285,13 +304,17 @@ def torch_function(workload, linear_fn=None):
     def linear(d, lin: Linear, act: str | None):
         x, w = d[lin.x], d[lin.w]
         b = d[lin.bias] if lin.bias else None
+        r = d[lin.residual] if lin.residual else None
         if linear_fn is not None:
-            out = linear_fn(x, w, lin.w_layout, b, act)
-            if out is not None:
-                return out, True
+            if r is None:
+                out = linear_fn(x, w, lin.w_layout, b, act)
+                if out is not None:
+                    return out, True
             out = linear_fn(x, w, lin.w_layout, b, None)
             if out is not None:
-                return out, False
+                return (out + r if r is not None else out), False
+        if r is not None:
+            return torch.addmm(r, x, w.t() if lin.w_layout == "col" else w), False
         if lin.w_layout == "col":
             return F.linear(x, w, b), False
         if b is not None and x.dim() == 2:
@@ -304,7 +327,10 @@ def torch_function(workload, linear_fn=None):
             return names[n]
         if n in linears:
             lin = linears[n]
-            if lin.w_layout == "col":
+            if lin.residual:
+                wt = f"{lin.w}.T" if lin.w_layout == "col" else lin.w
+                t = f"torch.addmm({lin.residual}, {lin.x}, {wt})"
+            elif lin.w_layout == "col":
                 t = f"F.linear({lin.x}, {lin.w}" + (f", {lin.bias})" if lin.bias else ")")
             elif lin.bias:
                 t = f"torch.addmm({lin.bias}, {lin.x}, {lin.w})"
