@@ -10,6 +10,7 @@ wants the widest tile the registers hold), ranked by the analytic estimate of `f
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass
 
 from factory.families.matmul import schedule as _sched
@@ -72,6 +73,7 @@ def _has_transcendentals(ir: GemmIR) -> bool:
 
 
 _CANDIDATES: dict = {}
+_LOCK = threading.Lock()  # the caches are shared by the agents' threads
 
 
 def candidates(ir: GemmIR) -> tuple[Schedule, ...]:
@@ -89,10 +91,10 @@ def candidates(ir: GemmIR) -> tuple[Schedule, ...]:
         Schedule(problem=key[0], **dict(zip(names, values, strict=True)))
         for values in itertools.product(*(opts[n] for n in names))
     )
-    if len(_CANDIDATES) > 64:
-        _CANDIDATES.clear()
-    _CANDIDATES[key] = out
-    return out
+    with _LOCK:
+        if len(_CANDIDATES) > 64:
+            _CANDIDATES.clear()
+        return _CANDIDATES.setdefault(key, out)
 
 
 _SPACES: dict = {}
@@ -109,9 +111,10 @@ def space(ir: GemmIR, dims_list: list[dict]) -> list[Schedule]:
             for s in candidates(ir)
             if is_valid(ir, s) is None and all(is_valid(ir, s, d) is None for d in dims_list)
         )
-        if len(_SPACES) > 8:
-            _SPACES.pop(next(iter(_SPACES)))
-        _SPACES[key] = hit
+        with _LOCK:
+            if len(_SPACES) > 8:
+                _SPACES.pop(next(iter(_SPACES)))
+            hit = _SPACES.setdefault(key, hit)
     return list(hit)
 
 
