@@ -364,6 +364,8 @@ API_TOKEN_DAYS = envint("API_TOKEN_DAYS", 90, minimum=0)
 
 # Per organisation: at most this many jobs queued or searching at once (0: no limit).
 ORG_MAX_ACTIVE_JOBS = envint("ORG_MAX_ACTIVE_JOBS", 10, minimum=0)
+# ... and at most this many seconds of GPU time over the last 24 hours (0: no limit).
+ORG_GPU_SECONDS_PER_DAY = envint("ORG_GPU_SECONDS_PER_DAY", 24 * 3600, minimum=0)
 
 # --- The factory --------------------------------------------------------------------------------
 FACTORY_POPULATION = envint("FACTORY_POPULATION", 8, minimum=1)

@@ -52,3 +52,34 @@ def test_another_organisation_is_not_held_back(full, orgs, outsider, settings):
 def test_no_limit_when_set_to_zero(full, customer, settings):
     settings.ORG_MAX_ACTIVE_JOBS = 0
     assert services.job_create(workload=full["job"].workload, user=customer, start=False)
+
+
+def test_a_job_past_the_organisations_gpu_time_is_refused_with_the_reason(
+    acme_world, customer, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.models import GpuBatch
+
+    settings.ORG_MAX_ACTIVE_JOBS = 0
+    settings.ORG_GPU_SECONDS_PER_DAY = 3600
+    job = acme_world["job"]
+    now = timezone.now()
+    batch = GpuBatch.objects.create(
+        job=job,
+        generation=acme_world["candidate"].generation,
+        status=GpuBatch.RECORDED,
+        batch={},
+        started=now - timedelta(hours=2),
+        finished=now - timedelta(minutes=30),
+    )
+    assert quotas.gpu_seconds_used(org=job.workload.org) == pytest.approx(5400, abs=5)
+    with pytest.raises(quotas.QuotaExceeded, match="GPU-hours in the last 24 hours"):
+        services.job_create(workload=job.workload, user=customer, start=False)
+    # a day later the batch has left the window
+    GpuBatch.objects.filter(pk=batch.pk).update(
+        started=now - timedelta(hours=27), finished=now - timedelta(hours=25)
+    )
+    assert services.job_create(workload=job.workload, user=customer, start=False)
