@@ -97,6 +97,19 @@ dtype = "fp32"
 M = 8
 N = 8388608
 """,
+    "cumsum_tokens_bf16": """
+name = "cumsum-tokens-bf16"
+[inputs.x]
+shape = ["B", "S", "D"]
+dtype = "bf16"
+[outputs.y]
+expr = "cumsum(x, axis=1)"
+dtype = "bf16"
+[[shapes]]
+B = 16
+S = 8192
+D = 1024
+""",
     "seq_max_bf16": """
 name = "seq-max-bf16"
 [inputs.x]

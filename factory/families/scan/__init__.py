@@ -1,5 +1,8 @@
-"""The scan family: cumsum/cumprod along the last axis (inclusive or exclusive, forward or
-reverse) of an elementwise expression of inputs of the output's shape, one row a block.
+"""The scan family: cumsum/cumprod along any axis (inclusive or exclusive, forward or reverse)
+of an elementwise expression of inputs of the output's shape. Along the last axis, one row a
+block (or, for few long rows, tiles over many blocks: "lookback"); along a leading or middle
+axis ("columns"), the (P, R, Q) view of the column family: a thread owns vec adjacent columns and
+walks R, a cluster of blocks splitting R into contiguous parts whose totals go first.
 
 A block of `threads` walks its row in chunks of threads x vec elements: each thread scans its
 vec elements in registers, the warp's lanes scan their totals with a butterfly (shfl.bfly: each
@@ -7,9 +10,10 @@ lane ends with the combination of the lanes before it and the warp's total), the
 meet in shared memory, and a running carry takes each chunk's total into the next. Reverse
 scans walk the row from its end. Every combination is in a fixed order: the same bits each run.
 
-Rows where this layout is slow: few very long rows (one block a row leaves SMs idle). A
-decoupled look-back single pass over many blocks a row needs a flag array that outlives a
-block; it is not built yet (see the report on issue 50)."""
+Few very long rows: one block a row would leave SMs idle, so a row's tiles go to many blocks
+in the order of a ticket; each publishes its aggregate and folds the aggregates of the tiles
+before it in a fixed order (a decoupled look-back that never uses a predecessor's inclusive
+prefix, whose bits would depend on timing), in a workspace the PTX module declares itself."""
 
 from __future__ import annotations
 
@@ -21,13 +25,22 @@ from factory.emit import Emitted
 from factory.emit.ptx import Builder, EmitError, f32_literal
 from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
 from factory.families.colreduce import ELEMENTWISE
-from factory.families.colreduce.kernel import COMBINE, ESIZE, IDENTITY, ColumnKernel, ident
+from factory.families.colreduce.kernel import (
+    COMBINE,
+    ESIZE,
+    IDENTITY,
+    MAX_CLUSTERS,
+    ColumnKernel,
+    ident,
+    shape_product,
+)
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
 ARCHS = ("sm_90", "sm_100")
 THREADS = (32, 64, 128, 256, 512, 1024)
-MODES = ("row", "lookback")
+MODES = ("row", "lookback", "columns")
+SPLITS = (1, 2, 4, 8)
 CHUNKS = (1, 2, 4)
 LOOKBACK_TILES = 1 << 16  # the module's workspace: an aggregate and a flag per tile of a launch
 SMS = 132
@@ -51,10 +64,15 @@ class ScanIR:
     exclusive: bool
     reverse: bool
     dims: tuple[str, ...]
+    axis: int = -1  # the scanned axis, non-negative; the last: rows, else columns
 
     @property
     def max_esize(self) -> int:
         return max(E.DTYPE_BYTES[d] for _, d in self.inputs)
+
+    @property
+    def columns(self) -> bool:
+        return self.axis != len(self.shape) - 1
 
 
 def lower(workload) -> ScanIR:
@@ -64,8 +82,6 @@ def lower(workload) -> ScanIR:
     n = o.expr
     if not isinstance(n, E.Scan):
         raise Unsupported("an output that is not a scan (cumsum/cumprod)")
-    if n.axis != len(n.x.shape) - 1:
-        raise Unsupported("a scan along a leading or middle axis (only the last axis, yet)")
     if o.dtype not in E.FLOAT_DTYPES:
         raise Unsupported(f"output {o.name} is {o.dtype}")
     order, inputs = [], {}
@@ -94,6 +110,7 @@ def lower(workload) -> ScanIR:
         exclusive=n.exclusive,
         reverse=n.reverse,
         dims=tuple(dict.fromkeys(d for d in n.shape if isinstance(d, str))),
+        axis=n.axis,
     )
 
 
@@ -109,6 +126,7 @@ class Schedule:
     vec: int = 4
     mode: str = "row"
     chunks: int = 1
+    split: int = 1  # columns: a cluster of blocks sharing the scanned axis in contiguous parts
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -119,6 +137,8 @@ class Schedule:
         return cls(**{k: v for k, v in d.items() if k in names})
 
     def tag(self) -> str:
+        if self.mode == "columns":
+            return f"t{self.threads}v{self.vec}c{self.split}"
         if self.mode == "lookback":
             return f"t{self.threads}v{self.vec}lb{self.chunks}"
         return f"t{self.threads}v{self.vec}"
@@ -133,7 +153,8 @@ def vecs(ir) -> tuple[int, ...]:
 
 
 def _row(ir, dims) -> int:
-    d = ir.shape[-1]
+    """The scanned axis's length."""
+    d = ir.shape[ir.axis]
     return int(dims[d]) if isinstance(d, str) else int(d)
 
 
@@ -142,8 +163,22 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "threads/vec outside the space"
     if s.mode not in MODES or s.chunks not in CHUNKS:
         return False, "mode/chunks outside the space"
-    if s.mode == "row" and s.chunks != 1:
+    if s.mode != "lookback" and s.chunks != 1:
         return False, "chunks are a lookback tile's"
+    if (s.mode == "columns") != ir.columns:
+        return False, "columns scan a leading or middle axis; rows and lookback the last"
+    if s.split not in SPLITS or (s.mode != "columns" and s.split != 1):
+        return False, "a split is a columns layout's cluster"
+    if ir.columns:
+        if dims is not None:
+            q = math.prod(int(dims[d]) if isinstance(d, str) else d
+                          for d in ir.shape[ir.axis + 1 :])  # fmt: skip
+            r = _row(ir, dims)
+            if s.threads > 32 and s.threads * s.vec >= 2 * q:
+                return False, f"{s.threads} x {s.vec} for {q} columns: half idle"
+            if s.split > 1 and 2 * s.split > r:
+                return False, f"split {s.split} for {r} rows"
+        return True, ""
     if s.mode == "lookback" and s.threads < 128:
         return False, "a lookback tile is a block of at least 128 threads"
     if dims is not None:
@@ -162,10 +197,11 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
 
 def space(ir, dims_list) -> list[Schedule]:
     out = []
-    for t, v, (mode, c) in itertools.product(
-        THREADS, vecs(ir), [("row", 1)] + [("lookback", c) for c in CHUNKS]
-    ):
-        s = Schedule(threads=t, vec=v, mode=mode, chunks=c)
+    layouts = [("row", 1, 1)] + [("lookback", c, 1) for c in CHUNKS]
+    if ir.columns:
+        layouts = [("columns", 1, sp) for sp in SPLITS]
+    for t, v, (mode, c, sp) in itertools.product(THREADS, vecs(ir), layouts):
+        s = Schedule(threads=t, vec=v, mode=mode, chunks=c, split=sp)
         if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
             out.append(s)
     return out
@@ -174,6 +210,19 @@ def space(ir, dims_list) -> list[Schedule]:
 def default_schedule(ir, dims) -> Schedule:
     v = max(vecs(ir))
     n = _row(ir, dims)
+    if ir.columns:
+        size = lambda shape: math.prod(int(dims[d]) if isinstance(d, str) else d for d in shape)  # noqa: E731
+        q, p = size(ir.shape[ir.axis + 1 :]), size(ir.shape[: ir.axis])
+        while v > 1 and 32 * v >= 2 * q:
+            v //= 2
+        t = 32
+        while t < 256 and 2 * t * v < q:
+            t *= 2
+        split = 1
+        while split < 8 and p * math.ceil(q / (t * v)) * split < 4 * SMS and 4 * split <= n:
+            split *= 2
+        s = Schedule(threads=t, vec=v, mode="columns", split=split)
+        return s if is_valid(ir, s, dims)[0] else Schedule(threads=32, vec=1, mode="columns")
     rows = math.prod(int(dims[d]) if isinstance(d, str) else d for d in ir.shape[:-1])
     if rows < 2 * SMS:  # too few rows to fill the GPU a row a block
         for t, c in ((512, 4), (256, 4), (256, 2), (128, 1)):  # the largest tile that fits
@@ -191,7 +240,7 @@ def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     out = [d]
     for t, v in ((d.threads * 2, d.vec), (d.threads // 2, d.vec), (d.threads, d.vec // 2)):
-        s = Schedule(threads=t, vec=v, mode=d.mode, chunks=d.chunks)
+        s = Schedule(threads=t, vec=v, mode=d.mode, chunks=d.chunks, split=d.split)
         if t in THREADS and v in vecs(ir) and s not in out and is_valid(ir, s, dims)[0]:
             out.append(s)
     return out
@@ -294,9 +343,12 @@ class ScanKernel(ColumnKernel):
             ev = self.evaluate(ins)[0]
             b.op(f"selp.f32 {vals[j]}, {ev}, {self.ident}, {pj}")
         b.label(loaded)
+        self.last_whole, self.last_first = whole, first  # for the chunk's vector store
         return vals, preds
 
-    def scan_store_chunk(self, vals, preds, carry: str, rowstart: str) -> None:
+    def scan_store_chunk(
+        self, vals, preds, carry: str, rowstart: str, whole=None, first=None
+    ) -> None:
         """Scan one chunk (threads' registers, lanes by butterfly, warps through shared
         memory), starting from `carry`; store it; carry takes the chunk's total."""
         b, op, V, W = self.b, self.op, self.V, self.W
@@ -341,6 +393,7 @@ class ScanKernel(ColumnKernel):
         run = b.reg("f32")
         b.op(f"{COMBINE[op]} {run}, {before}, {prefix}")
         es = ESIZE[o.dtype]
+        outs = []
         for j in range(V):
             r = b.reg("f32")
             if self.ir.exclusive:
@@ -349,6 +402,20 @@ class ScanKernel(ColumnKernel):
             else:
                 self.combine(run, vals[j], op)
                 b.op(f"mov.f32 {r}, {run}")
+            outs.append(r)
+        stored = b.new_label("chunk_stored")
+        if V > 1 and whole is not None:
+            # whole and aligned: one vector store (reversed rows: the vector's order reversed)
+            at = b.reg("b32")
+            b.op(f"add.u32 {at}, {rowstart}, {first}")
+            el = b.new_label("chunk_elems")
+            b.op(f"@!{whole} bra {el}")
+            self.store_columns(o.dtype, self.base[o.name], at,
+                               outs[::-1] if self.ir.reverse else outs, None, [])  # fmt: skip
+            b.op(f"bra {stored}")
+            b.label(el)
+        for j in range(V):
+            r = outs[j]
             kj, pj = preds[j]
             at = self.phys(kj, rowstart)
             addr = b.reg("b64")
@@ -360,8 +427,11 @@ class ScanKernel(ColumnKernel):
                 h = b.reg("b16")
                 b.op(f"cvt.rn.{'bf16' if o.dtype == 'bf16' else 'f16'}.f32 {h}, {r}")
                 b.op(f"@{pj} st.global.b16 [{addr}], {h}")
+        b.label(stored)
 
     def render(self) -> Emitted:
+        if self.s.mode == "columns":
+            return self.render_columns()
         params = self.setup()
         if self.s.mode == "lookback":
             globals_, grid = self.lookback_body()
@@ -387,7 +457,7 @@ class ScanKernel(ColumnKernel):
         b.op(f"setp.ge.u32 {pc}, {k0}, {self.N}")
         b.op(f"@{pc} bra.uni {end}")
         vals, preds = self.load_chunk(k0, rowstart)
-        self.scan_store_chunk(vals, preds, carry, rowstart)
+        self.scan_store_chunk(vals, preds, carry, rowstart, self.last_whole, self.last_first)
         b.op(f"add.u32 {k0}, {k0}, {T * V}")
         b.op(f"bra.uni {chunk}")
         b.label(end)
@@ -471,11 +541,11 @@ class ScanKernel(ColumnKernel):
         for c in range(s.chunks):
             kc = b.reg("b32")
             b.op(f"add.u32 {kc}, {k0}, {c * T * V}")
-            chunks.append(self.load_chunk(kc, rowstart))
+            chunks.append((*self.load_chunk(kc, rowstart), self.last_whole, self.last_first))
         # the tile's aggregate, published
         agg = b.reg("f32")
         b.op(f"mov.f32 {agg}, {self.ident}")
-        for vals, _ in chunks:
+        for vals, *_ in chunks:
             for v in vals:
                 self.combine(agg, v, self.op)
         agg = self.block_fold(agg)
@@ -522,8 +592,8 @@ class ScanKernel(ColumnKernel):
         b.op(f"bra {top}")
         b.label(end)
         carry = self.block_fold(pre)
-        for vals, preds in chunks:
-            self.scan_store_chunk(vals, preds, carry, rowstart)
+        for vals, preds, whole, first in chunks:
+            self.scan_store_chunk(vals, preds, carry, rowstart, whole, first)
         # the last tile to finish starts the next launch afresh
         fin = b.new_label("finished")
         b.op(f"@!{t0} bra {fin}")
@@ -542,6 +612,257 @@ class ScanKernel(ColumnKernel):
         rows = "(" + "*".join(str(d) for d in ir.shape[:-1]) + ")" if ir.shape[:-1] else "1"
         n_text = str(ir.shape[-1])
         return globals_, f"{rows}*ceildiv({n_text}, {tile})"
+
+    def render_columns(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
+        """(P, R, Q) with R scanned: a thread owns vec columns and walks its cluster rank's
+        contiguous part of R; with a split, the parts' totals first (pass one), exchanged
+        through distributed shared memory in rank order, then the scan from that offset."""
+        ir, s, b = self.ir, self.s, self.b
+        V, T, S = self.V, s.threads, s.split
+        o = ir.outputs[0]
+        op = self.op
+        params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
+        params += [KernelParam("tensor", "u64", o.name)]
+        params += [KernelParam("dim", "u32", d) for d in ir.dims]
+        P = self.product(ir.shape[: ir.axis])
+        R = self.product(ir.shape[ir.axis : ir.axis + 1])
+        Q = self.product(ir.shape[ir.axis + 1 :])
+        base = {}
+        for name, _ in [*ir.inputs, (o.name, o.dtype)]:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            base[name] = r
+        tid = self.u32("%tid.x")
+        cl, ncl = self.u32("%ctaid.x"), self.u32("%nctaid.x")
+        lg = int(math.log2(S))
+        b.op(f"shr.u32 {cl}, {cl}, {lg}")
+        b.op(f"shr.u32 {ncl}, {ncl}, {lg}")
+        rank = self.u32("%cluster_ctarank") if S > 1 else self.u32(0)
+        part = b.reg("b32")  # rows a rank: ceildiv(R, S)
+        b.op(f"add.u32 {part}, {R}, {S - 1}")
+        b.op(f"shr.u32 {part}, {part}, {lg}")
+        l0, l1 = b.reg("b32"), b.reg("b32")
+        b.op(f"mul.lo.u32 {l0}, {rank}, {part}")
+        b.op(f"add.u32 {l1}, {l0}, {part}")
+        b.op(f"min.u32 {l1}, {l1}, {R}")
+        nqb = b.reg("b32")
+        b.op(f"add.u32 {nqb}, {Q}, {T * V - 1}")
+        b.op(f"shr.u32 {nqb}, {nqb}, {int(math.log2(T * V))}")
+        p, qb = self.u32(0), b.reg("b32")
+        b.op(f"mov.u32 {qb}, {cl}")
+
+        def carry_into_p():
+            top, done_ = b.new_label("norm"), b.new_label("norm_done")
+            b.label(top)
+            pn = b.reg("pred")
+            b.op(f"setp.lt.u32 {pn}, {qb}, {nqb}")
+            b.op(f"@{pn} bra.uni {done_}")
+            b.op(f"sub.u32 {qb}, {qb}, {nqb}")
+            b.op(f"add.u32 {p}, {p}, 1")
+            b.op(f"bra.uni {top}")
+            b.label(done_)
+
+        carry_into_p()
+        qmod = b.reg("b32")
+        b.op(f"and.b32 {qmod}, {Q}, {V - 1}")
+        qaligned = b.reg("pred")
+        b.op(f"setp.eq.u32 {qaligned}, {qmod}, 0")
+        RQ = b.reg("b32")
+        b.op(f"mul.lo.u32 {RQ}, {R}, {Q}")
+        smem = self.u32("red_smem")
+        mine = b.reg("b32")
+        b.op(f"mad.lo.u32 {mine}, {tid}, {4 * V}, {smem}")
+        item, done = b.new_label("item"), b.new_label("done")
+        b.label(item)
+        pd = b.reg("pred")
+        b.op(f"setp.ge.u32 {pd}, {p}, {P}")
+        b.op(f"@{pd} bra.uni {done}")
+        q0 = b.reg("b32")
+        b.op(f"mad.lo.u32 {q0}, {qb}, {T * V}, 0")
+        b.op(f"mad.lo.u32 {q0}, {tid}, {V}, {q0}")
+        qend = b.reg("b32")
+        b.op(f"add.u32 {qend}, {q0}, {V}")
+        whole = b.reg("pred")
+        b.op(f"setp.le.u32 {whole}, {qend}, {Q}")
+        b.op(f"and.pred {whole}, {whole}, {qaligned}")
+        preds = []
+        for j in range(V):
+            qj, pj = b.reg("b32"), b.reg("pred")
+            b.op(f"add.u32 {qj}, {q0}, {j}")
+            b.op(f"setp.lt.u32 {pj}, {qj}, {Q}")
+            preds.append(pj)
+        pbase = b.reg("b32")  # element (p, 0, q0)
+        b.op(f"mad.lo.u32 {pbase}, {p}, {RQ}, {q0}")
+
+        def row_elems(lrow: str) -> tuple[str, list[str]]:
+            """The element index of (p, physical row of logical row lrow, q0), the V operand
+            values there (identity past Q), and that index."""
+            phys = b.reg("b32")
+            if ir.reverse:
+                b.op(f"sub.u32 {phys}, {R}, {lrow}")
+                b.op(f"sub.u32 {phys}, {phys}, 1")
+            else:
+                b.op(f"mov.u32 {phys}, {lrow}")
+            at = b.reg("b32")
+            b.op(f"mad.lo.u32 {at}, {phys}, {Q}, {pbase}")
+            vals = [b.reg("f32") for _ in range(V)]
+            el, ld = b.new_label("elems"), b.new_label("loaded")
+            b.op(f"@!{whole} bra {el}")
+            per = {}
+            for name, dtype in ir.inputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                per[name] = self.load_vector(addr, dtype)
+            for j in range(V):
+                ev = self.evaluate({name: per[name][j] for name, _ in ir.inputs})[0]
+                b.op(f"mov.f32 {vals[j]}, {ev}")
+            b.op(f"bra {ld}")
+            b.label(el)
+            for j in range(V):
+                ins = {}
+                for name, dtype in ir.inputs:
+                    addr = b.reg("b64")
+                    b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                    b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                    ins[name] = self.load_scalar(self.plus(addr, j * ESIZE[dtype]), dtype,
+                                                 preds[j])  # fmt: skip
+                ev = self.evaluate(ins)[0]
+                b.op(f"selp.f32 {vals[j]}, {ev}, {self.ident}, {preds[j]}")
+            b.label(ld)
+            return at, vals
+
+        run = [b.reg("f32") for _ in range(V)]
+        for r_ in run:
+            b.op(f"mov.f32 {r_}, {self.ident}")
+        if S > 1:
+            # pass one: this rank's part's totals, then the parts before it, in rank order
+            tot = [b.reg("f32") for _ in range(V)]
+            for t_ in tot:
+                b.op(f"mov.f32 {t_}, {self.ident}")
+            lrow = b.reg("b32")
+            b.op(f"mov.u32 {lrow}, {l0}")
+            top, end = b.new_label("totals"), b.new_label("totals_end")
+            b.label(top)
+            pe = b.reg("pred")
+            b.op(f"setp.ge.u32 {pe}, {lrow}, {l1}")
+            b.op(f"@{pe} bra.uni {end}")
+            _, vals = row_elems(lrow)
+            for t_, v in zip(tot, vals, strict=True):
+                self.combine(t_, v, op)
+            b.op(f"add.u32 {lrow}, {lrow}, 1")
+            b.op(f"bra.uni {top}")
+            b.label(end)
+            for j, t_ in enumerate(tot):
+                b.op(f"st.shared.f32 [{mine}+{4 * j}], {t_}")
+            b.op("barrier.cluster.arrive.release.aligned")
+            b.op("barrier.cluster.wait.acquire.aligned")
+            for k in range(S - 1):
+                remote = b.reg("b32")
+                b.op(f"mapa.shared::cluster.u32 {remote}, {mine}, {k}")
+                before = b.reg("pred")
+                b.op(f"setp.gt.u32 {before}, {rank}, {k}")
+                for j, r_ in enumerate(run):
+                    t_, c_ = b.reg("f32"), b.reg("f32")
+                    b.op(f"ld.shared::cluster.f32 {t_}, [{remote}+{4 * j}]")
+                    b.op(f"{COMBINE[op]} {c_}, {r_}, {t_}")
+                    b.op(f"selp.f32 {r_}, {c_}, {r_}, {before}")
+            b.op("barrier.cluster.arrive.release.aligned")
+            b.op("barrier.cluster.wait.acquire.aligned")
+        # pass two: the scan of this part from `run`, stored row by row
+        lrow = b.reg("b32")
+        b.op(f"mov.u32 {lrow}, {l0}")
+        top, end = b.new_label("scan"), b.new_label("scan_end")
+        b.label(top)
+        pe = b.reg("pred")
+        b.op(f"setp.ge.u32 {pe}, {lrow}, {l1}")
+        b.op(f"@{pe} bra.uni {end}")
+        at, vals = row_elems(lrow)
+        outs = []
+        for r_, v in zip(run, vals, strict=True):
+            w_ = b.reg("f32")
+            if ir.exclusive:
+                b.op(f"mov.f32 {w_}, {r_}")
+                self.combine(r_, v, op)
+            else:
+                self.combine(r_, v, op)
+                b.op(f"mov.f32 {w_}, {r_}")
+            outs.append(w_)
+        self.store_columns(o.dtype, base[o.name], at, outs, whole, preds)
+        b.op(f"add.u32 {lrow}, {lrow}, 1")
+        b.op(f"bra.uni {top}")
+        b.label(end)
+        b.op(f"add.u32 {qb}, {qb}, {ncl}")
+        carry_into_p()
+        b.op(f"bra.uni {item}")
+        b.label(done)
+        b.op("ret")
+        entry = f"{ident(ir.name)}_scan_{s.tag()}"
+        head = [
+            f"// Generated by factory.families.scan for workload {ir.name!r}",
+            f"// schedule: {s.to_dict()}",
+            ".version 8.0",
+            f".target {self.arch}",
+            ".address_size 64",
+            "",
+            f".visible .entry {entry}(",
+            ",\n".join(f"    .param .{p.ptx_type} p_{ident(p.name)}" for p in params),
+            f")\n.maxntid {T}, 1, 1",
+        ]
+        if S > 1:
+            head.append(f".reqnctapercluster {S}, 1, 1")
+        head.append("{")
+        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{T * V}];"]
+        ptx = "\n".join(head + body + [""] + b.lines + ["}", ""])
+        outer = shape_product(ir.shape[: ir.axis])
+        inner = shape_product(ir.shape[ir.axis + 1 :])
+        clusters = f"min({outer}*ceildiv({inner}, {T * V}), {MAX_CLUSTERS})"
+        grid = f"{S}*{clusters}" if S > 1 else clusters
+        launch = Launch((grid, 1, 1), (T, 1, 1), cluster=(S, 1, 1) if S > 1 else None)
+        return Emitted(ptx, entry, tuple(params), launch)
+
+    def store_columns(self, dtype, obase, at, outs, whole, preds) -> None:
+        """V results at element `at`: one vector store where the columns are whole and
+        aligned, else each under its predicate."""
+        b, V = self.b, self.V
+        es = ESIZE[dtype]
+        addr = b.reg("b64")
+        b.op(f"mul.wide.u32 {addr}, {at}, {es}")
+        b.op(f"add.u64 {addr}, {addr}, {obase}")
+        el, st = b.new_label("st_elems"), b.new_label("stored")
+        if V > 1:
+            if whole is not None:
+                b.op(f"@!{whole} bra {el}")
+            if es == 4:
+                words = outs
+            else:
+                words = []
+                cvt = "bf16x2" if dtype == "bf16" else "f16x2"
+                for j in range(0, V, 2):
+                    w_ = b.reg("b32")
+                    b.op(f"cvt.rn.{cvt}.f32 {w_}, {outs[j + 1]}, {outs[j]}")
+                    words.append(w_)
+            ty = "f32" if es == 4 else "b32"
+            for g in range(0, len(words), 4):  # 16 bytes a store at most
+                group = words[g : g + 4]
+                at_ = f"[{addr}+{4 * g}]" if g else f"[{addr}]"
+                if len(group) == 1:
+                    b.op(f"st.global.{ty} {at_}, {group[0]}")
+                else:
+                    b.op(f"st.global.v{len(group)}.{ty} {at_}, {{{', '.join(group)}}}")
+            if whole is None:
+                return
+            b.op(f"bra {st}")
+            b.label(el)
+        for j in range(V):
+            if es == 4:
+                b.op(f"@{preds[j]} st.global.f32 [{addr}+{4 * j}], {outs[j]}")
+            else:
+                h = b.reg("b16")
+                b.op(f"cvt.rn.{'bf16' if dtype == 'bf16' else 'f16'}.f32 {h}, {outs[j]}")
+                b.op(f"@{preds[j]} st.global.b16 [{addr}+{2 * j}], {h}")
+        b.label(st)
 
     def finish_kernel(self, params, globals_, grid) -> Emitted:
         ir, s, b = self.ir, self.s, self.b
