@@ -8,7 +8,8 @@ field named by its path (`candidates[2].timing[0].median_us: ...`), and nothing 
 What is checked:
 - types: every field the portal stores has the type it is stored as (no strings for numbers, no
   null lists, no booleans posing as numbers);
-- times: every median, quantile and sample is a finite positive number of microseconds;
+- times: every median is a finite positive number of microseconds, every quantile and sample a
+  finite one that is not negative;
 - the batch: `batch_id` names a batch we sent, and `candidates` names exactly that batch's
   candidates, each with the sha256 of the PTX it was given (`ptx_sha256`), so a recording of
   other kernels cannot become this job's evidence;
@@ -30,7 +31,7 @@ MAX_DEPTH = 32
 MAX_INT_DIGITS = 20
 MAX_REASON_CHARS = 100_000
 
-CANDIDATE_STATUSES = ("passed", "failed", "compile_error", "crashed", "timeout")
+CANDIDATE_STATUSES = ("passed", "failed", "compile_error", "crashed", "timeout", "unavailable")
 BASELINE_STATUSES = ("passed", "failed", "compile_error", "crashed", "timeout", "unavailable")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -157,12 +158,13 @@ def _timing(t, field: str) -> None:
     _typed(t, dict, field)
     _dims(t.get("dims", {}), f"{field}.dims")
     _number(t.get("median_us"), f"{field}.median_us", positive=True)
+    # The worker rounds samples to 4 decimals: a sample (and a quantile of them) may read 0.
     for name in ("p20_us", "p80_us", "ci_low_us", "ci_high_us"):
-        _number(t.get(name), f"{field}.{name}", positive=True, optional=True)
+        _number(t.get(name), f"{field}.{name}", nonnegative=True, optional=True)
     samples = t.get("samples_us", [])
     _typed(samples, list, f"{field}.samples_us", optional=True)
     for i, s in enumerate(samples or []):
-        _number(s, f"{field}.samples_us[{i}]", positive=True)
+        _number(s, f"{field}.samples_us[{i}]", nonnegative=True)
     for name in ("bytes", "sm_clock_mhz", "tbps"):
         _number(t.get(name), f"{field}.{name}", nonnegative=True, optional=True)
 
