@@ -5,7 +5,6 @@ a thread with a running loop unless told it is safe (the test thread only sets u
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,6 @@ from tests.portal.conftest import (  # noqa: F401
     orgs,
     outsider,
 )
-
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -41,8 +38,20 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(autouse=True, scope="module")
+def _orm_beside_playwright():
+    """Django may be called from the test thread while Playwright's loop runs, in the browser
+    tests only: the setting is gone when they end, so it never reaches other tests (nor the
+    processes they start, where `check --deploy` refuses it)."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    yield
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
 def browser():
+    # One Chromium a module: Playwright's loop stops with it, before the next tests run.
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
