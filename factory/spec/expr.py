@@ -17,7 +17,12 @@ from dataclasses import dataclass
 FLOAT_DTYPES = ("fp32", "bf16", "fp16")
 INDEX_DTYPES = ("int32", "int64")
 DTYPES = FLOAT_DTYPES + INDEX_DTYPES
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int32": 4, "int64": 8}
+# 8-bit floats: an output's storage only (a quantised output), not an input's or a cast's yet.
+# fp8e4m3 is OCP E4M3 ("e4m3fn"): 4 exponent bits (bias 7), 3 mantissa bits, no infinities,
+# largest finite 448; values round to nearest even and saturate to +-448 (PTX cvt .satfinite).
+FP8_DTYPES = ("fp8e4m3",)
+OUTPUT_DTYPES = FLOAT_DTYPES + FP8_DTYPES + INDEX_DTYPES
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8e4m3": 1, "int32": 4, "int64": 8}
 
 UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs")
 BINARY_OPS = ("add", "sub", "mul", "div", "max", "min", "pow")

@@ -17,7 +17,9 @@ from factory.spec.expr import (
     DTYPE_BYTES,
     DTYPES,
     FLOAT_DTYPES,
+    FP8_DTYPES,
     INDEX_DTYPES,
+    OUTPUT_DTYPES,
     ArgReduce,
     Const,
     Gather,
@@ -74,6 +76,8 @@ DEFAULT_TOLERANCE = {
     "bf16": Tolerance(rel_norm=1e-2, atol=1e-2, rtol=2e-2),  # bf16 keeps 8 bits: 2^-9 = 2e-3
     "fp16": Tolerance(rel_norm=5e-3, atol=1e-3, rtol=5e-3),  # fp16 keeps 11 bits: 2^-12 = 2.4e-4
     "fp32": Tolerance(rel_norm=1e-5, atol=1e-5, rtol=1e-4),
+    # fp8 e4m3 keeps 4 bits: half a step is 2^-4 = 6.25% of a normal value, 2^-10 below 2^-6
+    "fp8e4m3": Tolerance(rel_norm=5e-2, atol=2e-3, rtol=6.5e-2),
     # argmax/argmin outputs: the index itself, exactly
     "int32": Tolerance(rel_norm=1e-12, atol=0.0, rtol=0.0),
     "int64": Tolerance(rel_norm=1e-12, atol=0.0, rtol=0.0),
@@ -479,17 +483,17 @@ class _Loader:
                 if key not in ("expr", "dtype", "shape"):
                     self.err.add(f"{field}.{key}", "unknown field (expr, dtype, shape)")
             dtype = spec.get("dtype")
-            if dtype not in DTYPES:
+            if dtype not in OUTPUT_DTYPES:
                 self.err.add(
                     f"{field}.dtype",
-                    f"must be one of {', '.join(FLOAT_DTYPES)} (or {', '.join(INDEX_DTYPES)} "
-                    "for an argmax/argmin)",
+                    f"must be one of {', '.join(FLOAT_DTYPES + FP8_DTYPES)} (or "
+                    f"{', '.join(INDEX_DTYPES)} for an argmax/argmin)",
                 )
             if "expr" not in spec:
                 self.err.add(f"{field}.expr", "is required")
                 continue
             node = self._parse(f"{field}.expr", spec["expr"])
-            if node is None or dtype not in DTYPES:
+            if node is None or dtype not in OUTPUT_DTYPES:
                 continue
             if dtype in INDEX_DTYPES and not isinstance(node, ArgReduce):
                 self.err.add(
@@ -668,12 +672,13 @@ class _Loader:
     # -- tolerance ---------------------------------------------------------------------------
 
     def _tolerance(self, outputs: list[OutputDecl]) -> dict[str, Tolerance]:
-        table = self._table("tolerance", len(FLOAT_DTYPES), required=False)
+        kinds = FLOAT_DTYPES + FP8_DTYPES
+        table = self._table("tolerance", len(kinds), required=False)
         result: dict[str, Tolerance] = {}
         for dtype, spec in table.items():
             field = f"tolerance.{dtype}"
-            if dtype not in FLOAT_DTYPES:
-                self.err.add(field, f"must be one of {', '.join(FLOAT_DTYPES)}")
+            if dtype not in kinds:
+                self.err.add(field, f"must be one of {', '.join(kinds)}")
                 continue
             if not isinstance(spec, dict):
                 self.err.add(field, "must be a table with rel_norm, atol, rtol")

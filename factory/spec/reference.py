@@ -37,6 +37,7 @@ STORAGE_DTYPES = {
     "fp32": np.dtype(np.float32),
     "fp16": np.dtype(np.float16),
     "bf16": np.dtype(np.uint16),
+    "fp8e4m3": np.dtype(np.uint8),  # the raw bits, as bf16's
     "int32": np.dtype(np.int32),
     "int64": np.dtype(np.int64),
 }
@@ -81,6 +82,38 @@ def _f64_to_f32_round_to_odd(a: np.ndarray) -> np.ndarray:
     return f
 
 
+FP8_E4M3_MAX = 448.0
+
+
+def _f64_to_e4m3_bits(a: np.ndarray) -> np.ndarray:
+    """float64 -> fp8 e4m3 bits (OCP "e4m3fn"), rounding to nearest even once, saturating to
+    +-448 (infinities too); NaN -> 0x7F (with the sign bit of the NaN)."""
+    a = np.asarray(a, dtype=np.float64)
+    sign = np.signbit(a).astype(np.uint8) << 7
+    nan = np.isnan(a)
+    x = np.minimum(np.abs(np.where(nan, 0.0, a)), FP8_E4M3_MAX)
+    _, ex = np.frexp(x)  # x = m * 2^ex, m in [0.5, 1): the binade's exponent is ex - 1
+    e = np.clip(ex.astype(np.int64) - 1, -6, 8)  # below 2^-6 the subnormal step 2^-9 holds
+    step = np.ldexp(1.0, e - 3)
+    r = np.round(x / step) * step  # exact division by a power of two; ties to even
+    _, rex = np.frexp(r)
+    re = rex.astype(np.int64) - 1
+    normal = r >= 2.0**-6
+    exp_field = np.where(normal, re + 7, 0)
+    mant = np.where(normal, r / np.ldexp(1.0, re) * 8 - 8, r / 2.0**-9)
+    bits = (exp_field << 3) | np.rint(mant).astype(np.int64)
+    out = bits.astype(np.uint8) | sign
+    return np.where(nan, np.uint8(0x7F) | sign, out).astype(np.uint8)
+
+
+def _e4m3_bits_to_f64(bits: np.ndarray) -> np.ndarray:
+    b = np.asarray(bits, dtype=np.uint8).astype(np.int64)
+    e, m = (b >> 3) & 15, b & 7
+    v = np.where(e == 0, m * 2.0**-9, (1.0 + m / 8.0) * np.ldexp(1.0, e - 7))
+    v = np.where((e == 15) & (m == 7), np.nan, v)
+    return np.where(b & 0x80, -v, v)
+
+
 def to_storage(arr: np.ndarray, dtype: str) -> np.ndarray:
     """float64 (or float32) values -> the storage form of `dtype`, rounding to nearest even
     (bf16 from float64 is rounded once, exactly). Index dtypes round to the nearest integer.
@@ -95,6 +128,8 @@ def to_storage(arr: np.ndarray, dtype: str) -> np.ndarray:
         if a.dtype == np.float32:
             return _f32_to_bf16_bits(a)
         return _f32_to_bf16_bits(_f64_to_f32_round_to_odd(a.astype(np.float64, copy=False)))
+    if dtype == "fp8e4m3":
+        return _f64_to_e4m3_bits(a)
     if dtype in INDEX_DTYPES:
         return np.rint(a).astype(STORAGE_DTYPES[dtype])
     raise SpecError([("dtype", f"unknown dtype {dtype!r}")])
@@ -114,6 +149,10 @@ def to_float64(arr: np.ndarray, dtype: str) -> np.ndarray:
         wide <<= 16
         with np.errstate(invalid="ignore"):  # NaN payloads are fine
             return wide.view(np.float32).astype(np.float64)
+    if dtype == "fp8e4m3":
+        if a.dtype not in (np.uint8, np.int8):
+            raise SpecError([("dtype", f"fp8e4m3 data must be uint8 bits, not {a.dtype}")])
+        return _e4m3_bits_to_f64(a.view(np.uint8))
     if a.dtype != want and not (dtype in INDEX_DTYPES and a.dtype.kind in "iu"):
         raise SpecError([("dtype", f"{dtype} data must be {want}, not {a.dtype}")])
     return a.astype(np.float64)
@@ -126,6 +165,8 @@ def _round_through(v: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "fp16":
         with np.errstate(over="ignore"):
             return v.astype(np.float16).astype(np.float64)
+    if dtype == "fp8e4m3":
+        return _e4m3_bits_to_f64(_f64_to_e4m3_bits(v)).reshape(np.shape(v))
     return to_float64(to_storage(v, "bf16"), "bf16").reshape(np.shape(v))  # 0-d stays 0-d
 
 

@@ -275,3 +275,48 @@ def test_fp32_outputs_of_a_product_get_a_tolerance_grown_with_k():
     assert load_manifest(given).tolerance["fp32"].atol == 1e-5  # a given tolerance stays
     # bf16 outputs keep their default: the output's rounding dominates
     assert load_manifest(linear(rows={"M": 64, "N": 64, "K": 8192})).tolerance["bf16"].atol == 1e-2
+
+
+# -- fp8 e4m3 outputs -----------------------------------------------------------------------------
+
+
+def test_fp8_e4m3_bits_round_trip_and_saturate():
+    from factory.spec import to_storage
+
+    codes = np.arange(256, dtype=np.uint8)
+    v = to_float64(codes, "fp8e4m3")
+    finite = ~np.isnan(v)
+    assert finite.sum() == 254  # 0x7F and 0xFF are NaN; no infinities
+    assert np.array_equal(to_storage(v[finite], "fp8e4m3"), codes[finite])
+    assert np.nanmax(v) == 448.0 and v[1] == 2.0**-9  # the largest, the smallest subnormal
+    got = to_float64(to_storage(np.array([1e3, -np.inf, 2.0**-10, 3 * 2.0**-11, 17.0]), "fp8e4m3"),
+                     "fp8e4m3")  # fmt: skip
+    assert list(got) == [448.0, -448.0, 0.0, 2.0**-9, 16.0]  # saturated; ties to even
+    assert np.isnan(to_float64(to_storage(np.array([np.nan]), "fp8e4m3"), "fp8e4m3")[0])
+
+
+def test_fp8_e4m3_rounding_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(50000) * np.exp(rng.uniform(-12, 6, 50000))
+    x = x[np.abs(x) <= 448]
+    from factory.spec import to_storage
+
+    theirs = torch.from_numpy(x).to(torch.float8_e4m3fn).view(torch.uint8).numpy()
+    assert np.array_equal(to_storage(x, "fp8e4m3"), theirs)
+
+
+def test_a_quantised_fp8_output_is_declared_and_refused_by_the_family_for_now():
+    extra = '[inputs.inv_scale]\nshape = ["M", 1]\ndtype = "fp32"\nrange = [50.0, 100.0]'
+    text = linear("(x @ w.T) * inv_scale", extra_inputs=extra).replace(
+        'dtype = "bf16"\n[[shapes]]', 'dtype = "fp8e4m3"\n[[shapes]]'
+    )
+    w = load_manifest(text)
+    assert w.outputs[0].dtype == "fp8e4m3" and w.tolerance["fp8e4m3"].rel_norm == 0.05
+    from factory import families
+
+    with pytest.raises(families.Unsupported, match="fp8 stores are not emitted yet"):
+        families.family_for(w)
+    e = refuse(text.replace('[inputs.x]\nshape = ["M", "K"]\ndtype = "bf16"',
+                            '[inputs.x]\nshape = ["M", "K"]\ndtype = "fp8e4m3"'))  # fmt: skip
+    assert e.errors[0][0] == "inputs.x.dtype"  # fp8 is an output's storage only, for now

@@ -230,6 +230,7 @@ def _torch_dtype(torch, dtype: str):
         "fp32": torch.float32,
         "bf16": torch.bfloat16,
         "fp16": torch.float16,
+        "fp8e4m3": torch.float8_e4m3fn,
         "int32": torch.int32,
         "int64": torch.int64,
     }[dtype]

@@ -207,7 +207,11 @@ def lower(workload) -> GemmIR:
                 f"kernel is per element of the product {shape_text(out_shape)}"
             )
         if o.dtype not in OUTPUT_DTYPES:
-            raise Unsupported(f"output {o.name}: dtype {o.dtype} is not written by the family")
+            what = "fp8 stores are not emitted yet" if o.dtype.startswith("fp8") else "not written"
+            raise Unsupported(
+                f"output {o.name} has dtype {o.dtype}: {what} (the family writes "
+                f"{', '.join(OUTPUT_DTYPES)})"
+            )
         expr = _substitute(o.expr, mapping, memo)
         nodes = E.walk(expr)
         for node in nodes:  # what the epilogue cannot hold, before the inputs' roles
