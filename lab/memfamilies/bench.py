@@ -80,7 +80,7 @@ dtype = "fp32"
 expr = "mean(x * x, axis=(0, 2, 3))"
 dtype = "fp32"
 [[shapes]]
-N = 64
+N = 128
 C = 256
 H = 64
 W = 64

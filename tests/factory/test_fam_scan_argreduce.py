@@ -57,10 +57,8 @@ def test_examples_lower_to_their_family_and_compile(path):
 @pytest.mark.parametrize(
     "fam, expr, odt, says",
     [
-        (SC, "cumsum(x, axis=0)", "fp32", "leading or middle"),
         (SC, "sum(x, axis=0)", "fp32", "not a scan"),
         (SC, "cumsum(x, axis=-1) + 1.0", "fp32", "not a scan"),
-        (AR, "argmax(x, axis=0)", "int32", "leading or middle"),
         (AR, "cumsum(x, axis=-1)", "fp32", "not an argmax"),
     ],
 )
@@ -170,3 +168,91 @@ def test_few_long_rows_take_the_lookback_tiles_and_compile():
         assert em.launch.grid[0] == f"(M)*ceildiv(N, {sch.tile})"
         r = compile_ptx(em.ptx, "sm_90", cache=False)
         assert r.ok, r.log[:2000]
+
+
+def cs(t, v, sp):
+    return SC.Schedule(threads=t, vec=v, mode="columns", split=sp)
+
+
+M3 = """
+name = "cs3"
+[inputs.x]
+shape = ["B", "S", "D"]
+dtype = "{dt}"
+[outputs.y]
+expr = "{expr}"
+dtype = "{odt}"
+[[shapes]]
+B = 2
+S = 9
+D = 16
+"""
+
+COLUMN_SCANS = [
+    ("cumsum(x, axis=1)", "fp32", "fp32", {"B": 2, "S": 9, "D": 16}, cs(32, 4, 1)),
+    ("cumsum(x, axis=1)", "fp32", "fp32", {"B": 3, "S": 13, "D": 7}, cs(32, 4, 4)),  # elements
+    ("cumsum(x, axis=0, exclusive=True)", "bf16", "bf16", {"B": 5, "S": 3, "D": 24}, cs(32, 8, 2)),
+    ("cumsum(x, axis=1)", "bf16", "fp32", {"B": 2, "S": 6, "D": 16}, cs(32, 8, 2)),  # 2 stores
+    ("cumprod(1.0 + 0.01 * x, axis=1, reverse=True)", "fp32", "fp32", {"B": 2, "S": 17, "D": 40},
+     cs(32, 2, 8)),
+    ("cumsum(x, axis=1, reverse=True, exclusive=True)", "fp16", "fp32", {"B": 2, "S": 10, "D": 9},
+     cs(64, 1, 2)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("expr, dt, odt, dims, s", COLUMN_SCANS, ids=str)
+def test_scans_along_leading_and_middle_axes_compute_the_reference(expr, dt, odt, dims, s):
+    wl = load_manifest(M3.format(expr=expr, dt=dt, odt=odt))
+    assert families.family_for(wl)[0].name == "scan"
+    run_and_check(SC.FAMILY, wl, s, dims, seed=2)
+
+
+def test_column_scans_have_their_own_layouts():
+    wl = load_manifest(M3.format(expr="cumsum(x, axis=1)", dt="bf16", odt="fp32"))
+    ir = SC.lower(wl)
+    assert ir.columns
+    dims = {"B": 16, "S": 8192, "D": 1024}
+    d = SC.default_schedule(ir, dims)
+    assert d.mode == "columns" and SC.is_valid(ir, d, dims)[0]
+    assert "columns scan" in SC.is_valid(ir, SC.Schedule(), None)[1]
+    sp = SC.space(ir, [dims])
+    assert sp and {s.mode for s in sp} == {"columns"}
+
+
+def ac(t, ln, v, sp):
+    return AR.Schedule(threads=t, lanes=ln, vec=v, split=sp, unroll=1)
+
+
+COLUMN_ARGS = [
+    ("argmax(x, axis=1)", "fp32", "int64", {"B": 2, "S": 9, "D": 16}, ac(64, 8, 4, 1)),
+    ("argmin(x, axis=0)", "bf16", "int32", {"B": 7, "S": 3, "D": 24}, ac(64, 8, 8, 2)),
+    ("argmax(x, axis=1, keepdims=True)", "fp16", "int64", {"B": 3, "S": 13, "D": 7},
+     ac(128, 8, 2, 4)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("expr, dt, odt, dims, s", COLUMN_ARGS, ids=str)
+def test_arg_reductions_along_leading_and_middle_axes_are_exact(expr, dt, odt, dims, s):
+    wl = load_manifest(M3.format(expr=expr, dt=dt, odt=odt).replace("outputs.y", "outputs.i"))
+    assert families.family_for(wl)[0].name == "argreduce"
+    run_and_check(AR.FAMILY, wl, s, dims, seed=2)
+
+
+def test_column_arg_reductions_keep_numpys_ties_and_nan():
+    wl = load_manifest(
+        M3.format(expr="argmax(x, axis=1)", dt="fp32", odt="int64").replace(
+            "outputs.y", "outputs.i"
+        )
+    )
+    x = np.zeros((2, 40, 8), np.float32)
+    x[0, 5, 1] = x[0, 30, 1] = 1.0
+    x[1, 7, 2] = x[1, 3, 2] = np.nan
+    x[1, :, 3] = -np.inf
+    run_and_check(AR.FAMILY, wl, ac(64, 8, 4, 2), {"B": 2, "S": 40, "D": 8}, inputs={"x": x})
+    ir = AR.lower(wl)
+    dims = {"B": 64, "S": 4096, "D": 1024}
+    d = AR.default_schedule(ir, dims)
+    assert AR.is_valid(ir, d, dims)[0] and all(
+        AR.is_valid(ir, s, dims)[0] for s in AR.seeds(ir, dims)
+    )
+    assert "columns" in AR.is_valid(ir, AR.Schedule(), None)[1]

@@ -1,5 +1,7 @@
-"""The arg-reduction family: argmax/argmin along the last axis of an elementwise expression of
-inputs of one shape, to an int32 or int64 index (greedy sampling, routing), one row a block.
+"""The arg-reduction family: argmax/argmin along any axis of an elementwise expression of
+inputs of one shape, to an int32 or int64 index (greedy sampling, routing): along the last
+axis one row a block; along a leading or middle axis the column family's (P, R, Q) layout (lanes
+along Q, thread rows and a cluster's blocks along R), a (value, index) pair a column.
 
 Each thread walks its row's chunks of threads x vec elements carrying a (value, index) pair;
 the pairs meet by warp butterflies, then across warps through shared memory. A pair wins when
@@ -17,7 +19,13 @@ from factory.emit import Emitted
 from factory.emit.ptx import Builder, EmitError, f32_literal
 from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
 from factory.families.colreduce import ELEMENTWISE
-from factory.families.colreduce.kernel import ESIZE, ColumnKernel, ident
+from factory.families.colreduce.kernel import (
+    ESIZE,
+    MAX_CLUSTERS,
+    ColumnKernel,
+    ident,
+    shape_product,
+)
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
@@ -37,6 +45,11 @@ class ArgIR:
     order: tuple[E.Node, ...]
     shape: tuple  # the operand's
     dims: tuple[str, ...]
+    axis: int = -1  # non-negative; the last: a row a block, else columns
+
+    @property
+    def columns(self) -> bool:
+        return self.axis != len(self.shape) - 1
 
     @property
     def outputs(self):  # ColumnKernel.evaluate reads outputs[i].operand
@@ -54,8 +67,6 @@ def lower(workload) -> ArgIR:
     n = o.expr
     if not isinstance(n, E.ArgReduce):
         raise Unsupported("an output that is not an argmax/argmin")
-    if n.axis != len(n.x.shape) - 1:
-        raise Unsupported("an argmax/argmin along a leading or middle axis (the last axis, yet)")
     if o.dtype not in E.INDEX_DTYPES:
         raise Unsupported(f"output {o.name} is {o.dtype}: declare int32 or int64")
     order, inputs = [], {}
@@ -85,17 +96,22 @@ def lower(workload) -> ArgIR:
         order=tuple(order),
         shape=n.x.shape,
         dims=tuple(dict.fromkeys(d for d in n.x.shape if isinstance(d, str))),
+        axis=n.axis,
     )
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """threads: a row's block; vec: adjacent elements a load; unroll: loads in flight."""
+    """threads: a block; vec: adjacent elements a load; unroll: loads in flight (rows).
+    Along a leading or middle axis (columns): lanes along the kept inner axes, the rest of the
+    threads rows along the reduced axis, split: a cluster's blocks sharing it."""
 
     family: str = "argreduce"
     threads: int = 256
     vec: int = 4
     unroll: int = 2
+    lanes: int = 32
+    split: int = 1
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,6 +122,8 @@ class Schedule:
         return cls(**{k: v for k, v in d.items() if k in names})
 
     def tag(self) -> str:
+        if self.split > 1 or self.lanes != 32:
+            return f"t{self.threads}l{self.lanes}v{self.vec}s{self.split}"
         return f"t{self.threads}v{self.vec}u{self.unroll}"
 
 
@@ -114,8 +132,16 @@ def vecs(ir) -> tuple[int, ...]:
 
 
 def _row(ir, dims) -> int:
-    d = ir.shape[-1]
+    d = ir.shape[ir.axis]
     return int(dims[d]) if isinstance(d, str) else int(d)
+
+
+def _size(shape, dims) -> int:
+    return math.prod(int(dims[d]) if isinstance(d, str) else int(d) for d in shape)
+
+
+LANES = (8, 16, 32, 64, 128)
+SPLITS = (1, 2, 4, 8)
 
 
 def is_valid(ir: ArgIR, s: Schedule, dims) -> tuple[bool, str]:
@@ -123,6 +149,18 @@ def is_valid(ir: ArgIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "threads/vec outside the space"
     if s.unroll not in UNROLLS:
         return False, "unroll outside the space"
+    if ir.columns:
+        if s.lanes not in LANES or s.lanes > s.threads or s.split not in SPLITS or s.unroll != 1:
+            return False, "columns: lanes/split outside the space (unroll 1)"
+        if dims is not None:
+            q, r = _size(ir.shape[ir.axis + 1 :], dims), _row(ir, dims)
+            if s.lanes * s.vec >= 2 * q and not (s.lanes == LANES[0] and s.vec == 1):
+                return False, f"{s.lanes} lanes x {s.vec} for {q} columns: half idle"
+            if s.split > 1 and s.split * (s.threads // s.lanes) > r:
+                return False, f"split {s.split} for {r} rows"
+        return True, ""
+    if s.lanes != 32 or s.split != 1:
+        return False, "lanes and split are a columns layout's"
     if dims is not None:
         n = _row(ir, dims)
         if s.threads > 32 and s.threads * s.vec >= 2 * n:
@@ -132,8 +170,12 @@ def is_valid(ir: ArgIR, s: Schedule, dims) -> tuple[bool, str]:
 
 def space(ir, dims_list) -> list[Schedule]:
     out = []
-    for t, v, u in itertools.product(THREADS, vecs(ir), UNROLLS):
-        s = Schedule(threads=t, vec=v, unroll=u)
+    if ir.columns:
+        grid = itertools.product(THREADS, vecs(ir), (1,), LANES, SPLITS)
+    else:
+        grid = itertools.product(THREADS, vecs(ir), UNROLLS, (32,), (1,))
+    for t, v, u, ln, sp in grid:
+        s = Schedule(threads=t, vec=v, unroll=u, lanes=ln, split=sp)
         if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
             out.append(s)
     return out
@@ -142,6 +184,22 @@ def space(ir, dims_list) -> list[Schedule]:
 def default_schedule(ir, dims) -> Schedule:
     v = max(vecs(ir))
     n = _row(ir, dims)
+    if ir.columns:
+        q, p = _size(ir.shape[ir.axis + 1 :], dims), _size(ir.shape[: ir.axis], dims)
+        while v > 1 and LANES[0] * v >= 2 * q:
+            v //= 2
+        lanes = 32
+        while lanes > LANES[0] and lanes * v >= 2 * q:
+            lanes //= 2
+        rows = 256 // lanes
+        clusters = p * math.ceil(q / (lanes * v))
+        split = 1
+        while split < 8 and clusters * split < 4 * 132 and 2 * split * rows <= n:
+            split *= 2
+        s = Schedule(threads=256, vec=v, unroll=1, lanes=lanes, split=split)
+        if is_valid(ir, s, dims)[0]:
+            return s
+        return Schedule(threads=256, vec=1, unroll=1, lanes=LANES[0], split=1)
     t = 32
     while t < 512 and 4 * t * v < n:
         t *= 2
@@ -152,7 +210,8 @@ def default_schedule(ir, dims) -> Schedule:
 def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     out = [d]
-    for ch in ({"threads": d.threads * 2}, {"threads": d.threads // 2}, {"unroll": 1}):
+    for ch in ({"threads": d.threads * 2}, {"threads": d.threads // 2}, {"unroll": 1},
+               {"split": min(8, d.split * 2)}, {"split": max(1, d.split // 2)}):  # fmt: skip
         s = Schedule(**{**d.to_dict(), **ch})
         if s.threads in THREADS and s not in out and is_valid(ir, s, dims)[0]:
             out.append(s)
@@ -194,7 +253,221 @@ class ArgKernel(ColumnKernel):
         self.b.op(f"selp.f32 {v}, {ov}, {v}, {p}")
         self.b.op(f"selp.b32 {i}, {oi}, {i}, {p}")
 
+    def store_index(self, addr: str, idx: str, pred: str | None = None) -> None:
+        g = f"@{pred} " if pred else ""
+        if E.DTYPE_BYTES[self.ir.out_dtype] == 4:
+            self.b.op(f"{g}st.global.b32 [{addr}], {idx}")
+        else:
+            zero = self.u32(0)
+            self.b.op(f"{g}st.global.v2.b32 [{addr}], {{{idx}, {zero}}}")
+
+    def render_columns(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
+        """(P, R, Q), R reduced: the column family's layout, a (value, index) pair a column."""
+        ir, s, b = self.ir, self.s, self.b
+        V, T, L, S = self.V, s.threads, s.lanes, s.split
+        TR = T // L
+        params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
+        params += [KernelParam("tensor", "u64", ir.out)]
+        params += [KernelParam("dim", "u32", d) for d in ir.dims]
+        P = self.product(ir.shape[: ir.axis])
+        R = self.product(ir.shape[ir.axis : ir.axis + 1])
+        Q = self.product(ir.shape[ir.axis + 1 :])
+        base = {}
+        for name in [*(n for n, _ in ir.inputs), ir.out]:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            base[name] = r
+        tid = self.u32("%tid.x")
+        lane, trow = b.reg("b32"), b.reg("b32")
+        b.op(f"and.b32 {lane}, {tid}, {L - 1}")
+        b.op(f"shr.u32 {trow}, {tid}, {int(math.log2(L))}")
+        cl, ncl = self.u32("%ctaid.x"), self.u32("%nctaid.x")
+        lg = int(math.log2(S))
+        b.op(f"shr.u32 {cl}, {cl}, {lg}")
+        b.op(f"shr.u32 {ncl}, {ncl}, {lg}")
+        rank = self.u32("%cluster_ctarank") if S > 1 else self.u32(0)
+        g = b.reg("b32")
+        b.op(f"mad.lo.u32 {g}, {rank}, {TR}, {trow}")
+        nqb = b.reg("b32")
+        b.op(f"add.u32 {nqb}, {Q}, {L * V - 1}")
+        b.op(f"shr.u32 {nqb}, {nqb}, {int(math.log2(L * V))}")
+        p, qb = self.u32(0), b.reg("b32")
+        b.op(f"mov.u32 {qb}, {cl}")
+
+        def carry_into_p():
+            top, done_ = b.new_label("norm"), b.new_label("norm_done")
+            b.label(top)
+            pn = b.reg("pred")
+            b.op(f"setp.lt.u32 {pn}, {qb}, {nqb}")
+            b.op(f"@{pn} bra.uni {done_}")
+            b.op(f"sub.u32 {qb}, {qb}, {nqb}")
+            b.op(f"add.u32 {p}, {p}, 1")
+            b.op(f"bra.uni {top}")
+            b.label(done_)
+
+        carry_into_p()
+        qmod = b.reg("b32")
+        b.op(f"and.b32 {qmod}, {Q}, {V - 1}")
+        qaligned = b.reg("pred")
+        b.op(f"setp.eq.u32 {qaligned}, {qmod}, 0")
+        RQ = b.reg("b32")
+        b.op(f"mul.lo.u32 {RQ}, {R}, {Q}")
+        smem = self.u32("red_smem")
+        mine = b.reg("b32")
+        b.op(f"mul.lo.u32 {mine}, {tid}, {8 * V}")
+        b.op(f"add.u32 {mine}, {mine}, {smem}")
+        worst = -math.inf if ir.op == "argmax" else math.inf
+        item, done = b.new_label("item"), b.new_label("done")
+        b.label(item)
+        pd = b.reg("pred")
+        b.op(f"setp.ge.u32 {pd}, {p}, {P}")
+        b.op(f"@{pd} bra.uni {done}")
+        q0 = b.reg("b32")
+        b.op(f"mad.lo.u32 {q0}, {qb}, {L * V}, 0")
+        b.op(f"mad.lo.u32 {q0}, {lane}, {V}, {q0}")
+        qend = b.reg("b32")
+        b.op(f"add.u32 {qend}, {q0}, {V}")
+        whole = b.reg("pred")
+        b.op(f"setp.le.u32 {whole}, {qend}, {Q}")
+        b.op(f"and.pred {whole}, {whole}, {qaligned}")
+        preds = []
+        for j in range(V):
+            qj, pj = b.reg("b32"), b.reg("pred")
+            b.op(f"add.u32 {qj}, {q0}, {j}")
+            b.op(f"setp.lt.u32 {pj}, {qj}, {Q}")
+            preds.append(pj)
+        bv = [b.reg("f32") for _ in range(V)]
+        bi = [b.reg("b32") for _ in range(V)]
+        for v_, i_ in zip(bv, bi, strict=True):
+            b.op(f"mov.f32 {v_}, {f32_literal(worst)}")
+            b.op(f"mov.u32 {i_}, {R}")
+        r = b.reg("b32")
+        b.op(f"mov.u32 {r}, {g}")
+        top, end = b.new_label("rows"), b.new_label("rows_end")
+        b.label(top)
+        pe = b.reg("pred")
+        b.op(f"setp.ge.u32 {pe}, {r}, {R}")
+        b.op(f"@{pe} bra.uni {end}")
+        at = b.reg("b32")
+        b.op(f"mad.lo.u32 {at}, {p}, {RQ}, {q0}")
+        b.op(f"mad.lo.u32 {at}, {r}, {Q}, {at}")
+        el, ld = b.new_label("elems"), b.new_label("loaded")
+        b.op(f"@!{whole} bra {el}")
+        per = {}
+        for name, dtype in ir.inputs:
+            addr = b.reg("b64")
+            b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+            b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+            per[name] = self.load_vector(addr, dtype)
+        for j in range(V):
+            v = self.evaluate({name: per[name][j] for name, _ in ir.inputs})[0]
+            self.fold(bv[j], bi[j], v, r)
+        b.op(f"bra {ld}")
+        b.label(el)
+        for j in range(V):
+            ins = {}
+            for name, dtype in ir.inputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                ins[name] = self.load_scalar(self.plus(addr, j * ESIZE[dtype]), dtype, preds[j])
+            v = self.evaluate(ins)[0]
+            self.fold(bv[j], bi[j], v, r)
+        b.label(ld)
+        b.op(f"add.u32 {r}, {r}, {S * TR}")
+        b.op(f"bra.uni {top}")
+        b.label(end)
+        first = b.reg("pred")
+        b.op(f"setp.eq.u32 {first}, {trow}, 0")
+        if TR > 1:
+            for j in range(V):
+                b.op(f"st.shared.f32 [{mine}+{8 * j}], {bv[j]}")
+                b.op(f"st.shared.b32 [{mine}+{8 * j + 4}], {bi[j]}")
+            b.op("bar.sync 0")
+            skip = b.new_label("rows_met")
+            b.op(f"@!{first} bra {skip}")
+            for t in range(1, TR):
+                for j in range(V):
+                    ov, oi = b.reg("f32"), b.reg("b32")
+                    off = 8 * (t * L * V + j)
+                    b.op(f"ld.shared.f32 {ov}, [{mine}+{off}]")
+                    b.op(f"ld.shared.b32 {oi}, [{mine}+{off + 4}]")
+                    self.fold(bv[j], bi[j], ov, oi)
+            b.label(skip)
+        if S > 1:
+            pub = b.new_label("published")
+            b.op(f"@!{first} bra {pub}")
+            for j in range(V):
+                b.op(f"st.shared.f32 [{mine}+{8 * j}], {bv[j]}")
+                b.op(f"st.shared.b32 [{mine}+{8 * j + 4}], {bi[j]}")
+            b.label(pub)
+            b.op("barrier.cluster.arrive.release.aligned")
+            b.op("barrier.cluster.wait.acquire.aligned")
+            lead = b.reg("pred")
+            b.op(f"setp.eq.u32 {lead}, {rank}, 0")
+            b.op(f"and.pred {lead}, {lead}, {first}")
+            gathered = b.new_label("gathered")
+            b.op(f"@!{lead} bra {gathered}")
+            for k in range(1, S):
+                remote = b.reg("b32")
+                b.op(f"mapa.shared::cluster.u32 {remote}, {mine}, {k}")
+                for j in range(V):
+                    ov, oi = b.reg("f32"), b.reg("b32")
+                    b.op(f"ld.shared::cluster.f32 {ov}, [{remote}+{8 * j}]")
+                    b.op(f"ld.shared::cluster.b32 {oi}, [{remote}+{8 * j + 4}]")
+                    self.fold(bv[j], bi[j], ov, oi)
+            b.label(gathered)
+            b.op("barrier.cluster.arrive.release.aligned")
+            b.op("barrier.cluster.wait.acquire.aligned")
+            writer = lead
+        else:
+            writer = first
+        stored = b.new_label("stored")
+        b.op(f"@!{writer} bra {stored}")
+        oat = b.reg("b32")
+        b.op(f"mad.lo.u32 {oat}, {p}, {Q}, {q0}")
+        es = E.DTYPE_BYTES[ir.out_dtype]
+        for j in range(V):
+            addr = b.reg("b64")
+            b.op(f"mul.wide.u32 {addr}, {oat}, {es}")
+            b.op(f"add.u64 {addr}, {addr}, {base[ir.out]}")
+            self.store_index(self.plus(addr, j * es), bi[j], preds[j])
+        b.label(stored)
+        if TR > 1 and S == 1:
+            b.op("bar.sync 0")
+        b.op(f"add.u32 {qb}, {qb}, {ncl}")
+        carry_into_p()
+        b.op(f"bra.uni {item}")
+        b.label(done)
+        b.op("ret")
+        entry = f"{ident(ir.name)}_{ir.op}_{s.tag()}"
+        head = [
+            f"// Generated by factory.families.argreduce for workload {ir.name!r}",
+            f"// schedule: {s.to_dict()}",
+            ".version 8.0",
+            f".target {self.arch}",
+            ".address_size 64",
+            "",
+            f".visible .entry {entry}(",
+            ",\n".join(f"    .param .{p_.ptx_type} p_{ident(p_.name)}" for p_ in params),
+            f")\n.maxntid {T}, 1, 1",
+        ]
+        if S > 1:
+            head.append(f".reqnctapercluster {S}, 1, 1")
+        head.append("{")
+        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{2 * T * V}];"]
+        ptx = "\n".join(head + body + [""] + b.lines + ["}", ""])
+        outer = shape_product(ir.shape[: ir.axis])
+        inner = shape_product(ir.shape[ir.axis + 1 :])
+        clusters = f"min({outer}*ceildiv({inner}, {L * V}), {MAX_CLUSTERS})"
+        grid = f"{S}*{clusters}" if S > 1 else clusters
+        launch = Launch((grid, 1, 1), (T, 1, 1), cluster=(S, 1, 1) if S > 1 else None)
+        return Emitted(ptx, entry, tuple(params), launch)
+
     def render(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
+        if self.ir.columns:
+            return self.render_columns()
         ir, s, b = self.ir, self.s, self.b
         V, T, W = self.V, s.threads, self.W
         params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
