@@ -33,13 +33,12 @@ NUM_SMS = DEVICE.sms  # the persistent grid is sized from it
 MAX_THREADS_PER_BLOCK = DEVICE.max_threads_per_block
 # Rows of at most 256 bf16 (128 fp32) elements may take fewer than a warp's threads: 4 lanes
 # of 16 bytes each cover 32 bf16 elements. Up to 512 bytes, one round of a warp's 16-byte
-# chunks: on the H200 at 131072 rows of 256 bf16, a warp a row of one chunk each left LayerNorm
-# 22% behind torch.compile (40.6 us against 33.4, every such layout timed), half a warp of two
-# chunks ran 34.0 (bench/results/2026-12-06-h200-subwarp). Until then rows stopped at 256 bytes.
+# chunks, where a warp a row of one chunk each leaves each lane one load in flight
+# (bench/results/ROW-FAMILY-NOTES.md, threads_per_row).
 MIN_THREADS_PER_ROW = 4
 SHORT_ROW_BYTES = 32 * 16
 # Rows short enough that the 8-byte chunks of narrow_vec are searched where 16-byte ones leave
-# them misaligned: the lengths where they were timed (rows of 100 bf16, 2026-12-05-h100-narrow).
+# them misaligned (the lengths where they are known to pay: ROW-FAMILY-NOTES.md, vec_elems).
 NARROW_ROW_BYTES = 256
 REGISTER_BUDGET_PER_THREAD = 128  # our estimate's cap: beyond it occupancy drops below 2 blocks
 
@@ -57,8 +56,8 @@ LOAD_HINTS = (
 )
 STORE_HINTS = ("none", "cs", "noalloc", "l2first", "l2last")
 CLUSTER_BLOCKS = (1, 2, 4, 8)  # 8: the portable cluster size
-# Fields added after evidence was first recorded, and their defaults: `to_dict` leaves them out
-# at these values, so a record from before they existed and one written since name one schedule.
+# Fields that `to_dict` leaves out at these values (their defaults): a record that lacks one and
+# a record that holds it at its default name one schedule.
 LATE_DEFAULTS = {
     "cluster_blocks": 1,
     "late_stores": False,
@@ -111,15 +110,13 @@ class Schedule:
         it again from memory (L2) for every pass.
     online: fuse max(F) and sum(exp(F - max F)) into one pass (running max, rescaled sum).
     load_hint / store_hint: cache qualifiers for row data. "nc" (ld.global.nc, the read-only
-        path) is the default: on the H200 it beat "nc_noalloc" (L1::no_allocate) by 2-5% on
-        every suite operator (bench/results/2026-12-02-h200-sweep). "nc_pf256" adds the
-        L2::256B prefetch-size hint (the L2 fetches 256 bytes around each miss); measured
-        1-2% slower on the norms (2026-12-02), so not in `space`. "nc_l2last" / "nc_l2first"
-        and the stores "l2last" / "l2first" attach an L2 eviction policy (createpolicy, the
-        L2::cache_hint operand): what max-autotune's Triton kernels do for the norms (x kept
-        in L2 for its second read, the output let go first). Evict-last row loads were 0.5-4%
-        faster in 12 of 15 suite cases (bench/results/2026-12-03-h200-explore): the cached
-        default and in `space`; the evict-first stores were not, and are left to plans.
+        path) is the default; "nc_noalloc" adds L1::no_allocate. "nc_pf256" adds the L2::256B
+        prefetch-size hint (the L2 fetches 256 bytes around each miss); it is not in `space`.
+        "nc_l2last" / "nc_l2first" and the stores "l2last" / "l2first" attach an L2 eviction
+        policy (createpolicy, the L2::cache_hint operand): what max-autotune's Triton kernels
+        do for the norms (x kept in L2 for its second read, the output let go first).
+        Evict-last row loads are the cached default for rows of more than a warp and in
+        `space`; the evict-first stores are left to plans.
         "nc_l2reuse" (stream mode only) picks the policy per read: evict-last where a later
         pass reads the same row again, evict-first on its last read, so that the L2 keeps a
         row until its last pass and then lets it go first (what inductor's looped reductions
@@ -139,61 +136,52 @@ class Schedule:
     cluster_blocks: 1 = a row lives in one block; k > 1 = a thread block cluster of k blocks
         (sm_90+) shares each row, threads_per_row counting the row's threads across the
         cluster: rows too long for one block's registers stay in registers, and the blocks
-        combine their partial reductions through distributed shared memory. Added after the
-        other fields: `to_dict` leaves it out at 1, so earlier evidence keeps its keys.
+        combine their partial reductions through distributed shared memory. `to_dict` leaves
+        it out at 1 (LATE_DEFAULTS), as every field below at its default.
     late_stores: "cached" mode: a row output that is ready before the last pass (the new
         residual h of add+RMSNorm) is written in the last pass, next to the other outputs,
         instead of in the middle of the reduction's loads; the kernel then reads everything
-        first and writes everything last, as a fused compiler kernel does. Left out of
-        `to_dict` when False, as cluster_blocks is at 1.
+        first and writes everything last, as a fused compiler kernel does.
     early_cols: "cached" mode without prefetch: per-column vectors (RMSNorm's weight) are
         loaded with the row, before the reduction, instead of by the pass that reads them after
         it, so no load latency sits between the reduction and the stores (more registers held
-        through the reduction; on the H200, RMSNorm 65.8 -> 64.7 us at 16384x4096). Rows under
-        a warp in a persistent grid (holds_cols): loaded once, before the first row, and held
-        across every row of the thread, prefetched or not. Left out of `to_dict` when False.
+        through the reduction). Rows under a warp in a persistent grid (holds_cols): loaded
+        once, before the first row, and held across every row of the thread, prefetched or not.
     moments: a mean and the mean squared deviation from it (LayerNorm) in one pass: each
         thread's elements give (count, mean, squared deviations), merged across the row by
         Chan's update, instead of a second pass and a second reduction across the row (one
-        barrier fewer per row; streamed, one read of the row fewer). Left out of `to_dict` when
-        False.
+        barrier fewer per row; streamed, one read of the row fewer).
     col_groups: "cached" mode: the pass that reads per-column vectors (a norm's weight and
         bias) loads them, and writes its outputs, in this many groups of chunks, with a CTA
         fence (fence.acq_rel.cta) between groups. Without the fence ptxas hoists every chunk's
         column loads to the top of the pass, and they are all live at once: LayerNorm at 256
         threads of 4 chunks needs 79 registers (3 blocks of 256 per SM); in 4 groups, 64 (4
         blocks) with no spill. The cost is the column loads of one group waiting for the last
-        group's stores to be issued. On the H200, LayerNorm 16384x8192 went from 139.6 to 126.3
-        us (90% -> 99% of the copy ceiling); at 4096 columns, where 128 threads make the row,
-        and for RMSNorm it gained nothing (bench/results/2026-12-03-h200-explore4), so it is in
-        `space` and not in `default_schedule`. Left out of `to_dict` at 1. Also any chunk
+        group's stores to be issued. In `space`, not in `default_schedule`. Also any chunk
         count's own number (one chunk at a time), which `space` offers where 4 does not divide
         the chunks: a row of odd width (the shifted tail loads its columns in these groups
         too) held in 5 chunks of 128 threads needs 80 registers so instead of 128 for
-        LayerNorm, 66 instead of 95 for RMSNorm, and ran 4% and 9% faster at 16384x4999 on
-        the H100 (bench/results/2026-12-05-h100-colwords).
+        LayerNorm, 66 instead of 95 for RMSNorm.
     col_hint: how per-column vectors are loaded: "nc" (the read-only path) or "nc_l2last"
         (L1 and L2 evict-last with the policy operand, as inductor's norms load their weight:
-        every row reads the vector, the rows stream by once). Left out of `to_dict` at "nc".
+        every row reads the vector, the rows stream by once).
     acc_split: each thread folds its elements into this many partial accumulators per
         reduction, element e into partial e mod acc_split, combined by a tree before the
         reduction across threads; an online max/sum group takes its max and its sum of
         exponentials by trees too. 1 folds every element into one register, a chain of
         chunks * vec_elems dependent adds (4 cycles each) that sits between a row's last load
         and its reduction across threads. The order of a float sum changes with it (a
-        pairwise order, no less accurate). Left out of `to_dict` at 1.
+        pairwise order, no less accurate).
     early_gather: load every gathered element (cross-entropy's logits[row, target[row]]) when
         the row starts, beside its first row loads, instead of after the reductions that come
-        before its use, where its load latency sits on the row's critical path. Left out of
-        `to_dict` when False.
+        before its use, where its load latency sits on the row's critical path.
     packed_max: an online max/sum whose F is a 16-bit row input (cross-entropy's and softmax's
         logits) takes the group's max on the loaded words, two elements per instruction
         (max.bf16x2 / max.f16x2; exact, as a max of values of one format is one of them), and
         unpacks each element to f32 only for its exponential: half the max instructions, and
         the group's elements need not all be live as f32 at once (fewer registers, so more
         chunks of loads in flight fit under a register cap). The tail of the row (predicated
-        loads) folds its group one chunk at a time for the same reason. Left out of `to_dict`
-        when False.
+        loads) folds its group one chunk at a time for the same reason.
     tail: how the tail path moves a row (the path of a row this layout's chunks do not divide:
         a streamed row's last step, a whole row shorter than the cached capacity, and every
         row whose length is not a multiple of vec_elems). "elements": element by element, each
@@ -203,9 +191,7 @@ class Schedule:
         branches to it at run time; other rows take the element tail). "strided": element by
         element, element j of thread t at t + j*T, so that a warp's single-element accesses
         cover consecutive addresses (for rows of a length that is not a multiple of
-        vec_elems, which all take the element tail). On the H200 at 16384x5000 "vectors" made
-        each layout 1.5-3.9x faster (RMSNorm at 256 threads of 4 chunks: 321 -> 93 us,
-        bench/results/2026-12-04-h200-tail). Either costs code, and at a tight register cap
+        vec_elems, which all take the element tail). Either costs code, and at a tight register cap
         registers (a kernel's count is set by its tail path too), so `fit_tail` sets it only
         where the job's rows take it. "shifted": for a row whose start is not 16-byte aligned (a
         length that is not a multiple of vec_elems: cross-entropy over a vocabulary of 50257,
@@ -215,15 +201,14 @@ class Schedule:
         before). A per-column vector (a norm's weight) then sits at another alignment and moves
         element by element (from L1). Row tensors of one element size; rows whose tensors are not
         congruent modulo 16 bytes move element by element at run time. `fit_tail` picks it for
-        streamed rows (1.1-2.9x faster there on the H200); rows held in registers are fitted
+        streamed rows; rows held in registers are fitted
         "strided", with a shifted twin in the space (see fit_tail). "stream": a row held in
         registers is whole chunks or whole vectors, as under "vectors", and any other row (a
         length that is not a multiple of vec_elems, a misaligned pointer) takes the long-row
         path, which streams it: the kernel holds no registers for an element tail, which is
         what sets the count of a short row's kernel (LayerNorm at 8 threads of four 8-byte
         chunks: 64 registers, 48 without it; RMSNorm 47 -> 38). `fit_tail` picks it for rows
-        under a warp where every row of the job is a multiple of vec_elems. Left out of
-        `to_dict` at "elements".
+        under a warp where every row of the job is a multiple of vec_elems.
     flat: for an elementwise operator (every input and output a row tensor, no reduction, no
         gather), the rows are one contiguous run of M*N elements, so the kernel walks that run
         in tiles of the layout's capacity (threads_per_row * vec_elems * chunks), one tile a
@@ -232,7 +217,6 @@ class Schedule:
         row misaligned and every element moving alone. The kernel still takes (M, N); its grid
         is ceildiv(M*N, capacity). Cached mode, one row group per block, no persistent grid,
         no cluster. `fit_tail` sets it where a row length is not a multiple of vec_elems.
-        Left out of `to_dict` when False.
     split_paths: a row held in registers gets one whole copy of its code per path (whole
         chunks; a tail of whole vectors; the tail element by element), chosen once per row,
         instead of a branch between the paths at every pass. ptxas then sizes registers for
@@ -241,7 +225,6 @@ class Schedule:
         cap of 80 without spilling (96 bytes spilled joined); elsewhere it can cost registers
         (RMSNorm 16384x4096 at 128 threads: 80 -> 128). More code per kernel. Cached mode, not
         flat, no prefetched rows. In `space` as `split_twin` of layouts whose rows take a tail.
-        Left out of `to_dict` when False.
     rows_per_thread: each row group holds this many rows at once, a thread's chunks of every
         one of them: all their loads go out first, then each row is reduced and stored, so
         one thread keeps several rows' loads in flight and the reductions of its rows
@@ -249,7 +232,9 @@ class Schedule:
         bf16, one warp a block holding four rows, a lane one 16-byte chunk of each). Cached
         mode, rows of a warp or less, one row group per block (no persistent grid, prefetch,
         tiles or cluster), not the shifted tail. A block then covers rows_per_block x
-        rows_per_thread rows. Left out of `to_dict` at 1.
+        rows_per_thread rows.
+
+    The measurements behind these rules: bench/results/ROW-FAMILY-NOTES.md, by field.
     """
 
     family: str = "row"
@@ -455,20 +440,13 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
     whose every length is a multiple of vec_elems, "stream" (whole vectors in registers, any
     other row streamed: fewer registers); "vectors" where any of them takes the
     tail with whole vectors; else, for a row in registers, "strided" where any has a length
-    that is not a multiple of vec_elems; else "elements" (the PTX as it was before the tail had
-    options). On the H200 the strided tail made every cached layout at 16384x4999 faster
-    (1.8-2.9x; LayerNorm 1.06-1.31x) and a streamed softmax 1.28x faster, but streamed
-    cross-entropy at 4096x50257 1.06-1.5x slower (bench/results/2026-12-04-h200-tail). A
-    streamed row that is not a multiple of vec_elems is walked "shifted" where it can: on the
-    H200 every streamed layout of cross-entropy at 4096x50257 was 1.1-1.5x faster than with
-    consecutive elements (158.6 -> 114.4 us at the best) and softmax at 2048x40001 2.0-2.9x,
-    while rows in registers keep "strided": shifted was faster or slower by operator and layout
-    (at 16384x4999 2-11% faster for softmax, log-softmax and l2norm at 3 and 5 chunks a
-    thread, 4% slower at 2; 3-7% slower for softmax at 16384x1001; slower for RMSNorm and
-    LayerNorm, whose weight is then not aligned with the row's chunks), so the space and the
-    suite's candidates hold both for the search (bench/results/2026-12-04-h200-shift). An
-    elementwise operator whose rows are not a multiple of vec_elems walks them as one run of
-    tiles instead (`flat`), where it can."""
+    that is not a multiple of vec_elems; else "elements". A streamed row that is not a multiple
+    of vec_elems is walked "shifted" where it can, while rows in registers keep "strided":
+    there shifted is faster or slower by operator and layout (slower for RMSNorm and LayerNorm,
+    whose weight is then not aligned with the row's chunks), so the space and the suite's
+    candidates hold both for the search (`shifted_twin`). An elementwise operator whose rows are
+    not a multiple of vec_elems walks them as one run of tiles instead (`flat`), where it can.
+    The measurements: bench/results/ROW-FAMILY-NOTES.md, tail."""
     if s.flat:
         s = replace(s, flat=False)
     misaligned = any(int(d[ir.row_dim]) % s.vec_elems for d in dims_list)
@@ -488,8 +466,8 @@ def fit_tail(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Sche
 def shifted_twin(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Schedule | None:
     """A fitted row in registers that takes the strided tail, walked shifted instead, where that
     is valid at every shape of `dims_list` (the row and up to V - 1 elements before it must fit
-    the registers); else None. Either was the faster on the H200 by operator and layout (see
-    fit_tail), so the space and the suite's candidates hold both."""
+    the registers); else None. Either is the faster by operator and layout (see fit_tail), so
+    the space and the suite's candidates hold both."""
     if s.tail != "strided" or not shift_ok(ir, s):
         return None
     twin = replace(s, tail="shifted")
@@ -498,11 +476,9 @@ def shifted_twin(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> 
 
 def split_twin(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> Schedule | None:
     """`s` with split_paths, where some row of `dims_list` is shorter than the layout's register
-    capacity (it takes a tail path); else None. The twin fits the job wherever `s` does. On the
-    H200 the split kernel was the faster in all 12 LayerNorm 16384x5000 layouts timed both ways
-    (median 6% faster; best 82.4 against 92.7 us) and mixed elsewhere (RMSNorm, add+RMSNorm,
-    LayerNorm at 4999: 0.85-1.18 of the joined time), so the space holds both
-    (bench/results/2026-12-05-h200-split)."""
+    capacity (it takes a tail path); else None. The twin fits the job wherever `s` does. Which of
+    the two is the faster depends on the operator and the shape, so the space holds both
+    (bench/results/ROW-FAMILY-NOTES.md, split_paths)."""
     if s.split_paths or s.mode != "cached" or s.flat or s.prefetch_rows:
         return None
     capacity = s.threads_per_row * s.vec_elems * s.chunks
@@ -797,8 +773,8 @@ def fits_job(ir: KernelIR, s: Schedule, dims_list: list[dict[str, int]]) -> bool
     and at the others in all but its capacity, where a longer row streams through the kernel's
     long-row path and a shorter one leaves chunks idle. No register layout holds rows of both
     4096 and 8192, so without the second rule a job at the suite's three shapes could only time
-    streaming layouts, 0-13% slower than the register-held ones at 4096 on the H200 (RMSNorm
-    61.9 / 69.8 us, softmax 62.3 / 68.1: bench/results sweeps)."""
+    streaming layouts, slower than the register-held ones at 4096 (bench/results/
+    ROW-FAMILY-NOTES.md, fits_job)."""
     verdicts = [is_valid(ir, s, d)[0] for d in dims_list]
     if all(verdicts):
         return True
@@ -950,9 +926,8 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
         cluster = max(1, t // MAX_THREADS_PER_BLOCK)
         for p, prefetch, min_threads in _occupancy_options(t * r // cluster):
             if p and t < 32:
-                # rows under a warp looping in a persistent grid: 1.08-1.43x slower than the
-                # same layout without the loop in all 20 timed (prefetched or not, columns
-                # held or not; bench/results/2026-12-06-h100-narrow), so not searched
+                # rows under a warp looping in a persistent grid: slower than the same layout
+                # without the loop (ROW-FAMILY-NOTES.md, persistent_blocks_per_sm): not searched
                 continue
             s = Schedule(
                 threads_per_row=t,
@@ -975,10 +950,9 @@ def _build_space(ir: KernelIR, dims_list: list[dict[str, int]]) -> list[Schedule
                 col_groups=grp,
                 packed_max=pk,
             )
-            # Beside it, two rows a row group holds at once, where a layout may: on an H100 at
-            # rows of 160-512 bf16 the fastest of 8-10 layouts in 10 of 16 cases, 0.2-2.4% ahead
-            # of the fastest one row at a time, and up to 8% behind it in others (LayerNorm at
-            # 160 columns; bench/results/2026-12-06-h100-rowsperthread): searched, not a default
+            # Beside it, two rows a row group holds at once, where a layout may: the faster at
+            # some short rows, the slower at others (ROW-FAMILY-NOTES.md, rows_per_thread), so
+            # searched, not a default
             two = replace(s, rows_per_thread=2)
             for lay in [s, two] if rows_per_thread_ok(two) else [s]:
                 if not fits_job(ir, lay, dims_list):
@@ -1003,11 +977,8 @@ def _never_fits(mode: str, capacity: int, smallest: bool, rows: list[int]) -> bo
 
 
 # Row loads of a row of a warp or less (rows up to 1024 bf16 in registers): the read-only path
-# without an L2 policy. On an H100 it was faster than with the evict-last policy in all 13
-# layouts timed both ways, by 0.1-2.8% (1048576 rows of 100, 65536 rows of 1000; LayerNorm,
-# RMSNorm, softmax: bench/results/2026-12-06-h100-perrow), and on the H200 in both, by 2.7-3.3%
-# (LayerNorm 16384x768, softmax 16384x1000: 2026-12-04-h200-small). The suite's longer rows
-# keep the evict-last policy.
+# without an L2 policy, the faster there (ROW-FAMILY-NOTES.md, load_hint). The suite's longer
+# rows keep the evict-last policy.
 WARP_ROW_LOAD_HINT = "nc"
 
 
@@ -1027,13 +998,9 @@ def default_schedule(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     if s.flat:  # tiles are independent of the row's length: the power-of-two layout
         s = replace(s, chunks=4)
     if s.threads_per_row < 32:
-        # A short row its chunks do not fill takes one copy of the row's code per path. On an
-        # H100 at 1048576x100, 8 threads of four 8-byte chunks, that beat the joined kernel
-        # while it chose its path per thread (LayerNorm 172.4 -> 153.1 us, RMSNorm 152.0 ->
-        # 138.0, softmax 159.4 -> 141.9: bench/results/2026-12-06-h100-narrow). Joined, the
-        # path is now chosen per row there too, and the two are level: LayerNorm 0.6-3.6%
-        # faster joined, softmax 1.4-1.7% faster split, RMSNorm even
-        # (bench/results/2026-12-06-h100-perrow); the space holds both.
+        # A short row its chunks do not fill takes one copy of the row's code per path. The
+        # joined kernel chooses its path per row there too, and the two are level (by operator,
+        # a few percent either way: ROW-FAMILY-NOTES.md, split_paths); the space holds both.
         s = split_twin(ir, s, [dims]) or s
     return s
 
@@ -1047,12 +1014,9 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     if online and not any(o.role == "row" for o in ir.outputs) and n > 32 * v * 8:
         # A per-row result from max/sum-of-exp over a long row (cross-entropy): stream it once
         # with the online pair, four 16-byte chunks in flight per thread. With 4096 rows or more,
-        # one warp per row and two rows per block: the fastest swept at 4096x32000 (66.8 us) and
-        # 4096x128256 (240 us), near the copy ceiling. Fewer rows leave the GPU half empty with
-        # a warp each: at 2048x32000 one warp per row ran 40.5 us against 37.7 us for 128
-        # threads per row, at 1024x32000 32.0 us against 22.1 us (bench/results/
-        # 2026-12-02-h200-sweep and -loop2). So below 4096 rows, at least 128 threads per row
-        # and enough that the rows hold about 128K threads in all.
+        # one warp per row and two rows per block, near the copy ceiling. Fewer rows leave the
+        # GPU half empty with a warp each: below 4096 rows, at least 128 threads per row and
+        # enough that the rows hold about 128K threads in all (ROW-FAMILY-NOTES.md, Defaults).
         rows = math.prod(int(dims[d]) for d in ir.batch_dims)
         threads = 32
         while (
@@ -1074,24 +1038,12 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
     if short_row(ir, n):
         # A short row (at most 256 bf16): one 16-byte chunk per thread, the fewest threads that
         # cover it, 256 threads a block. One that 16-byte chunks leave misaligned (100 bf16)
-        # takes four 8-byte chunks per thread instead: on an H100 8 threads of four 8-byte
-        # chunks beat every 16-byte layout timed at rows of 100 by 1.1-2.1x (LayerNorm
-        # 1048576x100: 183 us against 253-383; RMSNorm 155 against 190-257; softmax 162
-        # against 180-250), and 16 threads of two by 1.07-1.18x
-        # (bench/results/2026-12-05-h100-narrow). 128 threads a block: on an H100, within 0.7%
-        # of 256 or faster at every width and operator timed (4, 8 and 16 threads a row;
-        # 1048576 rows of 100: LayerNorm 153.2 -> 145.4 us, softmax 141.1 -> 138.0; rows of 64
-        # and 128: up to 5.5%). Blocks of 32 or 64 threads were up to 3.5% faster in some
-        # cases and slower in others, by up to 1.9x at 2 rows a block
-        # (bench/results/2026-12-06-h100-perrow, 2026-12-05-h100-shortrows run2).
-        # Past 128 bf16 (256 bytes), up to four 16-byte chunks per thread, the fewest threads
-        # that cover the row that way (8 for 129-256 bf16). On an H100 at 131072 rows, against
-        # a warp of one chunk each (the default until then), LayerNorm 47.7 -> 44.7 us at 256
-        # columns, 44.7 -> 37.7 at 200, 42.9 -> 29.3 at 160; softmax 45.2 -> 43.8, 40.9 ->
-        # 35.3, 37.3 -> 27.8; RMSNorm and add+RMSNorm within 1.5% at 256; torch.compile
-        # 43.2, 34.4 and 27.7 for LayerNorm. Half a warp of two chunks was in between (LayerNorm
-        # 45.4, 39.3, 35.2) (bench/results/2026-12-06-h100-shortrows2). One chunk a thread
-        # leaves a warp 512 bytes in flight, and LayerNorm's 47 registers hold 40 warps an SM.
+        # takes four 8-byte chunks per thread instead. 128 threads a block (as fast as 256 or
+        # faster; 32 or 64 are faster in some cases and much slower in others). Past 128 bf16
+        # (256 bytes), up to four 16-byte chunks per thread, the fewest threads that cover the
+        # row that way (8 for 129-256 bf16), rather than a warp of one chunk each: one chunk a
+        # thread leaves a warp 512 bytes in flight, and LayerNorm's 47 registers hold 40 warps
+        # an SM. The measurements: ROW-FAMILY-NOTES.md, vec_elems and Defaults.
         nv = narrow_vec(ir, [dims])
         v, per_thread = (nv, 4) if nv else (v, 1 if short_row(ir, n, SHORT_ROW_BYTES // 2) else 4)
         threads = MIN_THREADS_PER_ROW
@@ -1117,8 +1069,7 @@ def _default_layout(ir: KernelIR, dims: dict[str, int]) -> Schedule:
         # through the tail path). Powers of two keep 4.
         chunks = fewest_chunks(n, threads, v)
         # The online pair costs a second exp per element when the row is in registers anyway.
-        # Row loads with the L2 evict-last policy: faster by 0.5-4% in 12 of 15 suite cases on
-        # the H200, within 0.5% in the others (bench/results/2026-12-03-h200-explore). Rows of
+        # Row loads with the L2 evict-last policy (ROW-FAMILY-NOTES.md, load_hint). Rows of
         # one warp: without (WARP_ROW_LOAD_HINT).
         return Schedule(
             threads_per_row=threads,

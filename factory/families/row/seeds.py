@@ -3,7 +3,8 @@ best guess first, each compiled and screened on the CPU (no spills, no stack, re
 within the register file). They are what the benchmark suite times as "ours", and what a job's
 first generation starts from when no similar past job left evidence.
 
-Every rule here comes from an H200 sweep (the folders under bench/results named beside it).
+Every rule here comes from a sweep on the GPU; bench/results/ROW-FAMILY-NOTES.md (Seeds, and the
+fields named beside each rule) says which, with its numbers and folders.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def _ptx_of(ir):
 
 def _compile_ahead(ptx_of, schedules) -> None:
     """Compile the layouts the screen will ask about next, side by side (nvJitLink releases the
-    GIL while it links), so that its one-at-a-time decisions find them in `_compiled`. A screen
-    of 29 kernels took 4.3 s one after another; the emission itself stays serial."""
+    GIL while it links), so that its one-at-a-time decisions find them in `_compiled`; the
+    emission itself stays serial."""
     ptxs = [ptx_of(s) for s in dict.fromkeys(schedules)]
     if len(ptxs) < 2:
         return
@@ -78,18 +79,16 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
     if base.mode == "cached":
         # The row in registers at the default width, at twice the threads (half the chunks) and
         # at half; each also with registers capped for the most resident threads that compile
-        # without local memory; for a softmax-like row, the online max/sum too. (The H200 sweeps
-        # of 2026-12-02 found every suite winner among these; prefetching persistent grids never
-        # won a case, so they are left to plans.)
+        # without local memory; for a softmax-like row, the online max/sum too. (Every suite
+        # winner is among these; prefetching persistent grids are left to plans.)
         t0 = base.threads_per_row
         shapes = [(t0, base.chunks)]
         if base.flat:  # tiles, whatever N is: the layouts that win at the suite's 4096 columns
             shapes = [(128, 4), (256, 2), (t0, base.chunks)]
         else:
             # A row the default's chunks do not fill: first the layout that wastes the fewest
-            # elements, e.g. 128 threads of 5 chunks for 5000, 64 of 5 for 2560 (it won every
-            # odd-width sweep on the H200: bench/results/2026-12-04-h200-odd, LayerNorm
-            # 16384x5000 93 us against 117-122 for the default's 256 threads of 3).
+            # elements, e.g. 128 threads of 5 chunks for 5000, 64 of 5 for 2560 (the fastest at
+            # every odd width swept).
             tight = sorted(
                 (t * v * fewest_chunks(n, t, v) - n, t, fewest_chunks(n, t, v))
                 for t in (32, 64, 128, 256, 512)
@@ -120,28 +119,23 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         _compile_ahead(ptx_of, firsts + ([split0] if split0 is not None else []))
         for (t, c), s0 in zip(shapes, firsts, strict=True):
             out.append(s0)  # its tail fitted before its register cap is found
-            if t == 32:  # a warp's row alone in its block too: 1-2% faster than four at
-                out.append(replace(s0, rows_per_block=1))  # 16384x768/x1000 (2026-12-04-h200-small)
+            if t == 32:  # a warp's row alone in its block too (at rows of 768 and 1000 the
+                out.append(replace(s0, rows_per_block=1))  # faster than four to a block)
             if t <= 32 and c <= 2:
                 # Two rows a row group at once where a thread holds at most two chunks of each
-                # (more would double a large register count). On an H100, 16 threads a row in
-                # blocks of 128 were the fastest layout timed or within 0.6% of it for RMSNorm,
-                # softmax and add+RMSNorm at 131072x160/200/256 but RMSNorm at 256 (1.6%), and
-                # a warp a row in blocks of two warps within 0.3% at 65536x512 for all four;
-                # LayerNorm at 160 and 200 was 11% and 2.4% slower that way
-                # (bench/results/2026-12-06-h100-rowsperthread).
+                # (more would double a large register count): 16 threads a row in blocks of
+                # 128, a warp a row in blocks of two warps (rows_per_thread).
                 r = s0.rows_per_block if t < 32 else 2
                 out.append(replace(s0, rows_per_thread=2, rows_per_block=r))
-            elif t < 32:  # blocks of 256 threads beside those of 128 (within 0.7% or slower
-                out.append(replace(s0, rows_per_block=256 // t))  # on an H100 so far)
+            elif t < 32:  # blocks of 256 threads beside those of 128
+                out.append(replace(s0, rows_per_block=256 // t))
             occ = _occupancy_variant(ptx_of, s0)
             if occ is not None:
                 out.append(occ)
             split = split0 if (t, c) == shapes[0] else None
             if split is not None:
-                # The first layout's code split by path, capped where that compiles clean: at
-                # LayerNorm 16384x5000, 82.4 us against 92.7 for the best joined kernel
-                # (bench/results/2026-12-05-h200-split).
+                # The first layout's code split by path, capped where that compiles clean
+                # (split_paths).
                 out.append(_occupancy_variant(ptx_of, split) or split)
         if out and has_col_inputs(ir) and not base.flat:
             # A norm's weight loaded with the row, not after the reduction: one memory latency
@@ -174,16 +168,14 @@ def candidate_schedules(ir, dims, limit: int = CANDIDATES_PER_SHAPE) -> list[Sch
         grouped = _one_chunk_at_a_time(ir, twin, dims)
         if grouped is not None:
             # A shifted row loads its columns in the pass that uses them, all chunks at once
-            # unless grouped: one chunk at a time took LayerNorm 16384x4999 at 128 threads of
-            # 5 chunks from 128 registers to 80 and ran 4% faster than the best capped layout,
-            # RMSNorm 9% (bench/results/2026-12-05-h100-colwords).
+            # unless grouped: one chunk at a time takes LayerNorm 16384x4999 at 128 threads of
+            # 5 chunks from 128 registers to 80 (col_groups).
             fitted.append(grouped)
         fitted.append(twin)
         if not s.min_threads_per_sm and s not in capped:
             # The layout's own cap spilled, but its shifted twin (other code, other registers)
             # may fit one: LayerNorm 16384x4999 at 128 threads of 5 chunks spills 84 bytes
-            # capped for 768 threads strided and none shifted, the fastest layout of the H200
-            # sweep there (128.8 us, bench/results/2026-12-04-h200-odd run1).
+            # capped for 768 threads strided and none shifted.
             occ = _occupancy_variant(ptx_of, twin)
             if occ is not None:
                 fitted.append(occ)
@@ -250,9 +242,8 @@ def recapped(ir, s: Schedule) -> Schedule | None:
     spills, the highest cap that compiles clean (more rows in flight than uncapped), else
     uncapped where that compiles clean; where it has no cap and holds too few warps per SM (the
     reviewer's register pressure), the highest cap that compiles clean and keeps more threads
-    resident. None otherwise. The tuner's mutants inherit their parent's cap: at LayerNorm
-    16384x4999 a third generation of eight such mutants all spilled under the cap of 768 threads
-    their parent compiled clean at."""
+    resident. None otherwise. The tuner's mutants inherit their parent's cap, under which their
+    own code may spill where their parent's compiled clean."""
     from factory.compile import rejection_reason
 
     ptx_of = _ptx_of(ir)
