@@ -404,3 +404,18 @@ def test_the_estimate_reproduces_the_measured_emitter(
           "persistent": persistent, "group_m": 8}  # fmt: skip
     us = F.estimate(sd, size, size, size, nb)["us"]
     assert abs(us / measured_us - 1) < 0.08, us
+
+
+def test_the_space_grows_with_what_the_emitter_verifies(monkeypatch):
+    from factory.families.matmul import schedule as sched_mod
+
+    ir = FAMILY.lower(example("matmul_bias_gelu.toml"))
+    dims = [{"M": 4096, "N": 4096, "K": 4096}]
+    S._SPACES.clear()
+    now = FAMILY.space(ir, dims)
+    assert any(s.pingpong for s in now) and not any(s.cluster_m == 2 for s in now)
+    monkeypatch.setattr(sched_mod, "CLUSTER_VERIFIED", True)
+    S._SPACES.clear()
+    later = FAMILY.space(ir, dims)
+    assert any(s.cluster_m == 2 for s in later) and len(later) > len(now)
+    S._SPACES.clear()

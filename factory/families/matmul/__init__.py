@@ -105,6 +105,17 @@ def moves(schedule) -> list:
             "persistent CTAs" if not s.persistent else "one CTA per tile",
         )
     )
+    if getattr(s, "pingpong", None) is not None:
+        if s.pingpong:
+            out.append(({"pingpong": False}, "consumers share each tile"))
+        else:
+            out.append(
+                (
+                    {"pingpong": True, "consumers": 2, "tile_m": 128, "persistent": True},
+                    "consumers take turns, one's epilogue beside the other's main loop",
+                )
+            )
+    out.append(({"cluster_m": 1 if s.cluster_m == 2 else 2}, "B multicast to a 2x1 cluster"))
     return out
 
 

@@ -43,6 +43,7 @@ FEATURE_FIELDS = (
     "group_m",
     "persistent",
     "split_k",
+    "pingpong",
     "problem",
 )
 
@@ -63,6 +64,8 @@ FEATURE_NAMES = (
     "log2_tiles_per_cta",
     "wgmma_n_efficiency",
     "log2_estimate_vs_roofline",
+    "pingpong",
+    "cluster_m",
 )
 
 
@@ -117,16 +120,21 @@ def estimate(schedule: dict, rows: int, n: int, k: int, nb: int = 1, out_bytes: 
     persistent = bool(schedule.get("persistent", True))
     group_m = max(1, int(schedule.get("group_m", 8)))
     split_k = max(1, int(schedule.get("split_k", 1)))
+    pingpong = bool(schedule.get("pingpong", False))
+    cluster_m = max(1, int(schedule.get("cluster_m", 1)))
     tiles_m, tiles_n = _ceil(rows, tm), _ceil(n, tn)
     tiles = tiles_m * tiles_n * split_k
     waves = _ceil(tiles, SMS)
     k_iters = _ceil(_ceil(k, tk), split_k)
     eff = _wgmma_efficiency(tn, consumers)
     t_mma = 2.0 * tm * tn * nb * tk / (PEAK_FLOPS_PER_US * SUSTAINED_CLOCK / SMS * eff)
-    kb_bytes = (tm + tn * nb) * tk * 2
+    # a 2x1 cluster multicasts B: each CTA fetches half of its B tile from L2
+    kb_bytes = (tm + tn * nb / cluster_m) * tk * 2
     t_load = kb_bytes / (L2_BYTES_PER_US / SMS)
     t_kb = max(t_mma, t_load, TMA_LATENCY_US / (stages - 1))
     epi = tm * tn * out_bytes / EPILOGUE_BYTES_PER_US_PER_SM
+    if pingpong:  # one consumer's epilogue runs beside the other's main loop
+        epi *= 0.2
     fill = TMA_LATENCY_US
     if persistent:  # the producer starts the next tile's loads while the consumers store
         fill *= 0.3
@@ -136,7 +144,7 @@ def estimate(schedule: dict, rows: int, n: int, k: int, nb: int = 1, out_bytes: 
     # columns; each A and B panel of the wave is read from DRAM once.
     g = min(group_m, tiles_m)
     cols = min(tiles_n, max(1, SMS // g))
-    per_wave = (g * tm + cols * tn * nb) * k * 2
+    per_wave = (g * tm + cols * tn * nb / cluster_m) * k * 2
     dram_us = min(waves, _ceil(tiles, g * cols)) * per_wave / HBM_BYTES_PER_US
     dram_us += rows * n * out_bytes / HBM_BYTES_PER_US
     total = DEVICE.launch_floor_us + max(compute_us, dram_us)
@@ -194,6 +202,8 @@ def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
         log2(est["tiles"] / max(1, est["ctas"])),
         est["efficiency"],
         log2(est["us"] / roof),
+        1.0 if schedule.get("pingpong", False) else 0.0,
+        float(schedule.get("cluster_m", 1)),
     ]
 
 

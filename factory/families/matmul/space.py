@@ -31,9 +31,10 @@ class Schedule(_sched.GemmSchedule):
         return self.label()
 
 
-# Each field's options; the space is their product filtered by is_valid. The emitter renders
-# neither clusters, split-K nor the mma.sync kind yet: add their options here (kind "mma_sync",
-# cluster_m 2, split_k 2 and 4) when it does, and is_valid keeps what it renders.
+# Each field's options; the space is their product filtered by is_valid, which keeps what the
+# emitter renders and a GPU run has verified (2x1 clusters wait for schedule.CLUSTER_VERIFIED).
+# The emitter renders neither split-K nor the mma.sync kind yet: add their options here (kind
+# "mma_sync", split_k 2 and 4) when it does.
 OPTIONS: dict[str, tuple] = {
     "kind": ("wgmma",),
     "consumers": (1, 2),
@@ -41,15 +42,16 @@ OPTIONS: dict[str, tuple] = {
     "tile_n": (64, 96, 128, 160, 192, 208, 224, 256),
     "tile_k": (64,),
     "stages": (2, 3, 4, 5, 6, 7, 8),
-    "cluster_m": (1,),
+    "cluster_m": (1, 2),
     "cluster_n": (1,),
     "group_m": (1, 4, 8, 16),
     "persistent": (True, False),
     "split_k": (1,),
     "fast_math": (True, False),
+    "pingpong": (False, True),
 }
 
-LAYOUT_FIELDS = ("tile_m", "tile_n", "consumers", "persistent")
+LAYOUT_FIELDS = ("tile_m", "tile_n", "consumers", "persistent", "pingpong", "cluster_m")
 SEEDS_PER_SHAPE = 6
 
 
@@ -86,6 +88,8 @@ def candidates(ir: GemmIR) -> tuple[Schedule, ...]:
     opts = dict(OPTIONS)
     if not key[1]:
         opts["fast_math"] = (True,)
+    known = _sched.GemmSchedule.__dataclass_fields__
+    opts = {k: v for k, v in opts.items() if k in known}  # a field the emitter has not (yet)
     names = list(opts)
     out = tuple(
         Schedule(problem=key[0], **dict(zip(names, values, strict=True)))
