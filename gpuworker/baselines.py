@@ -117,6 +117,10 @@ def dag_function(workload):
                     v = torch.gather(x, -1, idx)
                 else:
                     v = torch.gather(x, -1, idx.unsqueeze(-1)).squeeze(-1)
+            elif isinstance(n, E.Transpose):
+                v = memo[n.x].mT
+            elif isinstance(n, E.MatMul):
+                v = torch.matmul(memo[n.a], memo[n.b])
             elif isinstance(n, E.Cast):
                 x = memo[n.x]
                 dt = _torch_dtype(torch, n.to)
