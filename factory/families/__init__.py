@@ -26,6 +26,7 @@ BUILTIN: dict[str, str] = {
     "segreduce": "factory.families.segreduce",
     "scan": "factory.families.scan",
     "argreduce": "factory.families.argreduce",
+    "pool": "factory.families.pool",
     "row": "factory.families.row",
 }
 

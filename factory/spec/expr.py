@@ -32,6 +32,7 @@ REDUCE_OPS = ("sum", "mean", "max", "min")
 EXTRA_REDUCE_OPS = ("prod",)
 SCAN_OPS = ("sum", "prod")  # cumsum, cumprod
 ARG_OPS = ("argmax", "argmin")
+POOL_OPS = ("max", "avg")  # maxpool, avgpool
 
 Dim = str | int  # a dim symbol such as "M", or 1
 Shape = tuple[Dim, ...]
@@ -172,11 +173,37 @@ class ArgReduce(Node):
     dtype: str = "int64"
 
 
+@dataclass(frozen=True)
+class Pool(Node):
+    """maxpool/avgpool over the trailing len(window) axes of x: windows of `window` elements
+    every `stride`, the axis padded by `padding` on both sides (-inf for max; zeros, counted,
+    for avg: torch's count_include_pad). A pooled axis of size L becomes
+    (L + 2 * padding - window) // stride + 1: a derived dim named `pooled_dim_name(...)`
+    (factory.spec.manifest adds its size to every shape row), or the number for a literal L."""
+
+    op: str  # "max" or "avg"
+    x: Node
+    window: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    shape: Shape
+    dtype: str = "fp32"
+
+
+def pooled_size(n: int, window: int, stride: int, padding: int) -> int:
+    return (n + 2 * padding - window) // stride + 1
+
+
+def pooled_dim_name(dim: str, window: int, stride: int, padding: int) -> str:
+    """The derived dim of a pooled axis: W pooled by 3, stride 2, padding 1 is "W_3_2_1"."""
+    return f"{dim}_{window}_{stride}_{padding}"
+
+
 def children(node: Node) -> tuple[Node, ...]:
     """The direct operands of a node, in a fixed order."""
     if isinstance(node, Input | Const):
         return ()
-    if isinstance(node, Unary | Reduce | Cast | Transpose | Scan | ArgReduce):
+    if isinstance(node, Unary | Reduce | Cast | Transpose | Scan | ArgReduce | Pool):
         return (node.x,)
     if isinstance(node, Binary | Compare | MatMul):
         return (node.a, node.b)
@@ -268,6 +295,6 @@ def _getstate(self: Node) -> dict:
 Node.__getstate__ = _getstate
 for _cls in (Input, Const, Unary, Binary, Compare, Where, Reduce, Gather, Cast, Transpose, MatMul):
     _install_graph_methods(_cls)
-for _cls in (Scan, ArgReduce):
+for _cls in (Scan, ArgReduce, Pool):
     _install_graph_methods(_cls)
 del _cls

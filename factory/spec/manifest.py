@@ -26,9 +26,12 @@ from factory.spec.expr import (
     Input,
     MatMul,
     Node,
+    Pool,
     Reduce,
     Scan,
     children,
+    pooled_dim_name,
+    pooled_size,
     walk,
 )
 from factory.spec.limits import (
@@ -240,6 +243,7 @@ class _Loader:
         self._check_gather_indices(outputs)
         if not heldout_given:
             heldout = self._derive_heldout(shapes[0])
+        shapes, heldout = _with_pooled_dims(self, outputs, shapes, heldout, heldout_given)
         self._check_rows("shapes", shapes)
         self._check_rows(
             "heldout_shapes (derived)" if not heldout_given else "heldout_shapes", heldout
@@ -1051,3 +1055,63 @@ def _grown_tolerance(given, tolerance: dict, outputs, inputs, rows) -> dict:
             rtol=min(MAX_RTOL, max(base.rtol, rtol)),
         )
     return out
+
+
+# -- pooled axes: derived dims in every shape row (issue 50) ------------------------------------
+
+
+def pooled_dims(outputs) -> dict[str, tuple[str, int, int, int]]:
+    """Derived dim name -> (the pooled dim, window, stride, padding), operands first."""
+    out: dict[str, tuple[str, int, int, int]] = {}
+    for o in outputs:
+        for n in walk(o.expr):
+            if not isinstance(n, Pool):
+                continue
+            nd = len(n.window)
+            for d, k, st, p in zip(n.x.shape[-nd:], n.window, n.stride, n.padding, strict=True):
+                if isinstance(d, str):
+                    out[pooled_dim_name(d, k, st, p)] = (d, k, st, p)
+    return out
+
+
+def with_pooled_dims(outputs, row: dict[str, int]) -> dict[str, int]:
+    """`row` with the size of every pooled axis's derived dim added."""
+    full = dict(row)
+    for name, (d, k, st, p) in pooled_dims(outputs).items():
+        full[name] = pooled_size(full[d], k, st, p)
+    return full
+
+
+def _with_pooled_dims(loader, outputs, shapes, heldout, heldout_given=True):
+    """Shape rows with their pooled axes' sizes; derived held-out rows first widen a pooled
+    dim to the window (less the padding) where shrinking it left no window."""
+    derived = pooled_dims(outputs)
+    if not derived:
+        return shapes, heldout
+    if not heldout_given:
+        widened = []
+        for row in heldout:
+            row = dict(row)
+            for _name, (d, k, _st, p) in derived.items():
+                if d in row:
+                    row[d] = max(row[d], k - 2 * p)
+            if row not in widened:
+                widened.append(row)
+        heldout = widened
+    for name in derived:
+        if name in loader.dims:
+            loader.err.add("inputs", f"dim {name!r} is also the name of a pooled axis; rename it")
+    rows = []
+    for label, group in (("shapes", shapes), ("heldout_shapes", heldout)):
+        done = []
+        for i, row in enumerate(group):
+            full = with_pooled_dims(outputs, row)
+            for name, (d, k, _st, p) in derived.items():
+                if full[name] < 1:
+                    loader.err.add(
+                        f"{label}[{i}].{d}",
+                        f"a pooling window of {k} is wider than {d} = {full[d]} padded by {p}",
+                    )
+            done.append(full)
+        rows.append(done)
+    return rows[0], rows[1]

@@ -13,7 +13,9 @@ Grammar (everything else is refused with a SpecError naming the field):
   sum/mean/max/min/prod(x, axis=(0, 2), keepdims=False) over a tuple of axes or axis=None (every
   axis; nested single-axis Reduce nodes, innermost axis first); cumsum/cumprod(x, axis=-1,
   exclusive=False, reverse=False); argmax/argmin(x, axis=-1, keepdims=False) (an index value,
-  the first on ties); the constants inf and -inf.
+  the first on ties); the constants inf and -inf;
+  maxpool/avgpool(x, window=3 or (3, 3), stride=window, padding=0) over the trailing one or two
+  axes (a pooled axis becomes a derived dim, see expr.Pool).
 Broadcasting follows numpy's rules on symbolic shapes.
 """
 
@@ -34,12 +36,15 @@ from factory.spec.expr import (
     Input,
     MatMul,
     Node,
+    Pool,
     Reduce,
     Scan,
     Shape,
     Transpose,
     Unary,
     Where,
+    pooled_dim_name,
+    pooled_size,
 )
 from factory.spec.limits import (
     MAX_CONST_ABS,
@@ -54,7 +59,8 @@ CAST_FUNCS = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 REDUCE_FUNCS = ("sum", "mean", "max", "min")
 SCAN_FUNCS = {"cumsum": "sum", "cumprod": "prod"}
 ARG_FUNCS = ("argmax", "argmin")
-EXTRA_FUNCS = ("prod", *SCAN_FUNCS, *ARG_FUNCS)  # parsed by ExprParser._extended
+POOL_FUNCS = {"maxpool": "max", "avgpool": "avg"}
+EXTRA_FUNCS = ("prod", *SCAN_FUNCS, *ARG_FUNCS, *POOL_FUNCS)  # parsed by ExprParser._extended
 FUNCTION_NAMES = (
     frozenset(UNARY_FUNCS)
     | set(CAST_FUNCS)
@@ -465,6 +471,8 @@ def _extended(self, fname: str, n: ast.Call, keywords: dict, depth: int) -> Node
         "arg": ("axis", "keepdims"),
         "reduce": REDUCE_KEYWORDS,
     }
+    if fname in POOL_FUNCS:
+        return self._pool(fname, n, keywords, depth)
     kind = "scan" if fname in SCAN_FUNCS else "arg" if fname in ARG_FUNCS else "reduce"
     if len(n.args) != 1:
         raise ExprError(f"{fname}() takes one tensor")
@@ -502,3 +510,65 @@ def _extended(self, fname: str, n: ast.Call, keywords: dict, depth: int) -> Node
 
 
 ExprParser._extended = _extended
+
+
+def _ints_keyword(v: ast.AST | None, default, fname: str, what: str) -> tuple[int, ...] | None:
+    """A small non-negative integer or a tuple of them; None when absent and no default."""
+    if v is None:
+        return default
+    items = v.elts if isinstance(v, ast.Tuple) else [v]
+    out = []
+    for e in items:
+        if not (isinstance(e, ast.Constant) and type(e.value) is int and 0 <= e.value < 64):
+            raise ExprError(f"{fname}(): {what} must be integers in 0..63 (or a tuple of them)")
+        out.append(e.value)
+    return tuple(out)
+
+
+def _pool(self, fname: str, n: ast.Call, keywords: dict, depth: int) -> Node:
+    if len(n.args) != 1:
+        raise ExprError(f"{fname}() takes one tensor")
+    for k in keywords:
+        if k not in ("window", "stride", "padding"):
+            raise ExprError(f"{fname}() got an unexpected keyword {k!r}"[:120])
+    window = _ints_keyword(keywords.get("window"), None, fname, "window")
+    if not window:
+        raise ExprError(f"{fname}() needs window=k (one axis) or window=(kh, kw) (two)")
+    nd = len(window)
+    if nd > 2:
+        raise ExprError(f"{fname}(): one or two pooled axes")
+    stride = _ints_keyword(keywords.get("stride"), window, fname, "stride")
+    padding = _ints_keyword(keywords.get("padding"), (0,) * nd, fname, "padding")
+    if len(stride) == 1 and nd == 2:
+        stride = stride * 2
+    if len(padding) == 1 and nd == 2:
+        padding = padding * 2
+    if len(stride) != nd or len(padding) != nd:
+        raise ExprError(f"{fname}(): window, stride and padding name the same axes")
+    for k, st, p in zip(window, stride, padding, strict=True):
+        if k < 1 or st < 1:
+            raise ExprError(f"{fname}(): window and stride must be at least 1")
+        if 2 * p > k:
+            raise ExprError(f"{fname}(): padding {p} is more than half the window {k}")
+    x = self._operand(self._visit(n.args[0], depth + 1), f"{fname}()")
+    if _kind(x) != "float":
+        raise ExprError(f"{fname}() takes a floating-point tensor")
+    if len(x.shape) < nd:
+        raise ExprError(f"{fname}() of a tensor of rank {len(x.shape)} over {nd} axes")
+    pooled = []
+    for d, k, st, p in zip(x.shape[-nd:], window, stride, padding, strict=True):
+        if isinstance(d, int):
+            size = pooled_size(d, k, st, p)
+            if size < 1:
+                raise ExprError(f"{fname}(): a window of {k} is wider than the axis of {d}")
+            pooled.append(size)
+            continue
+        name = pooled_dim_name(d, k, st, p)
+        if len(name) > 16:
+            raise ExprError(f"{fname}(): the pooled axis {name!r} needs a dim name of 16 at most")
+        pooled.append(name)
+    shape = x.shape[:-nd] + tuple(pooled)
+    return self.make(Pool(POOL_FUNCS[fname], x, window, stride, padding, shape))
+
+
+ExprParser._pool = _pool

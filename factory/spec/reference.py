@@ -23,6 +23,7 @@ from factory.spec.expr import (
     Input,
     MatMul,
     Node,
+    Pool,
     Reduce,
     Scan,
     Transpose,
@@ -312,6 +313,8 @@ def _row_plan(w: Workload, dims: dict[str, int]):
             return None
         if isinstance(n, Reduce | Scan | ArgReduce) and n.x.shape[n.axis] == split:
             return None
+        if isinstance(n, Pool) and split in n.x.shape[-len(n.window) :]:
+            return None
         if isinstance(n, Gather) and n.x.shape[-1] == split:
             return None
         if isinstance(n, MatMul) and n.a.shape[-1] == split:  # the summed axis
@@ -448,6 +451,8 @@ def _eval(n: Node, values, decls, inputs, dims, out) -> np.ndarray:
         return np.asarray(fn(x, axis=n.axis, keepdims=n.keepdims), dtype=np.float64)
     if isinstance(n, Scan):
         return _scan(n, _as_float(values[n.x]))
+    if isinstance(n, Pool):
+        return _pool(n, _as_float(values[n.x]))
     if isinstance(n, ArgReduce):
         x = _as_float(values[n.x])
         fn = np.argmax if n.op == "argmax" else np.argmin  # the first index on ties, as numpy
@@ -555,3 +560,18 @@ def _scan(n: Scan, x: np.ndarray) -> np.ndarray:
     if n.reverse:
         r = np.flip(r, axis=n.axis)
     return np.ascontiguousarray(r)
+
+
+def _pool(n: Pool, x: np.ndarray) -> np.ndarray:
+    """maxpool/avgpool over the trailing len(n.window) axes: padded with -inf (max) or zeros
+    (avg, counted: torch's count_include_pad), windows every stride."""
+    nd = len(n.window)
+    lead = x.ndim - nd
+    pad = [(0, 0)] * lead + [(p, p) for p in n.padding]
+    xp = np.pad(x, pad, constant_values=-np.inf if n.op == "max" else 0.0)
+    axes = tuple(range(lead, x.ndim))
+    win = np.lib.stride_tricks.sliding_window_view(xp, n.window, axis=axes)
+    win = win[(slice(None),) * lead + tuple(slice(None, None, s) for s in n.stride)]
+    red = tuple(range(x.ndim, x.ndim + nd))
+    r = win.max(axis=red) if n.op == "max" else win.mean(axis=red)
+    return np.ascontiguousarray(r, dtype=np.float64)

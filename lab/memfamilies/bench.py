@@ -1,5 +1,5 @@
 """Issue 50 on the GPU: the memory-bound families' candidates (colreduce, segreduce,
-allreduce, scan, argreduce) run through the real worker (gpuworker.run_batch) beside the torch
+allreduce, scan, argreduce, pool) run through the real worker (gpuworker.run_batch) beside the torch
 baselines, at sizes of at least 256 MiB of input and at held-out odd sizes, one batch per case;
 prints a table
 of each entrant's median time, TB/s and share of the same run's copy ceiling, and writes the
@@ -109,6 +109,20 @@ dtype = "bf16"
 B = 16
 S = 8192
 D = 1024
+""",
+    "maxpool_nchw_bf16": """
+name = "maxpool-nchw-bf16"
+[inputs.x]
+shape = ["N", "C", "H", "W"]
+dtype = "bf16"
+[outputs.y]
+expr = "maxpool(x, window=(3, 3), stride=2, padding=1)"
+dtype = "bf16"
+[[shapes]]
+N = 168
+C = 64
+H = 112
+W = 112
 """,
     "seq_max_bf16": """
 name = "seq-max-bf16"

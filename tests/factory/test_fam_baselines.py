@@ -13,14 +13,15 @@ import pytest
 
 from factory import families
 from factory.spec import load_manifest, random_inputs, reference
+from factory.spec.manifest import with_pooled_dims
 
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).parents[2]
-FAMS = ("colreduce", "segreduce", "allreduce", "scan", "argreduce")
+FAMS = ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool")
 EXAMPLES = sorted(p for f in FAMS for p in glob.glob(str(ROOT / f"factory/examples/{f}_*.toml")))
 SMALL = {"T": 37, "C": 19, "N": 3, "H": 5, "W": 7, "B": 4, "S": 9, "D": 13, "R": 11, "M": 3,
-         "V": 101}  # fmt: skip
+         "V": 101, "L": 23}  # fmt: skip
 
 
 def to_torch(arr: np.ndarray, dtype: str):
@@ -36,7 +37,7 @@ def test_the_workers_torch_eager_baseline_computes_the_reference(path):
     w = load_manifest(Path(path).read_text())
     fam = families.name_for(w)
     assert fam in FAMS
-    dims = {d: SMALL[d] for d in w.dim_names}
+    dims = with_pooled_dims(w.outputs, {d: SMALL[d] for d in w.dim_names})
     fn, _version, config = make_torch_baseline("torch_eager", w, fam)
     assert config["function"].startswith("idiomatic torch")
     ins = random_inputs(w, dims, 0)

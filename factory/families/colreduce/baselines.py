@@ -2,7 +2,7 @@
 scan, argreduce): the workload as a customer writes it in torch, one idiomatic call a node
 (`torch.sum(x, dim=(0, 1))` for a reduction over several axes, `torch.cumsum`, `torch.argmax`),
 elementwise work in float32, each output rounded to its storage dtype. The GPU worker's
-expression translation (gpuworker.baselines.dag_function) does not know Scan and ArgReduce nodes
+expression translation (gpuworker.baselines.dag_function) does not know Scan, ArgReduce, Pool nodes
 or prod, so these families name this module.
 
 Every function takes a dict of input tensors in storage dtype (bf16 as torch.bfloat16) and
@@ -69,6 +69,18 @@ def torch_function(workload):
             r = torch.flip(r, dims=(n.axis,))
         return r
 
+    def pool(n: E.Pool, x):
+        """F.max_pool1d/2d, F.avg_pool1d/2d (count_include_pad, torch's default) over the
+        trailing axes, the leading ones folded into channels."""
+        import torch.nn.functional as F  # noqa: N812
+
+        nd = len(n.window)
+        lead = x.shape[:-nd]
+        fn = {("max", 1): F.max_pool1d, ("max", 2): F.max_pool2d,
+              ("avg", 1): F.avg_pool1d, ("avg", 2): F.avg_pool2d}[(n.op, nd)]  # fmt: skip
+        y = fn(x.reshape(-1, *x.shape[-nd:]), n.window, n.stride, n.padding)
+        return y.reshape(*lead, *y.shape[-nd:])
+
     def evaluate(node, inputs, memo):
         if node in memo:
             return memo[node]
@@ -104,6 +116,8 @@ def torch_function(workload):
             v = reduce(op, evaluate(operand, inputs, memo), dims, keep)
         elif isinstance(n, E.Scan):
             v = scan(n, evaluate(n.x, inputs, memo))
+        elif isinstance(n, E.Pool):
+            v = pool(n, evaluate(n.x, inputs, memo))
         elif isinstance(n, E.ArgReduce):
             fn = torch.argmax if n.op == "argmax" else torch.argmin
             v = fn(evaluate(n.x, inputs, memo), dim=n.axis, keepdim=n.keepdims)
@@ -121,6 +135,8 @@ def torch_function(workload):
                 calls.append(f"torch.cum{n.op}(dim={n.axis})")
             elif isinstance(n, E.ArgReduce):
                 calls.append(f"torch.{n.op}(dim={n.axis})")
+            elif isinstance(n, E.Pool):
+                calls.append(f"F.{n.op}_pool{len(n.window)}d({n.window}, {n.stride}, {n.padding})")
 
     def fn(inputs):
         memo: dict = {}

@@ -1,0 +1,374 @@
+"""The pooling family: maxpool/avgpool over the trailing one or two axes (a 1-D window along the
+last axis, or 2-D over the last two: NCHW max pooling), of an elementwise expression of inputs of
+the pooled tensor's shape.
+
+A block takes one plane (the pooled axes of one index of the others; grid-stride over planes):
+thread rows walk the output rows, lanes `vec` adjacent outputs of a row each; every window
+element is read under its own predicate (out of the axis it is the padding: -inf for max, a
+counted zero for avg, as torch's count_include_pad), the overlapping windows' reuse left to the
+L1 and L2 caches. A first layout: no shared-memory tiles of the window's reuse yet."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, fields
+
+from factory.emit import Emitted
+from factory.emit.ptx import Builder, EmitError, f32_literal
+from factory.families.base import Family, Roofline, Unsupported, log2
+from factory.families.colreduce import ELEMENTWISE
+from factory.families.colreduce.kernel import ESIZE, ColumnKernel, ident, shape_product
+from factory.spec import expr as E
+from factory.spec.types import KernelParam, Launch
+
+ARCHS = ("sm_90", "sm_100")
+THREADS = (64, 128, 256, 512)
+LANES = (8, 16, 32, 64, 128)
+VECS = (1, 2, 4)
+MAX_BLOCKS = 65535
+
+
+@dataclass(frozen=True)
+class PoolIR:
+    name: str
+    inputs: tuple[tuple[str, str], ...]
+    out: str
+    out_dtype: str
+    op: str  # max / avg
+    operand: E.Node
+    order: tuple[E.Node, ...]
+    shape: tuple  # the operand's
+    out_shape: tuple
+    window: tuple[int, int]  # (kh, kw); kh = 1 for a 1-D pool
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    nd: int
+    dims: tuple[str, ...]  # input dims, then the derived dims of the pooled axes
+
+    @property
+    def outputs(self):  # ColumnKernel.evaluate reads outputs[i].operand
+        return (self,)
+
+
+def lower(workload) -> PoolIR:
+    if len(workload.outputs) != 1:
+        raise Unsupported("the pooling family writes one output")
+    o = workload.outputs[0]
+    n = o.expr
+    if not isinstance(n, E.Pool):
+        raise Unsupported("an output that is not a maxpool/avgpool")
+    if o.dtype not in E.FLOAT_DTYPES:
+        raise Unsupported(f"output {o.name} is {o.dtype}")
+    order, inputs = [], {}
+    for m in E.walk(n.x):
+        order.append(m)
+        if not isinstance(m, ELEMENTWISE):
+            raise Unsupported(f"{type(m).__name__} inside a pooling's operand")
+        if isinstance(m, E.Input):
+            if m.dtype not in E.FLOAT_DTYPES or m.shape != n.x.shape:
+                raise Unsupported(f"input {m.name}: only float inputs of the pooled shape")
+            inputs[m.name] = m.dtype
+        if isinstance(m, E.Binary) and m.op == "pow" and not isinstance(m.b, E.Const):
+            raise Unsupported("pow needs a constant exponent")
+        if isinstance(m, E.Cast) and m.to not in E.FLOAT_DTYPES:
+            raise Unsupported(f"cast to {m.to}")
+        if m.shape not in ((), n.x.shape) and not isinstance(m, E.Const):
+            raise Unsupported(f"{type(m).__name__} of shape {m.shape} is broadcast")
+    if not inputs:
+        raise Unsupported("the pooling reads no input")
+    nd = len(n.window)
+    pad1 = (lambda t: (1, *t)) if nd == 1 else (lambda t: t)
+    dims = [d for d in n.x.shape if isinstance(d, str)]
+    dims += [d for d in n.shape if isinstance(d, str) and d not in dims]
+    return PoolIR(
+        name=workload.name.replace("-", "_"),
+        inputs=tuple(inputs.items()),
+        out=o.name,
+        out_dtype=o.dtype,
+        op=n.op,
+        operand=n.x,
+        order=tuple(order),
+        shape=n.x.shape,
+        out_shape=n.shape,
+        window=pad1(n.window),
+        stride=pad1(n.stride),
+        padding=(0, *n.padding) if nd == 1 else n.padding,
+        nd=nd,
+        dims=tuple(dict.fromkeys(dims)),
+    )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """threads per block = lanes (along an output row, vec outputs each) x thread rows."""
+
+    family: str = "pool"
+    threads: int = 256
+    lanes: int = 32
+    vec: int = 2
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Schedule:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def tag(self) -> str:
+        return f"t{self.threads}l{self.lanes}v{self.vec}"
+
+
+def _dim(d, dims) -> int:
+    return int(dims[d]) if isinstance(d, str) else int(d)
+
+
+def _out_hw(ir, dims) -> tuple[int, int]:
+    ow = _dim(ir.out_shape[-1], dims)
+    oh = _dim(ir.out_shape[-2], dims) if ir.nd == 2 else 1
+    return oh, ow
+
+
+def is_valid(ir: PoolIR, s: Schedule, dims) -> tuple[bool, str]:
+    if s.family != "pool" or s.threads not in THREADS or s.lanes not in LANES:
+        return False, "threads/lanes outside the space"
+    if s.lanes > s.threads or s.vec not in VECS:
+        return False, "lanes/vec outside the space"
+    if dims is not None:
+        oh, ow = _out_hw(ir, dims)
+        if oh * ow >= 1024:  # (smaller planes fill no layout)
+            if s.lanes * s.vec >= 2 * ow and not (s.lanes == LANES[0] and s.vec == 1):
+                return False, f"{s.lanes} lanes x {s.vec} for output rows of {ow}: half idle"
+            if s.threads // s.lanes > 2 * oh:
+                return False, f"{s.threads // s.lanes} thread rows for {oh} output rows"
+    return True, ""
+
+
+def space(ir, dims_list) -> list[Schedule]:
+    out = []
+    for t, ln, v in itertools.product(THREADS, LANES, VECS):
+        s = Schedule(threads=t, lanes=ln, vec=v)
+        if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
+            out.append(s)
+    return out
+
+
+def default_schedule(ir, dims) -> Schedule:
+    oh, ow = _out_hw(ir, dims)
+    v = 2
+    while v > 1 and LANES[0] * v >= 2 * ow:
+        v //= 2
+    lanes = 32
+    while lanes > LANES[0] and lanes * v >= 2 * ow:
+        lanes //= 2
+    threads = 256
+    while threads > THREADS[0] and threads // lanes > 2 * oh:
+        threads //= 2
+    s = Schedule(threads=max(threads, lanes), lanes=lanes, vec=v)
+    return s if is_valid(ir, s, dims)[0] else Schedule(threads=64, lanes=8, vec=1)
+
+
+def seeds(ir, dims) -> list[Schedule]:
+    d = default_schedule(ir, dims)
+    out = [d]
+    for ch in ({"vec": 1}, {"vec": 4}, {"threads": 128}, {"threads": 512}, {"lanes": 64}):
+        s = Schedule(**{**d.to_dict(), **ch})
+        if s not in out and is_valid(ir, s, dims)[0]:
+            out.append(s)
+    return out
+
+
+class PoolKernel(ColumnKernel):
+    def __init__(self, ir, s, arch):
+        self.ir, self.s, self.arch = ir, s, arch
+        self.b = Builder()
+        self.V = s.vec
+        self.nout = 1
+
+    def render(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
+        ir, s, b = self.ir, self.s, self.b
+        V, T, L = self.V, s.threads, s.lanes
+        TR = T // L
+        nd = ir.nd
+        params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
+        params += [KernelParam("tensor", "u64", ir.out)]
+        params += [KernelParam("dim", "u32", d) for d in ir.dims]
+        planes = self.product(ir.shape[:-nd])
+        H = self.dim_reg(ir.shape[-2]) if nd == 2 else self.u32(1)
+        W = self.dim_reg(ir.shape[-1])
+        OH = self.dim_reg(ir.out_shape[-2]) if nd == 2 else self.u32(1)
+        OW = self.dim_reg(ir.out_shape[-1])
+        base = {}
+        for name in [*(n for n, _ in ir.inputs), ir.out]:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            base[name] = r
+        tid = self.u32("%tid.x")
+        lane, trow = b.reg("b32"), b.reg("b32")
+        b.op(f"and.b32 {lane}, {tid}, {L - 1}")
+        b.op(f"shr.u32 {trow}, {tid}, {int(math.log2(L))}")
+        plane, nplanes = self.u32("%ctaid.x"), self.u32("%nctaid.x")
+        HW, OHW = b.reg("b32"), b.reg("b32")
+        b.op(f"mul.lo.u32 {HW}, {H}, {W}")
+        b.op(f"mul.lo.u32 {OHW}, {OH}, {OW}")
+        (kh_, kw_), (sh, sw), (ph, pw) = ir.window, ir.stride, ir.padding
+        pad_value = f32_literal(-math.inf if ir.op == "max" else 0.0)
+        combine = "max.f32" if ir.op == "max" else "add.f32"
+        top_p, end_p = b.new_label("plane"), b.new_label("plane_end")
+        b.label(top_p)
+        pp = b.reg("pred")
+        b.op(f"setp.ge.u32 {pp}, {plane}, {planes}")
+        b.op(f"@{pp} bra.uni {end_p}")
+        ibase, obase = b.reg("b32"), b.reg("b32")
+        b.op(f"mul.lo.u32 {ibase}, {plane}, {HW}")
+        b.op(f"mul.lo.u32 {obase}, {plane}, {OHW}")
+        oh = b.reg("b32")
+        b.op(f"mov.u32 {oh}, {trow}")
+        top_r, end_r = b.new_label("orow"), b.new_label("orow_end")
+        b.label(top_r)
+        pr = b.reg("pred")
+        b.op(f"setp.ge.u32 {pr}, {oh}, {OH}")
+        b.op(f"@{pr} bra.uni {end_r}")
+        ih0 = b.reg("b32")  # the window's first input row (may wrap below 0: then > H)
+        b.op(f"mul.lo.u32 {ih0}, {oh}, {sh}")
+        b.op(f"sub.u32 {ih0}, {ih0}, {ph}")
+        ow0 = b.reg("b32")
+        b.op(f"mul.lo.u32 {ow0}, {lane}, {V}")
+        top_c, end_c = b.new_label("ocol"), b.new_label("ocol_end")
+        b.label(top_c)
+        pc = b.reg("pred")
+        b.op(f"setp.ge.u32 {pc}, {ow0}, {OW}")
+        b.op(f"@{pc} bra.uni {end_c}")
+        for j in range(V):
+            ow, pj = b.reg("b32"), b.reg("pred")
+            b.op(f"add.u32 {ow}, {ow0}, {j}")
+            b.op(f"setp.lt.u32 {pj}, {ow}, {OW}")
+            iw0 = b.reg("b32")
+            b.op(f"mul.lo.u32 {iw0}, {ow}, {sw}")
+            b.op(f"sub.u32 {iw0}, {iw0}, {pw}")
+            acc = b.reg("f32")
+            b.op(f"mov.f32 {acc}, {pad_value if ir.op == 'max' else f32_literal(0.0)}")
+            for dh in range(kh_):
+                ih, vh = b.reg("b32"), b.reg("pred")
+                b.op(f"add.u32 {ih}, {ih0}, {dh}")
+                b.op(f"setp.lt.u32 {vh}, {ih}, {H}")  # also false for rows before 0
+                b.op(f"and.pred {vh}, {vh}, {pj}")
+                row = b.reg("b32")
+                b.op(f"mad.lo.u32 {row}, {ih}, {W}, {ibase}")
+                for dw in range(kw_):
+                    iw, ok = b.reg("b32"), b.reg("pred")
+                    b.op(f"add.u32 {iw}, {iw0}, {dw}")
+                    b.op(f"setp.lt.u32 {ok}, {iw}, {W}")
+                    b.op(f"and.pred {ok}, {ok}, {vh}")
+                    at = b.reg("b32")
+                    b.op(f"add.u32 {at}, {row}, {iw}")
+                    ins = {}
+                    for name, dtype in ir.inputs:
+                        addr = b.reg("b64")
+                        b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                        b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                        ins[name] = self.load_scalar(addr, dtype, ok)
+                    v = self.evaluate(ins)[0]
+                    t = b.reg("f32")
+                    b.op(f"selp.f32 {t}, {v}, {pad_value}, {ok}")
+                    b.op(f"{combine} {acc}, {acc}, {t}")
+            if ir.op == "avg":
+                b.op(f"div.rn.f32 {acc}, {acc}, {f32_literal(float(kh_ * kw_))}")
+            oat = b.reg("b32")
+            b.op(f"mad.lo.u32 {oat}, {oh}, {OW}, {obase}")
+            b.op(f"add.u32 {oat}, {oat}, {ow}")
+            es = ESIZE[ir.out_dtype]
+            addr = b.reg("b64")
+            b.op(f"mul.wide.u32 {addr}, {oat}, {es}")
+            b.op(f"add.u64 {addr}, {addr}, {base[ir.out]}")
+            if es == 4:
+                b.op(f"@{pj} st.global.f32 [{addr}], {acc}")
+            else:
+                h = b.reg("b16")
+                b.op(f"cvt.rn.{'bf16' if ir.out_dtype == 'bf16' else 'f16'}.f32 {h}, {acc}")
+                b.op(f"@{pj} st.global.b16 [{addr}], {h}")
+        b.op(f"add.u32 {ow0}, {ow0}, {L * V}")
+        b.op(f"bra.uni {top_c}")
+        b.label(end_c)
+        b.op(f"add.u32 {oh}, {oh}, {TR}")
+        b.op(f"bra.uni {top_r}")
+        b.label(end_r)
+        b.op(f"add.u32 {plane}, {plane}, {nplanes}")
+        b.op(f"bra.uni {top_p}")
+        b.label(end_p)
+        b.op("ret")
+        entry = f"{ident(ir.name)}_{ir.op}pool_{s.tag()}"
+        head = [
+            f"// Generated by factory.families.pool for workload {ir.name!r}",
+            f"// schedule: {s.to_dict()}",
+            ".version 8.0",
+            f".target {self.arch}",
+            ".address_size 64",
+            "",
+            f".visible .entry {entry}(",
+            ",\n".join(f"    .param .{p.ptx_type} p_{ident(p.name)}" for p in params),
+            f")\n.maxntid {T}, 1, 1",
+            "{",
+        ]
+        ptx = "\n".join(head + b.declarations() + [""] + b.lines + ["}", ""])
+        grid = f"min({shape_product(ir.shape[:-nd])}, {MAX_BLOCKS})"
+        return Emitted(ptx, entry, tuple(params), Launch((grid, 1, 1), (T, 1, 1)))
+
+
+def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
+    if isinstance(schedule, dict):
+        schedule = Schedule.from_dict(schedule)
+    if arch not in ARCHS:
+        raise EmitError(f"no pool emitter for {arch}; known: {', '.join(ARCHS)}")
+    ok, why = is_valid(ir, schedule, None)
+    if not ok:
+        raise EmitError(f"invalid pool schedule {schedule.tag()}: {why}")
+    return PoolKernel(ir, schedule, arch).render()
+
+
+def roofline(workload, dims) -> Roofline:
+    """Every input read once, the output written once (derived dims from the shape row)."""
+    total = 0.0
+    for t in (*workload.inputs, *workload.outputs):
+        total += math.prod(_dim(d, dims) for d in t.shape) * E.DTYPE_BYTES.get(t.dtype, 4)
+    return Roofline(bytes=total)
+
+
+def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
+    s = Schedule.from_dict(schedule)
+    elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
+    return [log2(elements), log2(s.threads), log2(s.lanes), float(s.vec)]
+
+
+def label(schedule: dict) -> str:
+    s = Schedule.from_dict(schedule)
+    return (
+        f"pool: a plane a block of {s.threads} threads = {s.lanes} lanes x {s.vec} outputs, "
+        f"{s.threads // s.lanes} output rows at a time"
+    )
+
+
+FAMILY = Family(
+    name="pool",
+    lower=lower,
+    space=space,
+    is_valid=is_valid,
+    emit=emit,
+    default_schedule=default_schedule,
+    seeds=seeds,
+    fits=lambda ir, s, dims_list: all(is_valid(ir, s, d)[0] for d in dims_list),
+    space_fits=True,
+    schedule_from_dict=Schedule.from_dict,
+    label=label,
+    legend="pool: lanes along an output row x outputs a lane, thread rows over output rows",
+    features=features,
+    feature_fields=("threads", "lanes", "vec"),
+    roofline=roofline,
+    baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
+    baselines_module="factory.families.colreduce.baselines",
+    layout_fields=("threads", "lanes", "vec"),
+)
+
+__all__ = ["FAMILY", "PoolIR", "Schedule", "lower"]
