@@ -272,7 +272,7 @@ def main(argv=None) -> int:
         from django.db import connection
         from django.test import Client
         from django.urls import reverse
-        from portal.web.delivery import decide_and_deliver
+        from portal.delivery import decide_and_deliver
 
         from portal import services
         from portal.models import Candidate, TimingResult, VerificationResult
