@@ -57,10 +57,12 @@ def sample_manifest(name: str) -> str | None:
     return catalogue_manifest(name)
 
 
-def manifest_for(operator: str, shapes: list[dict[str, int]], dtype: str) -> str:
+def manifest_for(
+    operator: str, shapes: list[dict[str, int]], dtype: str, *, target: str | None = None
+) -> str:
     """The catalogue operator's manifest with `shapes` to optimise for (none: its own shapes
-    and held-out shapes) and every floating tensor in `dtype`. Raises CatalogueError(field,
-    message)."""
+    and held-out shapes), every floating tensor in `dtype`, and the GPU `target` (None: the
+    catalogue's own). Raises CatalogueError(field, message)."""
     text = sample_manifest(operator)
     if text is None:
         raise CatalogueError("operator", f"{operator!r} is not in the catalogue.")
@@ -68,6 +70,8 @@ def manifest_for(operator: str, shapes: list[dict[str, int]], dtype: str) -> str
         raise CatalogueError("dtype", f"dtype must be one of {', '.join(FLOAT_DTYPES)}.")
     data = tomllib.loads(text)
     _set_float_dtypes(data, dtype)
+    if target:
+        data["target"] = target
     if shapes:
         data["shapes"] = shapes
         # The catalogue's held-out shapes belong to its own example shapes; without them the
@@ -90,28 +94,43 @@ def shapes_text() -> dict[str, str]:
     return out
 
 
-def split_by_row_length(manifest: str) -> list[tuple[int, str]]:
+def split_by_row_length(
+    manifest: str, *, baseline_source: str | None = None, baseline_filename: str | None = None
+) -> list[tuple[int, str]]:
     """One manifest per row length of `manifest`'s shapes, as (length, TOML text) in the order the
-    lengths first appear; [] when it has one row length, or when the spec or the generator
-    cannot read it (the upload then goes on whole, and reports what is wrong). Every part keeps
+    lengths first appear; [] when it has one row length or its family splits on nothing. Every
+    part keeps
     the held-out shapes. One kernel serves every shape of a job, and no layout that holds a row
     in registers suits rows of 4096 and 8192 alike, so a job per row length finds the fastest
-    kernel at each."""
-    try:
-        from factory import families
-        from factory.spec import load_manifest
+    kernel at each. A manifest with a [baseline] is read with the uploaded kernel it describes;
+    each part's name ends in its row length (`softmax_N4096`), so the parts are told apart.
 
-        fam, ir = families.family_for(load_manifest(manifest))
+    Raises SpecError when the spec refuses the manifest (the caller shows it), rather than
+    dropping the split in silence."""
+    from factory import families
+    from factory.spec import SpecError, load_manifest
+
+    workload = load_manifest(
+        manifest, baseline_source=baseline_source, baseline_filename=baseline_filename
+    )
+    try:
+        fam, ir = families.family_for(workload)
         row_dim = fam.split_dims(ir)[0]  # IndexError where the family splits on nothing
         data = tomllib.loads(manifest)
         groups: dict[int, list[dict]] = {}
         for dims in data["shapes"]:
             groups.setdefault(int(dims[row_dim]), []).append(dims)
-    except Exception:  # noqa: BLE001 - see above: the whole manifest goes to validation
+    except SpecError:
+        raise
+    except Exception:  # noqa: BLE001 - a family that splits on nothing: one job for every shape
         return []
     if len(groups) < 2:
         return []
-    return [(n, dumps(data | {"shapes": shapes})) for n, shapes in groups.items()]
+    name = str(data.get("name", "workload"))
+    return [
+        (n, dumps(data | {"name": f"{name}_{row_dim}{n}"[:64], "shapes": shapes}))
+        for n, shapes in groups.items()
+    ]
 
 
 def _set_float_dtypes(node, dtype: str) -> None:

@@ -71,6 +71,8 @@ def api_view(methods: tuple[str, ...]):
                 return view(request, *args, **kwargs)
             except ApiError as exc:
                 return error(exc.status, exc.message, exc.errors)
+            except q.AmbiguousCode as exc:
+                return error(404, str(exc))
             except Http404:
                 return error(404, "Not found.")
             except PermissionDenied as exc:
@@ -292,8 +294,14 @@ def jobs(request):
     from factory.spec import SpecError
 
     split = data["per_row_length"]
-    parts = catalogue.split_by_row_length(data["manifest"]) if split else []
     try:
+        parts = []
+        if split:
+            parts = catalogue.split_by_row_length(
+                data["manifest"],
+                baseline_source=data["baseline_source"],
+                baseline_filename=data["baseline_filename"],
+            )
         jobs = services.submit(
             org=org,
             user=request.user,
@@ -411,9 +419,11 @@ def artifact(request, code):
         found = q.get_artifact_for_user(request.user, code)
     except Http404 as exc:
         # The job itself may be visible but not approved: say so (409) rather than "not found".
-        if q.job_list(user=request.user).filter(code=code).exists():
-            return error(409, str(exc) or "Nothing has been approved for this job.")
-        raise
+        try:
+            q.get_job_for_user(request.user, code)
+        except Http404:
+            raise exc from None
+        return error(409, str(exc) or "Nothing has been approved for this job.")
     services.audit_record(
         actor=request.user,
         org=found.job.workload.org,

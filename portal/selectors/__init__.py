@@ -52,6 +52,7 @@ from portal.selectors.jobs import (
     workload_jobs,
 )
 from portal.selectors.scope import (
+    AmbiguousCode,
     api_token_list,
     artifact_list,
     candidate_list,
@@ -71,6 +72,7 @@ from portal.selectors.scope import (
 
 __all__ = [
     "STAGES",
+    "AmbiguousCode",
     "BaselineSeries",
     "Check",
     "api_token_list",

@@ -9,6 +9,8 @@ JSON 404.
 
 from __future__ import annotations
 
+import uuid
+
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import Http404
@@ -91,9 +93,29 @@ def api_token_list(*, user) -> QuerySet[ApiToken]:
 # --- one object, or 404 -------------------------------------------------------------------------
 
 
+# The pages and `ptxf` show the first 8 hex digits of a code: at least that many name an object
+# when no other object in the viewer's scope starts with them.
+SHORT_CODE_MIN = 8
+_HEX = frozenset("0123456789abcdef")
+
+
+class AmbiguousCode(Http404):
+    """A short code that begins more than one object's code in the viewer's scope."""
+
+
 def _one(rows: QuerySet, code):
     # A malformed UUID cannot name anything: the URL converters already refuse most, and this
     # catches codes that arrive through the API body or query strings.
+    if not isinstance(code, uuid.UUID):
+        digits = str(code).strip().lower().replace("-", "")
+        if SHORT_CODE_MIN <= len(digits) < 32 and set(digits) <= _HEX:
+            # A prefix: one match or nothing (two objects sharing it name neither).
+            found = list(rows.filter(code__startswith=digits)[:2])
+            if len(found) > 1:
+                raise AmbiguousCode(f"The short code {code} is ambiguous: give more of it.")
+            if not found:
+                raise Http404("No such object.")
+            return found[0]
     try:
         return rows.get(code=code)
     except (rows.model.DoesNotExist, ValidationError, ValueError, TypeError):

@@ -12,6 +12,7 @@ import re
 
 from django import forms
 from django.conf import settings
+from django.core import signing
 from django.core.validators import ProhibitNullCharactersValidator
 
 from portal.uploads import (
@@ -24,6 +25,18 @@ from portal.uploads import (
 
 DTYPE_CHOICES = [("fp32", "fp32"), ("bf16", "bf16"), ("fp16", "fp16")]
 MAX_SHAPES = 16
+# A kernel file kept across a validation error rides in a signed hidden field: browsers do not
+# refill a file input, and the customer should not have to choose the file again.
+KEPT_SALT = "portal.upload.kept-baseline"
+KEPT_MAX_AGE_S = 24 * 3600
+
+
+def target_choices() -> list[tuple[str, str]]:
+    """The GPU architectures the factory emits for, each with the card it means."""
+    from factory.device import device_for
+    from factory.spec.manifest import TARGETS
+
+    return [(t, f"{t}: {device_for(t).name}") for t in TARGETS]
 
 
 def parse_shapes(text: str) -> list[dict[str, int]]:
@@ -77,6 +90,13 @@ class UploadForm(forms.Form):
         "shapes from the catalogue.",
     )
     dtype = forms.ChoiceField(required=False, choices=DTYPE_CHOICES, initial="bf16")
+    target = forms.ChoiceField(
+        required=False,
+        choices=[],
+        initial="sm_90",
+        help_text="The GPU the kernel is written, verified and timed for.",
+    )
+    kept_baseline = forms.CharField(required=False, widget=forms.HiddenInput)
     baseline = forms.FileField(
         required=False,
         help_text="Optional: your current kernel (.ptx, or CUDA C .cu), up to 512 KiB. It is a "
@@ -109,6 +129,40 @@ class UploadForm(forms.Form):
                 )
             ]
         self.fields["operator"].choices = [("", "— choose an operator —")] + [(n, n) for n in names]
+        self.fields["target"].choices = target_choices()
+
+    def clean_kept_baseline(self):
+        value = self.cleaned_data.get("kept_baseline") or ""
+        if not value:
+            return None
+        try:
+            kept = signing.loads(value, salt=KEPT_SALT, max_age=KEPT_MAX_AGE_S)
+        except signing.BadSignature:
+            raise forms.ValidationError(
+                "The kernel file kept from your last try could not be read back; choose it again."
+            ) from None
+        return {"filename": str(kept["filename"]), "source": str(kept["source"])}
+
+    def keep_for_retry(self) -> None:
+        """After an error, put what was uploaded back into the form it re-renders: a manifest
+        file's text goes into the text box, a kernel file into the signed hidden field."""
+        data = self.data.copy()
+        cleaned = getattr(self, "cleaned_data", {}) or {}
+        if cleaned.get("manifest_file"):
+            data["manifest"] = cleaned["manifest_file"]
+        baseline = cleaned.get("baseline")
+        if baseline:
+            data["kept_baseline"] = signing.dumps(baseline, salt=KEPT_SALT, compress=True)
+        self.data = data
+
+    def kept_baseline_name(self) -> str:
+        value = self.data.get("kept_baseline") if self.is_bound else ""
+        if not value:
+            return ""
+        try:
+            return str(signing.loads(value, salt=KEPT_SALT, max_age=KEPT_MAX_AGE_S)["filename"])
+        except (signing.BadSignature, KeyError, TypeError):
+            return ""
 
     def clean_manifest_file(self):
         upload = self.cleaned_data.get("manifest_file")
@@ -162,6 +216,8 @@ class UploadForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        if not data.get("baseline") and data.get("kept_baseline"):
+            data["baseline"] = data["kept_baseline"]
         mode = data.get("mode")
         if mode == self.MODE_CATALOGUE:
             if not data.get("operator"):

@@ -101,7 +101,9 @@ def upload(request):
     data = form.cleaned_data
     if data["mode"] == UploadForm.MODE_CATALOGUE:
         try:
-            manifest = catalogue.manifest_for(data["operator"], data["shapes"], data["dtype"])
+            manifest = catalogue.manifest_for(
+                data["operator"], data["shapes"], data["dtype"], target=data.get("target")
+            )
         except catalogue.CatalogueError as exc:
             form.add_error(exc.field, exc.message)
             return _render(
@@ -110,10 +112,16 @@ def upload(request):
     else:
         manifest = data["manifest_text"]
     baseline = data.get("baseline") or {}
-    parts = catalogue.split_by_row_length(manifest) if data.get("per_row_length") else []
     from factory.spec import SpecError
 
     try:
+        parts = []
+        if data.get("per_row_length"):
+            parts = catalogue.split_by_row_length(
+                manifest,
+                baseline_source=baseline.get("source"),
+                baseline_filename=baseline.get("filename"),
+            )
         jobs = services.submit(
             org=org,
             user=request.user,
@@ -147,6 +155,8 @@ def upload(request):
 
 
 def _upload_context(form, names):
+    if form.is_bound and form.errors is not None and not form.is_valid():
+        form.keep_for_retry()
     return {
         "form": form,
         "catalogue_names": names,
