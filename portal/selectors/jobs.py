@@ -15,7 +15,7 @@ import math
 import statistics
 
 from django.conf import settings
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from portal.models import (
@@ -34,7 +34,7 @@ STAGES = [
     ("queued", "Queued"),
     ("proposing", "Writing kernels"),
     ("building", "Compiling"),
-    ("gpu", "On the GPU"),
+    ("gpu", "GPU verification"),
     ("review", "Engineer review"),
     ("approved", "Approved"),
 ]
@@ -81,8 +81,23 @@ def stage_steps(job: Job) -> list[dict]:
             state = "failed" if stopped else "current"
         else:
             state = ""
+        if key == "gpu" and state == "current":
+            label = _gpu_step_label(job)
         steps.append({"key": key, "label": label, "state": state})
     return steps
+
+
+def _gpu_step_label(job: Job) -> str:
+    """The GPU step says what the GPU queue card says: on a GPU only while a worker runs the
+    job's batch."""
+    if job.stage == Job.STAGE_RECORDING:
+        return "Recording GPU results"
+    if job.pk is None:
+        return "Waiting for a GPU"
+    on_gpu = GpuBatch.objects.filter(
+        job=job, status=GpuBatch.DISPATCHED, started__isnull=False
+    ).exists()
+    return "On the GPU" if on_gpu else "Waiting for a GPU"
 
 
 def costmodel_rows(job: Job, generation: Generation | None = None) -> list[dict]:
@@ -131,7 +146,7 @@ def generation_rows(job: Job) -> list[dict]:
             {
                 "index": gen.index,
                 "status": gen.status,
-                "status_label": gen.get_status_display(),
+                "status_label": _generation_label(gen),
                 "total": sum(c.values()),
                 "passed": c.get(Candidate.PASSED, 0),
                 "failed": c.get(Candidate.FAILED, 0),
@@ -146,6 +161,17 @@ def generation_rows(job: Job) -> list[dict]:
             }
         )
     return rows
+
+
+def _generation_label(gen: Generation) -> str:
+    """A generation's stage in words; one out to a GPU is "on the GPU" only while a worker runs
+    its batch (what the GPU queue card says)."""
+    if gen.status != Generation.GPU:
+        return gen.get_status_display()
+    on_gpu = GpuBatch.objects.filter(
+        generation=gen, status=GpuBatch.DISPATCHED, started__isnull=False
+    ).exists()
+    return "On the GPU" if on_gpu else "Waiting for a GPU"
 
 
 def gpu_queue(job: Job) -> dict:
@@ -215,6 +241,20 @@ def job_progress(job: Job) -> dict:
     for g in gens:
         for key in ("total", "passed", "failed", "rejected", "waiting"):
             totals[key] = totals.get(key, 0) + g[key]
+    queue = gpu_queue(job)
+    waits_for_gpu = job.status == Job.WAITING_GPU and not queue["mine_running"]
+    if finished:
+        waiting_hint = "not run"
+    elif job.status == Job.WAITING_GPU:
+        waiting_hint = "on the GPU now" if queue["mine_running"] else "waiting for a GPU"
+    else:
+        waiting_hint = "being written or compiled"
+    if eta_s is not None and not waits_for_gpu:
+        eta = format_duration(eta_s)
+    elif waits_for_gpu:
+        eta = "unknown until a GPU takes the batch"
+    else:
+        eta = "known after the first generation"
     return {
         "status": job.status,
         "status_label": job.get_status_display(),
@@ -226,10 +266,11 @@ def job_progress(job: Job) -> dict:
         "fraction": fraction,
         "percent": round(fraction * 100),
         "eta_s": eta_s,
-        "eta": format_duration(eta_s),
+        "eta": eta,
         "generations": gens,
         "totals": totals,
-        "gpu_queue": gpu_queue(job),
+        "waiting_hint": waiting_hint,
+        "gpu_queue": queue,
         "stop_reason": job.stop_reason,
         "best_score_us": job.best_candidate.score_us if job.best_candidate_id else None,
     }
@@ -294,9 +335,20 @@ def candidate_children(candidate: Candidate):
 # --- lists of jobs ------------------------------------------------------------------------------
 
 
+def with_generations_done(jobs):
+    """`jobs` with `generations_done`: the one count of generations every page shows ("N of
+    M done": generations whose candidates were all verified and recorded), as `job_progress`
+    counts them for the job page and the API."""
+    return jobs.annotate(
+        generations_done=Count(
+            "generations", filter=Q(generations__status=Generation.DONE), distinct=True
+        )
+    )
+
+
 def recent_jobs(jobs, limit: int = 20):
     """The newest of `jobs` (a scoped queryset from `scope.job_list`)."""
-    return jobs.order_by("-created")[:limit]
+    return with_generations_done(jobs).order_by("-created")[:limit]
 
 
 def workload_jobs(workload: Workload, limit: int = 50) -> list[Job]:
@@ -318,7 +370,7 @@ def review_queue(*, user):
 def jobs_waiting_for_gpu(limit: int = 20) -> list[Job]:
     """Every organisation's jobs waiting for GPU results (engineers' home page)."""
     return list(
-        Job.objects.filter(status=Job.WAITING_GPU)
+        with_generations_done(Job.objects.filter(status=Job.WAITING_GPU))
         .select_related("workload", "workload__org")
         .order_by("updated")[:limit]
     )
