@@ -14,9 +14,10 @@ field (`combine`):
   combines every partial in block order (fixed, so the bits never depend on which block came
   last), writes the result and resets the counter for the next launch. Two launches of one
   loaded module must not overlap (the GPU worker runs a candidate's launches on one stream,
-  one after another). The CPU interpreter models neither atomics nor module-scope memory: this
-  path is checked to compile (nvJitLink) and shares its per-thread and per-block code with the
-  cluster path, which is run on the CPU; its results wait for the GPU (lab/memfamilies/bench.py).
+  one after another). factory.ptxsim models neither atomics nor module-scope memory; the test
+  tests/factory/test_fam_workspace_paths.py supplies both and runs this path twice on one
+  memory (blocks one at a time, in order: the memory ordering itself waits for the GPU,
+  lab/memfamilies/bench.py).
 """
 
 from __future__ import annotations
