@@ -264,6 +264,13 @@ def submit(
     return jobs
 
 
+def user_email_set(*, user, email: str) -> None:
+    """Where decisions on the user's jobs are emailed (blank: nowhere)."""
+    user.email = email.strip()
+    user.save(update_fields=["email"])
+    audit_record(actor=user, org=None, verb="user.email", target=f"user:{user.pk}")
+
+
 class JobControlRefused(ValueError):
     """A job cannot be stopped, cancelled or started again as asked (the message says why)."""
 

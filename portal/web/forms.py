@@ -280,3 +280,9 @@ class RerunForm(forms.Form):
     """Another job on a stored workload: only its budget is asked for."""
 
     generations = forms.IntegerField(required=False, min_value=1, max_value=50)
+
+
+class EmailForm(forms.Form):
+    """Where decisions on the user's jobs are emailed; blank: nowhere (the job page only)."""
+
+    email = forms.EmailField(required=False, max_length=254)

@@ -24,5 +24,7 @@ urlpatterns = [
     path("evidence/", views.evidence, name="web-evidence"),
     path("review/<uuid:code>/", views.review, name="web-review"),
     path("tokens/", views.tokens, name="web-tokens"),
+    path("account/", views.profile, name="web-profile"),
+    path("favicon.ico", views.favicon, name="web-favicon"),
     path("tokens/<uuid:code>/revoke/", views.token_delete, name="web-token-delete"),
 ]

@@ -21,7 +21,7 @@ from portal import catalogue, charts, results_schema, services
 from portal import selectors as q
 from portal.delivery import decide_and_deliver
 from portal.models import Job, TimingResult
-from portal.web.forms import RerunForm, ReviewForm, TokenForm, UploadForm
+from portal.web.forms import EmailForm, RerunForm, ReviewForm, TokenForm, UploadForm
 
 log = logging.getLogger("portal.web")
 
@@ -279,6 +279,8 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         "artifact": artifact,
         "baselines": baselines,
         "speedups": speed,
+        "timed_shapes": sum(1 for s in speed if not s["missing"]),
+        "slower_shapes": sum(1 for s in speed if not s["missing"] and s["speedup"] < 1),
         "chosen_baseline": chosen,
         "open_batch": q.open_batch(j) if q.is_engineer(request.user) else None,
         "import_error": import_error,
@@ -524,6 +526,7 @@ def candidate(request, code):
         "ptx_lines": c.ptx.splitlines() if show_ptx else [],
         "compile": c.compile_report or {},
         "compile_rows": _compile_rows(c.compile_report or {}),
+        "compile_cached": bool((c.compile_report or {}).get("cached")),
         "agent_review": c.review or {},
         "verifications": verifications,
         "timings": timings,
@@ -554,11 +557,7 @@ def _compile_rows(report: dict) -> list[tuple[str, str]]:
         ("Stack frame", get("stack_bytes", " B")),
         ("Shared memory", get("smem_bytes", " B")),
         ("Barriers", get("barriers")),
-        (
-            "Compile time",
-            get("compile_ms", " ms")
-            + (" (read from the compile cache)" if report.get("cached") else ""),
-        ),
+        ("Compile time", get("compile_ms", " ms")),
         ("nvJitLink", get("nvjitlink_version")),
     ]
 
@@ -738,6 +737,44 @@ def token_delete(request, code):
     services.api_token_revoke(user=request.user, code=code)
     messages.success(request, "Token revoked.")
     return redirect("web-tokens")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def profile(request):
+    """The user's email address (where decisions on their jobs go) and password."""
+    from django.contrib.auth import update_session_auth_hash
+    from django.contrib.auth.forms import PasswordChangeForm
+
+    which = request.POST.get("form") if request.method == "POST" else ""
+    email_form = EmailForm(
+        request.POST if which == "email" else None, initial={"email": request.user.email}
+    )
+    password_form = PasswordChangeForm(request.user, request.POST if which == "password" else None)
+    status = 200
+    if which == "email":
+        if email_form.is_valid():
+            services.user_email_set(user=request.user, email=email_form.cleaned_data["email"])
+            messages.success(request, "Email address saved.")
+            return redirect("web-profile")
+        status = 400
+    elif which == "password":
+        if password_form.is_valid():
+            user = password_form.save()
+            update_session_auth_hash(request, user)
+            messages.success(request, "Password changed.")
+            return redirect("web-profile")
+        status = 400
+    context = {"email_form": email_form, "password_form": password_form}
+    return _render(request, "web/profile.html", context, nav="profile", status=status)
+
+
+@require_GET
+def favicon(request):
+    """Browsers ask for /favicon.ico whatever the page links: send them the icon."""
+    from django.templatetags.static import static
+
+    return redirect(static("favicon.svg"), permanent=True)
 
 
 @require_GET
