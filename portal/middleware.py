@@ -242,9 +242,16 @@ def server_error(request, *args, **kwargs):
     rid = escape(getattr(request, "correlation_id", "") or "")
     if request.path_info.startswith(API_PREFIX):
         return json_error(request, 500)
+    static = escape(settings.STATIC_URL or "/static/")  # plain files: no template, no database
     html = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Server error</title>"
-        "</head><body><h1>Server error</h1><p>Something went wrong on our side. It has been "
-        f"logged; quote request id <code>{rid}</code> if you report it.</p></body></html>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<link rel='stylesheet' href='{static}css/portal.css'>"
+        f"<link rel='icon' href='{static}favicon.svg' type='image/svg+xml'></head><body>"
+        "<header class='topbar'><a class='brand' href='/'><span class='mark'>PTX</span> Kernel "
+        "Factory</a></header><main><div class='card' id='server-error'><h1>Server error</h1>"
+        "<p>Something went wrong on our side. It has been "
+        f"logged; quote request id <code>{rid}</code> if you report it.</p>"
+        "<p><a href='/'>Back to your home page</a></p></div></main></body></html>"
     )
     return HttpResponseServerError(html)

@@ -119,3 +119,14 @@ def test_a_best_kernel_slower_than_the_baseline_is_said_plainly(client, customer
     page = client.get(reverse("web-job", args=[review_job.code])).content.decode()
     assert "slower than" in page
     assert 'class="speed slower"' in page
+
+
+def test_a_server_error_page_is_styled_and_names_its_request_id(rf):
+    from portal.middleware import server_error
+
+    request = rf.get("/jobs/")
+    request.correlation_id = "abc123"
+    response = server_error(request)
+    page = response.content.decode()
+    assert response.status_code == 500
+    assert "css/portal.css" in page and 'id=\'server-error\'' in page and "abc123" in page
