@@ -143,6 +143,10 @@ class UploadForm(forms.Form):
             ) from None
         return {"filename": str(kept["filename"]), "source": str(kept["source"])}
 
+    @staticmethod
+    def sign_kept(baseline: dict) -> str:
+        return signing.dumps(baseline, salt=KEPT_SALT, compress=True)
+
     def keep_for_retry(self) -> None:
         """After an error, put what was uploaded back into the form it re-renders: a manifest
         file's text goes into the text box, a kernel file into the signed hidden field."""
@@ -152,11 +156,12 @@ class UploadForm(forms.Form):
             data["manifest"] = cleaned["manifest_file"]
         baseline = cleaned.get("baseline")
         if baseline:
-            data["kept_baseline"] = signing.dumps(baseline, salt=KEPT_SALT, compress=True)
+            data["kept_baseline"] = self.sign_kept(baseline)
         self.data = data
 
     def kept_baseline_name(self) -> str:
-        value = self.data.get("kept_baseline") if self.is_bound else ""
+        source = self.data if self.is_bound else self.initial
+        value = source.get("kept_baseline")
         if not value:
             return ""
         try:

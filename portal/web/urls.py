@@ -25,6 +25,9 @@ urlpatterns = [
     path("review/<uuid:code>/", views.review, name="web-review"),
     path("tokens/", views.tokens, name="web-tokens"),
     path("account/", views.profile, name="web-profile"),
+    path("help/", views.help_index, name="web-help"),
+    path("help/examples/", views.help_examples, name="web-help-examples"),
+    path("help/<slug:name>/", views.help_doc, name="web-help-doc"),
     path("favicon.ico", views.favicon, name="web-favicon"),
     path("tokens/<uuid:code>/revoke/", views.token_delete, name="web-token-delete"),
 ]

@@ -90,6 +90,16 @@ def upload(request):
             if text is None:
                 raise Http404("No such sample.")
             initial["manifest"] = text
+        example = request.GET.get("example")
+        if example:
+            from portal.web import help as h
+
+            found = h.examples().get(example)
+            if found is None:
+                raise Http404("No such example.")
+            initial["manifest"] = found["manifest"]
+            if found["kernel"]:  # its kernel file rides along, as if kept from a try
+                initial["kept_baseline"] = UploadForm.sign_kept(found["kernel"])
         form = UploadForm(initial=initial, catalogue_names=names)
         return _render(request, "web/upload.html", _upload_context(form, names), nav="upload")
 
@@ -737,6 +747,47 @@ def token_delete(request, code):
     services.api_token_revoke(user=request.user, code=code)
     messages.success(request, "Token revoked.")
     return redirect("web-tokens")
+
+
+# --- help ---------------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def help_index(request):
+    """What every verdict, chart and schedule label means, and where the references are."""
+    from portal.web import help as h
+
+    context = {
+        "job_verdicts": h.JOB_VERDICTS,
+        "candidate_verdicts": h.CANDIDATE_VERDICTS,
+        "charts": h.CHARTS,
+        "legends": h.schedule_legends(),
+    }
+    return _render(request, "web/help.html", context, nav="help")
+
+
+@login_required
+@require_GET
+def help_doc(request, name):
+    """docs/MANIFEST.md or docs/PYTORCH.md, rendered."""
+    from portal.web import help as h
+
+    if name not in h.DOCS:
+        raise Http404("No such help page.")
+    titles = {"manifest": "The manifest reference", "pytorch": "From PyTorch code"}
+    context = {"title": titles[name], "body": h.doc_html(name), "doc": name}
+    return _render(request, "web/help_doc.html", context, nav="help")
+
+
+@login_required
+@require_GET
+def help_examples(request):
+    """The catalogue's operators and factory/examples, each loadable into the upload form."""
+    from portal.web import help as h
+
+    context = {"examples": list(h.examples().values()), "catalogue_names": catalogue.names()}
+    return _render(request, "web/help_examples.html", context, nav="help")
 
 
 @login_required

@@ -387,7 +387,7 @@ def test_without_three_ranked_candidates_the_cost_model_chart_waits(client, cust
     response = client.get(reverse("web-job", args=[review_job.code]))
     assert "costmodel" not in response.context["charts"]
     assert response.context["progress"]["generations"][0]["model_rho"] is None
-    assert "Appears once the cost model has ranked three verified candidates" in (
+    assert "The cost-model chart appears once the model has ranked three verified candidates" in (
         response.content.decode()
     )
 
