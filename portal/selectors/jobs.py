@@ -15,7 +15,7 @@ import math
 import statistics
 
 from django.conf import settings
-from django.db.models import Count, F, Q, Sum
+from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.utils import timezone
 
 from portal.models import (
@@ -342,7 +342,9 @@ def with_generations_done(jobs):
     return jobs.annotate(
         generations_done=Count(
             "generations", filter=Q(generations__status=Generation.DONE), distinct=True
-        )
+        ),
+        # results replayed from a recording (the fresh install's finished example), not run here
+        recorded=Exists(GpuBatch.objects.filter(job=OuterRef("pk"), source="recording")),
     )
 
 

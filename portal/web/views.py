@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from portal import catalogue, charts, results_schema, services
 from portal import selectors as q
 from portal.delivery import decide_and_deliver
+from portal.demo_example import recording_of
 from portal.models import Job, TimingResult
 from portal.web.forms import EmailForm, RerunForm, ReviewForm, TokenForm, UploadForm
 
@@ -295,6 +296,7 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         "open_batch": q.open_batch(j) if q.is_engineer(request.user) else None,
         "import_error": import_error,
         "gpu_dispatch": settings.GPU_DISPATCH,
+        "recording": recording_of(j),
     }
     return _render(request, "web/job.html", context, nav="home", status=status)
 

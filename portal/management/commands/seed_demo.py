@@ -64,5 +64,9 @@ class Command(BaseCommand):
                 "PRODUCTION, DEBUG not 0): their passwords are published in the README"
             )
         demo_accounts_create()
+        from portal.demo_example import demo_example_seed  # the finished example job (issue 52)
+
+        if demo_example_seed():
+            self.stdout.write("  the finished example: a softmax job with recorded H200 results")
         for username, password, org_name, role, _ in DEMO_USERS:
             self.stdout.write(f"  {role:9} {username} / {password}  ({org_name})")
