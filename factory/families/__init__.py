@@ -27,6 +27,7 @@ BUILTIN: dict[str, str] = {
     "scan": "factory.families.scan",
     "argreduce": "factory.families.argreduce",
     "pool": "factory.families.pool",
+    "segnorm": "factory.families.segnorm",
     "row": "factory.families.row",
 }
 

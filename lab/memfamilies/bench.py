@@ -1,7 +1,7 @@
 """Issue 50 on the GPU: the memory-bound families' candidates (colreduce, segreduce,
-allreduce, scan, argreduce, pool) run through the real worker (gpuworker.run_batch) beside the torch
-baselines, at sizes of at least 256 MiB of input and at held-out odd sizes, one batch per case;
-prints a table
+allreduce, scan, argreduce, pool, segnorm) run through the real worker (gpuworker.run_batch)
+beside the torch baselines, at sizes of at least 256 MiB of input and at held-out odd sizes,
+one batch per case; prints a table
 of each entrant's median time, TB/s and share of the same run's copy ceiling, and writes the
 raw results under --out.
 
@@ -123,6 +123,25 @@ N = 168
 C = 64
 H = 112
 W = 112
+""",
+    "instancenorm_bf16": """
+name = "instancenorm-bf16"
+[inputs.x]
+shape = ["N", "C", "H", "W"]
+dtype = "bf16"
+[constants]
+eps = 1e-5
+[let]
+mu = "mean(x, axis=(2, 3), keepdims=True)"
+var = "mean((x - mu) ** 2, axis=(2, 3), keepdims=True)"
+[outputs.y]
+expr = "(x - mu) * rsqrt(var + eps)"
+dtype = "bf16"
+[[shapes]]
+N = 128
+C = 256
+H = 64
+W = 64
 """,
     "seq_max_bf16": """
 name = "seq-max-bf16"

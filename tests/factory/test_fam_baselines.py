@@ -18,7 +18,7 @@ from factory.spec.manifest import with_pooled_dims
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).parents[2]
-FAMS = ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool")
+FAMS = ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool", "segnorm")
 EXAMPLES = sorted(p for f in FAMS for p in glob.glob(str(ROOT / f"factory/examples/{f}_*.toml")))
 SMALL = {"T": 37, "C": 19, "N": 3, "H": 5, "W": 7, "B": 4, "S": 9, "D": 13, "R": 11, "M": 3,
          "V": 101, "L": 23}  # fmt: skip

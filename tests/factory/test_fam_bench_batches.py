@@ -15,7 +15,7 @@ def test_every_bench_case_builds_a_batch_the_worker_parses(case):
     from gpuworker.batch import parse_batch
 
     batch, fam, labels = bench.build_batch(bench.CASES[case], seeds=3)
-    assert fam in ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool")
+    assert fam in ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool", "segnorm")
     b = parse_batch(batch)
     assert len(b.candidates) == len(labels) >= 1
     assert b.family == fam and set(b.baselines) >= {"torch_eager", "torch_compile"}

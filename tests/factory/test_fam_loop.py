@@ -12,7 +12,7 @@ import pytest
 from factory.spec import load_manifest
 
 ROOT = Path(__file__).parents[2]
-FAMS = ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool")
+FAMS = ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool", "segnorm")
 EXAMPLES = sorted(p for f in FAMS for p in glob.glob(str(ROOT / f"factory/examples/{f}_*.toml")))
 
 

@@ -1,0 +1,516 @@
+"""The segment-norm family: norms over several trailing axes (instance norm over H and W of an
+NCHW tensor; any operator whose reductions all run over the same trailing run of two or more
+axes, kept with keepdims, and whose outputs are per element): each segment (the trailing axes of
+one index of the leading ones, contiguous) is a block's, one at a time (grid-stride).
+
+The reductions run in stages (a variance after the mean it subtracts): one pass over the segment
+a stage, every reduction of the stage at once, 16-byte loads; each meets in a fixed order (a
+thread's elements, the warp's lanes by butterfly, the warps in order) and every thread gets the
+result through shared memory; a last pass computes the outputs and stores them. Inputs are of
+the operand's shape or scalars (a per-channel weight, which would need the channel of a
+segment, is refused yet)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, fields
+
+from factory.emit import Emitted
+from factory.emit import ops as OPS
+from factory.emit.ptx import Builder, EmitError, f32_literal
+from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
+from factory.families.colreduce.kernel import (
+    COMBINE,
+    ESIZE,
+    IDENTITY,
+    ColumnKernel,
+    ident,
+    shape_product,
+)
+from factory.spec import expr as E
+from factory.spec.types import KernelParam, Launch
+
+ARCHS = ("sm_90", "sm_100")
+THREADS = (64, 128, 256, 512, 1024)
+VECS = (1, 2, 4, 8)
+MAX_BLOCKS = 65535
+
+
+@dataclass(frozen=True)
+class SegNormIR:
+    name: str
+    inputs: tuple[tuple[str, str], ...]
+    outputs: tuple  # OutputDecl
+    shape: tuple  # the segment operand's shape
+    first: int  # the first reduced axis: segments are shape[first:]
+    stages: tuple[tuple[E.Reduce, ...], ...]  # the outermost node of each reduction chain
+    operand: dict  # chain top -> (op, innermost operand)
+    dims: tuple[str, ...]
+
+    @property
+    def max_esize(self) -> int:
+        return max(E.DTYPE_BYTES[d] for _, d in self.inputs)
+
+
+def _chain(n: E.Reduce):
+    chain = []
+    while isinstance(n, E.Reduce) and (not chain or n.op == chain[0].op):
+        chain.append(n)
+        n = n.x
+    return chain, n
+
+
+def lower(workload) -> SegNormIR:
+    shape = None
+    for o in workload.outputs:
+        if o.dtype not in E.FLOAT_DTYPES:
+            raise Unsupported(f"output {o.name} is {o.dtype}")
+        if shape is None:
+            shape = o.shape
+        if o.shape != shape:
+            raise Unsupported("outputs of different shapes")
+    rank = len(shape)
+    tops: dict[E.Node, tuple] = {}
+    reduces = {n for o in workload.outputs for n in E.walk(o.expr) if isinstance(n, E.Reduce)}
+    inner: set[E.Node] = {
+        n.x for n in reduces if isinstance(n.x, E.Reduce) and n.x.op == n.op
+    }  # nested reductions over several axes: their outermost node stands for them
+    first = None
+    for o in workload.outputs:
+        for n in E.walk(o.expr):
+            if isinstance(n, E.Reduce) and n not in inner and n not in tops:
+                chain, x = _chain(n)
+                if x.shape != shape:
+                    raise Unsupported("a reduction of an operand of another shape")
+                if not all(r.keepdims for r in chain):
+                    raise Unsupported("a reduction without keepdims=True inside a norm")
+                axes = sorted(r.axis for r in chain)
+                if axes != list(range(axes[0], rank)) or len(axes) < 2:
+                    raise Unsupported(
+                        "reductions over one trailing axis (the row family) or not over a "
+                        "trailing run of axes"
+                    )
+                if first is not None and axes[0] != first:
+                    raise Unsupported("reductions over different runs of axes")
+                first = axes[0]
+                if axes[0] == 0:
+                    raise Unsupported("a reduction over every axis (no segment is kept)")
+                if n.op not in E.REDUCE_OPS + E.EXTRA_REDUCE_OPS:
+                    raise Unsupported(f"reduction {n.op}")
+                tops[n] = (n.op, x)
+    if not tops:
+        raise Unsupported("no reduction: an elementwise operator (the row family)")
+    segment_shape = shape[:first] + (1,) * (rank - first)
+    stage: dict[E.Node, int] = {}
+    inputs: dict[str, str] = {}
+    allowed = (E.Input, E.Const, E.Unary, E.Binary, E.Compare, E.Where, E.Cast, E.Reduce)
+    for o in workload.outputs:
+        for n in E.walk(o.expr):
+            if not isinstance(n, allowed):
+                raise Unsupported(f"{type(n).__name__} inside a segment norm")
+            if isinstance(n, E.Reduce) and n in inner:
+                continue
+            if isinstance(n, E.Input):
+                if n.dtype not in E.FLOAT_DTYPES or n.shape not in (shape, ()):
+                    raise Unsupported(f"input {n.name} of shape {n.shape}: only the operand's")
+                inputs[n.name] = n.dtype
+            if isinstance(n, E.Binary) and n.op == "pow" and not isinstance(n.b, E.Const):
+                raise Unsupported("pow needs a constant exponent")
+            if isinstance(n, E.Cast) and n.to not in E.FLOAT_DTYPES:
+                raise Unsupported(f"cast to {n.to}")
+            if n.shape not in ((), shape, segment_shape):
+                raise Unsupported(f"{type(n).__name__} of shape {n.shape} is broadcast")
+            if isinstance(n, E.Reduce):
+                stage[n] = 1 + max((stage.get(m, 0) for m in E.walk(tops[n][1])), default=0)
+            else:
+                stage[n] = max((stage.get(c, 0) for c in E.children(n)), default=0)
+    if not inputs:
+        raise Unsupported("the operator reads no input")
+    depth = max(stage[t] for t in tops)
+    stages = tuple(tuple(t for t in tops if stage[t] == s) for s in range(1, depth + 1))
+    return SegNormIR(
+        name=workload.name.replace("-", "_"),
+        inputs=tuple(inputs.items()),
+        outputs=tuple(workload.outputs),
+        shape=shape,
+        first=first,
+        stages=stages,
+        operand=tops,
+        dims=tuple(dict.fromkeys(d for d in shape if isinstance(d, str))),
+    )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """threads: a segment's block; vec: adjacent elements a load."""
+
+    family: str = "segnorm"
+    threads: int = 256
+    vec: int = 4
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Schedule:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def tag(self) -> str:
+        return f"t{self.threads}v{self.vec}"
+
+
+def vecs(ir) -> tuple[int, ...]:
+    return tuple(v for v in VECS if v * ir.max_esize <= 16)
+
+
+def _segment(ir, dims) -> int:
+    return math.prod(int(dims[d]) if isinstance(d, str) else d for d in ir.shape[ir.first :])
+
+
+def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
+    if s.family != "segnorm" or s.threads not in THREADS or s.vec not in vecs(ir):
+        return False, "threads/vec outside the space"
+    if dims is not None:
+        n = _segment(ir, dims)
+        if n >= 4096 and s.threads * s.vec >= 2 * n:
+            return False, f"{s.threads} x {s.vec} for segments of {n}: half idle"
+    return True, ""
+
+
+def space(ir, dims_list) -> list[Schedule]:
+    return [
+        s
+        for t, v in itertools.product(THREADS, vecs(ir))
+        if all(is_valid(ir, s := Schedule(threads=t, vec=v), d)[0] for d in (dims_list or [None]))
+    ]
+
+
+def default_schedule(ir, dims) -> Schedule:
+    v = max(vecs(ir))
+    n = _segment(ir, dims)
+    t = 64
+    while t < 512 and 4 * t * v <= n:
+        t *= 2
+    s = Schedule(threads=t, vec=v)
+    return s if is_valid(ir, s, dims)[0] else Schedule(threads=64, vec=1)
+
+
+def seeds(ir, dims) -> list[Schedule]:
+    d = default_schedule(ir, dims)
+    out = [d]
+    for t, v in ((d.threads * 2, d.vec), (d.threads // 2, d.vec), (d.threads, max(1, d.vec // 2))):
+        s = Schedule(threads=t, vec=v)
+        if t in THREADS and s not in out and is_valid(ir, s, dims)[0]:
+            out.append(s)
+    return out
+
+
+class SegNormKernel(ColumnKernel):
+    def __init__(self, ir, s, arch):
+        self.ir, self.s, self.arch = ir, s, arch
+        self.b = Builder()
+        self.V = s.vec
+        self.W = s.threads // 32
+        self.nout = 1
+
+    def element(self, node, loaded: dict, seg: dict, memo: dict) -> str:
+        """The f32 register (or immediate) of `node` at one element."""
+        b = self.b
+        if node in memo:
+            return memo[node]
+        if node in seg:
+            r = seg[node]
+        elif isinstance(node, E.Input):
+            r = loaded[node.name] if node.shape else loaded[node.name]
+        elif isinstance(node, E.Const):
+            r = f32_literal(node.value)
+        elif isinstance(node, E.Unary):
+            r = OPS.UNARY[node.op](b, self.reg_of(self.element(node.x, loaded, seg, memo)), False)
+        elif isinstance(node, E.Binary):
+            a = self.reg_of(self.element(node.a, loaded, seg, memo))
+            if node.op == "pow":
+                r = OPS.pow_const(b, a, node.b.value, False)
+            else:
+                c = self.reg_of(self.element(node.b, loaded, seg, memo))
+                r = OPS.BINARY[node.op](b, a, c, False)
+        elif isinstance(node, E.Compare):
+            a = self.reg_of(self.element(node.a, loaded, seg, memo))
+            c = self.reg_of(self.element(node.b, loaded, seg, memo))
+            r = OPS.compare(b, node.op, a, c)
+        elif isinstance(node, E.Where):
+            p = self.element(node.cond, loaded, seg, memo)
+            a = self.element(node.a, loaded, seg, memo)
+            c = self.element(node.b, loaded, seg, memo)
+            r = b.reg("f32")
+            b.op(f"selp.f32 {r}, {a}, {c}, {p}")
+        elif isinstance(node, E.Cast):
+            r = OPS.cast_round(b, self.reg_of(self.element(node.x, loaded, seg, memo)), node.to)
+        else:
+            raise EmitError(f"cannot evaluate {type(node).__name__} per element")
+        memo[node] = r
+        return r
+
+    def walk_segment(self, sbase, N, aligned, per_element) -> None:
+        """Call per_element(loaded, j_pred_or_None, vec_index j, whole) over this thread's
+        elements of the segment: whole aligned vectors, then elements."""
+        b, V, T = self.b, self.V, self.s.threads
+        ir = self.ir
+        scalars = [n for n, dt in ir.inputs if self.scalar_input(n)]
+        j0 = b.reg("b32")
+        b.op(f"mul.lo.u32 {j0}, {self.tid}, {V}")
+        top, end = b.new_label("seg"), b.new_label("seg_end")
+        b.label(top)
+        pe = b.reg("pred")
+        b.op(f"setp.ge.u32 {pe}, {j0}, {N}")
+        b.op(f"@{pe} bra.uni {end}")
+        jend = b.reg("b32")
+        b.op(f"add.u32 {jend}, {j0}, {V}")
+        whole = b.reg("pred")
+        b.op(f"setp.le.u32 {whole}, {jend}, {N}")
+        b.op(f"and.pred {whole}, {whole}, {aligned}")
+        at = b.reg("b32")
+        b.op(f"add.u32 {at}, {sbase}, {j0}")
+        el, nxt = b.new_label("seg_elems"), b.new_label("seg_next")
+        b.op(f"@!{whole} bra {el}")
+        per = {}
+        for name, dtype in ir.inputs:
+            if name in scalars:
+                continue
+            addr = b.reg("b64")
+            b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+            b.op(f"add.u64 {addr}, {addr}, {self.base[name]}")
+            per[name] = self.load_vector(addr, dtype)
+        per_element(
+            [{**{n: per[n][j] for n in per}, **self.scalar_vals} for j in range(V)],
+            None,
+            at,
+        )
+        b.op(f"bra.uni {nxt}")
+        b.label(el)
+        vals, preds = [], []
+        for j in range(V):
+            qj, pj = b.reg("b32"), b.reg("pred")
+            b.op(f"add.u32 {qj}, {j0}, {j}")
+            b.op(f"setp.lt.u32 {pj}, {qj}, {N}")
+            ins = {}
+            for name, dtype in ir.inputs:
+                if name in scalars:
+                    continue
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {self.base[name]}")
+                ins[name] = self.load_scalar(self.plus(addr, j * ESIZE[dtype]), dtype, pj)
+            vals.append({**ins, **self.scalar_vals})
+            preds.append(pj)
+        per_element(vals, preds, at)
+        b.label(nxt)
+        b.op(f"add.u32 {j0}, {j0}, {T * V}")
+        b.op(f"bra.uni {top}")
+        b.label(end)
+
+    def scalar_input(self, name: str) -> bool:
+        return any(
+            isinstance(n, E.Input) and n.name == name and not n.shape
+            for o in self.ir.outputs
+            for n in E.walk(o.expr)
+        )
+
+    def block_fold(self, v: str, op: str) -> str:
+        b = self.b
+        for off in (16, 8, 4, 2, 1):
+            t = b.reg("f32")
+            b.op(f"shfl.sync.bfly.b32 {t}, {v}, {off}, 31, -1")
+            b.op(f"{COMBINE[op]} {v}, {v}, {t}")
+        l0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {l0}, {self.lane}, 0")
+        at = b.reg("b32")
+        b.op(f"mad.lo.u32 {at}, {self.warp}, 4, {self.smem}")
+        b.op(f"@{l0} st.shared.f32 [{at}], {v}")
+        b.op("bar.sync 0")
+        r = b.reg("f32")
+        b.op(f"ld.shared.f32 {r}, [{self.smem}]")
+        for w in range(1, self.W):
+            t = b.reg("f32")
+            b.op(f"ld.shared.f32 {t}, [{self.smem}+{4 * w}]")
+            b.op(f"{COMBINE[op]} {r}, {r}, {t}")
+        b.op("bar.sync 0")
+        return r
+
+    def render(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
+        ir, s, b = self.ir, self.s, self.b
+        V = self.V
+        params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
+        params += [KernelParam("tensor", "u64", o.name) for o in ir.outputs]
+        params += [KernelParam("dim", "u32", d) for d in ir.dims]
+        K = self.product(ir.shape[: ir.first])
+        N = self.product(ir.shape[ir.first :])
+        self.base = {}
+        for name in [*(n for n, _ in ir.inputs), *(o.name for o in ir.outputs)]:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            self.base[name] = r
+        self.scalar_vals = {}
+        for name, dtype in ir.inputs:
+            if self.scalar_input(name):
+                self.scalar_vals[name] = self.load_scalar(self.base[name], dtype, "%p_true")
+        self.tid = self.u32("%tid.x")
+        self.lane, self.warp = b.reg("b32"), b.reg("b32")
+        b.op(f"and.b32 {self.lane}, {self.tid}, 31")
+        b.op(f"shr.u32 {self.warp}, {self.tid}, 5")
+        self.smem = self.u32("red_smem")
+        nmod = b.reg("b32")
+        b.op(f"and.b32 {nmod}, {N}, {V - 1}")
+        aligned = b.reg("pred")
+        b.op(f"setp.eq.u32 {aligned}, {nmod}, 0")
+        nf = b.reg("f32")
+        b.op(f"cvt.rn.f32.u32 {nf}, {N}")
+        k, nk = self.u32("%ctaid.x"), self.u32("%nctaid.x")
+        top, done = b.new_label("segment"), b.new_label("done")
+        b.label(top)
+        pd = b.reg("pred")
+        b.op(f"setp.ge.u32 {pd}, {k}, {K}")
+        b.op(f"@{pd} bra.uni {done}")
+        sbase = b.reg("b32")
+        b.op(f"mul.lo.u32 {sbase}, {k}, {N}")
+        seg: dict = {}
+        for reds in ir.stages:
+            accs = {r: [b.reg("f32") for _ in range(V)] for r in reds}
+            for r, row in accs.items():
+                for a in row:
+                    b.op(f"mov.f32 {a}, {f32_literal(IDENTITY[r.op])}")
+
+            def accumulate(elems, preds, at, accs=accs):
+                for j, loaded in enumerate(elems):
+                    memo: dict = {}
+                    for r, row in accs.items():
+                        v = self.reg_of(self.element(ir.operand[r][1], loaded, seg, memo))
+                        if preds is not None:
+                            t = b.reg("f32")
+                            b.op(f"selp.f32 {t}, {v}, {f32_literal(IDENTITY[r.op])}, {preds[j]}")
+                            v = t
+                        b.op(f"{COMBINE[r.op]} {row[j]}, {row[j]}, {v}")
+
+            self.walk_segment(sbase, N, aligned, accumulate)
+            for r, row in accs.items():
+                for a in row[1:]:
+                    b.op(f"{COMBINE[r.op]} {row[0]}, {row[0]}, {a}")
+                v = self.block_fold(row[0], r.op)
+                if r.op == "mean":
+                    m = b.reg("f32")
+                    b.op(f"div.rn.f32 {m}, {v}, {nf}")
+                    v = m
+                seg[r] = v
+
+        def store(elems, preds, at):
+            for o in ir.outputs:
+                es = ESIZE[o.dtype]
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {es}")
+                b.op(f"add.u64 {addr}, {addr}, {self.base[o.name]}")
+                outs = []
+                for loaded in elems:
+                    memo: dict = {}
+                    outs.append(self.reg_of(self.element(o.expr, loaded, seg, memo)))
+                if preds is None and V > 1:
+                    if es == 4:
+                        words = outs
+                    else:
+                        cvt = "bf16x2" if o.dtype == "bf16" else "f16x2"
+                        words = []
+                        for j in range(0, V, 2):
+                            w_ = b.reg("b32")
+                            b.op(f"cvt.rn.{cvt}.f32 {w_}, {outs[j + 1]}, {outs[j]}")
+                            words.append(w_)
+                    ty = "f32" if es == 4 else "b32"
+                    for g in range(0, len(words), 4):
+                        group = words[g : g + 4]
+                        where = f"[{addr}+{4 * g}]" if g else f"[{addr}]"
+                        if len(group) == 1:
+                            b.op(f"st.global.{ty} {where}, {group[0]}")
+                        else:
+                            b.op(f"st.global.v{len(group)}.{ty} {where}, {{{', '.join(group)}}}")
+                    continue
+                for j, v in enumerate(outs):
+                    g = f"@{preds[j]} " if preds is not None else ""
+                    if es == 4:
+                        b.op(f"{g}st.global.f32 [{addr}+{4 * j}], {v}")
+                    else:
+                        h = b.reg("b16")
+                        b.op(f"cvt.rn.{'bf16' if o.dtype == 'bf16' else 'f16'}.f32 {h}, {v}")
+                        b.op(f"{g}st.global.b16 [{addr}+{2 * j}], {h}")
+
+        self.walk_segment(sbase, N, aligned, store)
+        b.op(f"add.u32 {k}, {k}, {nk}")
+        b.op(f"bra.uni {top}")
+        b.label(done)
+        b.op("ret")
+        entry = f"{ident(ir.name)}_segnorm_{s.tag()}"
+        head = [
+            f"// Generated by factory.families.segnorm for workload {ir.name!r}",
+            f"// schedule: {s.to_dict()}",
+            ".version 8.0",
+            f".target {self.arch}",
+            ".address_size 64",
+            "",
+            f".visible .entry {entry}(",
+            ",\n".join(f"    .param .{p.ptx_type} p_{ident(p.name)}" for p in params),
+            f")\n.maxntid {s.threads}, 1, 1",
+            "{",
+        ]
+        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{self.W}];"]
+        lines = b.lines
+        if self.scalar_vals:
+            lines = ["    setp.eq.u32 %p_true, 0, 0;", *lines]
+            body.append("    .reg .pred %p_true;")
+        ptx = "\n".join(head + body + [""] + lines + ["}", ""])
+        grid = f"min({shape_product(ir.shape[: ir.first])}, {MAX_BLOCKS})"
+        return Emitted(ptx, entry, tuple(params), Launch((grid, 1, 1), (s.threads, 1, 1)))
+
+
+def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
+    if isinstance(schedule, dict):
+        schedule = Schedule.from_dict(schedule)
+    if arch not in ARCHS:
+        raise EmitError(f"no segnorm emitter for {arch}; known: {', '.join(ARCHS)}")
+    ok, why = is_valid(ir, schedule, None)
+    if not ok:
+        raise EmitError(f"invalid segnorm schedule {schedule.tag()}: {why}")
+    return SegNormKernel(ir, schedule, arch).render()
+
+
+def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
+    s = Schedule.from_dict(schedule)
+    elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
+    return [log2(elements), log2(s.threads), float(s.vec)]
+
+
+def label(schedule: dict) -> str:
+    s = Schedule.from_dict(schedule)
+    return f"segment norm: a segment a block of {s.threads} threads x {s.vec} a load"
+
+
+FAMILY = Family(
+    name="segnorm",
+    lower=lower,
+    space=space,
+    is_valid=is_valid,
+    emit=emit,
+    default_schedule=default_schedule,
+    seeds=seeds,
+    fits=lambda ir, s, dims_list: all(is_valid(ir, s, d)[0] for d in dims_list),
+    space_fits=True,
+    schedule_from_dict=Schedule.from_dict,
+    label=label,
+    legend="segment norm: threads of a segment's block x elements a load",
+    features=features,
+    feature_fields=("threads", "vec"),
+    roofline=lambda workload, dims: Roofline(bytes=io_bytes(workload, dims)),
+    baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
+    baselines_module="factory.families.colreduce.baselines",
+    layout_fields=("threads", "vec"),
+)
+
+__all__ = ["FAMILY", "SegNormIR", "Schedule", "lower"]

@@ -1,0 +1,105 @@
+"""Norms over several trailing axes (issue 50): the segnorm family (instance norm, an RMS over
+H and W, a softmax over a plane): lowering and refusals, space and validity, nvJitLink, results
+in factory.ptxsim against the float64 reference (two-stage statistics, vector and element
+paths, 16-bit data)."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import pytest
+from test_fam_helpers import run_and_check
+
+from factory import families
+from factory.families import Unsupported
+from factory.families import segnorm as F
+from factory.spec import load_catalogue, load_manifest
+
+EXAMPLES = sorted(glob.glob(str(Path(__file__).parents[2] / "factory/examples/segnorm_*.toml")))
+
+M = """
+name = "inorm"
+[inputs.x]
+shape = ["N", "C", "H", "W"]
+dtype = "{dt}"
+[constants]
+eps = 1e-5
+[let]
+mu = "mean(x, axis=(2, 3), keepdims=True)"
+var = "mean((x - mu) ** 2, axis=(2, 3), keepdims=True)"
+[outputs.y]
+expr = "{expr}"
+dtype = "{odt}"
+[[shapes]]
+N = 2
+C = 3
+H = 16
+W = 16
+"""
+
+
+def w(expr, dt="fp32", odt="fp32"):
+    return load_manifest(M.format(expr=expr, dt=dt, odt=odt))
+
+
+def S(t, v):  # noqa: N802 - a schedule, briefly
+    return F.Schedule(threads=t, vec=v)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: Path(p).stem)
+def test_examples_lower_to_segnorm_and_compile(path):
+    from factory.compile import compile_ptx
+
+    wl = load_manifest(Path(path).read_text())
+    fam, ir = families.family_for(wl)
+    assert fam.name == "segnorm" and [len(s) for s in ir.stages] == [1, 1]
+    for s in F.seeds(ir, dict(wl.shapes[0]))[:3]:
+        r = compile_ptx(F.emit(ir, s).ptx, "sm_90", cache=False)
+        assert r.ok, r.log[:2000]
+
+
+@pytest.mark.parametrize(
+    "expr, says",
+    [
+        ("x - mean(x, axis=-1, keepdims=True)", "one trailing axis"),
+        ("x - mean(x, axis=(1, 2), keepdims=True)", "trailing run"),
+        ("exp(x)", "no reduction"),
+    ],
+)
+def test_refusals(expr, says):
+    with pytest.raises(Unsupported, match=says):
+        F.lower(w(expr))
+
+
+def test_the_row_family_keeps_its_workloads():
+    for name, wl in load_catalogue().items():
+        assert families.name_for(wl) == "row", name
+    assert families.name_for(w("x - mean(x, axis=-1, keepdims=True)")) == "row"
+
+
+def test_space_validity_defaults_and_seeds():
+    wl = w("(x - mu) * rsqrt(var + eps)", dt="bf16", odt="bf16")
+    ir = F.lower(wl)
+    rows = [dict(wl.shapes[0]), *wl.heldout_shapes, {"N": 32, "C": 128, "H": 64, "W": 64}]
+    sp = F.space(ir, rows)
+    assert sp and all(F.is_valid(ir, s, d)[0] for s in sp for d in rows)
+    for d in rows:
+        assert all(F.is_valid(ir, s, d)[0] for s in F.seeds(ir, d))
+    s = F.default_schedule(ir, rows[-1])
+    assert F.Schedule.from_dict(s.to_dict()) == s and "segment" in families.label(s.to_dict())
+
+
+CASES = [
+    ("(x - mu) * rsqrt(var + eps)", "fp32", "fp32", {"N": 2, "C": 3, "H": 5, "W": 8}, S(64, 4)),
+    ("(x - mu) * rsqrt(var + eps)", "bf16", "bf16", {"N": 1, "C": 3, "H": 7, "W": 9}, S(64, 8)),
+    ("x * rsqrt(mean(x * x, axis=(-2, -1), keepdims=True) + eps)", "fp16", "fp32",
+     {"N": 2, "C": 2, "H": 3, "W": 50}, S(128, 2)),
+    ("exp(x - max(x, axis=(2, 3), keepdims=True))", "fp32", "fp32",
+     {"N": 1, "C": 2, "H": 4, "W": 4}, S(64, 1)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("expr, dt, odt, dims, s", CASES, ids=str)
+def test_segment_norms_compute_the_reference(expr, dt, odt, dims, s):
+    run_and_check(F.FAMILY, w(expr, dt, odt), s, dims, seed=2)
