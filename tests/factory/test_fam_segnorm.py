@@ -103,3 +103,33 @@ CASES = [
 @pytest.mark.parametrize("expr, dt, odt, dims, s", CASES, ids=str)
 def test_segment_norms_compute_the_reference(expr, dt, odt, dims, s):
     run_and_check(F.FAMILY, w(expr, dt, odt), s, dims, seed=2)
+
+
+def test_group_norm_as_a_rank_five_view():
+    """GroupNorm(G) of an NCHW tensor: declared as its view [N, G, C/G, H, W] (no copy), the
+    statistics over the last three axes."""
+    m = """
+name = "groupnorm"
+[inputs.x]
+shape = ["N", "G", "Cg", "H", "W"]
+dtype = "bf16"
+[constants]
+eps = 1e-5
+[let]
+mu = "mean(x, axis=(2, 3, 4), keepdims=True)"
+var = "mean((x - mu) ** 2, axis=(-3, -2, -1), keepdims=True)"
+[outputs.y]
+expr = "(x - mu) * rsqrt(var + eps)"
+dtype = "bf16"
+[[shapes]]
+N = 2
+G = 4
+Cg = 8
+H = 16
+W = 16
+"""
+    wl = load_manifest(m)
+    fam, ir = families.family_for(wl)
+    assert fam.name == "segnorm" and ir.first == 2
+    dims = {"N": 2, "G": 3, "Cg": 2, "H": 3, "W": 5}
+    run_and_check(F.FAMILY, wl, F.default_schedule(ir, dims), dims, seed=1)
