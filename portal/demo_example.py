@@ -10,9 +10,12 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 from django.db import transaction
+
+log = logging.getLogger("portal.demo")
 
 DATA = Path(__file__).resolve().parent / "demo_data"
 BATCH_FILE = DATA / "softmax_batch.json"
@@ -163,4 +166,8 @@ def demo_example_seed(
     who = {u.username: u for u in User.objects.filter(username__in=[customer, engineer])}
     if org is None or customer not in who or engineer not in who:
         return None
-    return demo_example_create(org=org, customer=who[customer], engineer=who[engineer])
+    try:
+        return demo_example_create(org=org, customer=who[customer], engineer=who[engineer])
+    except Exception:  # noqa: BLE001 - the portal starts without its example rather than not at all
+        log.exception("the finished example could not be made")
+        return None

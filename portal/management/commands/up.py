@@ -83,6 +83,9 @@ class Command(BaseCommand):
         self.stdout.write("database ready")
         if settings.DEMO_ACCOUNTS:
             demo_accounts_create()
+            from portal.demo_example import demo_example_seed  # the finished example (issue 52)
+
+            demo_example_seed()
         elif demo_accounts_disable():
             self.stdout.write("demo accounts disabled (not the embedded default)")
         if opts["production"]:
