@@ -30,6 +30,9 @@ import uuid
 MAX_DEPTH = 32
 MAX_INT_DIGITS = 20
 MAX_REASON_CHARS = 100_000
+MAX_DIM = 2**62
+MAX_DIMS_KEY_CHARS = 190  # the column holds 200, with " heldout" after a held-out shape's key
+ENV_MAX_CHARS = {"gpu": 100, "sm": 16, "driver": 50}
 
 CANDIDATE_STATUSES = ("passed", "failed", "compile_error", "crashed", "timeout", "unavailable")
 BASELINE_STATUSES = ("passed", "failed", "compile_error", "crashed", "timeout", "unavailable")
@@ -146,8 +149,10 @@ def _dims(value, field: str) -> None:
     _typed(value, dict, field)
     for name, size in value.items():
         _text(name, f"{field} key")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise SchemaError(f"{field}.{name}", f"must be a non-negative integer, not {size!r}")
+        if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_DIM:
+            raise SchemaError(f"{field}.{name}", f"must be an integer 0..{MAX_DIM}, not {size!r}")
+    if len(dims_key(value)) > MAX_DIMS_KEY_CHARS:
+        raise SchemaError(field, f"names a shape longer than {MAX_DIMS_KEY_CHARS} characters")
 
 
 def dims_key(dims: dict) -> str:
@@ -165,8 +170,13 @@ def _timing(t, field: str) -> None:
     _typed(samples, list, f"{field}.samples_us", optional=True)
     for i, s in enumerate(samples or []):
         _number(s, f"{field}.samples_us[{i}]", nonnegative=True)
-    for name in ("bytes", "sm_clock_mhz", "tbps"):
-        _number(t.get(name), f"{field}.{name}", nonnegative=True, optional=True)
+    _number(t.get("tbps"), f"{field}.tbps", nonnegative=True, optional=True)
+    # stored in a 64-bit and a 32-bit integer column
+    for name, top in (("bytes", 2**63 - 1), ("sm_clock_mhz", 2**31 - 1)):
+        value = t.get(name)
+        _number(value, f"{field}.{name}", nonnegative=True, optional=True)
+        if value is not None and value > top:
+            raise SchemaError(f"{field}.{name}", f"must be at most {top}, not {value}")
 
 
 def _verification(v, field: str) -> None:
@@ -208,6 +218,8 @@ def _entry_common(entry, field: str, statuses) -> None:
     _typed(flags, list, f"{field}.flags", optional=True)
     for i, text in enumerate(flags or []):
         _text(text, f"{field}.flags[{i}]", optional=False)
+        if len(text.split(":", 1)[0].strip()) > 64:
+            raise SchemaError(f"{field}.flags[{i}]", "names a kind (before ':') over 64 characters")
 
 
 def shape_problems(results) -> None:
@@ -228,8 +240,8 @@ def shape_problems(results) -> None:
         value = (env or {}).get(name)
         if value is not None and not isinstance(value, str | int | float):
             raise SchemaError(f"env.{name}", f"must be a string, not {type(value).__name__}")
-        if isinstance(value, str):
-            _text(value, f"env.{name}")
+        if value is not None and len(str(value)) > ENV_MAX_CHARS[name]:
+            raise SchemaError(f"env.{name}", f"is longer than {ENV_MAX_CHARS[name]} characters")
     _typed(results.get("timing_protocol"), dict, "timing_protocol", optional=True)
     _number(results.get("copy_ceiling_tbps"), "copy_ceiling_tbps", positive=True, optional=True)
     candidates = results.get("candidates")
@@ -250,9 +262,13 @@ def shape_problems(results) -> None:
         field = f"baselines[{i}]"
         _entry_common(entry, field, BASELINE_STATUSES)
         _text(entry.get("name"), f"{field}.name", optional=False)
+        if len(entry["name"]) > 64:
+            raise SchemaError(f"{field}.name", "is longer than 64 characters")
         version = entry.get("version")
         if version is not None and not isinstance(version, str | int | float):
             raise SchemaError(f"{field}.version", "must be a string")
+        if version is not None and len(str(version)) > 64:
+            raise SchemaError(f"{field}.version", "is longer than 64 characters")
         _typed(entry.get("config"), dict, f"{field}.config", optional=True)
 
 
@@ -341,6 +357,29 @@ def _timed_everywhere(entry: dict, field: str, shapes: set[str]) -> None:
         )
 
 
+def _anywhere(value) -> None:
+    """What no stored field may hold, wherever it is (the free-form JSON columns too: a compile
+    report, a baseline's config, the environment): NaN or an infinity, which no JSON column
+    takes, and text that is not valid Unicode. Iterative; raises SchemaError with the path."""
+    stack = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise SchemaError(where or "results", f"must be finite, not {item}")
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise SchemaError(where or "results", "holds a lone surrogate") from None
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                path = f"{where}.{key}" if where else str(key)
+                stack.append((key, f"{path} (the key)"))
+                stack.append((child, path))
+        elif isinstance(item, list):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+
+
 def check(results, batch=None) -> None:
     """Raise SchemaError naming the first bad field; with `batch` (a GpuBatch), also match the
     results against what was sent."""
@@ -348,6 +387,7 @@ def check(results, batch=None) -> None:
     if problem:
         raise SchemaError("", problem)
     shape_problems(results)
+    _anywhere(results)
     if batch is not None:
         batch_problems(results, expected_of(batch))
 

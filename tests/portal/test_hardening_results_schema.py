@@ -81,6 +81,17 @@ BAD = [
     (["baselines", 0, "timing", 0, "median_us"], -1, "baselines[0].timing[0].median_us"),
     (["baselines"], None, "baselines"),
     (["env"], "H200", "env"),
+    # found by the fuzz suite (FUZZ_PROFILE=long): no JSON column takes NaN or an infinity
+    (["candidates", 0, "compile", "ok"], [math.inf], "candidates[0].compile.ok[0]"),
+    (["baselines", 0, "config", "mode"], math.nan, "baselines[0].config.mode"),
+    (["env", "restart_s"], [math.inf], "env.restart_s[0]"),
+    # ... and the columns' own bounds
+    (["candidates", 0, "timing", 0, "sm_clock_mhz"], 2**40, "candidates[0].timing[0].sm_clock_mhz"),
+    (["candidates", 0, "timing", 0, "bytes"], 10**19, "candidates[0].timing[0].bytes"),
+    (["candidates", 0, "timing", 0, "dims"], {"N" * 300: 1}, "candidates[0].timing[0].dims"),
+    (["candidates", 0, "flags"], ["k" * 100 + ": too long"], "candidates[0].flags[0]"),
+    (["env", "gpu"], "G" * 101, "env.gpu"),
+    (["candidates", 0, "reason"], "bad \udcff text", "candidates[0].reason"),
     (["copy_ceiling_tbps"], "4.28", "copy_ceiling_tbps"),
 ]
 
