@@ -256,3 +256,16 @@ def test_column_arg_reductions_keep_numpys_ties_and_nan():
         AR.is_valid(ir, s, dims)[0] for s in AR.seeds(ir, dims)
     )
     assert "columns" in AR.is_valid(ir, AR.Schedule(), None)[1]
+
+
+def test_column_layouts_stay_within_static_shared_memory():
+    wl = load_manifest(
+        M3.format(expr="argmax(x, axis=1)", dt="bf16", odt="int64").replace(
+            "outputs.y", "outputs.i"
+        )
+    )
+    ir = AR.lower(wl)
+    big = AR.Schedule(threads=1024, lanes=8, vec=8, split=1, unroll=1)
+    assert "48 KiB" in AR.is_valid(ir, big, None)[1]
+    for s in AR.space(ir, [{"B": 16, "S": 8192, "D": 4096}]):
+        assert 8 * s.threads * s.vec <= 48 * 1024

@@ -141,6 +141,7 @@ def _size(shape, dims) -> int:
 
 
 LANES = (8, 16, 32, 64, 128)
+MAX_SMEM_BYTES = 48 * 1024  # static shared memory of a block
 SPLITS = (1, 2, 4, 8)
 
 
@@ -152,6 +153,8 @@ def is_valid(ir: ArgIR, s: Schedule, dims) -> tuple[bool, str]:
     if ir.columns:
         if s.lanes not in LANES or s.lanes > s.threads or s.split not in SPLITS or s.unroll != 1:
             return False, "columns: lanes/split outside the space (unroll 1)"
+        if 8 * s.threads * s.vec > MAX_SMEM_BYTES:
+            return False, "the thread rows' (value, index) pairs do not fit 48 KiB of shared memory"
         if dims is not None:
             q, r = _size(ir.shape[ir.axis + 1 :], dims), _row(ir, dims)
             if s.lanes * s.vec >= 2 * q and not (s.lanes == LANES[0] and s.vec == 1):

@@ -179,8 +179,10 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
             if s.split > 1 and 2 * s.split > r:
                 return False, f"split {s.split} for {r} rows"
         return True, ""
-    if s.mode == "lookback" and s.threads < 128:
-        return False, "a lookback tile is a block of at least 128 threads"
+    if s.mode == "lookback" and not 128 <= s.threads <= 512:
+        return False, "a lookback tile is a block of 128 to 512 threads"
+    if s.mode == "lookback" and s.chunks * s.vec > 16:
+        return False, "a lookback tile holds at most 16 elements a thread in registers"
     if dims is not None:
         n = _row(ir, dims)
         if s.threads > 32 and s.threads * s.vec >= 2 * n:
