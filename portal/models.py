@@ -318,6 +318,10 @@ class Generation(models.Model):
     # Derived when it finishes: the cost model's rank correlation over this generation's verified
     # candidates (None with fewer than three ranked).
     model_rho = models.FloatField(null=True, blank=True)
+    # What the agents spent proposing this generation (factory.loop's ProposeReport.usage:
+    # tokens_in, tokens_out, cost_usd, and with a model backend its model and requests), tokens
+    # of answers that produced no kernel included; {} before it was proposed.
+    usage = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(default=timezone.now)
     updated = models.DateTimeField(default=timezone.now)
     finished = models.DateTimeField(null=True, blank=True)

@@ -399,8 +399,10 @@ def generation_propose(*, generation: Generation) -> list[int]:
         return [c.pk for c in waiting]
     from portal.evidence_store import DbEvidenceStore
 
-    propose = stage(settings.FACTORY_PROPOSE)
-    drafts = propose(
+    name = settings.FACTORY_PROPOSE
+    if name == "factory.loop.propose":
+        name = "factory.loop.propose_with_report"  # the same drafts, and the generation's spend
+    result = stage(name)(
         job.workload.spec(),
         generation=generation.index,
         population=job.population,
@@ -408,9 +410,12 @@ def generation_propose(*, generation: Generation) -> list[int]:
         backend=job.backend,
         seed=job.seed + generation.index,
     )
+    drafts, report = result if isinstance(result, tuple) else (result, None)
+    usage = _generation_usage(drafts, report)
     with transaction.atomic():
         if not generation.claim([Generation.PROPOSING], Generation.BUILDING):
             return []
+        Generation.objects.filter(pk=generation.pk).update(usage=usage)
         Job.objects.filter(pk=job.pk).update(stage=Job.STAGE_BUILDING, updated=timezone.now())
         made = []
         for draft in drafts:
@@ -421,6 +426,21 @@ def generation_propose(*, generation: Generation) -> list[int]:
         if not made:
             pipeline.advance(generation)  # building, with nothing to build: to the batch
     return made
+
+
+def _generation_usage(drafts, report) -> dict:
+    """What proposing one generation spent: the loop's report's whole spend when there is one,
+    else the sum of the drafts' shares; plain JSON."""
+    if report is not None and getattr(report, "usage", None):
+        usage = _plain(dict(report.usage))
+    else:
+        usage = {"tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
+        for draft in drafts:
+            for key, value in (_field(draft, "usage") or {}).items():
+                if key in usage:
+                    usage[key] += value or 0
+    usage["cost_usd"] = round(float(usage.get("cost_usd", 0.0) or 0.0), 6)
+    return usage
 
 
 def _finite_or_none(value) -> float | None:

@@ -107,6 +107,18 @@ def _queue_json(request, queue: dict) -> dict:
     return body
 
 
+def _usage_json(usage: dict) -> dict:
+    """The model use of a job as the API gives it: totals, and by generation (string keys)."""
+    keys = ("tokens_in", "tokens_out", "cost_usd")
+    return {
+        **{k: usage[k] for k in keys},
+        "by_generation": {
+            str(g): {k: v.get(k, 0) for k in keys} for g, v in usage["by_generation"].items()
+        },
+        "unattributed": usage["unattributed"],
+    }
+
+
 def job_json(request, job: Job, progress: dict | None = None) -> dict:
     progress = progress or q.job_progress(job)
     decision = q.latest_decision(job)
@@ -126,6 +138,7 @@ def job_json(request, job: Job, progress: dict | None = None) -> dict:
         "gpu_queue": _queue_json(request, progress["gpu_queue"]),
         "best_candidate": str(job.best_candidate.code) if job.best_candidate_id else None,
         "best_score_us": progress["best_score_us"],
+        "usage": _usage_json(q.job_model_usage(job)),
         "stop_reason": job.stop_reason,
         "created": _iso(job.created),
         "finished": _iso(job.finished),
@@ -493,6 +506,7 @@ def candidate(request, code):
             "note": c.note,
             "entry": c.entry,
             "compile": c.compile_report,
+            "usage": q.candidate_model_usage(c),
             "ptx_sha256": c.ptx_sha256,
             # A customer gets the PTX once it is approved (the artifact carries it too).
             "ptx": c.ptx if q.may_read_ptx(request.user, c) else None,

@@ -430,3 +430,41 @@ def job_timings_by_candidate(job: Job) -> dict[int, list[TimingResult]]:
     ):
         out.setdefault(t.candidate_id, []).append(t)
     return out
+
+
+# --- model use ----------------------------------------------------------------------------------
+
+
+def job_model_usage(job: Job) -> dict:
+    """Tokens and dollars the agents spent on the job (`factory.agents.usage.job_usage`): each
+    generation's whole spend (stored when it was proposed) and what its candidates carry, by
+    generation; `unattributed` is the spend of answers that produced no kept kernel."""
+    from factory.agents.usage import job_usage
+
+    items = [
+        {
+            "generation": gen,
+            "ptx_sha256": sha,
+            "usage": {"tokens_in": t_in, "tokens_out": t_out, "cost_usd": float(cost or 0)},
+        }
+        for gen, sha, t_in, t_out, cost in Candidate.objects.filter(job=job)
+        .order_by()
+        .values_list("generation__index", "ptx_sha256", "tokens_in", "tokens_out", "cost_usd")
+    ]
+    generations = [
+        {"generation": index, "usage": usage}
+        for index, usage in Generation.objects.filter(job=job)
+        .order_by("index")
+        .values_list("index", "usage")
+        if usage
+    ]
+    return job_usage(items, generations or None)
+
+
+def candidate_model_usage(candidate: Candidate) -> dict:
+    """The candidate's share of its generation's model use."""
+    return {
+        "tokens_in": candidate.tokens_in,
+        "tokens_out": candidate.tokens_out,
+        "cost_usd": round(float(candidate.cost_usd or 0.0), 6),
+    }

@@ -297,6 +297,7 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         "import_error": import_error,
         "gpu_dispatch": settings.GPU_DISPATCH,
         "recording": recording_of(j),
+        "usage": q.job_model_usage(j),
     }
     return _render(request, "web/job.html", context, nav="home", status=status)
 
@@ -539,6 +540,7 @@ def candidate(request, code):
         "compile": c.compile_report or {},
         "compile_rows": _compile_rows(c.compile_report or {}),
         "compile_cached": bool((c.compile_report or {}).get("cached")),
+        "usage": q.candidate_model_usage(c),
         "agent_review": c.review or {},
         "verifications": verifications,
         "timings": timings,
