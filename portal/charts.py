@@ -362,6 +362,67 @@ def bandwidth_figure(rows: Iterable[dict], copy_ceiling_tbps: float | None) -> d
     return {"data": data, "layout": layout}
 
 
+def throughput_figure(rows: Iterable[dict], peak_tflops: float | None) -> dict:
+    """Achieved arithmetic throughput as a fraction of the card's dense peak (the roofline view
+    for compute-bound operators such as matrix products). Each row: ``shape``, ``name``,
+    ``tflops``. Without a peak the raw TFLOP/s is shown."""
+    peak = peak_tflops if _finite(peak_tflops) and peak_tflops > 0 else None
+    by_name: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        if _finite(row.get("tflops")):
+            by_name[row["name"]].append(row)
+    names = sorted(by_name, key=lambda n: (n != "candidate", n))
+    colours = _series_colours(names)
+    data = []
+    for name in names:
+        points = by_name[name]
+        data.append(
+            {
+                "type": "bar",
+                "name": name,
+                "x": [_tick(p["shape"]) for p in points],
+                "y": [p["tflops"] / peak if peak else p["tflops"] for p in points],
+                "customdata": [p["tflops"] for p in points],
+                "marker": {"color": colours[name]},
+                "hovertemplate": (
+                    f"{name}<br>%{{x}}<br>%{{y:.0%}} of dense peak"
+                    "<br>%{customdata:.0f} TFLOP/s<extra></extra>"
+                    if peak
+                    else f"{name}<br>%{{x}}<br>%{{y:.0f}} TFLOP/s<extra></extra>"
+                ),
+            }
+        )
+    layout = _layout(
+        f"Throughput as a fraction of the dense peak ({peak:.0f} TFLOP/s)"
+        if peak
+        else "Achieved throughput (TFLOP/s)",
+        barmode="group",
+        xaxis={"title": {"text": "shape"}},
+        yaxis=(
+            {
+                "title": {"text": "fraction of dense peak"},
+                "tickformat": ".0%",
+                "rangemode": "tozero",
+            }
+            if peak
+            else {"title": {"text": "TFLOP/s"}}
+        ),
+    )
+    if peak:
+        layout["shapes"] = [
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": 1.0,
+                "y1": 1.0,
+                "line": {"color": "#b3261e", "dash": "dash", "width": 1.5},
+            }
+        ]
+    return {"data": data, "layout": layout}
+
+
 def correctness_figure(rows: Iterable[dict], rel_norm_tolerance: float | None = None) -> dict:
     """Relative error per shape (log scale), benchmarked and held-out shapes told apart, with the
     tolerance drawn as a line. Each row: ``shape``, ``heldout`` (bool), ``rel_err``, ``passed``.

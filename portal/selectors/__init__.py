@@ -25,6 +25,7 @@ from portal.selectors.evidence import (
     job_baselines,
     review_checklist,
     speedups,
+    throughput_rows,
 )
 from portal.selectors.jobs import (
     STAGES,
@@ -126,6 +127,7 @@ __all__ = [
     "review_queue",
     "spec_or_none",
     "speedups",
+    "throughput_rows",
     "stage_steps",
     "top_candidates",
     "workload_jobs",

@@ -403,3 +403,42 @@ def _schedule_labels(records: list[dict]) -> dict[tuple[str, str], str]:
         ptx_sha256__in={r["ptx_sha256"] for r in records},
     ).values_list("job__code", "ptx_sha256", "schedule_label")
     return {(str(job), sha): label for job, sha, label in rows}
+
+
+# --- throughput for compute-bound families --------------------------------------------------------
+
+# Families whose kernels are bound by arithmetic, not memory: their charts show TFLOP/s against
+# the card's dense peak instead of TB/s against the copy ceiling.
+COMPUTE_BOUND_FAMILIES = ("matmul",)
+
+
+def throughput_rows(spec, arch: str, comparison: list[dict]) -> tuple[list[dict], float | None]:
+    """For a compute-bound family's workload: each comparison row with its achieved TFLOP/s
+    (the family's roofline FLOPs at that shape over its median time), and the card's dense
+    peak in TFLOP/s for the workload's precision (bf16/fp16 tensor cores; fp32 FMA otherwise).
+    ([], None) for memory-bound families or a workload the spec cannot read."""
+    if spec is None:
+        return [], None
+    from factory import families
+    from factory.device import device_for
+
+    try:
+        name = families.name_for(spec)
+        if name not in COMPUTE_BOUND_FAMILIES:
+            return [], None
+        family = families.get(name)
+        device = device_for(arch)
+    except (KeyError, ValueError):
+        return [], None
+    half = any(t.dtype in ("bf16", "fp16") for t in spec.inputs)
+    peak_per_us = device.peak_bf16_flops_per_us if half else device.peak_fp32_flops_per_us
+    shapes = {shape_label(dict(d)): dict(d) for d in spec.shapes}
+    rows = []
+    for row in comparison:
+        dims = shapes.get(row["shape"])
+        if dims is None or not row.get("median_us"):
+            continue
+        flops = family.roofline_of(spec, dims).flops
+        if flops:
+            rows.append({**row, "tflops": flops / row["median_us"] / 1e6})
+    return rows, peak_per_us / 1e6

@@ -222,15 +222,22 @@ def _job_charts(job: Job) -> dict:
     ranked = q.costmodel_rows(job)
     if len(ranked) >= 3:
         out["costmodel"] = charts.to_div(charts.costmodel_figure(ranked, job.model_rho))
+    spec = q.spec_or_none(job.workload)
+    throughput, peak = q.throughput_rows(spec, job.target_gpu, comparison)
+    if peak is not None:
+        out["throughput_family"] = True  # the note names throughput, not bandwidth
     if comparison:
         out["baselines"] = charts.to_div(charts.baselines_figure(comparison))
-        out["bandwidth"] = charts.to_div(
-            charts.bandwidth_figure(comparison, q.copy_ceiling_tbps(job))
-        )
+        if peak is not None:  # compute-bound: TFLOP/s against the dense peak, not TB/s
+            if throughput:
+                out["throughput"] = charts.to_div(charts.throughput_figure(throughput, peak))
+        else:
+            out["bandwidth"] = charts.to_div(
+                charts.bandwidth_figure(comparison, q.copy_ceiling_tbps(job))
+            )
     if best is not None:
         verifications = q.candidate_verifications(best)
         if verifications:
-            spec = q.spec_or_none(job.workload)
             tol = None
             if spec is not None and spec.tolerance:
                 tol = max(t.rel_norm for t in spec.tolerance.values())
