@@ -432,10 +432,11 @@ def throughput_rows(spec, arch: str, comparison: list[dict]) -> tuple[list[dict]
         return [], None
     half = any(t.dtype in ("bf16", "fp16") for t in spec.inputs)
     peak_per_us = device.peak_bf16_flops_per_us if half else device.peak_fp32_flops_per_us
-    shapes = {shape_label(dict(d)): dict(d) for d in spec.shapes}
+    # By dims_key, not by label: PostgreSQL's jsonb keeps a shape's dims in its own key order.
+    shapes = {dims_key(dict(d)): dict(d) for d in spec.shapes}
     rows = []
     for row in comparison:
-        dims = shapes.get(row["shape"])
+        dims = shapes.get(row.get("dims_key") or "")
         if dims is None or not row.get("median_us"):
             continue
         flops = family.roofline_of(spec, dims).flops

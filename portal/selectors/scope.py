@@ -99,6 +99,17 @@ SHORT_CODE_MIN = 8
 _HEX = frozenset("0123456789abcdef")
 
 
+def _canonical_prefix(digits: str) -> str:
+    """Hex digits as the start of a UUID's text form (8-4-4-4-12): PostgreSQL compares the
+    uuid's text with its hyphens, SQLite strips them from both sides."""
+    out = ""
+    for i, ch in enumerate(digits):
+        if i in (8, 12, 16, 20):
+            out += "-"
+        out += ch
+    return out
+
+
 class AmbiguousCode(Http404):
     """A short code that begins more than one object's code in the viewer's scope."""
 
@@ -110,7 +121,7 @@ def _one(rows: QuerySet, code):
         digits = str(code).strip().lower().replace("-", "")
         if SHORT_CODE_MIN <= len(digits) < 32 and set(digits) <= _HEX:
             # A prefix: one match or nothing (two objects sharing it name neither).
-            found = list(rows.filter(code__startswith=digits)[:2])
+            found = list(rows.filter(code__startswith=_canonical_prefix(digits))[:2])
             if len(found) > 1:
                 raise AmbiguousCode(f"The short code {code} is ambiguous: give more of it.")
             if not found:

@@ -73,3 +73,12 @@ def test_another_organisations_job_is_not_found_by_its_short_code(
 
 def test_reverse_still_builds_api_urls_from_full_codes(review_job):
     assert reverse("api-job", args=[review_job.code]).endswith(f"/{review_job.code}/")
+
+
+def test_a_prefix_longer_than_eight_digits_is_matched_with_or_without_its_hyphens(
+    client, customer, review_job
+):
+    code = str(review_job.code)
+    for prefix in (code[:13], code[:13].replace("-", ""), code[:20]):
+        response = client.get(f"/api/v1/jobs/{prefix}/", **_auth(customer))
+        assert response.status_code == 200, prefix

@@ -52,9 +52,19 @@ def test_throughput_is_the_familys_flops_over_the_median_time():
     spec = load_manifest(MATMUL.read_text())
     dims = dict(spec.shapes[0])
     from portal.charts import shape_label
+    from portal.models import dims_key
 
     rows, peak = throughput_rows(
-        spec, "sm_90", [{"name": "candidate", "shape": shape_label(dims), "median_us": 100.0}]
+        spec,
+        "sm_90",
+        [
+            {
+                "name": "candidate",
+                "shape": shape_label(dims),
+                "dims_key": dims_key(dims),
+                "median_us": 100.0,
+            }
+        ],
     )
     from factory import families
 
