@@ -74,7 +74,7 @@ def test_a_validation_error_keeps_the_manifest_text_and_the_uploaded_files(clien
     assert response.status_code == 400
     page = response.content.decode()
     assert "this is not toml [" in page  # the text box still holds what was typed
-    assert "Kept from your last try: <code>softmax_ptx.ptx</code>" in page  # the kernel file is kept and named
+    assert "Kept from your last try: <code>softmax_ptx.ptx</code>" in page
     # Posting again without choosing the file once more still carries the kept kernel.
     kept = response.context["form"]["kept_baseline"].value()
     assert kept
