@@ -152,12 +152,17 @@ class UploadForm(forms.Form):
         file's text goes into the text box, a kernel file into the signed hidden field."""
         data = self.data.copy()
         cleaned = getattr(self, "cleaned_data", {}) or {}
-        if cleaned.get("manifest_file"):
-            data["manifest"] = cleaned["manifest_file"]
+        # (add_error drops a field's cleaned value; the text clean() chose is still there)
+        from_file = cleaned.get("manifest_file") or (
+            cleaned.get("manifest_text") if self.files.get("manifest_file") else None
+        )
+        if from_file:
+            data["manifest"] = from_file
         baseline = cleaned.get("baseline")
         if baseline:
             data["kept_baseline"] = self.sign_kept(baseline)
         self.data = data
+        self._bound_fields_cache.clear()  # bound fields read the data once: read it again
 
     def kept_baseline_name(self) -> str:
         source = self.data if self.is_bound else self.initial

@@ -108,3 +108,14 @@ def test_the_upload_page_names_the_target_it_will_run_on_not_always_an_h200(clie
     assert "The target GPU" in page
     form = client.get(reverse("web-upload")).context["form"]
     assert "target" in form.fields  # the catalogue tab offers a choice of GPU
+
+
+def test_a_manifest_file_refused_by_the_spec_comes_back_as_text_in_the_box(client, customer):
+    client.force_login(customer)
+    text = 'name = "from_a_file"\nnot toml ['
+    response = client.post(
+        reverse("web-upload"),
+        {"mode": "manifest", "manifest_file": SimpleUploadedFile("m.toml", text.encode())},
+    )
+    assert response.status_code == 400
+    assert response.context["form"]["manifest"].value() == text
