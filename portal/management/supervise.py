@@ -7,7 +7,9 @@ embedded broker is at-most-once). SIGTERM or SIGINT stops everything: each live 
 SIGTERM, and those still running after `grace_s` seconds are killed.
 
 Every child is started with PR_SET_PDEATHSIG (Linux): if the supervisor itself is killed, the
-kernel sends its children SIGTERM, so no worker or compiler outlives it.
+kernel sends its children SIGTERM, so no worker or compiler outlives it. Each child leads a
+process group of its own, killed whole once the child has died or stopped, so what it forked
+(a Celery worker's pool children, its beat) does not live on as an orphan.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Child:
     restarts: int = 0
     backoff_s: float = 1.0
     due_at: float | None = None  # when a dead child is started again
+    parent_of_group: bool = False  # started here, in a process group of its own
 
     def start(self) -> None:
         parent = os.getpid()
@@ -57,9 +60,14 @@ class Child:
             if os.getppid() != parent:  # the parent died before prctl took effect
                 os._exit(1)
 
-        self.proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, preexec_fn=preexec)
+        # Its own process group: when it dies, whatever it forked (a Celery worker's pool
+        # children and beat) is killed with the group instead of living on as orphans.
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, cwd=self.cwd, preexec_fn=preexec, process_group=0
+        )
         self.started_at = time.monotonic()
         self.due_at = None
+        self.parent_of_group = True
 
     @property
     def pid(self) -> int | None:
@@ -67,6 +75,15 @@ class Child:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        """Signal what is left of the child's process group (its own forks)."""
+        if self.proc is None or self.proc.pid is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def as_children(procs) -> list[Child]:
@@ -125,6 +142,8 @@ def supervise(
                         child.backoff_s = 1.0
                     continue
                 code = child.proc.returncode if child.proc else None
+                if child.parent_of_group:
+                    child.kill_group()  # its orphans (pool children, beat) go with it
                 if not child.restart:
                     say(f"supervise: {child.name} exited ({code}); stopping the others")
                     ended_by_child = True
@@ -136,14 +155,17 @@ def supervise(
                 break
             time.sleep(poll_s)
     finally:
-        live = [c.proc for c in children if c.alive()]
-        for p in live:
-            p.send_signal(signal.SIGTERM)
+        live = [c for c in children if c.alive()]
+        for c in live:
+            c.proc.send_signal(signal.SIGTERM)  # Celery's warm shutdown stops its own pool
         deadline = time.monotonic() + grace_s
-        for p in live:
+        for c in live:
             try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+                c.proc.kill()
+                c.proc.wait()
+        for c in children:
+            if c.parent_of_group:
+                c.kill_group()
     return stopping

@@ -104,6 +104,19 @@ def free_port():
         return s.getsockname()[1]
 
 
+def children_of(pid: int) -> list[int]:
+    """Live processes whose parent is `pid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
 def shell(env, code: str) -> str:
     return (
         subprocess.run(
@@ -152,6 +165,8 @@ def test_up_restarts_a_sigkilled_worker_and_keeps_serving(tmp_path):
             "manifest=catalogue_manifest('softmax')); "
             "print(services.job_create(workload=w, user=u, start=False).code)",
         )
+        forked = children_of(worker_pid)
+        assert forked  # its prefork pool (and beat)
         os.kill(worker_pid, signal.SIGKILL)
         killed_at = time.monotonic()
         # the web server answers meanwhile
@@ -172,6 +187,8 @@ def test_up_restarts_a_sigkilled_worker_and_keeps_serving(tmp_path):
             "the new worker to consume its queues",
         )
         assert alive(new_pid)
+        # nothing the dead worker forked (its pool children, its beat) lives on as an orphan
+        wait_for(lambda: not [p for p in forked if alive(p)], 20, "the old worker's children to go")
         status = f"from portal.models import Job; print(Job.objects.get(code='{lost}').status)"
         wait_for(lambda: shell(env, status) != "queued", 120, "the lost job to move")
         assert time.monotonic() - killed_at < 60 + 30  # a minute, and slack for a busy box
