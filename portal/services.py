@@ -331,6 +331,7 @@ def job_stop_early(*, job: Job, user) -> Job:
         ):  # it stopped meanwhile (SQLite takes no row lock)
             raise JobControlRefused("The job stopped meanwhile: reload the page.")
         audit_record(actor=user, org=locked.org, verb="job.stop", target=f"job:{locked.code}")
+        job_notify(job=locked, event=JOB_EMAIL_REVIEW)
     job.refresh_from_db()
     return job
 
@@ -352,7 +353,47 @@ def job_rerun(*, workload: Workload, user, max_generations: int | None = None) -
 def job_fail(*, job: Job, reason: str) -> bool:
     """An active job fails for good with `reason` (the agents cannot run, or keep failing)."""
     with transaction.atomic():
-        return job.claim(Job.ACTIVE, Job.FAILED, stop_reason=reason[:300], finished=timezone.now())
+        failed = job.claim(
+            Job.ACTIVE, Job.FAILED, stop_reason=reason[:300], finished=timezone.now()
+        )
+        if failed:
+            job_notify(job=job, event=JOB_EMAIL_FAILED)
+        return failed
+
+
+JOB_EMAIL_REVIEW = "review"
+JOB_EMAIL_FAILED = "failed"
+
+
+def job_notify(*, job: Job, event: str) -> None:
+    """Email the job's owner, once the transaction commits, that the search is done and an
+    engineer reviews it (`JOB_EMAIL_REVIEW`) or that the job failed (`JOB_EMAIL_FAILED`).
+    Nothing without an address; a mail server that is down loses the email, never the change
+    (the job page says the same). Decisions are emailed by `portal.delivery`."""
+    job_id = job.pk
+    transaction.on_commit(lambda: _job_email_send(job_id, event))
+
+
+def _job_email_send(job_id: int, event: str) -> None:
+    from django.core.mail import send_mail
+    from django.urls import reverse
+
+    job = Job.objects.select_related("workload", "created_by").filter(pk=job_id).first()
+    user = job.created_by if job else None
+    if user is None or not user.email:
+        return
+    name = job.workload.name
+    url = reverse("web-job", args=[job.code])
+    if event == JOB_EMAIL_REVIEW:
+        subject = f"[PTX Kernel Factory] {name}: the search is done, an engineer reviews it"
+        body = f"The search for {name} has stopped ({job.stop_reason}).\n"
+    else:
+        subject = f"[PTX Kernel Factory] {name}: the job failed"
+        body = f"The job for {name} failed: {job.stop_reason}\n"
+    try:
+        send_mail(subject, body + f"\nSee it at {url}\n", None, [user.email])
+    except Exception:  # noqa: BLE001 - the job's change stands even if the mail server is down
+        log.exception("could not email %s about job %s", user.email, job.code)
 
 
 def job_start(*, job: Job) -> Generation | None:
@@ -945,7 +986,7 @@ def generation_finish(*, generation: Generation) -> Generation | None:
         if reason:
             if overall is None:
                 reason = f"{reason}; no candidate passed verification"
-            job.claim(
+            to_review = job.claim(
                 [Job.RUNNING, Job.WAITING_GPU],
                 Job.REVIEW,
                 stage=Job.STAGE_DONE,
@@ -954,6 +995,8 @@ def generation_finish(*, generation: Generation) -> Generation | None:
                 finished=timezone.now(),
             )
             audit_record(org=job.org, verb="job.review", target=f"job:{job.code}")
+            if to_review:
+                job_notify(job=job, event=JOB_EMAIL_REVIEW)
             return None
         nxt, _ = Generation.objects.get_or_create(job=job, index=generation.index + 1)
         job.claim(

@@ -129,4 +129,30 @@ def test_a_server_error_page_is_styled_and_names_its_request_id(rf):
     response = server_error(request)
     page = response.content.decode()
     assert response.status_code == 500
-    assert "css/portal.css" in page and 'id=\'server-error\'' in page and "abc123" in page
+    assert "css/portal.css" in page and "id='server-error'" in page and "abc123" in page
+
+
+def test_the_owner_is_emailed_when_a_job_goes_to_review_and_when_one_fails(
+    orgs, customer, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    from portal import services
+    from portal.models import Job
+    from tests.portal.web.world import job_on_the_gpu
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.MEDIA_ROOT = tmp_path / "media"
+    customer.email = "ada@example.com"
+    customer.save()
+    with django_capture_on_commit_callbacks(execute=True):
+        job_in_review(orgs[0], customer)
+    assert [m.subject for m in mail.outbox][-1].endswith(
+        "the search is done, an engineer reviews it"
+    )
+    job, _ = job_on_the_gpu(orgs[0], customer, name="other")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.job_fail(job=job, reason="the agents cannot run")
+    assert mail.outbox[-1].subject.endswith("the job failed")
+    assert "the agents cannot run" in mail.outbox[-1].body and mail.outbox[-1].to == [
+        customer.email
+    ]
+    assert Job.objects.get(pk=job.pk).status == Job.FAILED
