@@ -177,8 +177,12 @@ def decide_and_deliver(
 def notify_customer(job: Job, review: ReviewDecision) -> None:
     """Email the person who started the job (console backend in development). The job page
     shows the decision too, so a lost email loses nothing."""
+    from portal.models import NotificationSettings
+
     user = job.created_by
     if user is None or not user.email:
+        return
+    if not NotificationSettings.wants(user, NotificationSettings.DECISION):
         return
     verb = "approved" if review.decision == ReviewDecision.APPROVE else "rejected"
     url = reverse("web-job", args=[job.code])

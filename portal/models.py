@@ -690,3 +690,31 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created:%Y-%m-%d %H:%M} {self.actor} {self.verb} {self.target}"
+
+
+class NotificationSettings(models.Model):
+    """Which emails a user wants (all of them until they say otherwise); the address is the
+    user's own `email`."""
+
+    REVIEW = "review"
+    DECISION = "decision"
+    FAILED = "failed"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, models.CASCADE, related_name="notification_settings"
+    )
+    email_on_review = models.BooleanField(default=True)
+    email_on_decision = models.BooleanField(default=True)
+    email_on_failure = models.BooleanField(default=True)
+
+    @classmethod
+    def wants(cls, user, event: str) -> bool:
+        """Whether `user` wants the email of `event` (REVIEW, DECISION or FAILED)."""
+        row = cls.objects.filter(user=user).first()
+        if row is None:
+            return True
+        return {
+            cls.REVIEW: row.email_on_review,
+            cls.DECISION: row.email_on_decision,
+            cls.FAILED: row.email_on_failure,
+        }.get(event, True)

@@ -264,11 +264,24 @@ def submit(
     return jobs
 
 
-def user_email_set(*, user, email: str) -> None:
-    """Where decisions on the user's jobs are emailed (blank: nowhere)."""
-    user.email = email.strip()
-    user.save(update_fields=["email"])
-    audit_record(actor=user, org=None, verb="user.email", target=f"user:{user.pk}")
+def user_email_set(
+    *, user, email: str, on_review: bool = True, on_decision: bool = True, on_failure: bool = True
+) -> None:
+    """Where news of the user's jobs is emailed (blank: nowhere), and which news."""
+    from portal.models import NotificationSettings
+
+    with transaction.atomic():
+        user.email = email.strip()
+        user.save(update_fields=["email"])
+        NotificationSettings.objects.update_or_create(
+            user=user,
+            defaults={
+                "email_on_review": on_review,
+                "email_on_decision": on_decision,
+                "email_on_failure": on_failure,
+            },
+        )
+        audit_record(actor=user, org=None, verb="user.email", target=f"user:{user.pk}")
 
 
 class JobControlRefused(ValueError):
@@ -381,6 +394,11 @@ def _job_email_send(job_id: int, event: str) -> None:
     job = Job.objects.select_related("workload", "created_by").filter(pk=job_id).first()
     user = job.created_by if job else None
     if user is None or not user.email:
+        return
+    from portal.models import NotificationSettings
+
+    wanted = {JOB_EMAIL_REVIEW: NotificationSettings.REVIEW}.get(event, NotificationSettings.FAILED)
+    if not NotificationSettings.wants(user, wanted):
         return
     name = job.workload.name
     url = reverse("web-job", args=[job.code])

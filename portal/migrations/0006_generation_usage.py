@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('portal', '0005_apitoken_expires_scope'),
+        ("portal", "0005_apitoken_expires_scope"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='generation',
-            name='usage',
+            model_name="generation",
+            name="usage",
             field=models.JSONField(blank=True, default=dict),
         ),
     ]

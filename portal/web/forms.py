@@ -296,3 +296,6 @@ class EmailForm(forms.Form):
     """Where decisions on the user's jobs are emailed; blank: nowhere (the job page only)."""
 
     email = forms.EmailField(required=False, max_length=254)
+    on_review = forms.BooleanField(required=False, label="When a job is done and waits for review")
+    on_decision = forms.BooleanField(required=False, label="When an engineer approves or rejects")
+    on_failure = forms.BooleanField(required=False, label="When a job fails")

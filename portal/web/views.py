@@ -809,14 +809,30 @@ def profile(request):
     from django.contrib.auth.forms import PasswordChangeForm
 
     which = request.POST.get("form") if request.method == "POST" else ""
+    from portal.models import NotificationSettings
+
+    prefs = NotificationSettings.objects.filter(user=request.user).first()
     email_form = EmailForm(
-        request.POST if which == "email" else None, initial={"email": request.user.email}
+        request.POST if which == "email" else None,
+        initial={
+            "email": request.user.email,
+            "on_review": prefs.email_on_review if prefs else True,
+            "on_decision": prefs.email_on_decision if prefs else True,
+            "on_failure": prefs.email_on_failure if prefs else True,
+        },
     )
     password_form = PasswordChangeForm(request.user, request.POST if which == "password" else None)
     status = 200
     if which == "email":
         if email_form.is_valid():
-            services.user_email_set(user=request.user, email=email_form.cleaned_data["email"])
+            data = email_form.cleaned_data
+            services.user_email_set(
+                user=request.user,
+                email=data["email"],
+                on_review=data["on_review"],
+                on_decision=data["on_decision"],
+                on_failure=data["on_failure"],
+            )
             messages.success(request, "Email address saved.")
             return redirect("web-profile")
         status = 400

@@ -40,7 +40,10 @@ def test_a_customer_sets_their_address_on_the_account_page_and_the_decision_is_e
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     client.force_login(customer)
     assert client.get(reverse("web-profile")).status_code == 200
-    response = client.post(reverse("web-profile"), {"form": "email", "email": "ada@example.com"})
+    ticked = {"on_review": "on", "on_decision": "on", "on_failure": "on"}
+    response = client.post(
+        reverse("web-profile"), {"form": "email", "email": "ada@example.com", **ticked}
+    )
     assert response.status_code == 302
     customer.refresh_from_db()
     assert customer.email == "ada@example.com"
@@ -156,3 +159,21 @@ def test_the_owner_is_emailed_when_a_job_goes_to_review_and_when_one_fails(
         customer.email
     ]
     assert Job.objects.get(pk=job.pk).status == Job.FAILED
+
+
+def test_a_customer_who_turns_off_decision_emails_gets_none(
+    client, customer, engineer, review_job, settings
+):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    client.force_login(customer)
+    page = client.get(reverse("web-profile")).content.decode()
+    assert "When an engineer approves or rejects" in page
+    response = client.post(
+        reverse("web-profile"),
+        {"form": "email", "email": "ada@example.com", "on_review": "on", "on_failure": "on"},
+    )
+    assert response.status_code == 302
+    decide_and_deliver(
+        job=review_job, reviewer=engineer, decision="reject", comment="too slow", checklist={}
+    )
+    assert mail.outbox == []
