@@ -360,7 +360,8 @@ def _timed_everywhere(entry: dict, field: str, shapes: set[str]) -> None:
 def _anywhere(value) -> None:
     """What no stored field may hold, wherever it is (the free-form JSON columns too: a compile
     report, a baseline's config, the environment): NaN or an infinity, which no JSON column
-    takes, and text that is not valid Unicode. Iterative; raises SchemaError with the path."""
+    takes, text that is not valid Unicode, and the NUL character, which PostgreSQL's text and
+    jsonb refuse. Iterative; raises SchemaError with the path."""
     stack = [(value, "")]
     while stack:
         item, where = stack.pop()
@@ -371,9 +372,12 @@ def _anywhere(value) -> None:
                 item.encode("utf-8")
             except UnicodeEncodeError:
                 raise SchemaError(where or "results", "holds a lone surrogate") from None
+            if "\x00" in item:
+                raise SchemaError(where or "results", "holds a NUL character")
         elif isinstance(item, dict):
             for key, child in item.items():
-                path = f"{where}.{key}" if where else str(key)
+                shown = str(key).encode("unicode_escape", "backslashreplace").decode("ascii")
+                path = f"{where}.{shown}" if where else shown
                 stack.append((key, f"{path} (the key)"))
                 stack.append((child, path))
         elif isinstance(item, list):

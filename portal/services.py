@@ -810,12 +810,12 @@ def results_record(*, results: dict, source: str = "worker") -> GpuBatch:
             env=results.get("env") or {}, timing_protocol=results.get("timing_protocol")
         )
         by_code = {str(c.code): c for c in batch.generation.candidates.all()}
-        for entry in results.get("candidates", []):
+        for entry in results.get("candidates") or []:
             candidate = by_code.get(str(entry.get("id")))
             if candidate is None:
                 continue
             _record_candidate(batch=batch, candidate=candidate, entry=entry, env=env)
-        for entry in results.get("baselines", []):
+        for entry in results.get("baselines") or []:
             _record_baseline(batch=batch, job=job, entry=entry, env=env)
         # Candidates the worker did not report on are failed, not left queued forever.
         batch.generation.candidates.filter(status=Candidate.QUEUED).update(
@@ -833,7 +833,7 @@ def results_record(*, results: dict, source: str = "worker") -> GpuBatch:
 
 
 def _record_candidate(*, batch: GpuBatch, candidate: Candidate, entry: dict, env) -> None:
-    for v in entry.get("verification", []):
+    for v in entry.get("verification") or []:
         dims = v.get("dims") or {}
         VerificationResult.objects.get_or_create(
             candidate=candidate,
@@ -849,7 +849,7 @@ def _record_candidate(*, batch: GpuBatch, candidate: Candidate, entry: dict, env
             },
         )
     medians = []
-    for t in entry.get("timing", []):
+    for t in entry.get("timing") or []:
         fields = _timing_fields(t)
         medians.append(fields["median_us"])
         TimingResult.objects.get_or_create(
@@ -858,7 +858,7 @@ def _record_candidate(*, batch: GpuBatch, candidate: Candidate, entry: dict, env
             dims_key=dims_key(fields["dims"]),
             defaults={**fields, "environment": env},
         )
-    for text in entry.get("flags", []):
+    for text in entry.get("flags") or []:
         Flag.objects.get_or_create(
             candidate=candidate,
             batch=batch,
@@ -885,7 +885,7 @@ def _record_baseline(*, batch: GpuBatch, job: Job, entry: dict, env) -> None:
         config_sha256=sha256_hex(canonical_json(config)),
         defaults={"config": config},
     )
-    timings = entry.get("timing", [])
+    timings = entry.get("timing") or []
     passed = entry.get("status") == "passed"
     measurement, created = BaselineMeasurement.objects.get_or_create(
         baseline=baseline,

@@ -93,7 +93,24 @@ BAD = [
     (["env", "gpu"], "G" * 101, "env.gpu"),
     (["candidates", 0, "reason"], "bad \udcff text", "candidates[0].reason"),
     (["copy_ceiling_tbps"], "4.28", "copy_ceiling_tbps"),
+    # found by the fuzz suite on PostgreSQL: its text and jsonb refuse the NUL character
+    (
+        ["candidates", 0, "verification", 0, "dims"],
+        {"\x00": 0},
+        "candidates[0].verification[0].dims.\\x00 (the key)",
+    ),
+    (["env", "cuda_bindings"], "13\x00", "env.cuda_bindings"),
 ]
+
+
+def test_a_candidate_with_no_verification_list_is_recorded_as_if_it_had_none(dispatched):
+    # found by the fuzz suite: the schema takes a null list where it takes none
+    results = _set(results_for(dispatched.batch), ["candidates", 0, "verification"], None)
+    results = _set(results, ["candidates", 0, "status"], "failed")
+    results = _set(results, ["candidates", 0, "timing"], None)
+    services.results_record(results=results)
+    dispatched.refresh_from_db()
+    assert dispatched.status != GpuBatch.DISPATCHED
 
 
 @pytest.mark.parametrize(
