@@ -272,9 +272,9 @@ def main(argv=None) -> int:
         from django.db import connection
         from django.test import Client
         from django.urls import reverse
-        from portal.delivery import decide_and_deliver
 
         from portal import services
+        from portal.delivery import decide_and_deliver
         from portal.models import Candidate, TimingResult, VerificationResult
 
         t0 = time.perf_counter()

@@ -117,7 +117,14 @@ def test_a_clock_that_dropped_below_ninety_percent_sagged():
 def test_every_record_starts_with_the_contract_keys():
     c = candidate_record("c", "// ptx")
     assert set(c) == {
-        "id", "ptx_sha256", "status", "reason", "compile", "verification", "timing", "flags"
+        "id",
+        "ptx_sha256",
+        "status",
+        "reason",
+        "compile",
+        "verification",
+        "timing",
+        "flags",
     }
     assert c["ptx_sha256"] == hashlib.sha256(b"// ptx").hexdigest()  # the PTX it was given
     b = baseline_record("triton", "3.6.0", {"kernel": "k"})

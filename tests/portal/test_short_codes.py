@@ -64,9 +64,7 @@ def test_a_prefix_two_jobs_share_is_a_404(client, customer, review_job):
     assert client.get(f"/api/v1/jobs/{review_job.code}/", **_auth(customer)).status_code == 200
 
 
-def test_another_organisations_job_is_not_found_by_its_short_code(
-    client, outsider, review_job
-):
+def test_another_organisations_job_is_not_found_by_its_short_code(client, outsider, review_job):
     response = client.get(f"/api/v1/jobs/{str(review_job.code)[:8]}/", **_auth(outsider))
     assert response.status_code == 404
 

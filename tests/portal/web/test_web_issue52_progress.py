@@ -43,7 +43,7 @@ def test_time_left_never_stays_at_estimating(client, customer, waiting_job):
     client.force_login(customer)
     page = client.get(reverse("web-job-progress", args=[waiting_job.code])).content.decode()
     assert "estimating" not in page
-    assert "time left: <span class=\"eta\">unknown until a GPU takes the batch</span>" in page
+    assert 'time left: <span class="eta">unknown until a GPU takes the batch</span>' in page
 
 
 def test_time_left_before_the_first_generation_says_when_it_will_be_known(

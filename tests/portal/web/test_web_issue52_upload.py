@@ -42,9 +42,7 @@ def test_a_kernel_per_row_length_is_honoured_when_the_manifest_has_a_baseline(
     assert all(w.baseline_source for w in Workload.objects.all())
 
 
-def test_workloads_made_from_one_upload_have_names_that_tell_them_apart(
-    client, customer, settings
-):
+def test_workloads_made_from_one_upload_have_names_that_tell_them_apart(client, customer, settings):
     settings.GPU_DISPATCH = False
     client.force_login(customer)
     client.post(

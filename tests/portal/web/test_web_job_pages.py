@@ -294,7 +294,7 @@ def test_the_candidate_page_shows_lineage_compile_verification_and_timing(
     )
     html = client.get(reverse("web-candidate", args=[best.code])).content.decode()
     assert "61.2 ms" in html and "Read from the compile cache" in html
-    assert html.index("61.2 ms") < html.index("id=\"compile-cached\"")
+    assert html.index("61.2 ms") < html.index('id="compile-cached"')
 
 
 def test_a_customer_reads_the_ptx_only_once_it_is_approved(client, customer, engineer, review_job):

@@ -60,9 +60,7 @@ def test_an_offline_job_says_its_kernels_cost_no_tokens(client, customer, orgs, 
     assert "offline generator" in page
 
 
-def test_proposing_a_generation_stores_what_the_agents_spent(
-    orgs, customer, settings, monkeypatch
-):
+def test_proposing_a_generation_stores_what_the_agents_spent(orgs, customer, settings, monkeypatch):
     from portal.models import Workload, sha256_hex
 
     settings.FACTORY_PROPOSE = "tests.portal.web.test_web_model_use:_propose_with_spend"
