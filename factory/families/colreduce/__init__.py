@@ -33,6 +33,29 @@ MAX_SMEM_BYTES = 48 * 1024
 ELEMENTWISE = (E.Input, E.Const, E.Unary, E.Binary, E.Compare, E.Where, E.Cast)
 
 
+def operand_inputs(x, shape, *, inside: str, of_shape: str) -> tuple[list, dict]:
+    """Every node of the elementwise operand `x` in walk order, and its float inputs by name
+    (name -> dtype). Refuses (Unsupported) a node that is not elementwise, an input that is not
+    float or not of `shape`, pow with a non-constant exponent, a cast to a non-float type, and a
+    broadcast node. `inside` and `of_shape` name the operand and the shape in the refusals."""
+    order, inputs = [], {}
+    for m in E.walk(x):
+        order.append(m)
+        if not isinstance(m, ELEMENTWISE):
+            raise Unsupported(f"{type(m).__name__} inside {inside}")
+        if isinstance(m, E.Input):
+            if m.dtype not in E.FLOAT_DTYPES or m.shape != shape:
+                raise Unsupported(f"input {m.name}: only float inputs of {of_shape}")
+            inputs[m.name] = m.dtype
+        if isinstance(m, E.Binary) and m.op == "pow" and not isinstance(m.b, E.Const):
+            raise Unsupported("pow needs a constant exponent")
+        if isinstance(m, E.Cast) and m.to not in E.FLOAT_DTYPES:
+            raise Unsupported(f"cast to {m.to}")
+        if m.shape not in ((), shape) and not isinstance(m, E.Const):
+            raise Unsupported(f"{type(m).__name__} of shape {m.shape} is broadcast")
+    return order, inputs
+
+
 @dataclass(frozen=True)
 class OutputPlan:
     name: str

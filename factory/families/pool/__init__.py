@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields
 from factory.emit import Emitted
 from factory.emit.ptx import Builder, EmitError, f32_literal
 from factory.families.base import Family, Roofline, Unsupported, log2
-from factory.families.colreduce import ELEMENTWISE
+from factory.families.colreduce import operand_inputs
 from factory.families.colreduce.kernel import ESIZE, ColumnKernel, ident, shape_product
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
@@ -60,21 +60,9 @@ def lower(workload) -> PoolIR:
         raise Unsupported("an output that is not a maxpool/avgpool")
     if o.dtype not in E.FLOAT_DTYPES:
         raise Unsupported(f"output {o.name} is {o.dtype}")
-    order, inputs = [], {}
-    for m in E.walk(n.x):
-        order.append(m)
-        if not isinstance(m, ELEMENTWISE):
-            raise Unsupported(f"{type(m).__name__} inside a pooling's operand")
-        if isinstance(m, E.Input):
-            if m.dtype not in E.FLOAT_DTYPES or m.shape != n.x.shape:
-                raise Unsupported(f"input {m.name}: only float inputs of the pooled shape")
-            inputs[m.name] = m.dtype
-        if isinstance(m, E.Binary) and m.op == "pow" and not isinstance(m.b, E.Const):
-            raise Unsupported("pow needs a constant exponent")
-        if isinstance(m, E.Cast) and m.to not in E.FLOAT_DTYPES:
-            raise Unsupported(f"cast to {m.to}")
-        if m.shape not in ((), n.x.shape) and not isinstance(m, E.Const):
-            raise Unsupported(f"{type(m).__name__} of shape {m.shape} is broadcast")
+    order, inputs = operand_inputs(
+        n.x, n.x.shape, inside="a pooling's operand", of_shape="the pooled shape"
+    )
     if not inputs:
         raise Unsupported("the pooling reads no input")
     nd = len(n.window)

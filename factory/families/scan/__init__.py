@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, fields
 from factory.emit import Emitted
 from factory.emit.ptx import Builder, EmitError, f32_literal
 from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
-from factory.families.colreduce import ELEMENTWISE
+from factory.families.colreduce import operand_inputs
 from factory.families.colreduce.kernel import (
     COMBINE,
     ESIZE,
@@ -84,21 +84,9 @@ def lower(workload) -> ScanIR:
         raise Unsupported("an output that is not a scan (cumsum/cumprod)")
     if o.dtype not in E.FLOAT_DTYPES:
         raise Unsupported(f"output {o.name} is {o.dtype}")
-    order, inputs = [], {}
-    for m in E.walk(n.x):
-        order.append(m)
-        if not isinstance(m, ELEMENTWISE):
-            raise Unsupported(f"{type(m).__name__} inside a scan's operand")
-        if isinstance(m, E.Input):
-            if m.dtype not in E.FLOAT_DTYPES or m.shape != n.shape:
-                raise Unsupported(f"input {m.name}: only float inputs of the output's shape")
-            inputs[m.name] = m.dtype
-        if isinstance(m, E.Binary) and m.op == "pow" and not isinstance(m.b, E.Const):
-            raise Unsupported("pow needs a constant exponent")
-        if isinstance(m, E.Cast) and m.to not in E.FLOAT_DTYPES:
-            raise Unsupported(f"cast to {m.to}")
-        if m.shape not in ((), n.shape) and not isinstance(m, E.Const):
-            raise Unsupported(f"{type(m).__name__} of shape {m.shape} is broadcast")
+    order, inputs = operand_inputs(
+        n.x, n.shape, inside="a scan's operand", of_shape="the output's shape"
+    )
     if not inputs:
         raise Unsupported("the scan reads no input")
     return ScanIR(
