@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import math
 
+from factory.costmodel import _is_number
 from factory.device import DEFAULT as DEVICE
 
 NUM_SMS = DEVICE.sms
 MAX_THREADS_PER_SM = DEVICE.max_threads_per_sm
 MAX_BLOCKS_PER_SM = DEVICE.max_blocks_per_sm
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def _num(s: dict, key: str, default: float) -> float:
