@@ -78,9 +78,18 @@ class Organisation(models.Model):
 
 
 class Membership(models.Model):
+    """A user's place in an organisation. A customer sees and uploads the organisation's
+    workloads; an admin is a customer who also invites people to the organisation and sets their
+    roles; an engineer reviews every organisation's jobs (portal.selectors.scope)."""
+
     ROLE_CUSTOMER = "customer"
+    ROLE_ADMIN = "admin"
     ROLE_ENGINEER = "engineer"
-    ROLE_CHOICES = [(ROLE_CUSTOMER, "Customer"), (ROLE_ENGINEER, "Engineer")]
+    ROLE_CHOICES = [
+        (ROLE_CUSTOMER, "Customer"),
+        (ROLE_ADMIN, "Admin"),
+        (ROLE_ENGINEER, "Engineer"),
+    ]
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, models.CASCADE, related_name="memberships")
     org = models.ForeignKey(Organisation, models.CASCADE, related_name="memberships")
@@ -96,6 +105,57 @@ class Membership(models.Model):
     @property
     def is_engineer(self) -> bool:
         return self.role == self.ROLE_ENGINEER
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == self.ROLE_ADMIN
+
+
+class Invitation(models.Model):
+    """A one-time link that makes its holder a member of `org` with `role`. Only the hash of the
+    link's secret is stored; the link is shown and emailed once, when made. Used once
+    (`accepted`), withdrawn (`revoked`) or past `expires`, it opens nothing."""
+
+    code = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    org = models.ForeignKey(Organisation, models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(
+        max_length=16, choices=Membership.ROLE_CHOICES, default=Membership.ROLE_CUSTOMER
+    )
+    secret_sha256 = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created = models.DateTimeField(default=timezone.now)
+    expires = models.DateTimeField()
+    accepted = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    revoked = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.email} to {self.org} ({self.role})"
+
+    @staticmethod
+    def new_secret() -> tuple[str, str]:
+        """(secret, its sha256) for a fresh link."""
+        secret = secrets.token_urlsafe(32)
+        return secret, sha256_hex(secret)
+
+    @property
+    def state(self) -> str:
+        """ "accepted", "revoked", "expired" or "open"."""
+        if self.accepted is not None:
+            return "accepted"
+        if self.revoked is not None:
+            return "revoked"
+        if self.expires <= timezone.now():
+            return "expired"
+        return "open"
 
 
 class ApiToken(models.Model):
@@ -266,6 +326,9 @@ class Job(models.Model):
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
     updated = models.DateTimeField(default=timezone.now)
+    # Set when someone of its organisation archived it: hidden from the default job list, shown
+    # under the list's "archived" filter, restorable (cleared). Nothing else changes.
+    archived = models.DateTimeField(null=True, blank=True, db_index=True)
 
     class Meta:
         ordering = ["-created"]
