@@ -96,3 +96,27 @@ def rank_correlation(pairs: list[tuple[float, float]]) -> float | None:
     except Exception:  # noqa: BLE001 - no cost model installed
         return None
     return None if rho is None or not math.isfinite(rho) else float(rho)
+
+
+def search_gains(rows: list[dict]) -> list[dict]:
+    """Each generation row (`index`, `best_score_us` of its own candidates, `gpu_s` its GPU
+    batch took, None when not run) with what the search has earned by then: `best_so_far_us`
+    (the fastest of this and every earlier generation), `gain_pct` (how much faster that is than
+    generation 0's best, in percent; None until generation 0 has a time) and `gpu_s_total` (the
+    GPU-seconds of this and every earlier generation). Rows in index order; new dicts."""
+    out = []
+    best = None
+    base = None
+    spent = 0.0
+    for row in sorted(rows, key=lambda r: r["index"]):
+        score = row.get("best_score_us")
+        if score is not None and math.isfinite(score) and score > 0:
+            best = score if best is None else min(best, score)
+            if row["index"] == 0:
+                base = score
+        gpu_s = row.get("gpu_s")
+        if gpu_s is not None and math.isfinite(gpu_s) and gpu_s > 0:
+            spent += gpu_s
+        gain = (base / best - 1.0) * 100.0 if base is not None and best is not None else None
+        out.append(dict(row, best_so_far_us=best, gain_pct=gain, gpu_s_total=spent))
+    return out

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from django.core.cache import cache
 from django.db.models import Count, F, Max, Q
+from django.utils import timezone
 
 from portal.charts import shape_label
 from portal.models import (
@@ -311,6 +313,48 @@ def default_baseline(baselines: list[BaselineSeries], timings: list[TimingResult
     if best is None and baselines:
         best = baselines[0].name
     return best
+
+
+def _instant(value):
+    """A datetime from a stored ISO timestamp (the worker's `env` times), None if unreadable."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        out = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return out if out.tzinfo is not None else out.replace(tzinfo=UTC)
+
+
+def generation_gpu_seconds(job: Job) -> dict[int, float]:
+    """GPU-seconds each generation's batch took, by generation index: the span the GPU worker
+    recorded in its results (`env.started_at` to `env.finished_at`: verification, baselines and
+    timing), else the batch's taken-to-recorded span (an imported results file without times),
+    a batch still on the GPU counting up to now. Generations whose batch never reached a GPU
+    are absent."""
+    out: dict[int, float] = {}
+    rows = (
+        GpuBatch.objects.filter(job=job)
+        .values_list(
+            "generation__index",
+            "results__env__started_at",
+            "results__env__finished_at",
+            "started",
+            "finished",
+        )
+        .order_by()
+    )
+    now = timezone.now()
+    for index, env_start, env_end, started, finished in rows:
+        begin, end = _instant(env_start), _instant(env_end)
+        if begin is None or end is None:
+            begin, end = started, finished or (now if started else None)
+        if begin is None or end is None or end < begin:
+            continue
+        out[index] = out.get(index, 0.0) + (end - begin).total_seconds()
+    return out
 
 
 # --- the evidence memory (engineers) -------------------------------------------------------------

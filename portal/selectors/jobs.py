@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.utils import timezone
 
+from portal.derived import search_gains
 from portal.models import (
     AuditEvent,
     Candidate,
@@ -128,8 +129,13 @@ def costmodel_rows(job: Job, generation: Generation | None = None) -> list[dict]
 
 
 def generation_rows(job: Job) -> list[dict]:
-    """One row per generation: status, candidate counts by status, best time, duration, and the
-    cost model's rank correlation with the measured times (stored when the generation finished)."""
+    """One row per generation: status, candidate counts by status, best time, duration, the
+    cost model's rank correlation with the measured times (stored when the generation finished),
+    the GPU-seconds its batch took, and the search's best so far, its gain over generation 0 and
+    the GPU-seconds spent to date (portal.derived.search_gains)."""
+    from portal.selectors.evidence import generation_gpu_seconds
+
+    gpu_s = generation_gpu_seconds(job)
     counts: dict[int, dict[str, int]] = {}
     for gen_id, status, n in (
         Candidate.objects.filter(job=job)
@@ -158,9 +164,10 @@ def generation_rows(job: Job) -> list[dict]:
                 "best_score_us": gen.best_score_us,
                 "model_rho": gen.model_rho,
                 "duration_s": max(0.0, (end - gen.created).total_seconds()),
+                "gpu_s": gpu_s.get(gen.index),
             }
         )
-    return rows
+    return search_gains(rows)
 
 
 def _generation_label(gen: Generation) -> str:
