@@ -7,10 +7,12 @@ Nothing here decides who may see what (`portal.selectors.scope` does, before the
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
 from django.core.cache import cache
 from django.db.models import Count, F, Max, Q
 from django.utils import timezone
@@ -24,6 +26,7 @@ from portal.models import (
     Job,
     TimingResult,
     VerificationResult,
+    Workload,
     dims_key,
 )
 from portal.selectors.jobs import spec_or_none
@@ -420,9 +423,15 @@ def evidence_view(*, family: str, gpu: str, dtype: str | None, shape_class: str 
     passed = [r for r in records if r["status"] == Candidate.PASSED and r["median_us"]]
     top = sorted(passed, key=lambda r: -(r["tbps"] or 0.0))[:12]
     labels = _schedule_labels(top)
+    names = dict(
+        Workload.objects.filter(sha256__in={r["workload_sha256"] for r in passed})
+        .order_by("created")
+        .values_list("sha256", "name")
+    )
     return {
         "records": len(records),
         "jobs": len({r["job"] for r in records}),
+        "findings": search_findings(passed, names),
         "dtypes": dtypes,
         "shape_classes": classes,
         "lessons": lessons,
@@ -437,6 +446,135 @@ def evidence_view(*, family: str, gpu: str, dtype: str | None, shape_class: str 
         ],
         "tag_legend": " ".join(f.legend for f in families.all_families() if f.legend),
     }
+
+
+# A choice decides a shape when the best schedule without the winning value is at least this
+# much slower than the best with it; closer than that is within run-to-run noise of a timing.
+DECISIVE = 1.02
+# Fields that name the problem or the family, not a choice the search made.
+NOT_CHOICES = ("family", "problem")
+
+
+def _shape_groups(records: list[dict], names: dict[str, str]) -> dict[tuple, dict]:
+    """Verified records by (operator signature, shape): each schedule's fastest median there."""
+    groups: dict[tuple, dict] = {}
+    for r in records:
+        sched = r.get("schedule")
+        if r.get("status") != Candidate.PASSED or not r.get("median_us") or not r.get("dims"):
+            continue
+        if not isinstance(sched, dict) or sched.get("ptx_edit"):
+            continue
+        key = (r.get("signature") or "", dims_key(r["dims"]))
+        g = groups.setdefault(
+            key,
+            {
+                "label": " ".join(
+                    x
+                    for x in (names.get(r.get("workload_sha256") or "", ""), shape_label(r["dims"]))
+                    if x
+                ),
+                "best": {},
+            },
+        )
+        skey = json.dumps(sched, sort_keys=True, default=str)
+        prev = g["best"].get(skey)
+        t = float(r["median_us"])
+        if prev is None or t < prev[0]:
+            g["best"][skey] = (t, sched)
+    return groups
+
+
+def search_findings(records: list[dict], names: dict[str, str] | None = None) -> list[dict]:
+    """What the search learnt about each schedule field, from the verified evidence: at each
+    shape (one operator at one size) where the search timed schedules with two or more values
+    of the field, the value of the fastest schedule there, and how much slower the fastest
+    schedule with any other value ran (the margin). A value wins a shape when that margin is at
+    least DECISIVE; closer shapes count as "no difference". One dict per field that has a
+    winner somewhere, most shapes decided first: `field`, `wins` (value, shapes, median margin,
+    schedules timed), `even` (shapes where it made no difference) and `text`, the finding in a
+    sentence. `names`: workload hash -> operator name, for the shape labels."""
+    names = names or {}
+    per_field: dict[str, dict] = {}
+    for g in _shape_groups(records, names).values():
+        timed = list(g["best"].values())
+        fields = sorted({f for _, sched in timed for f in sched} - set(NOT_CHOICES))
+        for f in fields:
+            by_value: dict[str, float] = {}
+            for t, sched in timed:
+                v = _value_text(sched.get(f))
+                by_value[v] = min(t, by_value.get(v, math.inf))
+            if len(by_value) < 2:
+                continue
+            ranked = sorted(by_value.items(), key=lambda kv: kv[1])
+            (value, best), (_, runner_up) = ranked[0], ranked[1]
+            margin = runner_up / best
+            entry = per_field.setdefault(f, {"wins": {}, "even": []})
+            if margin >= DECISIVE:
+                w = entry["wins"].setdefault(value, {"shapes": [], "margins": [], "timed": 0})
+                w["shapes"].append(g["label"])
+                w["margins"].append(margin)
+                w["timed"] += len(timed)
+            else:
+                entry["even"].append(g["label"])
+    out = []
+    for f, entry in per_field.items():
+        if not entry["wins"]:
+            continue
+        wins = sorted(
+            (
+                {
+                    "value": v,
+                    "shapes": sorted(w["shapes"]),
+                    "margin": float(np.median(w["margins"])),
+                    "timed": w["timed"],
+                }
+                for v, w in entry["wins"].items()
+            ),
+            key=lambda w: (-len(w["shapes"]), -w["margin"]),
+        )
+        decided = sum(len(w["shapes"]) for w in wins)
+        out.append(
+            {
+                "field": f,
+                "wins": wins,
+                "even": sorted(entry["even"]),
+                "decided": decided,
+                "text": _finding_text(f, wins, entry["even"]),
+            }
+        )
+    return sorted(out, key=lambda x: (-x["decided"], x["field"]))
+
+
+def _value_text(value) -> str:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return str(value)
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _shapes_text(shapes: list[str], limit: int = 4) -> str:
+    shown = ", ".join(shapes[:limit])
+    return shown + (f" and {len(shapes) - limit} more" if len(shapes) > limit else "")
+
+
+def _finding_text(f: str, wins: list[dict], even: list[str]) -> str:
+    """A field's finding in words: where each value won and by how much, where it did not
+    matter."""
+    total = sum(len(w["shapes"]) for w in wins) + len(even)
+    parts = []
+    for w in wins:
+        n = len(w["shapes"])
+        parts.append(
+            f"{f} = {w['value']} is fastest at {n} of {total} shape{'s' if total != 1 else ''} "
+            f"({_shapes_text(w['shapes'])}); there the best schedule with another {f} is "
+            f"{w['margin']:.2f}x slower (median)"
+        )
+    text = "; ".join(parts)
+    if even:
+        text += (
+            f"; at {len(even)} shape{'s' if len(even) != 1 else ''} ({_shapes_text(even)}) "
+            f"it made less than {round((DECISIVE - 1) * 100)}% difference"
+        )
+    return text + "."
 
 
 def _schedule_labels(records: list[dict]) -> dict[tuple[str, str], str]:
