@@ -190,6 +190,30 @@ class Pool(Node):
     dtype: str = "fp32"
 
 
+@dataclass(frozen=True)
+class Attention(Node):
+    """Scaled dot-product attention (factory.spec.attention): q (B, Hq, S, D), k and v
+    (B, Hkv, Skv, D), Hq a multiple of Hkv (query head h reads key/value head h // (Hq / Hkv)).
+    The score of query i and key j is `score` evaluated with s = scale * q[i] . k[j] (None: s
+    itself), keys where any `mask` term is false take no weight, and the softmax over the keys
+    weighs v. `part` "out" is that (B, Hq, S, D) result (zero for a row with no key left),
+    "lse" the (B, Hq, S) log-sum-exp of the kept scores (natural log; -inf for such a row).
+    `score` and `mask` are over the placeholders s, i, j, h (Inputs of shape ()) and `extra`,
+    the per-head or per-position inputs they read by subscript (Gather nodes); only q, k, v and
+    `extra` are operands of the node."""
+
+    q: Node
+    k: Node
+    v: Node
+    extra: tuple[Node, ...]
+    score: Node | None
+    mask: tuple[Node, ...]
+    scale: float
+    part: str
+    shape: Shape
+    dtype: str = "fp32"
+
+
 def pooled_size(n: int, window: int, stride: int, padding: int) -> int:
     return (n + 2 * padding - window) // stride + 1
 
@@ -211,6 +235,8 @@ def children(node: Node) -> tuple[Node, ...]:
         return (node.cond, node.a, node.b)
     if isinstance(node, Gather):
         return (node.x, node.idx)
+    if isinstance(node, Attention):
+        return (node.q, node.k, node.v, *node.extra)
     raise TypeError(f"not an expression node: {type(node).__name__}")
 
 
@@ -295,6 +321,6 @@ def _getstate(self: Node) -> dict:
 Node.__getstate__ = _getstate
 for _cls in (Input, Const, Unary, Binary, Compare, Where, Reduce, Gather, Cast, Transpose, MatMul):
     _install_graph_methods(_cls)
-for _cls in (Scan, ArgReduce, Pool):
+for _cls in (Scan, ArgReduce, Pool, Attention):
     _install_graph_methods(_cls)
 del _cls

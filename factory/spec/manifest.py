@@ -21,6 +21,7 @@ from factory.spec.expr import (
     INDEX_DTYPES,
     OUTPUT_DTYPES,
     ArgReduce,
+    Attention,
     Const,
     Gather,
     Input,
@@ -658,6 +659,9 @@ class _Loader:
         to an odd size (N-1), and a few rows with the inner dims grown to an odd size (N+3).
         Batch dims are those that appear before the last axis of some input; the rest are inner
         (row length, vocabulary) dims."""
+        attn = [n for o in self.outputs for n in walk(o.expr) if isinstance(n, Attention)]
+        if attn:
+            return _derive_attention_heldout(row, attn[0])
         matmuls = [n for o in self.outputs for n in walk(o.expr) if isinstance(n, MatMul)]
         if matmuls:
             return _derive_matmul_heldout(row, matmuls)
@@ -932,6 +936,9 @@ def _matmul_weight(n: Node, row: dict[str, int]) -> int:
     """How many elements' worth of work one element of `n` costs the reference: a matmul's
     output element sums K products (numpy's dgemm does about 64 of them in an elementwise op's
     time)."""
+    if isinstance(n, Attention):  # each output element sums Skv products, twice
+        skv = n.k.shape[2]
+        return max(1, (row[skv] if isinstance(skv, str) else skv) // 32)
     if not isinstance(n, MatMul):
         return 1
     k = n.a.shape[-1]
@@ -957,6 +964,20 @@ def _derive_matmul_heldout(row: dict[str, int], matmuls: list) -> list[dict[str,
             one[k], few[k] = 1, HELDOUT_SMALL_BATCH
         else:
             one[k], few[k] = 1, 3
+    return [one] if one == few else [one, few]
+
+
+def _derive_attention_heldout(row: dict[str, int], n) -> list[dict[str, int]]:
+    """Held-out shapes of an attention: the sequence lengths odd (never a multiple of a tile),
+    one of them shorter than one 128-row tile, the batch 1 and 2; heads and head dim kept."""
+    seq = {d for d in (n.q.shape[2], n.k.shape[2]) if isinstance(d, str)}
+    batch = n.q.shape[0]
+    one, few = dict(row), dict(row)
+    for d in seq:
+        one[d] = min(_odd_below(row[d]), 333)
+        few[d] = min(_odd_below(row[d]), 77)
+    if isinstance(batch, str):
+        one[batch], few[batch] = 1, min(2, row[batch])
     return [one] if one == few else [one, few]
 
 

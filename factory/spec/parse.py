@@ -61,12 +61,14 @@ SCAN_FUNCS = {"cumsum": "sum", "cumprod": "prod"}
 ARG_FUNCS = ("argmax", "argmin")
 POOL_FUNCS = {"maxpool": "max", "avgpool": "avg"}
 EXTRA_FUNCS = ("prod", *SCAN_FUNCS, *ARG_FUNCS, *POOL_FUNCS)  # parsed by ExprParser._extended
+ATTENTION_FUNCS = ("attention", "attention_lse")  # parsed by factory.spec.attention
 FUNCTION_NAMES = (
     frozenset(UNARY_FUNCS)
     | set(CAST_FUNCS)
     | set(REDUCE_FUNCS)
     | {"where", "gather", "matmul"}
     | set(EXTRA_FUNCS)
+    | set(ATTENTION_FUNCS)
 )
 INF_NAME = "inf"  # the constant infinity (-inf by unary minus), unless the manifest names one
 REDUCE_KEYWORDS = ("axis", "keepdims")
@@ -304,6 +306,10 @@ class ExprParser:
         if len(keywords) != len(n.keywords):
             raise ExprError(f"{fname}() got a repeated keyword")
 
+        if fname in ATTENTION_FUNCS:
+            from factory.spec.attention import parse_call
+
+            return parse_call(self, fname, n, keywords, depth)
         if fname in EXTRA_FUNCS or (
             fname in REDUCE_FUNCS
             and not (fname in ("max", "min") and nargs == 2)

@@ -15,6 +15,7 @@ from factory.spec.expr import (
     FLOAT_DTYPES,
     INDEX_DTYPES,
     ArgReduce,
+    Attention,
     Binary,
     Cast,
     Compare,
@@ -472,7 +473,33 @@ def _eval(n: Node, values, decls, inputs, dims, out) -> np.ndarray:
     if isinstance(n, MatMul):
         # float64 products summed in float64 (numpy's BLAS dgemm), batch axes broadcast
         return np.matmul(_as_float(values[n.a]), _as_float(values[n.b]))
+    if isinstance(n, Attention):
+        from factory.spec.attention import attention_reference
+
+        extra = {x.name: _as_float(values[x]) for x in n.extra}
+        try:
+            return attention_reference(
+                n, _as_float(values[n.q]), _as_float(values[n.k]), _as_float(values[n.v]), extra
+            )
+        except (ValueError, IndexError) as e:
+            raise SpecError([("shapes", f"attention: {e}")]) from None
     raise SpecError([("expr", f"unknown node {type(n).__name__}")])
+
+
+def apply_elementwise(n: Node, args: list) -> np.ndarray:
+    """The value of an elementwise node (Unary, Binary, Compare, Where, Cast) from its operands'
+    values, in float64 (booleans for a comparison): the same tables `_eval` uses."""
+    if isinstance(n, Unary):
+        return _UNARY[n.op](_as_float(args[0]), None)
+    if isinstance(n, Binary):
+        return _BINARY[n.op](_as_float(args[0]), _as_float(args[1]), None)
+    if isinstance(n, Compare):
+        return _COMPARE[n.op](_as_float(args[0]), _as_float(args[1]))
+    if isinstance(n, Where):
+        return np.where(args[0], _as_float(args[1]), _as_float(args[2])).astype(np.float64)
+    if isinstance(n, Cast):
+        return _round_through(_as_float(args[0]), n.to)
+    raise SpecError([("expr", f"{type(n).__name__} is not elementwise")])
 
 
 def _sigmoid(x, out):

@@ -1,0 +1,336 @@
+"""The attention operator of the expression language, and its float64 reference.
+
+In a manifest an output is
+
+    attention(q, k, v, score="30 * tanh(s / 30)", mask=["j <= i", "i - j < 1024"], scale=0.1)
+    attention_lse(q, k, v, ...)            # the same keywords: the log-sum-exp per query row
+
+q is (B, Hq, S, D), k and v (B, Hkv, Skv, D), with Hq a multiple of Hkv (grouped query heads:
+query head h reads key/value head h // (Hq / Hkv)). `scale` defaults to 1 / sqrt(D). The score
+of query i and key j is the `score` expression over
+
+    s   the scaled dot product scale * q[b, h, i] . k[b, h // g, j]
+    i   the query index, j the key index, h the query head (numbers, 0-based)
+    x[h], x[i], x[j]   an input per head ((Hq,) or (B, Hq)) or per position ((S,)/(B, S) for i,
+                       (Skv,)/(B, Skv) for j), read at that index (e.g. slope[h], doc[j])
+
+plus the manifest's constants and lets. `mask` is one comparison or a list of them, all of
+which must hold for key j to count (causal "j <= i", a window "i - j < 1024", a document mask
+"doc[i] == doc[j]"). Both are parsed by the expression parser (factory.spec.parse), never
+evaluated as Python. A row whose every key is masked out is zero, its log-sum-exp -inf.
+
+The reference evaluates in float64 in blocks of queries, so a long sequence needs memory for
+one block of scores at a time.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+
+import numpy as np
+
+from factory.spec.expr import Attention, Compare, Const, Gather, Input, Node, walk
+
+ATTENTION_FUNCS = ("attention", "attention_lse")
+KEYWORDS = ("score", "mask", "scale")
+MAX_MASK_TERMS = 8
+QUERY_BLOCK = 256  # query rows per reference block: a (256, Skv) float64 score matrix
+
+# The placeholders a score or mask expression reads; inside one they shadow manifest names.
+S = Input("s", (), "fp32")
+I = Input("i", (), "int32")  # noqa: E741 - the query index is i in every text on attention
+J = Input("j", (), "int32")
+H = Input("h", (), "int32")
+PLACEHOLDERS = {"s": S, "i": I, "j": J, "h": H}
+
+
+def _error(message: str):
+    from factory.spec.parse import ExprError
+
+    return ExprError(message)
+
+
+def _text_keyword(v: ast.AST, what: str) -> str:
+    if isinstance(v, ast.Constant) and isinstance(v.value, str):
+        return v.value
+    raise _error(f"attention(): {what} must be a quoted expression, e.g. {what}='j <= i'")
+
+
+def parse_call(parser, fname: str, n: ast.Call, keywords: dict, depth: int) -> Node:
+    """The Attention node of `attention(q, k, v, ...)` / `attention_lse(...)` as `parser` (an
+    ExprParser) sees it. Raises ExprError naming what is wrong."""
+    for k in keywords:
+        if k not in KEYWORDS:
+            raise _error(f"{fname}() got an unexpected keyword {k!r}"[:120])
+    if len(n.args) != 3:
+        raise _error(f"{fname}() takes 3 arguments (q, k, v) and keywords score, mask, scale")
+    q, k, v = (parser._visit(a, depth + 1) for a in n.args)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Input) or t.dtype not in ("bf16", "fp16", "fp32"):
+            raise _error(f"{fname}(): {name} must be a floating-point input tensor")
+        if len(t.shape) != 4:
+            raise _error(f"{fname}(): {name} must have 4 axes (B, heads, sequence, head dim)")
+    if k.shape != v.shape:
+        raise _error(f"{fname}(): k and v must have the same shape")
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise _error(f"{fname}(): q and k must share the batch (first) and head dim (last) axes")
+    scale = None
+    if "scale" in keywords:
+        sv = keywords["scale"]
+        if isinstance(sv, ast.UnaryOp) and isinstance(sv.op, ast.USub):
+            raise _error(f"{fname}(): scale must be a positive number")
+        if not (isinstance(sv, ast.Constant) and type(sv.value) in (int, float)):
+            raise _error(f"{fname}(): scale must be a number")
+        scale = float(sv.value)
+        if not (math.isfinite(scale) and 0 < scale < 1e6):
+            raise _error(f"{fname}(): scale must be a positive finite number")
+    if scale is None:
+        d = q.shape[3]
+        if not isinstance(d, int):
+            # the head dim is a symbol: 1/sqrt(D) would differ per shape; say it instead
+            raise _error(f"{fname}(): give scale= when the head dim is a named dim")
+        scale = 1.0 / math.sqrt(d)
+    sub = _ScoreParser(parser, q, k)
+    score = None
+    if "score" in keywords:
+        score = sub.parse_term(_text_keyword(keywords["score"], "score"), "score")
+        if isinstance(score, Compare):
+            raise _error(f"{fname}(): score must be a number, not a comparison (use mask=)")
+    mask: list[Node] = []
+    if "mask" in keywords:
+        mv = keywords["mask"]
+        items = mv.elts if isinstance(mv, ast.List | ast.Tuple) else [mv]
+        if len(items) > MAX_MASK_TERMS:
+            raise _error(f"{fname}(): at most {MAX_MASK_TERMS} mask terms")
+        for item in items:
+            term = sub.parse_term(_text_keyword(item, "mask"), "mask")
+            if not isinstance(term, Compare):
+                raise _error(f"{fname}(): each mask term must be a comparison such as 'j <= i'")
+            mask.append(term)
+    extra = tuple(dict.fromkeys(sub.extra))
+    b, hq, sq, d = q.shape
+    shape = (b, hq, sq, d) if fname == "attention" else (b, hq, sq)
+    node = Attention(
+        q,
+        k,
+        v,
+        extra,
+        score,
+        tuple(mask),
+        scale,
+        "out" if fname == "attention" else "lse",
+        shape,
+    )
+    return parser.make(node)
+
+
+class _ScoreParser:
+    """Parses a score or mask text with the manifest's scope plus the placeholders, and
+    subscripts x[i] / x[j] / x[h] of per-position or per-head inputs."""
+
+    def __init__(self, parser, q: Input, k: Input):
+        from factory.spec.parse import ExprParser
+
+        self.q, self.k = q, k
+        self.extra: list[Input] = []
+        outer = self
+
+        class _Parser(ExprParser):
+            def _visit(self, n, depth):
+                if isinstance(n, ast.Subscript):
+                    return outer._subscript(self, n)
+                return super()._visit(n, depth)
+
+        scope = {**parser.scope, **PLACEHOLDERS}
+        self.parser = _Parser(scope, parser.interner)
+
+    def parse_term(self, text: str, what: str) -> Node:
+        try:
+            node = self.parser.parse(text)
+        except Exception as e:  # ExprError: say which keyword it came from
+            raise _error(f"attention() {what}: {e}") from None
+        read = {g.x for g in walk(node) if isinstance(g, Gather)}
+        for n in walk(node):
+            if n in read:
+                continue  # a tensor read by subscript
+            if n.shape != ():
+                raise _error(
+                    f"attention() {what}: every value must be one number per (i, j); "
+                    f"read a tensor by subscript, e.g. slope[h] or doc[j]"
+                )
+            if isinstance(n, Input) and n not in PLACEHOLDERS.values() and n not in self.extra:
+                raise _error(f"attention() {what}: {n.name} must be read by subscript")
+        return node
+
+    def _subscript(self, parser, n: ast.Subscript) -> Node:
+        if not isinstance(n.value, ast.Name) or not isinstance(n.slice, ast.Name):
+            raise _error("a subscript must be name[i], name[j] or name[h]")
+        idx_name = n.slice.id
+        if idx_name not in ("i", "j", "h"):
+            raise _error("a subscript's index must be i, j or h")
+        x = parser.scope.get(n.value.id)
+        if not isinstance(x, Input) or n.value.id in PLACEHOLDERS:
+            raise _error(f"{n.value.id!r} is not an input tensor that can be subscripted"[:120])
+        b, hq, sq, _ = self.q.shape
+        axis = {"i": sq, "j": self.k.shape[2], "h": hq}[idx_name]
+        if x.shape not in ((axis,), (b, axis)):
+            raise _error(
+                f"{x.name}[{idx_name}]: {x.name} must have shape ({axis},) or ({b}, {axis}), "
+                f"not {x.shape}"
+            )
+        self.extra.append(x)
+        return parser.make(Gather(x, PLACEHOLDERS[idx_name], ()))
+
+
+# -- the float64 reference -----------------------------------------------------------------------
+
+
+def _eval_term(node: Node, env: dict, extra: dict, b: int, cache: dict) -> np.ndarray:
+    """node over the broadcast index arrays in env (s, i, j, h), float64 or bool."""
+    from factory.spec.reference import apply_elementwise
+
+    if node in cache:
+        return cache[node]
+    if isinstance(node, Input):
+        r = env[node.name]
+    elif isinstance(node, Const):
+        r = np.float64(node.value)
+    elif isinstance(node, Gather):
+        arr = extra[node.x.name]
+        if arr.ndim == 2:
+            arr = arr[b]
+        r = arr[np.asarray(env[node.idx.name], dtype=np.int64)]
+    else:
+        args = [_eval_term(c, env, extra, b, cache) for c in _operands(node)]
+        r = apply_elementwise(node, args)
+    cache[node] = r
+    return r
+
+
+def _operands(node: Node) -> tuple[Node, ...]:
+    from factory.spec.expr import children
+
+    return children(node)
+
+
+def attention_reference(
+    node: Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, extra: dict[str, np.ndarray]
+) -> np.ndarray:
+    """node's result in float64 from float64 q, k, v and the extra inputs (by name). Raises
+    ValueError when Hq is not a multiple of Hkv."""
+    bsz, hq, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    if hq % hkv:
+        raise ValueError(f"{hq} query heads are not a multiple of {hkv} key/value heads")
+    group = hq // hkv
+    lse_part = node.part == "lse"
+    out = np.zeros((bsz, hq, sq) if lse_part else (bsz, hq, sq, d))
+    j_idx = np.arange(skv, dtype=np.float64)[None, :]
+    for b in range(bsz):
+        for h in range(hq):
+            kt = k[b, h // group].T
+            vv = v[b, h // group]
+            for i0 in range(0, sq, QUERY_BLOCK):
+                i1 = min(sq, i0 + QUERY_BLOCK)
+                s = (q[b, h, i0:i1] @ kt) * node.scale
+                env = {
+                    "s": s,
+                    "i": np.arange(i0, i1, dtype=np.float64)[:, None],
+                    "j": j_idx,
+                    "h": np.float64(h),
+                }
+                cache: dict = {}
+                score = s if node.score is None else _eval_term(node.score, env, extra, b, cache)
+                keep = np.ones(s.shape, dtype=bool)
+                for term in node.mask:
+                    keep &= np.broadcast_to(_eval_term(term, env, extra, b, cache), s.shape)
+                score = np.where(keep, np.broadcast_to(score, s.shape), -np.inf)
+                m = score.max(axis=1, keepdims=True)
+                any_kept = np.isfinite(m)
+                m_safe = np.where(any_kept, m, 0.0)
+                p = np.exp(score - m_safe)  # exp(-inf) = 0 for masked keys
+                total = p.sum(axis=1, keepdims=True)
+                if lse_part:
+                    with np.errstate(divide="ignore"):
+                        out[b, h, i0:i1] = np.where(any_kept, m_safe + np.log(total), -np.inf)[:, 0]
+                else:
+                    o = (p @ vv) / np.where(total > 0, total, 1.0)
+                    out[b, h, i0:i1] = np.where(any_kept, o, 0.0)
+    return out
+
+
+def naive_reference(
+    node: Attention, q: np.ndarray, k: np.ndarray, v: np.ndarray, extra: dict[str, np.ndarray]
+) -> np.ndarray:
+    """The same result without blocks, grouping by repeat or the shared evaluator: the whole
+    (B, Hq, S, Skv) score tensor at once, each element's score and mask by plain Python. For
+    tests at small shapes only."""
+    hq, hkv = q.shape[1], k.shape[1]
+    kk = np.repeat(k, hq // hkv, axis=1)
+    vv = np.repeat(v, hq // hkv, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", q, kk) * node.scale
+    score = np.full(s.shape, -np.inf)
+    for b, h, i, j in np.ndindex(*s.shape):
+        env = {"s": s[b, h, i, j], "i": float(i), "j": float(j), "h": float(h)}
+        if all(bool(_scalar(t, env, extra, b)) for t in node.mask):
+            score[b, h, i, j] = (
+                s[b, h, i, j] if node.score is None else _scalar(node.score, env, extra, b)
+            )
+    m = score.max(axis=-1, keepdims=True)
+    p = np.exp(score - np.where(np.isfinite(m), m, 0.0))
+    total = p.sum(axis=-1, keepdims=True)
+    if node.part == "lse":
+        with np.errstate(divide="ignore"):
+            return np.where(np.isfinite(m), m + np.log(total), -np.inf)[..., 0]
+    o = np.einsum("bhij,bhjd->bhid", p, vv) / np.where(total > 0, total, 1.0)
+    return np.where(np.isfinite(m), o, 0.0)
+
+
+def _scalar(node: Node, env: dict, extra: dict, b: int) -> float:
+    """node at one (i, j) by plain Python arithmetic (independent of the numpy evaluator)."""
+    from factory.spec.expr import Binary, Unary, Where
+
+    if isinstance(node, Input):
+        return env[node.name]
+    if isinstance(node, Const):
+        return node.value
+    if isinstance(node, Gather):
+        arr = extra[node.x.name]
+        if arr.ndim == 2:
+            arr = arr[b]
+        return float(arr[int(env[node.idx.name])])
+    if isinstance(node, Unary):
+        x = _scalar(node.x, env, extra, b)
+        return {
+            "neg": lambda: -x,
+            "exp": lambda: math.exp(x),
+            "log": lambda: math.log(x),
+            "sqrt": lambda: math.sqrt(x),
+            "rsqrt": lambda: 1 / math.sqrt(x),
+            "tanh": lambda: math.tanh(x),
+            "sigmoid": lambda: 1 / (1 + math.exp(-x)),
+            "erf": lambda: math.erf(x),
+            "abs": lambda: abs(x),
+        }[node.op]()
+    if isinstance(node, Binary):
+        a, c = _scalar(node.a, env, extra, b), _scalar(node.b, env, extra, b)
+        return {
+            "add": a + c,
+            "sub": a - c,
+            "mul": a * c,
+            "div": a / c if c else math.copysign(math.inf, a),
+            "max": max(a, c),
+            "min": min(a, c),
+            "pow": a**c if node.op == "pow" else 0.0,
+        }[node.op]
+    if isinstance(node, Where):
+        if _scalar(node.cond, env, extra, b):
+            return _scalar(node.a, env, extra, b)
+        return _scalar(node.b, env, extra, b)
+    if isinstance(node, Compare):
+        a, c = _scalar(node.a, env, extra, b), _scalar(node.b, env, extra, b)
+        return {"lt": a < c, "le": a <= c, "gt": a > c, "ge": a >= c, "eq": a == c, "ne": a != c}[
+            node.op
+        ]
+    raise ValueError(f"{type(node).__name__} in a score or mask")
