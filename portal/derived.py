@@ -120,3 +120,17 @@ def search_gains(rows: list[dict]) -> list[dict]:
         gain = (base / best - 1.0) * 100.0 if base is not None and best is not None else None
         out.append(dict(row, best_so_far_us=best, gain_pct=gain, gpu_s_total=spent))
     return out
+
+
+def speedup_over_best_baseline(best_us: float | None, baseline_us: list[float]) -> float | None:
+    """How many times faster the best kernel (`best_us`, its geometric-mean time) is than the
+    fastest of `baseline_us` (the baselines' geometric-mean times from the same GPU run): above
+    1 faster, below 1 slower; None without a finite positive time on either side."""
+
+    def usable(x) -> bool:
+        return x is not None and isinstance(x, int | float) and math.isfinite(x) and x > 0
+
+    times = [float(x) for x in baseline_us if usable(x)]
+    if not usable(best_us) or not times:
+        return None
+    return min(times) / float(best_us)

@@ -50,9 +50,10 @@ def org_ids(user) -> list[int]:
 
 
 def primary_org(user) -> Organisation | None:
-    """The organisation a customer's uploads belong to (the first customer membership)."""
+    """The organisation a customer's uploads belong to (the first customer or admin
+    membership)."""
     for m in memberships(user):
-        if m.role == Membership.ROLE_CUSTOMER:
+        if m.role in (Membership.ROLE_CUSTOMER, Membership.ROLE_ADMIN):
             return m.org
     found = memberships(user)
     return found[0].org if found else None

@@ -58,12 +58,31 @@ def engineer_required(view):
 # --- home ---------------------------------------------------------------------------------------
 
 
+JOBS_PER_PAGE = 20
+
+
 @login_required
 @require_GET
 def home(request):
+    from portal.selectors import joblist
+
     user = request.user
-    context = {"jobs": q.recent_jobs(q.job_list(user=user))}
-    if q.is_engineer(user):
+    engineer = q.is_engineer(user)
+    query = joblist.JobQuery.from_params(request.GET)
+    found = joblist.search_jobs(q.job_list(user=user), query, engineer=engineer)
+    jobs_page = Paginator(found, JOBS_PER_PAGE).get_page(request.GET.get("jobs_page"))
+    jobs_page.object_list = joblist.with_vs_best_baseline(jobs_page.object_list)
+    params = request.GET.copy()
+    params.pop("jobs_page", None)
+    context = {
+        "jobs": jobs_page,
+        "job_query": query,
+        "job_query_string": params.urlencode(),
+        "status_choices": [(joblist.STATUS_ACTIVE, "Still searching"), *Job.STATUS_CHOICES],
+        "show_choices": [("", "Current"), ("archived", "Archived"), ("all", "All")],
+        "here": request.get_full_path(),
+    }
+    if engineer:
         context["queue"] = list(q.review_queue(user=user)[:20])
         context["waiting_gpu"] = q.jobs_waiting_for_gpu()
     else:
@@ -71,6 +90,49 @@ def home(request):
         context["workloads"] = Paginator(workloads, 20).get_page(request.GET.get("page"))
         context["decisions"] = q.recent_decisions(user=user)
     return _render(request, "web/home.html", context, nav="home")
+
+
+def _back_to_list(request):
+    """Where an archive or restore returns: the list it was pressed on (a local path only)."""
+    from django.utils.http import url_has_allowed_host_and_scheme
+
+    target = request.POST.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return redirect(target)
+    return redirect("web-home")
+
+
+@login_required
+@require_POST
+def job_archive(request, code):
+    """Hide a finished job from the default job list (shown under the Archived filter)."""
+    from portal import accounts
+
+    j = q.get_job_for_user(request.user, code)
+    try:
+        accounts.job_archive(user=request.user, job=j)
+    except accounts.ArchiveRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(
+            request,
+            f"{j.workload.name} ({str(j.code)[:8]}) archived: find it under Show: Archived.",
+        )
+    return _back_to_list(request)
+
+
+@login_required
+@require_POST
+def job_restore(request, code):
+    """Put an archived job back on the default job list."""
+    from portal import accounts
+
+    j = q.get_job_for_user(request.user, code)
+    accounts.job_restore(user=request.user, job=j)
+    messages.success(request, f"{j.workload.name} ({str(j.code)[:8]}) is back on the job list.")
+    return _back_to_list(request)
 
 
 # --- upload -------------------------------------------------------------------------------------
