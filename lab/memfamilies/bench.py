@@ -252,7 +252,8 @@ def table(case: str, results: dict, labels: list[str]) -> list[str]:
     out = [f"== {case} ({results.get('family')}): copy ceiling {ceiling} TB/s"]
     names = dict(zip([f"c{i}" for i in range(len(labels))], labels, strict=True))
     for rec in results.get("candidates", []) + results.get("baselines", []):
-        who = names.get(rec["id"], rec["id"])
+        key = rec.get("id") or rec.get("name", "?")
+        who = names.get(key, key)
         if not rec["timing"]:
             out.append(f"  {who:70s} {rec['status']}: {rec.get('reason', '')[:80]}")
         for t in rec["timing"]:
