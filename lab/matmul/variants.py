@@ -92,4 +92,12 @@ def schedules() -> dict[str, GemmSchedule]:
         "w128s6": GemmSchedule(tile_n=128, stages=6),
         "cl2w256s4": GemmSchedule(tile_n=256, stages=4, cluster_m=2),
         "cl2glu128s4": GemmSchedule(tile_n=128, stages=4, cluster_m=2),
+        # split-K (clusters of 2 or 4 CTAs per tile, one tile each) for few tiles over a long K
+        "sk2w256s4": GemmSchedule(tile_n=256, stages=4, split_k=2, persistent=False),
+        "sk4w256s4": GemmSchedule(tile_n=256, stages=4, split_k=4, persistent=False),
+        "sk4w128s4": GemmSchedule(tile_n=128, stages=4, split_k=4, persistent=False),
+        "sk4c1w128s4": GemmSchedule(
+            tile_m=64, tile_n=128, consumers=1, stages=4, split_k=4, persistent=False
+        ),
+        "sk2glu128s4": GemmSchedule(tile_n=128, stages=4, split_k=2, persistent=False),
     }

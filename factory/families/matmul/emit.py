@@ -75,6 +75,15 @@ def rows_expr(ir: GemmIR) -> str:
 
 
 def launch_for(ir: GemmIR, s: GemmSchedule) -> Launch:
+    if s.split_k > 1:
+        # one cluster of split_k CTAs per output tile, CTA rank r computing the r-th part of K
+        tiles = f"ceildiv({rows_expr(ir)}, {s.tile_m}) * ceildiv({ir.n}, {s.tile_n})"
+        return Launch(
+            grid=(f"{tiles} * {s.split_k}", 1, 1),
+            block=(s.threads(), 1, 1),
+            smem_bytes=s.smem_bytes(ir),
+            cluster=(s.split_k, 1, 1),
+        )
     if s.cluster_m == 2:
         # clusters of 2 CTAs stacked along M: the grid counts CTAs, a multiple of 2
         pairs = f"ceildiv(ceildiv({rows_expr(ir)}, {s.tile_m}), 2) * ceildiv({ir.n}, {s.tile_n})"
@@ -180,6 +189,11 @@ class _Kernel:
         self.ir, self.s = ir, s
         self.b = Builder()
         self.entry = f"{ir.name}_wgmma_{s.tile_m}x{s.tile_n}_s{s.stages}"
+        # split-K: a cluster of `sk` CTAs shares one output tile, rank r summing k-blocks
+        # [r * nk / sk, (r + 1) * nk / sk); the partial tiles meet in shared memory (below)
+        self.sk = s.split_k
+        if self.sk > 1:
+            self.entry += f"_sk{self.sk}"
         self.two = ir.b2 is not None
         self.a_bytes = s.tile_m * 128  # one stage of A
         self.b_bytes = s.b_rows(ir) * 128  # one stage of B (and B2)
@@ -298,6 +312,9 @@ class _Kernel:
         self.op("mul.lo.u32 %tiles, %units_m, %tiles_n")
         self.op("add.u32 %nk, %K, 63")
         self.op("shr.u32 %nk, %nk, 6")
+        if self.sk == 1:
+            self.op("mov.u32 %kb0, 0")
+            self.op("mov.u32 %kb1, %nk")
         self.op("mov.u32 %tx, %tid.x")
         self.op("shr.u32 %wg, %tx, 7")
         self.op("mov.u32 %base, dsmem")
@@ -308,11 +325,18 @@ class _Kernel:
         self.op(f"add.u32 %empty, %full, {8 * s.stages}")  # empty barriers
         self.op("mov.u32 %stage, 0")
         self.op("mov.u32 %phase, 0")
-        if self.cl:
+        if self.cl or self.sk > 1:
             self.op("mov.u32 %ncta, %nclusterid.x")
             self.op("mov.u32 %cta, %clusterid.x")
             self.op("mov.u32 %rank, %cluster_ctarank")
-        else:
+        if self.sk > 1:
+            # this CTA's k-blocks: [rank * nk / sk, (rank + 1) * nk / sk), empty when nk < sk
+            self.op("mul.lo.u32 %kb0, %rank, %nk")
+            self.op(f"div.u32 %kb0, %kb0, {self.sk}")
+            self.op("add.u32 %kb1, %rank, 1")
+            self.op("mul.lo.u32 %kb1, %kb1, %nk")
+            self.op(f"div.u32 %kb1, %kb1, {self.sk}")
+        if not self.cl and self.sk == 1:
             self.op("mov.u32 %ncta, %nctaid.x")
             self.op("mov.u32 %cta, %ctaid.x")
 
@@ -342,14 +366,22 @@ class _Kernel:
 
         lab_cons = b.new_label("consumer")
         lab_exit = b.new_label("exit")
+        lab_pexit = b.new_label("pexit") if self.sk > 1 else lab_exit
         pw = self.pred()
         self.op(f"setp.ne.u32 {pw}, %wg, 0")
         self.op(f"@{pw} bra {lab_cons}")
-        self.producer(lab_exit, maps)
+        self.producer(lab_pexit, maps)
+        if self.sk > 1:
+            # producer threads pass the cluster barrier twice, as the consumers do (once when
+            # the partial tiles are in shared memory, once when every CTA has read them)
+            b.label(lab_pexit)
+            self.op("barrier.cluster.arrive.release")
+            self.op("barrier.cluster.wait.acquire")
+            self.op(f"bra {lab_exit}")
         b.label(lab_cons)
         self.consumer(creg)
         b.label(lab_exit)
-        if self.cl:
+        if self.cl or self.sk > 1:
             # stay until the peer is done: its releases arrive on our barriers
             self.op("barrier.cluster.arrive.release")
             self.op("barrier.cluster.wait.acquire")
@@ -382,6 +414,8 @@ class _Kernel:
             "phase",
             "tile",
             "kb",
+            "kb0",
+            "kb1",
             "ci",
             "cta",
             "rank",
@@ -403,6 +437,7 @@ class _Kernel:
             f".maxnreg {maxnreg}",
             f".reqntid {s.threads()}, 1, 1",
             *([".reqnctapercluster 2, 1, 1"] if self.cl else []),
+            *([f".reqnctapercluster {self.sk}, 1, 1"] if self.sk > 1 else []),
             "{",
         ]
         ptx = "\n".join(head + decls + [""] + body + ["}", ""])
@@ -437,10 +472,10 @@ class _Kernel:
             self.op(f"mad.lo.u32 {row_b}, %rank, {s.tile_n // 2}, {row_b}")
             mask = self.b.reg("b16")
             self.op(f"mov.b16 {mask}, 3")
-        self.op("mov.u32 %kb, 0")
+        self.op("mov.u32 %kb, %kb0")
         b.label(lab_k)
         pk = self.pred()
-        self.op(f"setp.ge.u32 {pk}, %kb, %nk")
+        self.op(f"setp.ge.u32 {pk}, %kb, %kb1")
         self.op(f"@{pk} bra {lab_kdone}")
         # wait until the consumers released this slot (the first pass through the ring finds
         # the "previous phase" of a fresh barrier complete)
@@ -565,11 +600,11 @@ class _Kernel:
             pfirst_tile = self.pred()
             self.op(f"setp.ne.u32 {pfirst_tile}, %ci, 0")
             self.op(f"@{pfirst_tile} bar.sync {bar_self}, 256")
-        self.op("mov.u32 %kb, 0")
+        self.op("mov.u32 %kb, %kb0")
         prev = self.r32()  # byte offset of the previous k-block's empty barrier
         b.label(lab_k)
         pk = self.pred()
-        self.op(f"setp.ge.u32 {pk}, %kb, %nk")
+        self.op(f"setp.ge.u32 {pk}, %kb, %kb1")
         self.op(f"@{pk} bra {lab_kdone}")
         off, full = self.r32(), self.r32()
         self.op(f"shl.b32 {off}, %stage, 3")
@@ -586,7 +621,7 @@ class _Kernel:
         self.op(f"cvt.u64.u32 {sbb}, {t32b}")
         self.op(f"add.u64 {sbb}, {sbb}, {desc_b0}")
         pacc, pone = self.pred(), self.pred()
-        self.op(f"setp.ne.u32 {pacc}, %kb, 0")
+        self.op(f"setp.ne.u32 {pacc}, %kb, %kb0")
         self.op(f"setp.eq.u32 {pone}, %kb, %kb")
         self.op("wgmma.fence.sync.aligned")
         for kk in range(4):
@@ -608,7 +643,7 @@ class _Kernel:
         # at most one group in flight: the previous k-block's wgmmas are done, free its slot
         self.op("wgmma.wait_group.sync.aligned 1")
         pfirst = self.pred()
-        self.op(f"setp.ne.u32 {pfirst}, %kb, 0")
+        self.op(f"setp.ne.u32 {pfirst}, %kb, %kb0")
         pr = self.pred()
         self.op(f"and.pred {pr}, {pfirst}, {plane0}")
         eaddr = self.r32()
@@ -622,11 +657,14 @@ class _Kernel:
         if self.pp:
             # 128 threads arrive, the other consumer's 128 wait: its main loop may start
             self.op(f"bar.arrive {bar_other}, 256")
-        self.op("wgmma.wait_group.sync.aligned 0")
-        eaddr2 = self.r32()
-        self.op(f"add.u32 {eaddr2}, %empty, {prev}")
-        self.release(eaddr2, plane0)
-        self.epilogue(tm, tn, frag_row, frag_col)
+        if self.sk > 1:
+            self.split_k_epilogue(tm, tn, frag_row, frag_col, prev, plane0)
+        else:
+            self.op("wgmma.wait_group.sync.aligned 0")
+            eaddr2 = self.r32()
+            self.op(f"add.u32 {eaddr2}, %empty, {prev}")
+            self.release(eaddr2, plane0)
+            self.epilogue(tm, tn, frag_row, frag_col)
         if self.pp:
             self.op("add.u32 %ci, %ci, 2")
             self.op("mad.lo.u32 %tile, %ci, %ncta, %cta")
@@ -635,8 +673,87 @@ class _Kernel:
         self.op(f"bra {lab_tile}")
         b.label(lab_done)
 
+    # ---- split-K -------------------------------------------------------------------------
+    def split_k_epilogue(
+        self, tm: str, tn: str, frag_row: str, frag_col: str, prev: str, plane0: str
+    ) -> None:
+        """The end of a split-K tile. Each CTA of the cluster holds the fp32 partial of its part
+        of K; the partials go to shared memory (the ring, idle now: one tile per CTA, every load
+        consumed), a cluster barrier, then rank r reads the r-th share of the tile's column
+        blocks from every CTA (distributed shared memory), sums them in rank order 0, 1, ...
+        (the same order whichever CTA finishes first: the result is deterministic), and runs
+        the epilogue on that share. A second cluster barrier keeps every CTA's shared memory
+        alive until all have read it. Layout of a partial, per accumulator register group g of
+        4 registers (column block j = g) and consumer thread t: 16 bytes at
+        ((acc * J + g) * T + t) * 16, J = tile_n / 8 blocks, T = consumer threads (tiling.
+        splitk_partial_offset)."""
+        s, b = self.s, self.b
+        sk = self.sk
+        nthreads = 128 * s.consumers
+        accs = ["%ca"] + (["%cb"] if self.two else [])
+        J = s.tile_n // 8
+        b.comment(f"split-K: {sk} partial tiles summed through distributed shared memory")
+        pe = self.pred()
+        lab_zero, lab_red = b.new_label("skzero"), b.new_label("skred")
+        self.op(f"setp.eq.u32 {pe}, %kb0, %kb1")
+        self.op(f"@{pe} bra {lab_zero}")
+        self.op("wgmma.wait_group.sync.aligned 0")
+        eaddr2 = self.r32()
+        self.op(f"add.u32 {eaddr2}, %empty, {prev}")
+        self.release(eaddr2, plane0)
+        self.op(f"bra {lab_red}")
+        b.label(lab_zero)
+        # no k-block in this part (nk < split_k): a zero partial
+        for acc in accs:
+            for i in range(self.n_acc):
+                self.op(f"mov.f32 {acc}{i}, 0f00000000")
+        b.label(lab_red)
+        # every consumer warpgroup of this CTA is done with the ring before it is overwritten
+        self.op(f"bar.sync 1, {nthreads}")
+        ctid, mine = self.r32(), self.r32()
+        self.op("sub.u32 " + ctid + ", %tx, 128")
+        self.op(f"mad.lo.u32 {mine}, {ctid}, 16, %base")
+        for a, acc in enumerate(accs):
+            for g in range(J):
+                off = (a * J + g) * nthreads * 16
+                regs = ", ".join(f"{acc}{4 * g + e}" for e in range(4))
+                self.op(f"st.shared.v4.f32 [{mine}+{off}], {{{regs}}}")
+        self.op("barrier.cluster.arrive.release")
+        self.op("barrier.cluster.wait.acquire")
+        lab_after = b.new_label("skdone")
+        for q in range(sk):
+            js = range(q * J // sk, (q + 1) * J // sk)
+            lab_next = b.new_label("sknext")
+            pq = self.pred()
+            self.op(f"setp.ne.u32 {pq}, %rank, {q}")
+            self.op(f"@{pq} bra {lab_next}")
+            # the share's partials of CTA r at its address of this thread's first group
+            remote = []
+            for r in range(sk):
+                ra = self.r32()
+                self.op(f"mapa.shared::cluster.u32 {ra}, {mine}, {r}")
+                remote.append(ra)
+            for a, acc in enumerate(accs):
+                for g in js:
+                    off = (a * J + g) * nthreads * 16
+                    tot = [f"{acc}{4 * g + e}" for e in range(4)]
+                    self.op(f"ld.shared::cluster.v4.f32 {{{', '.join(tot)}}}, [{remote[0]}+{off}]")
+                    for r in range(1, sk):
+                        part = [b.reg("f32") for _ in range(4)]
+                        self.op(
+                            f"ld.shared::cluster.v4.f32 {{{', '.join(part)}}}, [{remote[r]}+{off}]"
+                        )
+                        for e in range(4):
+                            self.op(f"add.rn.f32 {tot[e]}, {tot[e]}, {part[e]}")
+            self.epilogue(tm, tn, frag_row, frag_col, js)
+            self.op(f"bra {lab_after}")
+            b.label(lab_next)
+        b.label(lab_after)
+
     # ---- epilogue ------------------------------------------------------------------------
-    def epilogue(self, tm: str, tn: str, frag_row: str, frag_col: str) -> None:
+    def epilogue(self, tm: str, tn: str, frag_row: str, frag_col: str, js=None) -> None:
+        """The fused epilogue of the accumulators' column blocks `js` (8 columns each; all of
+        the tile's when None)."""
         s, b = self.s, self.b
         b.comment("epilogue: rows row0 (+8), columns col0 + 8j (+1) of the accumulators")
         row0, col0 = self.r32(), self.r32()
@@ -664,11 +781,11 @@ class _Kernel:
             blocks = [(row0, "%ca", "%cb" if self.two else None)]
         self.op(f"@!{pin} bra {lab_slow}")
         for r, ca, cb in blocks:
-            self.epilogue_body(r, col0, True, ca, cb)
+            self.epilogue_body(r, col0, True, ca, cb, js)
         self.op(f"bra {lab_end}")
         b.label(lab_slow)
         for r, ca, cb in blocks:
-            self.epilogue_body(r, col0, False, ca, cb)
+            self.epilogue_body(r, col0, False, ca, cb, js)
         b.label(lab_end)
 
     def _ptr(self, pname: str) -> str:
@@ -690,7 +807,13 @@ class _Kernel:
         return a
 
     def epilogue_body(
-        self, row0: str, col0: str, fast: bool, acc_a: str = "%ca", acc_b: str | None = None
+        self,
+        row0: str,
+        col0: str,
+        fast: bool,
+        acc_a: str = "%ca",
+        acc_b: str | None = None,
+        js=None,
     ) -> None:
         s, b, ir = self.s, self.b, self.ir
         ev = _Epilogue(b, ir, s.fast_math and all(o.dtype != "fp32" for o in ir.outputs))
@@ -744,7 +867,7 @@ class _Kernel:
                 a = self.r64()
                 self.op(f"mad.lo.u64 {a}, {c}, {DTYPE_BYTES[i.dtype]}, {in_ptr[i.name]}")
                 colbase[i.name] = a
-        for j in range(s.tile_n // 8):
+        for j in range(s.tile_n // 8) if js is None else js:
             pcol = []
             if not fast:
                 for e in range(2):

@@ -27,6 +27,9 @@ TMA_LATENCY_US = 1.0  # a k-block's load from issue to its mbarrier completing
 # tensor cores wait (it is not overlapped with the next tile's main loop).
 SUSTAINED_CLOCK = 0.79
 EPILOGUE_BYTES_PER_US_PER_SM = 8000.0
+# split-K: a CTA stores its fp32 partial tile to shared memory and reads its share of the
+# others' over distributed shared memory; bytes per microsecond per SM, a guess (not measured).
+DSMEM_BYTES_PER_US_PER_SM = 50000.0
 SMEM_PER_SM = DEVICE.smem_per_sm_bytes
 REGS_PER_SM = DEVICE.registers_per_sm
 
@@ -139,6 +142,12 @@ def estimate(schedule: dict, rows: int, n: int, k: int, nb: int = 1, out_bytes: 
     if persistent:  # the producer starts the next tile's loads while the consumers store
         fill *= 0.3
     per_tile = k_iters * t_kb + fill + epi
+    if split_k > 1:
+        # the partial out to shared memory, then (split_k - 1) / split_k of a tile read remotely;
+        # the epilogue shared among the cluster's CTAs
+        part = tm * tn * 4 * nb
+        per_tile += part * (1 + (split_k - 1) / split_k) / DSMEM_BYTES_PER_US_PER_SM
+        per_tile -= epi * (split_k - 1) / split_k
     compute_us = waves * per_tile
     # DRAM: a wave of SMS tiles in grouped order covers group_m tile rows by SMS / group_m tile
     # columns; each A and B panel of the wave is read from DRAM once.

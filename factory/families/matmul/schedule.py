@@ -18,6 +18,12 @@ tiles i = 0, 1, 2, ... go to consumer i % 2, each consumer holding the whole til
 finds its first k-block only when consumer 0's last ones are loaded: the main loops follow each
 other and one consumer's epilogue runs while the other's main loop keeps the tensor cores busy.
 
+With `split_k` > 1 (for few output tiles over a long K), each output tile is computed by a
+cluster of split_k CTAs, one per contiguous part of the k-blocks; the fp32 partial tiles are
+summed through distributed shared memory in a fixed rank order (deterministic) and each CTA
+applies the epilogue to its share of the tile's columns. One tile per CTA (not persistent): the
+ring, idle at the tile's end, holds the partial.
+
 The "mma_sync" kind is reserved for the fallback (mma.sync + cp.async); it is not emitted yet and
 `is_valid` refuses it.
 """
@@ -40,6 +46,10 @@ BATCH_VERIFIED = False
 # 2x1 clusters with B multicast: emitted, refused by is_valid until a GPU run verified them
 # (lab.matmul.gemm_bench --allow-cluster sets this).
 CLUSTER_VERIFIED = False
+# split-K through distributed shared memory: emitted, refused by is_valid until a GPU run verified
+# it (lab.matmul.gemm_bench / issue48_bench --allow-splitk sets this).
+SPLITK_VERIFIED = False
+SPLIT_KS = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,7 @@ class GemmSchedule:
     cluster_n: int = 1
     group_m: int = 8  # rasterisation: tile rows per group of the persistent tile order
     persistent: bool = True
-    split_k: int = 1  # only 1 is emitted yet
+    split_k: int = 1  # CTAs (a cluster) sharing one output tile's K; 1 = no split
     fast_math: bool = True  # approximate tanh/rcp in the epilogue (bf16/fp16 outputs only)
     pingpong: bool = False  # consumers alternate whole tiles (see the module docstring)
 
@@ -99,6 +109,13 @@ class GemmSchedule:
         # stages of A and B tiles, 16 bytes of mbarriers per stage, 1024 bytes of slack to align
         # the ring to the 1024-byte period of the 128-byte swizzle.
         return self.stages * self.stage_bytes(ir) + 16 * self.stages + 1024
+
+    def ring_bytes(self, ir: GemmIR) -> int:
+        return self.stages * self.stage_bytes(ir)
+
+    def partial_bytes(self, ir: GemmIR) -> int:
+        """Shared memory a split-K CTA's fp32 partial tile takes (both accumulators with b2)."""
+        return self.tile_m * self.tile_n * 4 * (2 if ir.b2 is not None else 1)
 
     def threads(self) -> int:
         return 128 * (1 + self.consumers)
@@ -148,8 +165,22 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
             return "a 2x1 cluster splits B's tile_n rows in halves of a multiple of 8"
         if not CLUSTER_VERIFIED:
             return "2x1 clusters are emitted but not yet verified on a GPU"
-    if s.split_k != 1:
-        return "split-K is not emitted yet"
+    if s.split_k not in SPLIT_KS:
+        return f"split_k must be one of {SPLIT_KS}"
+    if s.split_k > 1:
+        if s.persistent:
+            return "split-K runs one tile per CTA cluster: persistent must be False"
+        if s.pingpong or s.cluster_m != 1:
+            return "split-K is not emitted with ping-pong consumers or a 2x1 cluster"
+        if s.partial_bytes(ir) > s.ring_bytes(ir):
+            return (
+                f"split-K keeps the {s.partial_bytes(ir)}-byte fp32 partial tile in the ring of "
+                f"{s.ring_bytes(ir)} bytes: more stages or a smaller tile"
+            )
+        if s.tile_n // 8 < s.split_k:
+            return "split-K shares the tile's 8-column blocks among its CTAs: tile_n too narrow"
+        if not SPLITK_VERIFIED:
+            return "split-K is emitted but not yet verified on a GPU"
     if s.group_m < 1:
         return "group_m must be >= 1"
     if s.smem_bytes(ir) > SMEM_LIMIT:

@@ -33,8 +33,8 @@ class Schedule(_sched.GemmSchedule):
 
 # Each field's options; the space is their product filtered by is_valid, which keeps what the
 # emitter renders and a GPU run has verified (2x1 clusters wait for schedule.CLUSTER_VERIFIED).
-# The emitter renders neither split-K nor the mma.sync kind yet: add their options here (kind
-# "mma_sync", split_k 2 and 4) when it does.
+# The emitter does not render the mma.sync kind yet: add its option here when it does. Split-K
+# (2 and 4 CTAs a tile) waits for schedule.SPLITK_VERIFIED as clusters do.
 OPTIONS: dict[str, tuple] = {
     "kind": ("wgmma",),
     "consumers": (1, 2),
@@ -46,12 +46,20 @@ OPTIONS: dict[str, tuple] = {
     "cluster_n": (1,),
     "group_m": (1, 4, 8, 16),
     "persistent": (True, False),
-    "split_k": (1,),
+    "split_k": (1, 2, 4),
     "fast_math": (True, False),
     "pingpong": (False, True),
 }
 
-LAYOUT_FIELDS = ("tile_m", "tile_n", "consumers", "persistent", "pingpong", "cluster_m")
+LAYOUT_FIELDS = (
+    "tile_m",
+    "tile_n",
+    "consumers",
+    "persistent",
+    "pingpong",
+    "cluster_m",
+    "split_k",
+)
 SEEDS_PER_SHAPE = 6
 
 

@@ -235,3 +235,86 @@ def simulate_cluster_ring(
         stalled = 0 if progressed else stalled + 1
         assert stalled < 10000, "deadlock"
     return reads
+
+
+def splitk_range(rank: int, nk: int, split_k: int) -> tuple[int, int]:
+    """The k-blocks [kb0, kb1) CTA `rank` of a split-K cluster sums (empty when nk < split_k)."""
+    return rank * nk // split_k, (rank + 1) * nk // split_k
+
+
+def splitk_share(rank: int, blocks: int, split_k: int) -> range:
+    """The 8-column blocks of the tile whose sum and epilogue CTA `rank` takes."""
+    return range(rank * blocks // split_k, (rank + 1) * blocks // split_k)
+
+
+def splitk_partial_offset(acc: int, group: int, thread: int, blocks: int, threads: int) -> int:
+    """Byte offset in a CTA's shared memory of the 4 fp32 registers 4 * group .. 4 * group + 3
+    (column block `group` of the fragment) of accumulator `acc` held by consumer thread `thread`
+    (0 .. threads - 1): thread-major 16-byte slots, so a warp's stores are contiguous."""
+    return ((acc * blocks + group) * threads + thread) * 16
+
+
+def simulate_splitk(a, b, tile_m: int, tile_n: int, consumers: int, split_k: int, b2=None) -> tuple:
+    """A numpy model of the split-K kernel: per output tile, CTA r of the cluster accumulates the
+    k-blocks of splitk_range (TMA boxes zero-filled past K, M, N), stores its fragment registers
+    to its shared memory at splitk_partial_offset, then sums its share (splitk_share) of every
+    CTA's partials in rank order and stores the in-bounds elements. Returns (C, C2) (C2 for
+    b2); every output element must be written exactly once (AssertionError otherwise) and every
+    partial slot written once within the tile_m * tile_n * 4 bytes per accumulator."""
+    import numpy as np
+
+    m, k = a.shape
+    n = b.shape[0]
+    nk = ceildiv(k, 64)
+    rows_c = tile_m // consumers
+    blocks = tile_n // 8
+    threads = 128 * consumers
+    weights = [b] + ([b2] if b2 is not None else [])
+    outs = [np.full((m, n), np.nan) for _ in weights]
+    written = np.zeros((m, n), dtype=int)
+    part_words = len(weights) * tile_m * tile_n  # fp32 words of one partial
+    for tm in range(ceildiv(m, tile_m)):
+        for tn in range(ceildiv(n, tile_n)):
+            smem = []
+            for r in range(split_k):
+                kb0, kb1 = splitk_range(r, nk, split_k)
+                mem = np.full(part_words, np.nan)
+                for ai, w in enumerate(weights):
+                    box_a = np.zeros((tile_m, (kb1 - kb0) * 64))
+                    blk = a[tm * tile_m : (tm + 1) * tile_m, kb0 * 64 : kb1 * 64]
+                    box_a[: blk.shape[0], : blk.shape[1]] = blk
+                    box_b = np.zeros((tile_n, (kb1 - kb0) * 64))
+                    blk = w[tn * tile_n : (tn + 1) * tile_n, kb0 * 64 : kb1 * 64]
+                    box_b[: blk.shape[0], : blk.shape[1]] = blk
+                    acc = box_a @ box_b.T  # zeros when the range is empty
+                    for c in range(consumers):
+                        for t in range(128):
+                            warp, lane = t // 32, t % 32
+                            for g in range(blocks):
+                                off = splitk_partial_offset(ai, g, 128 * c + t, blocks, threads)
+                                assert 0 <= off and off + 16 <= part_words * 4
+                                for e in range(4):
+                                    fr, fc = fragment(warp, lane, 4 * g + e)
+                                    assert np.isnan(mem[off // 4 + e]), "slot written twice"
+                                    mem[off // 4 + e] = acc[rows_c * c + fr, fc]
+                smem.append(mem)
+            for r in range(split_k):
+                for c in range(consumers):
+                    for t in range(128):
+                        warp, lane = t // 32, t % 32
+                        for ai in range(len(weights)):
+                            for g in splitk_share(r, blocks, split_k):
+                                off = splitk_partial_offset(ai, g, 128 * c + t, blocks, threads)
+                                for e in range(4):
+                                    v = smem[0][off // 4 + e]
+                                    for q in range(1, split_k):
+                                        v = v + smem[q][off // 4 + e]
+                                    fr, fc = fragment(warp, lane, 4 * g + e)
+                                    row = tm * tile_m + rows_c * c + fr
+                                    col = tn * tile_n + fc
+                                    if row < m and col < n:
+                                        outs[ai][row, col] = v
+                                        if ai == 0:
+                                            written[row, col] += 1
+    assert (written == 1).all(), "an output element written other than once"
+    return tuple(outs)
