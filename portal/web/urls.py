@@ -1,6 +1,6 @@
 from django.urls import path
 
-from portal.web import views
+from portal.web import team, views
 
 urlpatterns = [
     path("", views.home, name="web-home"),
@@ -27,6 +27,13 @@ urlpatterns = [
     path("review/<uuid:code>/", views.review, name="web-review"),
     path("tokens/", views.tokens, name="web-tokens"),
     path("account/", views.profile, name="web-profile"),
+    path("team/", team.team, name="web-team"),
+    path(
+        "team/invitations/<uuid:code>/withdraw/",
+        team.invitation_revoke,
+        name="web-invitation-revoke",
+    ),
+    path("invitations/<str:secret>/", team.invitation_accept, name="web-invitation-accept"),
     path("help/", views.help_index, name="web-help"),
     path("help/examples/", views.help_examples, name="web-help-examples"),
     path("help/<slug:name>/", views.help_doc, name="web-help-doc"),

@@ -37,6 +37,8 @@ def _render(request, template: str, context: dict, *, nav: str = "", status: int
         "nav": nav,
         "is_engineer": q.is_engineer(user),
         "organisation": q.primary_org(user),
+        # engineers and organisation admins invite people (portal.accounts)
+        "manages_team": q.is_engineer(user) or any(m.is_admin for m in q.memberships(user)),
     }
     return render(request, template, {**base, **context}, status=status)
 
