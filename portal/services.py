@@ -241,15 +241,18 @@ def submit(
 ) -> list[Job]:
     """A workload and a job for each manifest (one upload, or its parts by row length), all or
     none: a part the spec refuses leaves nothing behind."""
-    # Validate first, outside the transaction: compiling a customer's CUDA takes seconds (up to
-    # the compiler's caps), and must not hold the database's write lock meanwhile. The compile
-    # is cached, so workload_create below does not run it again.
+    # Validate first, outside the transaction: compiling a customer's CUDA (NVRTC) and then its
+    # PTX (nvJitLink) takes seconds (up to the compilers' caps), and must not hold the database's
+    # write lock meanwhile. Both compiles are cached, so workload_create does not run them again.
     from factory.spec import load_manifest
+    from portal.uploads import compile_customer_ptx
 
     for manifest in manifests:
-        load_manifest(
+        spec = load_manifest(
             manifest, baseline_source=baseline_source, baseline_filename=baseline_filename
         )
+        if spec.baseline is not None:  # PTX that ptxas refuses is refused now, not on a GPU host
+            compile_customer_ptx(spec.baseline.ptx, target=spec.target)
     with transaction.atomic():
         jobs = []
         for manifest in manifests:
