@@ -403,6 +403,9 @@ def main():
         action="store_true",
         help="let is_valid pass 2x1 clusters (to verify them)",
     )
+    ap.add_argument(
+        "--allow-splitk", action="store_true", help="let is_valid pass split-K (to verify it)"
+    )
     ap.add_argument("--timeout", type=float, default=500.0)
     args = ap.parse_args()
     start = time.time()
@@ -414,6 +417,10 @@ def main():
         from factory.families.matmul import schedule as _schedule
 
         _schedule.CLUSTER_VERIFIED = True
+    if args.allow_splitk:
+        from factory.families.matmul import schedule as _schedule
+
+        _schedule.SPLITK_VERIFIED = True
     import torch
 
     dev = torch.cuda.get_device_properties(0)
