@@ -208,6 +208,12 @@ def _dims_label(dims: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in dims.items())
 
 
+def _num(value, spec: str) -> str:
+    """A number of the report in `spec`'s format; "–" for one the results file left out (a
+    results file may omit intervals, throughput and errors: they are optional)."""
+    return "–" if value is None else format(value, spec)
+
+
 def _report_markdown(inputs: ArtifactInputs, speedups: list[dict], cubins: dict) -> str:
     lines = [
         f"# {inputs.workload_name}: verified PTX kernel",
@@ -227,8 +233,8 @@ def _report_markdown(inputs: ArtifactInputs, speedups: list[dict], cubins: dict)
     for v in inputs.verification:
         lines.append(
             f"| {_dims_label(v['dims'])} | {'yes' if v.get('heldout') else 'no'} | "
-            f"{'yes' if v.get('passed') else 'NO'} | {v.get('rel_err', 0):.3g} | "
-            f"{v.get('max_abs_err', 0):.3g} |"
+            f"{'yes' if v.get('passed') else 'NO'} | {_num(v.get('rel_err'), '.3g')} | "
+            f"{_num(v.get('max_abs_err'), '.3g')} |"
         )
     lines += [
         "",
@@ -239,9 +245,9 @@ def _report_markdown(inputs: ArtifactInputs, speedups: list[dict], cubins: dict)
     ]
     for t in inputs.timing:
         lines.append(
-            f"| {_dims_label(t['dims'])} | {t['median_us']:.3f} | "
-            f"{t.get('ci_low_us', 0):.3f}–{t.get('ci_high_us', 0):.3f} | "
-            f"{t.get('tbps', 0):.2f} | {len(t.get('samples_us', []))} |"
+            f"| {_dims_label(t['dims'])} | {_num(t.get('median_us'), '.3f')} | "
+            f"{_num(t.get('ci_low_us'), '.3f')}–{_num(t.get('ci_high_us'), '.3f')} | "
+            f"{_num(t.get('tbps'), '.2f')} | {len(t.get('samples_us') or [])} |"
         )
     if speedups:
         lines += [
