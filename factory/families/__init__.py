@@ -28,6 +28,9 @@ BUILTIN: dict[str, str] = {
     "argreduce": "factory.families.argreduce",
     "pool": "factory.families.pool",
     "segnorm": "factory.families.segnorm",
+    # before the row family: pure elementwise work over the whole tensor, and few long rows
+    "flat": "factory.families.flat",
+    "rowsplit": "factory.families.rowsplit",
     "row": "factory.families.row",
 }
 

@@ -19,7 +19,10 @@ from factory.spec import (
 EXPECTED = {
     "softmax", "log_softmax", "layernorm", "rmsnorm", "add_rmsnorm", "silu_mul", "gelu_tanh",
     "gelu_erf", "cross_entropy", "row_sum", "row_max", "relu2", "l2norm", "masked_softmax",
+    "softmax_long_rows", "axpby",
 }  # fmt: skip
+# operators whose suite is not ROW_SUITE: few long rows (the split-row family)
+OWN_SUITE = {"cross_entropy", "softmax_long_rows"}
 ROW_SUITE = [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}]
 SMALL = [{"M": 3, "N": 5}, {"M": 7, "N": 64}, {"M": 1, "N": 257}]
 
@@ -49,8 +52,10 @@ def softmax(x):
 
 def independent(name, a):
     """The operator written directly in numpy from its textbook definition."""
-    if name == "softmax":
+    if name in ("softmax", "softmax_long_rows"):
         return {"y": softmax(a["x"])}
+    if name == "axpby":
+        return {"y": a["alpha"] * a["x"] + a["beta"] * a["z"]}
     if name == "log_softmax":
         return {"y": np.log(softmax(a["x"]))}
     if name == "layernorm":
@@ -131,9 +136,15 @@ def test_each_catalogue_reference_matches_an_independent_numpy_version(name):
             np.testing.assert_allclose(got[k], want[k], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED - {"cross_entropy"}))
+@pytest.mark.parametrize("name", sorted(EXPECTED - OWN_SUITE))
 def test_row_and_elementwise_operators_use_the_suite_shapes(name):
     assert list(load_catalogue()[name].shapes) == ROW_SUITE
+
+
+def test_softmax_long_rows_uses_few_rows_of_a_million():
+    w = load_catalogue()["softmax_long_rows"]
+    assert [d["M"] for d in w.shapes] == [1, 8, 64]
+    assert all(d["N"] == 1 << 20 for d in w.shapes)
 
 
 def test_cross_entropy_uses_the_vocabulary_suite_and_int64_targets():

@@ -1,0 +1,262 @@
+"""The split-row family: row operators (softmax, LayerNorm, RMSNorm, elementwise work with a
+per-column input, ...) over too few rows to fill the GPU: every shape of the job has at most
+FEW_ROWS rows of at least LONG_ROW elements. The row family gives a row to a block, so one row
+of 16M elements runs on one SM of 132; here a row is cut into chunks, a chunk a task, and the
+row statistics meet in a workspace (kernel.py says how, and why it cannot hang).
+
+The operator is lowered by the row family's IR (`factory.families.row.ir.lower`), so it reads
+the same manifests; this family only refuses what its emitter does not do (gathers, integer
+inputs) and shapes with enough rows for the row family."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, fields
+
+from factory.device import device_for
+from factory.emit import Emitted
+from factory.emit.ptx import EmitError
+from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
+from factory.families.colreduce.kernel import ESIZE
+from factory.families.row import ir as row_ir
+from factory.families.rowsplit.kernel import (
+    MAX_ROWS,
+    ROW_CHUNKS,
+    SplitKernel,
+    passes,
+    unique_reductions,
+)
+
+ARCHS = ("sm_90", "sm_100")
+FEW_ROWS = 64  # at most this many rows in every shape of the job
+LONG_ROW = 32768  # of at least this many elements
+THREADS = (128, 256, 512)
+UNROLLS = (1, 2, 4)
+CHUNKS = tuple(1 << p for p in range(10, 18))  # 1K .. 128K elements a task
+GROUPS = (1, 4, 16, 64)  # rows whose passes run together (ticket order)
+
+
+@dataclass(frozen=True)
+class RowSplitIR:
+    """The row IR (`kir`) and what the split adds: the passes over a row."""
+
+    kir: row_ir.KernelIR
+    passes: int
+
+    @property
+    def name(self) -> str:
+        return self.kir.name
+
+    @property
+    def max_esize(self) -> int:
+        sizes = [
+            t.elem_bytes for t in self.kir.inputs if t.role in (row_ir.ROLE_ROW, row_ir.ROLE_COL)
+        ]
+        sizes += [ESIZE[o.dtype] for o in self.kir.outputs if o.role == row_ir.ROLE_ROW]
+        return max(sizes, default=4)
+
+
+def rows_and_length(kir, dims: dict) -> tuple[int, int]:
+    rows = math.prod(int(dims[d]) for d in kir.batch_dims)
+    return rows, int(dims[kir.row_dim])
+
+
+def lower_kernel_ir(workload):
+    """The row IR of `workload`, refusing what the split emitter does not render."""
+    kir = row_ir.lower(workload)
+    if kir.gathers:
+        raise Unsupported("a gather along the row (the row family)")
+    for t in kir.inputs:
+        if t.dtype not in ESIZE:
+            raise Unsupported(f"input {t.name} is {t.dtype}: float inputs only")
+    for o in kir.outputs:
+        if o.dtype not in ESIZE:
+            raise Unsupported(f"output {o.name} is {o.dtype}")
+    return kir
+
+
+def lower(workload) -> RowSplitIR:
+    kir = lower_kernel_ir(workload)
+    shapes = list(workload.shapes)
+    if not shapes:
+        raise Unsupported("no shapes to decide whether the rows are few")
+    for dims in shapes:
+        rows, n = rows_and_length(kir, dims)
+        if rows > FEW_ROWS or n < LONG_ROW:
+            raise Unsupported(
+                f"{rows} rows of {n}: enough rows to fill the GPU a row a block (the row "
+                f"family); this family takes at most {FEW_ROWS} rows of {LONG_ROW} or more"
+            )
+    return RowSplitIR(kir=kir, passes=passes(kir))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """threads: a block; vec: adjacent elements a load (16 bytes of the widest dtype);
+    unroll: vectors a thread has in flight; chunk: elements a task (a power of two); blocks:
+    the grid; group: rows whose passes are handed out together (tasks with a reduction)."""
+
+    family: str = "rowsplit"
+    threads: int = 256
+    vec: int = 4
+    unroll: int = 2
+    chunk: int = 8192
+    blocks: int = 264
+    group: int = 4
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Schedule:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def tag(self) -> str:
+        return f"t{self.threads}v{self.vec}u{self.unroll}c{self.chunk}b{self.blocks}g{self.group}"
+
+
+def vec_of(ir) -> int:
+    return 16 // ir.max_esize
+
+
+def block_counts(arch: str = "sm_90") -> tuple[int, ...]:
+    sms = device_for(arch).sms
+    return (sms, 2 * sms, 4 * sms)
+
+
+def is_valid(ir: RowSplitIR, s: Schedule, dims) -> tuple[bool, str]:
+    if s.family != "rowsplit":
+        return False, "not a rowsplit schedule"
+    if s.threads not in THREADS or s.unroll not in UNROLLS or s.chunk not in CHUNKS:
+        return False, "threads/unroll/chunk outside the space"
+    if s.vec != vec_of(ir):
+        return False, f"vec is {vec_of(ir)} for these dtypes (16-byte loads)"
+    if s.group not in GROUPS or s.blocks < 1:
+        return False, "group/blocks outside the space"
+    if s.chunk < s.threads * s.vec * s.unroll:
+        return False, "a chunk smaller than one step of the block"
+    if dims is not None:
+        rows, n = rows_and_length(ir.kir, dims)
+        chunks = -(-n // s.chunk)
+        if rows * n >= 1 << 31:
+            return False, f"{rows} x {n} elements: 32-bit indices"
+        if ir.passes > 1 and (rows > MAX_ROWS or rows * chunks > ROW_CHUNKS):
+            return False, f"{rows} rows of {chunks} chunks: past the workspace"
+    return True, ""
+
+
+def space(ir, dims_list) -> list[Schedule]:
+    v = vec_of(ir)
+    out = []
+    for t, u, c, blk, g in itertools.product(THREADS, UNROLLS, CHUNKS, block_counts(), GROUPS):
+        if ir.passes == 1 and g != GROUPS[0]:
+            continue
+        s = Schedule(threads=t, vec=v, unroll=u, chunk=c, blocks=blk, group=g)
+        if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
+            out.append(s)
+    return out
+
+
+def default_schedule(ir, dims) -> Schedule:
+    """256 threads, two vectors in flight, a chunk giving about four tasks an SM a pass (so a
+    pass's last tasks leave a short tail), two blocks an SM."""
+    v = vec_of(ir)
+    sms = device_for("sm_90").sms
+    rows, n = rows_and_length(ir.kir, dims)
+    want = max(1, rows * n // (4 * sms))
+    chunk = max(CHUNKS[0], min(CHUNKS[-1], 1 << int(math.log2(want))))
+    chunk = max(chunk, 256 * v * 2)
+    g = 1 if ir.passes == 1 else min((x for x in GROUPS if x >= min(rows, 64)), default=64)
+    # a group's rows should fit L2 between its passes: about 16 MiB of the widest input
+    row_bytes = n * ir.max_esize
+    while g > 1 and g * row_bytes > 16 * 1024 * 1024:
+        g = GROUPS[GROUPS.index(g) - 1]
+    s = Schedule(threads=256, vec=v, unroll=2, chunk=chunk, blocks=2 * sms, group=g)
+    if not is_valid(ir, s, dims)[0]:
+        s = Schedule(threads=256, vec=v, unroll=2, chunk=CHUNKS[-1], blocks=2 * sms, group=g)
+    return s
+
+
+def seeds(ir, dims) -> list[Schedule]:
+    d = default_schedule(ir, dims)
+    out = [d]
+    for change in (
+        {"chunk": d.chunk * 2},
+        {"chunk": d.chunk // 2},
+        {"unroll": 4},
+        {"threads": 512},
+        {"blocks": d.blocks * 2},
+        {"group": 1},
+    ):
+        s = Schedule(**{**d.to_dict(), **change})
+        if s not in out and is_valid(ir, s, dims)[0]:
+            out.append(s)
+    return out
+
+
+def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
+    if isinstance(schedule, dict):
+        schedule = Schedule.from_dict(schedule)
+    if arch not in ARCHS:
+        raise EmitError(f"no rowsplit emitter for {arch}; known: {', '.join(ARCHS)}")
+    ok, why = is_valid(ir, schedule, None)
+    if not ok:
+        raise EmitError(f"invalid rowsplit schedule {schedule.tag()}: {why}")
+    return SplitKernel(ir.kir, schedule, arch, flat=False, family="rowsplit").render()
+
+
+def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
+    s = Schedule.from_dict(schedule)
+    elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
+    tasks = max(1.0, elements / s.chunk)
+    return [
+        log2(elements),
+        log2(s.threads),
+        float(s.unroll),
+        log2(s.chunk),
+        tasks / max(s.blocks, 1),
+        log2(s.group),
+    ]
+
+
+def label(schedule: dict) -> str:
+    s = Schedule.from_dict(schedule)
+    return (
+        f"split rows: tasks of {s.chunk} elements over {s.blocks} blocks of {s.threads} "
+        f"threads x {s.vec} a load, {s.unroll} in flight, {s.group} rows a round"
+    )
+
+
+def roofline(workload, dims) -> Roofline:
+    return Roofline(bytes=io_bytes(workload, dims))
+
+
+def reductions_of(ir) -> list:
+    return unique_reductions(ir.kir)
+
+
+FAMILY = Family(
+    name="rowsplit",
+    lower=lower,
+    space=space,
+    is_valid=is_valid,
+    emit=emit,
+    default_schedule=default_schedule,
+    seeds=seeds,
+    fits=lambda ir, s, dims_list: all(is_valid(ir, s, d)[0] for d in dims_list),
+    space_fits=True,
+    schedule_from_dict=Schedule.from_dict,
+    label=label,
+    legend="split rows: elements a task, blocks, threads x elements a load, loads in flight",
+    features=features,
+    feature_fields=("threads", "unroll", "chunk", "blocks", "group"),
+    roofline=roofline,
+    # the row family's baselines: the same operators (F.softmax, F.rms_norm, SiLU-mul, ...)
+    baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune", "triton", "liger"),
+    baselines_module="factory.families.row.baselines",
+    layout_fields=("chunk", "blocks", "threads"),
+)
+
+__all__ = ["FAMILY", "RowSplitIR", "Schedule", "lower"]

@@ -1,0 +1,644 @@
+"""The split-row emitter: rows cut into chunks of `chunk` elements, a chunk a task, so that a
+few long rows (or one flat tensor) spread over every SM instead of one block a row.
+
+A task is (pass k, row r, chunk c). Pass k < P - 1 computes, over its chunk, the partial value
+of each reduction whose operand needs k earlier reductions (the row IR's stages: LayerNorm's
+mean, then its variance); pass P - 1 writes the outputs. Partials meet in a workspace the module
+owns (module-scope `.global` arrays, zeroed when the module loads): each chunk's block writes
+its partial, then counts itself in the (row, pass) counter (a release fence, then atom.add); the
+block that counts last folds the row's partials in chunk order (thread i takes chunks i, i + T,
+...; then the block's fixed-order fold), stores the row's final values and raises the (row,
+pass) flag. A task of a later pass spins on that flag (ld.acquire, thread 0) before it reads
+the finals. Every fold is in a fixed order: the same bits every run.
+
+Two ways to hand out tasks:
+- "ticket" (passes with reductions): tasks in order (row group, pass, row of the group, chunk)
+  from a module-scope ticket counter, the next ticket taken while the current task runs. A task
+  waits only on tasks of smaller tickets, each taken by a block that is running, so the grid
+  needs no co-residency: the smallest unfinished ticket can always proceed. The last block out
+  (a second counter) resets the counters and flags for the next launch.
+- "static" (no reduction: one pass): task = block index + i x grid, no workspace.
+
+Within a task each thread walks the chunk `unroll` vectors of `vec` elements at a time (every
+load issued before the first use), then one vector at a time for the row's tail; a vector that
+is not whole (or rows not a multiple of vec, so not aligned) takes the element path, each
+element under its own predicate. Indices are 32-bit: rows x length below 2^31."""
+
+from __future__ import annotations
+
+import math
+
+from factory.emit import Emitted
+from factory.emit.ptx import EmitError, f32_literal
+from factory.families.colreduce.kernel import COMBINE, ESIZE, IDENTITY, ident
+from factory.families.row.ir import (
+    ROLE_COL,
+    ROLE_ROW,
+    ROLE_ROWSCALAR,
+    ROLE_SCALAR,
+    SCALAR,
+    reduction_aliases,
+)
+from factory.families.segnorm import SegNormKernel
+from factory.spec import expr as E
+from factory.spec.types import KernelParam, Launch
+
+# Workspace capacity (module-scope arrays): partials for ROW_CHUNKS (row, chunk) pairs, finals,
+# counters and flags for MAX_ROWS rows.
+ROW_CHUNKS = 16384
+MAX_ROWS = 1024
+
+
+def passes(kir) -> int:
+    """Passes over a row: one per reduction stage, then the output pass."""
+    return 1 + max((kir.stage[r] for r in kir.reductions), default=0)
+
+
+def unique_reductions(kir) -> list[E.Reduce]:
+    """The reductions to compute: those differing only in keepdims counted once."""
+    alias = reduction_aliases(kir.reductions)
+    return [r for r in dict.fromkeys(kir.reductions) if r not in alias]
+
+
+class SplitKernel(SegNormKernel):
+    """Renders a row IR (factory.families.row.ir.KernelIR) split into chunk tasks. `flat`: the
+    whole tensor is one row (every input of the output's shape or a scalar)."""
+
+    def __init__(self, kir, s, arch: str, *, flat: bool, family: str):
+        self.kir, self.s, self.arch = kir, s, arch
+        self.flat, self.family = flat, family
+        from factory.emit.ptx import Builder
+
+        self.b = Builder()
+        self.V, self.U, self.T = s.vec, s.unroll, s.threads
+        self.W = s.threads // 32
+        self.P = passes(kir)
+        self.reds = unique_reductions(kir)
+        self.alias = reduction_aliases(kir.reductions)
+        self.mode = "ticket" if self.P > 1 else "static"
+        # segnorm's element() reads self.ir only through scalar_input (overridden here)
+        self.ir = kir
+
+    # -- what segnorm's helpers ask -----------------------------------------------------------
+
+    def scalar_input(self, name: str) -> bool:
+        return self.kir.input_by_name[name].role in (ROLE_SCALAR, ROLE_ROWSCALAR)
+
+    def seg_of(self, finals: dict) -> dict:
+        """Reduction values keyed by every node that names them (aliases included)."""
+        out = dict(finals)
+        for r, first in self.alias.items():
+            if first in finals:
+                out[r] = finals[first]
+        return out
+
+    # -- the walk over a chunk ----------------------------------------------------------------
+
+    def addr_of(self, name: str, dtype: str, rowbase: str, j: str) -> str:
+        b = self.b
+        idx = j
+        if self.kir.input_by_name.get(name) is None or (
+            self.kir.input_by_name[name].role == ROLE_ROW
+        ):
+            idx = b.reg("b32")
+            b.op(f"add.u32 {idx}, {rowbase}, {j}")
+        addr = b.reg("b64")
+        b.op(f"mul.wide.u32 {addr}, {idx}, {ESIZE[dtype]}")
+        b.op(f"add.u64 {addr}, {addr}, {self.base[name]}")
+        return addr
+
+    def walk(self, start: str, end: str, rowbase: str, aligned: str, per_vectors) -> None:
+        """per_vectors(elems, preds, js) over this thread's elements of [start, end): elems a
+        list of dicts (input name -> f32 register) one an element, preds None (all in range)
+        or one predicate an element, js the column of each vector's first element."""
+        b, V, U, T = self.b, self.V, self.U, self.T
+        vecs_in = [(t.name, t.dtype) for t in self.kir.inputs if t.role in (ROLE_ROW, ROLE_COL)]
+        j = b.reg("b32")
+        b.op(f"mad.lo.u32 {j}, {self.tid}, {V}, {start}")
+        if U > 1:
+            top, out = b.new_label("main"), b.new_label("main_end")
+            b.label(top)
+            last = b.reg("b32")
+            b.op(f"add.u32 {last}, {j}, {(U - 1) * T * V + V}")
+            p = b.reg("pred")
+            b.op(f"setp.gt.u32 {p}, {last}, {end}")
+            b.op(f"@{p} bra {out}")
+            b.op(f"@!{aligned} bra {out}")
+            js = [j]
+            for u in range(1, U):
+                ju = b.reg("b32")
+                b.op(f"add.u32 {ju}, {j}, {u * T * V}")
+                js.append(ju)
+            loaded = {name: [] for name, _ in vecs_in}
+            for ju in js:
+                for name, dtype in vecs_in:
+                    loaded[name] += self.load_vector(self.addr_of(name, dtype, rowbase, ju), dtype)
+            elems = [
+                {**{n: loaded[n][e] for n in loaded}, **self.scalar_vals} for e in range(U * V)
+            ]
+            per_vectors(elems, None, js)
+            b.op(f"add.u32 {j}, {j}, {U * T * V}")
+            b.op(f"bra.uni {top}")
+            b.label(out)
+        top, end_l = b.new_label("tail"), b.new_label("tail_end")
+        b.label(top)
+        pe = b.reg("pred")
+        b.op(f"setp.ge.u32 {pe}, {j}, {end}")
+        b.op(f"@{pe} bra {end_l}")
+        jend = b.reg("b32")
+        b.op(f"add.u32 {jend}, {j}, {V}")
+        whole = b.reg("pred")
+        b.op(f"setp.le.u32 {whole}, {jend}, {end}")
+        b.op(f"and.pred {whole}, {whole}, {aligned}")
+        el, nxt = b.new_label("elems"), b.new_label("next")
+        b.op(f"@!{whole} bra {el}")
+        per = {
+            name: self.load_vector(self.addr_of(name, dtype, rowbase, j), dtype)
+            for name, dtype in vecs_in
+        }
+        per_vectors([{**{n: per[n][e] for n in per}, **self.scalar_vals} for e in range(V)], None,
+                    [j])  # fmt: skip
+        b.op(f"bra.uni {nxt}")
+        b.label(el)
+        vals, preds = [], []
+        for e in range(V):
+            qe, pq = b.reg("b32"), b.reg("pred")
+            b.op(f"add.u32 {qe}, {j}, {e}")
+            b.op(f"setp.lt.u32 {pq}, {qe}, {end}")
+            ins = {}
+            for name, dtype in vecs_in:
+                addr = self.addr_of(name, dtype, rowbase, qe)
+                ins[name] = self.load_scalar(addr, dtype, pq)
+            vals.append({**ins, **self.scalar_vals})
+            preds.append(pq)
+        per_vectors(vals, preds, [j])
+        b.label(nxt)
+        b.op(f"add.u32 {j}, {j}, {T * V}")
+        b.op(f"bra.uni {top}")
+        b.label(end_l)
+
+    def store_outputs(self, elems, preds, js, rowbase, seg) -> None:
+        """Each per-element output at these elements: vectors when whole, else one element at a
+        time under its predicate."""
+        b, V = self.b, self.V
+        for o in self.kir.outputs:
+            if o.role != ROLE_ROW:
+                continue
+            es = ESIZE[o.dtype]
+            outs = []
+            for loaded in elems:
+                outs.append(self.reg_of(self.element(o.node, loaded, seg, {})))
+            for u, ju in enumerate(js):
+                addr = self.addr_of(o.name, o.dtype, rowbase, ju)
+                part = outs[u * V : (u + 1) * V]
+                if preds is None:
+                    self.store_vector(addr, o.dtype, part)
+                    continue
+                for e, v in enumerate(part):
+                    if es == 4:
+                        b.op(f"@{preds[e]} st.global.f32 [{addr}+{4 * e}], {v}")
+                    else:
+                        h = b.reg("b16")
+                        b.op(f"cvt.rn.{'bf16' if o.dtype == 'bf16' else 'f16'}.f32 {h}, {v}")
+                        b.op(f"@{preds[e]} st.global.b16 [{addr}+{2 * e}], {h}")
+
+    def store_vector(self, addr: str, dtype: str, vals: list[str]) -> None:
+        b, es = self.b, ESIZE[dtype]
+        if es == 4:
+            words = vals
+        else:
+            if len(vals) == 1:
+                h = b.reg("b16")
+                b.op(f"cvt.rn.{'bf16' if dtype == 'bf16' else 'f16'}.f32 {h}, {vals[0]}")
+                b.op(f"st.global.b16 [{addr}], {h}")
+                return
+            cvt = "bf16x2" if dtype == "bf16" else "f16x2"
+            words = []
+            for e in range(0, len(vals), 2):
+                w = b.reg("b32")
+                b.op(f"cvt.rn.{cvt}.f32 {w}, {vals[e + 1]}, {vals[e]}")
+                words.append(w)
+        ty = "f32" if es == 4 else "b32"
+        for g in range(0, len(words), 4):
+            group = words[g : g + 4]
+            where = f"[{addr}+{4 * g}]" if g else f"[{addr}]"
+            if len(group) == 1:
+                b.op(f"st.global.{ty} {where}, {group[0]}")
+            else:
+                b.op(f"st.global.v{len(group)}.{ty} {where}, {{{', '.join(group)}}}")
+
+    # -- the kernel ----------------------------------------------------------------------------
+
+    def scalar_nodes(self, k: int, loaded: dict, seg: dict) -> None:
+        """Per-row values (not reductions) that pass k can use, computed once a task into seg."""
+        for n in self.kir.order:
+            if (
+                self.kir.level[n] == SCALAR
+                and not isinstance(n, E.Reduce | E.Input | E.Const)
+                and self.kir.stage[n] <= k
+                and n not in seg
+            ):
+                seg[n] = self.reg_of(self.element(n, loaded, seg, {}))
+
+    def render(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
+        kir, s, b = self.kir, self.s, self.b
+        V, T, P = self.V, self.T, self.P
+        names = [t.name for t in kir.inputs] + [o.name for o in kir.outputs]
+        dims = (*kir.batch_dims, kir.row_dim)
+        params = [KernelParam("tensor", "u64", n) for n in names]
+        params += [KernelParam("dim", "u32", d) for d in dims]
+        entry = f"{ident(kir.name)}_{self.family}_{s.tag()}"
+        self.base = {}
+        for name in names:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            self.base[name] = r
+        if self.flat:
+            R, N = self.u32(1), self.product(dims)
+        else:
+            R, N = self.product(kir.batch_dims), self.dim_reg(kir.row_dim)
+        self.tid = self.u32("%tid.x")
+        self.lane, self.warp = b.reg("b32"), b.reg("b32")
+        b.op(f"and.b32 {self.lane}, {self.tid}, 31")
+        b.op(f"shr.u32 {self.warp}, {self.tid}, 5")
+        self.smem = self.u32("red_smem")
+        t0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {t0}, {self.tid}, 0")
+        self.scalar_vals = {}
+        for t in kir.inputs:
+            if t.role == ROLE_SCALAR:
+                self.scalar_vals[t.name] = self.load_scalar(self.base[t.name], t.dtype, "%p_true")
+        nmod = b.reg("b32")
+        b.op(f"and.b32 {nmod}, {N}, {V - 1}")
+        aligned = b.reg("pred")
+        b.op(f"setp.eq.u32 {aligned}, {nmod}, 0")
+        nf = b.reg("f32")
+        b.op(f"cvt.rn.f32.u32 {nf}, {N}")
+        lc = int(math.log2(s.chunk))
+        C = b.reg("b32")
+        b.op(f"add.u32 {C}, {N}, {s.chunk - 1}")
+        b.op(f"shr.u32 {C}, {C}, {lc}")
+        S = b.reg("b32")
+        b.op(f"mul.lo.u32 {S}, {R}, {C}")
+        total = b.reg("b32")
+        b.op(f"mul.lo.u32 {total}, {S}, {P}")
+        nred = max(len(self.reds), 1)
+        slot_last, slot_ticket = 4 * self.W, 4 * self.W + 4
+        globals_ = []
+        t = b.reg("b32")
+        if self.mode == "ticket":
+            g = ident(entry)
+            ws = {
+                "part": f"{g}_part",
+                "final": f"{g}_final",
+                "count": f"{g}_count",
+                "ready": f"{g}_ready",
+                "ticket": f"{g}_ticket",
+                "done": f"{g}_done",
+            }
+            globals_ = [
+                f".global .align 16 .f32 {ws['part']}[{ROW_CHUNKS * nred}];",
+                f".global .align 16 .f32 {ws['final']}[{MAX_ROWS * nred}];",
+                f".global .align 4 .u32 {ws['count']}[{MAX_ROWS * P}];",
+                f".global .align 4 .u32 {ws['ready']}[{MAX_ROWS * P}];",
+                f".global .align 4 .u32 {ws['ticket']};",
+                f".global .align 4 .u32 {ws['done']};",
+            ]
+            wr = {}
+            for key, sym in ws.items():
+                wr[key] = b.reg("b64")
+                b.op(f"mov.u64 {wr[key]}, {sym}")
+            first = b.new_label("first")
+            b.op(f"@!{t0} bra {first}")
+            b.op(f"atom.relaxed.gpu.global.add.u32 {t}, [{wr['ticket']}], 1")
+            b.op(f"st.shared.b32 [{self.smem}+{slot_ticket}], {t}")
+            b.label(first)
+            b.op("bar.sync 0")
+            b.op(f"ld.shared.b32 {t}, [{self.smem}+{slot_ticket}]")
+            b.op("bar.sync 0")
+            # tasks in order (row group, pass, row of the group, chunk): a group's rows are
+            # read again by its later passes while they may still be in L2
+            G = s.group
+            group_tasks = b.reg("b32")
+            b.op(f"mul.lo.u32 {group_tasks}, {C}, {G * P}")
+        else:
+            b.op(f"mov.u32 {t}, %ctaid.x")
+            grid = self.u32("%nctaid.x")
+        nxt = b.reg("b32")
+        top, finish = b.new_label("task"), b.new_label("finish")
+        b.label(top)
+        pt = b.reg("pred")
+        b.op(f"setp.ge.u32 {pt}, {t}, {total}")
+        b.op(f"@{pt} bra.uni {finish}")
+        k, r, c = b.reg("b32"), b.reg("b32"), b.reg("b32")
+        if self.mode == "ticket":
+            b.op(f"@{t0} atom.relaxed.gpu.global.add.u32 {nxt}, [{wr['ticket']}], 1")
+            grp, within, rows_g, left = b.reg("b32"), b.reg("b32"), b.reg("b32"), b.reg("b32")
+            b.op(f"div.u32 {grp}, {t}, {group_tasks}")
+            b.op(f"mul.lo.u32 {within}, {grp}, {group_tasks}")
+            b.op(f"sub.u32 {within}, {t}, {within}")
+            b.op(f"mul.lo.u32 {r}, {grp}, {G}")
+            b.op(f"sub.u32 {left}, {R}, {r}")
+            b.op(f"min.u32 {rows_g}, {left}, {G}")
+            per_pass = b.reg("b32")
+            b.op(f"mul.lo.u32 {per_pass}, {rows_g}, {C}")
+            b.op(f"div.u32 {k}, {within}, {per_pass}")
+            rem = b.reg("b32")
+            b.op(f"mul.lo.u32 {rem}, {k}, {per_pass}")
+            b.op(f"sub.u32 {rem}, {within}, {rem}")
+            rr = b.reg("b32")
+            b.op(f"div.u32 {rr}, {rem}, {C}")
+            b.op(f"add.u32 {r}, {r}, {rr}")
+            b.op(f"mul.lo.u32 {c}, {rr}, {C}")
+            b.op(f"sub.u32 {c}, {rem}, {c}")
+        elif self.flat:
+            b.op(f"mov.u32 {k}, 0")
+            b.op(f"mov.u32 {r}, 0")
+            b.op(f"mov.u32 {c}, {t}")
+        else:
+            b.op(f"mov.u32 {k}, 0")
+            b.op(f"div.u32 {r}, {t}, {C}")
+            b.op(f"mul.lo.u32 {c}, {r}, {C}")
+            b.op(f"sub.u32 {c}, {t}, {c}")
+        rowbase, start, end = b.reg("b32"), b.reg("b32"), b.reg("b32")
+        b.op(f"mul.lo.u32 {rowbase}, {r}, {N}")
+        b.op(f"shl.b32 {start}, {c}, {lc}")
+        b.op(f"add.u32 {end}, {start}, {s.chunk}")
+        b.op(f"min.u32 {end}, {end}, {N}")
+        # per-row inputs: one value a task
+        for tr in kir.inputs:
+            if tr.role == ROLE_ROWSCALAR:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {r}, {ESIZE[tr.dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {self.base[tr.name]}")
+                self.scalar_vals[tr.name] = self.load_scalar(addr, tr.dtype, "%p_true")
+        task_end = b.new_label("task_end")
+        for kk in range(P):
+            skip = b.new_label(f"pass{kk}_end")
+            if P > 1:
+                pk = b.reg("pred")
+                b.op(f"setp.ne.u32 {pk}, {k}, {kk}")
+                b.op(f"@{pk} bra.uni {skip}")
+            finals: dict = {}
+            if kk > 0:
+                self.wait_ready(wr, r, kk - 1, t0)
+                for j, red in enumerate(self.reds):
+                    if kir.stage[red] <= kk:
+                        a = b.reg("b64")
+                        b.op(f"mul.wide.u32 {a}, {r}, {4 * nred}")
+                        b.op(f"add.u64 {a}, {a}, {wr['final']}")
+                        v = b.reg("f32")
+                        b.op(f"ld.relaxed.gpu.global.f32 {v}, [{a}+{4 * j}]")
+                        finals[red] = v
+            seg = self.seg_of(finals)
+            self.scalar_nodes(kk, self.scalar_vals, seg)
+            if kk < P - 1:
+                mine = [(j, red) for j, red in enumerate(self.reds) if kir.stage[red] == kk + 1]
+                self.partial_pass(mine, seg, start, end, rowbase, aligned, wr, r, c, C, kk,
+                                  nred, nf, t0, slot_last)  # fmt: skip
+            else:
+
+                def out(elems, preds, js, seg=seg):
+                    self.store_outputs(elems, preds, js, rowbase, seg)
+
+                self.walk(start, end, rowbase, aligned, out)
+                self.store_row_values(seg, r, c, t0)
+            if P > 1:
+                b.op(f"bra.uni {task_end}")
+            b.label(skip)
+        b.label(task_end)
+        if self.mode == "ticket":
+            b.op(f"@{t0} st.shared.b32 [{self.smem}+{slot_ticket}], {nxt}")
+            b.op("bar.sync 0")
+            b.op(f"ld.shared.b32 {t}, [{self.smem}+{slot_ticket}]")
+            b.op("bar.sync 0")
+        else:
+            b.op(f"add.u32 {t}, {t}, {grid}")
+        b.op(f"bra.uni {top}")
+        b.label(finish)
+        if self.mode == "ticket":
+            self.last_out_resets(wr, R, t0, slot_last)
+        b.op("ret")
+        head = [
+            f"// Generated by factory.families.{self.family} for workload {kir.name!r}",
+            f"// schedule: {s.to_dict()}",
+            ".version 8.0",
+            f".target {self.arch}",
+            ".address_size 64",
+            "",
+            *globals_,
+            "",
+            f".visible .entry {entry}(",
+            ",\n".join(f"    .param .{p.ptx_type} p_{ident(p.name)}" for p in params),
+            f")\n.maxntid {T}, 1, 1",
+            "{",
+        ]
+        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{self.W + 2}];"]
+        lines = b.lines
+        if self.scalar_vals and "%p_true" in "\n".join(lines):
+            lines = ["    setp.eq.u32 %p_true, 0, 0;", *lines]
+            body.append("    .reg .pred %p_true;")
+        ptx = "\n".join(head + body + [""] + lines + ["}", ""])
+        if self.flat:
+            tasks = f"ceildiv({'*'.join(dims)}, {s.chunk})"
+        else:
+            rows = "*".join(kir.batch_dims) or "1"
+            tasks = f"({rows})*ceildiv({kir.row_dim}, {s.chunk})"
+        grid = f"min({tasks}, {s.blocks})" if self.mode == "static" else f"{s.blocks}"
+        return Emitted(ptx, entry, tuple(params), Launch((grid, 1, 1), (T, 1, 1)))
+
+    def wait_ready(self, wr, r, kk, t0) -> None:
+        """Thread 0 spins until pass kk of row r is folded; then the block goes on."""
+        b = self.b
+        a = b.reg("b64")
+        b.op(f"mul.wide.u32 {a}, {r}, {4 * self.P}")
+        b.op(f"add.u64 {a}, {a}, {wr['ready']}")
+        spin, go = b.new_label("spin"), b.new_label("ready")
+        b.op(f"@!{t0} bra {go}")
+        b.label(spin)
+        f = b.reg("b32")
+        b.op(f"ld.acquire.gpu.global.b32 {f}, [{a}+{4 * kk}]")
+        pw = b.reg("pred")
+        b.op(f"setp.eq.u32 {pw}, {f}, 0")
+        b.op(f"@{pw} bra {spin}")
+        b.label(go)
+        b.op("bar.sync 0")
+        b.op("fence.acq_rel.gpu")
+
+    def partial_pass(self, mine, seg, start, end, rowbase, aligned, wr, r, c, C, kk, nred, nf,
+                     t0, slot_last) -> None:  # fmt: skip
+        """Pass kk over the chunk: partials of its reductions to the workspace; the row's last
+        chunk to finish folds them and raises the flag."""
+        b, V, U = self.b, self.V, self.U
+        width = U * V
+        accs = {red: [b.reg("f32") for _ in range(width)] for _, red in mine}
+        for red, row in accs.items():
+            for a in row:
+                b.op(f"mov.f32 {a}, {f32_literal(IDENTITY[red.op])}")
+
+        def accumulate(elems, preds, js):
+            for e, loaded in enumerate(elems):
+                memo: dict = {}
+                for red, row in accs.items():
+                    v = self.reg_of(self.element(red.x, loaded, seg, memo))
+                    if preds is not None:
+                        w = b.reg("f32")
+                        b.op(f"selp.f32 {w}, {v}, {f32_literal(IDENTITY[red.op])}, {preds[e]}")
+                        v = w
+                    b.op(f"{COMBINE[red.op]} {row[e]}, {row[e]}, {v}")
+
+        self.walk(start, end, rowbase, aligned, accumulate)
+        vals = []
+        for red, row in accs.items():
+            for a in row[1:]:
+                b.op(f"{COMBINE[red.op]} {row[0]}, {row[0]}, {a}")
+            vals.append(self.block_fold(row[0], red.op))
+        # thread 0: the chunk's partials, then count the chunk in
+        slot = b.reg("b32")
+        b.op(f"mad.lo.u32 {slot}, {r}, {C}, {c}")
+        pa = b.reg("b64")
+        b.op(f"mul.wide.u32 {pa}, {slot}, {4 * nred}")
+        b.op(f"add.u64 {pa}, {pa}, {wr['part']}")
+        counted = b.new_label("counted")
+        b.op(f"@!{t0} bra {counted}")
+        for (j, _), v in zip(mine, vals, strict=True):
+            b.op(f"st.global.f32 [{pa}+{4 * j}], {v}")
+        ca = b.reg("b64")
+        b.op(f"mul.wide.u32 {ca}, {r}, {4 * self.P}")
+        b.op(f"add.u64 {ca}, {ca}, {wr['count']}")
+        old = b.reg("b32")
+        b.op("fence.acq_rel.gpu")
+        b.op(f"atom.acq_rel.gpu.global.add.u32 {old}, [{ca}+{4 * kk}], 1")
+        cm1 = b.reg("b32")
+        b.op(f"sub.u32 {cm1}, {C}, 1")
+        pl = b.reg("pred")
+        b.op(f"setp.eq.u32 {pl}, {old}, {cm1}")
+        islast = b.reg("b32")
+        b.op(f"selp.u32 {islast}, 1, 0, {pl}")
+        b.op(f"st.shared.b32 [{self.smem}+{slot_last}], {islast}")
+        b.label(counted)
+        b.op("bar.sync 0")
+        flag = b.reg("b32")
+        b.op(f"ld.shared.b32 {flag}, [{self.smem}+{slot_last}]")
+        b.op("bar.sync 0")
+        pz = b.reg("pred")
+        b.op(f"setp.eq.u32 {pz}, {flag}, 0")
+        folded = b.new_label("folded")
+        b.op(f"@{pz} bra.uni {folded}")
+        b.op("fence.acq_rel.gpu")
+        base = b.reg("b32")
+        b.op(f"mul.lo.u32 {base}, {r}, {C}")
+        fa = b.reg("b64")
+        b.op(f"mul.wide.u32 {fa}, {r}, {4 * nred}")
+        b.op(f"add.u64 {fa}, {fa}, {wr['final']}")
+        for j, red in mine:
+            acc = b.reg("f32")
+            b.op(f"mov.f32 {acc}, {f32_literal(IDENTITY[red.op])}")
+            i = b.reg("b32")
+            b.op(f"mov.u32 {i}, {self.tid}")
+            loop, done = b.new_label("fold"), b.new_label("fold_end")
+            b.label(loop)
+            pi = b.reg("pred")
+            b.op(f"setp.ge.u32 {pi}, {i}, {C}")
+            b.op(f"@{pi} bra {done}")
+            q = b.reg("b32")
+            b.op(f"add.u32 {q}, {base}, {i}")
+            qa = b.reg("b64")
+            b.op(f"mul.wide.u32 {qa}, {q}, {4 * nred}")
+            b.op(f"add.u64 {qa}, {qa}, {wr['part']}")
+            v = b.reg("f32")
+            b.op(f"ld.relaxed.gpu.global.f32 {v}, [{qa}+{4 * j}]")
+            b.op(f"{COMBINE[red.op]} {acc}, {acc}, {v}")
+            b.op(f"add.u32 {i}, {i}, {self.T}")
+            b.op(f"bra {loop}")
+            b.label(done)
+            tot = self.block_fold(acc, red.op)
+            if red.op == "mean":
+                m = b.reg("f32")
+                b.op(f"div.rn.f32 {m}, {tot}, {nf}")
+                tot = m
+            b.op(f"@{t0} st.global.f32 [{fa}+{4 * j}], {tot}")
+        ra = b.reg("b64")
+        b.op(f"mul.wide.u32 {ra}, {r}, {4 * self.P}")
+        b.op(f"add.u64 {ra}, {ra}, {wr['ready']}")
+        b.op("fence.acq_rel.gpu")
+        one = b.reg("b32")
+        b.op(f"mov.u32 {one}, 1")
+        b.op(f"@{t0} st.release.gpu.global.b32 [{ra}+{4 * kk}], {one}")
+        b.label(folded)
+
+    def store_row_values(self, seg, r, c, t0) -> None:
+        """Per-row outputs (a logsumexp, a row's sum): the row's first chunk, thread 0."""
+        b = self.b
+        rows_out = [o for o in self.kir.outputs if o.role == ROLE_ROWSCALAR]
+        if not rows_out:
+            return
+        p = b.reg("pred")
+        b.op(f"setp.eq.u32 {p}, {c}, 0")
+        b.op(f"and.pred {p}, {p}, {t0}")
+        for o in rows_out:
+            v = self.reg_of(self.element(o.node, self.scalar_vals, seg, {}))
+            addr = b.reg("b64")
+            b.op(f"mul.wide.u32 {addr}, {r}, {ESIZE[o.dtype]}")
+            b.op(f"add.u64 {addr}, {addr}, {self.base[o.name]}")
+            if ESIZE[o.dtype] == 4:
+                b.op(f"@{p} st.global.f32 [{addr}], {v}")
+            else:
+                h = b.reg("b16")
+                b.op(f"cvt.rn.{'bf16' if o.dtype == 'bf16' else 'f16'}.f32 {h}, {v}")
+                b.op(f"@{p} st.global.b16 [{addr}], {h}")
+
+    def last_out_resets(self, wr, R, t0, slot_last) -> None:
+        """The last block to leave zeroes the counters, flags and tickets for the next launch
+        (every other block has left its task loop, so nothing reads them any more)."""
+        b = self.b
+        islast = b.reg("b32")
+        b.op(f"mov.u32 {islast}, 0")
+        counted = b.new_label("out")
+        b.op(f"@!{t0} bra {counted}")
+        old = b.reg("b32")
+        b.op("fence.acq_rel.gpu")
+        b.op(f"atom.acq_rel.gpu.global.add.u32 {old}, [{wr['done']}], 1")
+        n1 = b.reg("b32")
+        b.op(f"mov.u32 {n1}, %nctaid.x")
+        b.op(f"sub.u32 {n1}, {n1}, 1")
+        pl = b.reg("pred")
+        b.op(f"setp.eq.u32 {pl}, {old}, {n1}")
+        b.op(f"selp.u32 {islast}, 1, 0, {pl}")
+        b.op(f"st.shared.b32 [{self.smem}+{slot_last}], {islast}")
+        b.label(counted)
+        b.op("bar.sync 0")
+        b.op(f"ld.shared.b32 {islast}, [{self.smem}+{slot_last}]")
+        pz = b.reg("pred")
+        b.op(f"setp.eq.u32 {pz}, {islast}, 0")
+        end = b.new_label("reset_end")
+        b.op(f"@{pz} bra.uni {end}")
+        n = b.reg("b32")
+        b.op(f"mul.lo.u32 {n}, {R}, {self.P}")
+        i = b.reg("b32")
+        b.op(f"mov.u32 {i}, {self.tid}")
+        loop, done = b.new_label("reset"), b.new_label("reset_done")
+        b.label(loop)
+        pi = b.reg("pred")
+        b.op(f"setp.ge.u32 {pi}, {i}, {n}")
+        b.op(f"@{pi} bra {done}")
+        a = b.reg("b64")
+        b.op(f"mul.wide.u32 {a}, {i}, 4")
+        ac, ar = b.reg("b64"), b.reg("b64")
+        b.op(f"add.u64 {ac}, {a}, {wr['count']}")
+        b.op(f"add.u64 {ar}, {a}, {wr['ready']}")
+        b.op(f"st.global.b32 [{ac}], 0")
+        b.op(f"st.global.b32 [{ar}], 0")
+        b.op(f"add.u32 {i}, {i}, {self.T}")
+        b.op(f"bra {loop}")
+        b.label(done)
+        b.op(f"@{t0} st.global.b32 [{wr['ticket']}], 0")
+        b.op(f"@{t0} st.global.b32 [{wr['done']}], 0")
+        b.label(end)
+
+
+def check_emittable(kir) -> None:
+    for t in kir.inputs:
+        if t.dtype not in ESIZE:
+            raise EmitError(f"input {t.name} is {t.dtype}")
