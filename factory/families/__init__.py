@@ -20,6 +20,7 @@ from factory.families.base import Family, Roofline, Unsupported, io_bytes
 # name -> the module whose FAMILY attribute is the family, in the order family_for asks them:
 # the most specific first (a matmul's expression would otherwise be refused by the row family).
 BUILTIN: dict[str, str] = {
+    "attention": "factory.families.attention",
     "matmul": "factory.families.matmul",
     "colreduce": "factory.families.colreduce",
     "allreduce": "factory.families.allreduce",

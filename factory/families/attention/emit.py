@@ -1,0 +1,719 @@
+"""The Hopper (sm_90a) attention forward emitter: TMA loads, an mbarrier ring, wgmma for both
+products, online softmax in registers (see schedule.py for the CTA's plan, tiling.py for the
+tile arithmetic and a numpy model of this loop).
+
+One CTA = (query tile qt of block_m rows, query head h, batch entry b): ctaid.x walks the query
+tiles (last first with a causal-like band, the longest rows first), ctaid.y is h, ctaid.z is b.
+Key/value head: h / (Hq / Hkv).
+
+Shared memory from a 1024-byte aligned base; every tile is stored as D / 64 column chunks of
+128-byte rows (64 bf16), the TMA writing 16-byte chunk c of row r at chunk c ^ (r % 8) (128-byte
+swizzle):
+  Q:      D/64 chunks x (block_m rows x 128 B)                      loaded once
+  K ring: stages x D/64 chunks x (block_n rows x 128 B)
+  V ring: stages x D/64 chunks x (block_n rows x 128 B)
+  qfull, full[stages], empty[stages]: 8-byte mbarriers
+The tensor maps are 3D (D, sequence, B * heads) so a tile past the sequence's end is filled with
+zeros by the TMA instead of reading the next head's rows.
+
+S = Q K^T: wgmma m64n{block_n}k16, A = the consumer's 64 rows of Q and B = K, both K-major with
+the 128-byte swizzle (the matmul family's descriptors: start >> 4, LBO 1, SBO 1024 B). k16 steps
+add 32 bytes inside a chunk; the next chunk starts rows x 128 bytes further.
+
+O += P V: A = P from registers (the S accumulator's fragment is the A fragment's layout: register
+pair (4j + 2h, 4j + 2h + 1) of the accumulator holds the two k values of A register (2j' + h)
+for k16 slice j // 2), converted to bf16 pairs; B = V as stored, [keys, D] with D contiguous:
+an MN-major operand (imm-trans-b = 1), whose descriptor's stride byte offset is the distance
+between groups of 8 keys (1024 B) and leading byte offset the distance between 64-column atoms
+(block_n x 128 B, one chunk). k16 steps add 16 rows = 2048 bytes.
+
+Softmax in base 2: x = score(s) * log2(e); per row m (running max, reduced over the 4 lanes
+that share the row), l (this thread's partial sum, reduced at the end), O scaled by
+2^(m_old - m_new). A row with no key left keeps m = -inf and l = 0: its output is 0, its
+log-sum-exp -inf. Masked tiles (partial band, the sequence's tail, or any elementwise mask term)
+set x = -inf where a term is false or j >= Skv; the others apply no mask.
+"""
+
+from __future__ import annotations
+
+from factory.emit.ptx import LOG2E, Builder, EmitError, f32_literal
+from factory.emit.types import Emitted
+from factory.families.attention.ir import AttentionIR
+from factory.families.attention.schedule import PRODUCER_REGS, AttentionSchedule, is_valid
+from factory.families.matmul.emit import DESC_CONST, _Epilogue
+from factory.spec import expr as E
+from factory.spec.attention import PLACEHOLDERS
+from factory.spec.types import KernelParam, Launch
+
+PTX_VERSION = "8.5"
+WGMMA_TYPE = {"bf16": "bf16", "fp16": "f16"}
+CVT_PAIR = {"bf16": "bf16x2", "fp16": "f16x2"}
+ELEM_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "int32": 4}
+LN2 = 0.6931471805599453
+# Diagnostic switch for a GPU run (lab/attention/bench.py --swap-v-offsets): swaps the V
+# descriptor's two byte offsets, in case the hardware reads them the other way round.
+SWAP_V_OFFSETS = False
+
+
+def v_desc_const(block_n: int) -> int:
+    """The address-independent bits of V's descriptor: MN-major, 128-byte swizzle, LBO = one
+    64-column chunk (block_n rows x 128 B), SBO = 8 rows x 128 B."""
+    lbo, sbo = block_n * 128 >> 4, 1024 >> 4
+    if SWAP_V_OFFSETS:
+        lbo, sbo = sbo, lbo
+    return (lbo << 16) | (sbo << 32) | (1 << 62)
+
+
+def _dim(d) -> str:
+    return str(d)
+
+
+def launch_for(ir: AttentionIR, s: AttentionSchedule) -> Launch:
+    return Launch(
+        grid=(f"ceildiv({_dim(ir.s)}, {s.block_m})", _dim(ir.hq), _dim(ir.b)),
+        block=(s.threads(), 1, 1),
+        smem_bytes=s.smem_bytes(ir.head_dim),
+    )
+
+
+def emit(ir: AttentionIR, s: AttentionSchedule, arch: str = "sm_90a") -> Emitted:
+    why = is_valid(ir, s)
+    if why is not None:
+        raise EmitError(why)
+    if arch not in ("sm_90", "sm_90a"):
+        raise EmitError("the attention emitter renders sm_90a (wgmma, setmaxnreg)")
+    return _Kernel(ir, s).render()
+
+
+class _Kernel:
+    def __init__(self, ir: AttentionIR, s: AttentionSchedule):
+        self.ir, self.s = ir, s
+        self.b = Builder()
+        self.d = ir.head_dim
+        self.chunks = ir.head_dim // 64
+        self.entry = f"{ir.name}_fa_{s.block_m}x{s.block_n}_s{s.stages}" + (
+            "_pv64" if s.pv_split else ""
+        )
+        self.q_bytes = s.block_m * self.d * 2
+        self.kv_bytes = s.block_n * self.d * 2  # one K (or V) tile
+        self.n_s = s.block_n // 2  # S accumulator registers a thread
+        self.n_o = self.d // 2  # O accumulator registers a thread
+        self.n_p = s.block_n // 4  # packed P registers a thread
+        self.t = WGMMA_TYPE[ir.dtype]
+        self.reads = self._reads()
+        self.masked_always = bool(ir.elementwise)
+
+    def _reads(self) -> set[str]:
+        """Placeholders and gathers the score and mask expressions read."""
+        names = set()
+        for t in ([self.ir.score] if self.ir.score is not None else []) + list(self.ir.mask):
+            for n in E.walk(t):
+                if isinstance(n, E.Input) and n.name in PLACEHOLDERS and n.shape == ():
+                    names.add(n.name)
+        return names
+
+    # ---- helpers -------------------------------------------------------------------------
+    def op(self, t: str) -> None:
+        self.b.op(t)
+
+    def r32(self) -> str:
+        return self.b.reg("b32")
+
+    def r64(self) -> str:
+        return self.b.reg("b64")
+
+    def pred(self) -> str:
+        return self.b.reg("pred")
+
+    def f32(self) -> str:
+        return self.b.reg("f32")
+
+    def wait(self, bar: str, parity: str) -> None:
+        lab = self.b.new_label("wait")
+        p = self.pred()
+        self.b.label(lab)
+        self.op(f"mbarrier.try_wait.parity.shared::cta.b64 {p}, [{bar}], {parity}")
+        self.op(f"@!{p} bra {lab}")
+
+    def advance(self) -> None:
+        p = self.pred()
+        self.op("add.u32 %stage, %stage, 1")
+        self.op(f"setp.eq.u32 {p}, %stage, {self.s.stages}")
+        self.op(f"@{p} mov.u32 %stage, 0")
+        self.op(f"@{p} xor.b32 %phase, %phase, 1")
+
+    def load_dim(self, reg: str, d, pname: str) -> None:
+        if isinstance(d, str):
+            self.op(f"ld.param.u32 {reg}, [{pname}]")
+        else:
+            self.op(f"mov.u32 {reg}, {int(d)}")
+
+    def tile_range(self) -> None:
+        """%qt (this CTA's query tile), %i0, %first, %end (KV tiles [first, end)): the
+        formulas of tiling.kv_tiles and tiling.query_tile_order."""
+        ir, s = self.ir, self.s
+        self.op("mov.u32 %qt, %ctaid.x")
+        if ir.band_hi is not None:
+            n = self.r32()
+            self.op(f"add.u32 {n}, %S, {s.block_m - 1}")
+            self.op(f"div.u32 {n}, {n}, {s.block_m}")
+            self.op(f"sub.u32 {n}, {n}, 1")
+            self.op(f"sub.u32 %qt, {n}, %qt")
+        self.op(f"mul.lo.u32 %i0, %qt, {s.block_m}")
+        self.op(f"add.u32 %nkv, %Skv, {s.block_n - 1}")
+        self.op(f"div.u32 %nkv, %nkv, {s.block_n}")
+        if ir.band_lo is None:
+            self.op("mov.u32 %first, 0")
+        else:
+            t = self.r32()
+            self.op(f"add.s32 {t}, %i0, {ir.band_lo}")
+            self.op(f"max.s32 {t}, {t}, 0")
+            self.op(f"div.u32 %first, {t}, {s.block_n}")
+        if ir.band_hi is None:
+            self.op("mov.u32 %end, %nkv")
+        else:
+            last = self.r32()
+            self.op(f"add.s32 {last}, %i0, {s.block_m - 1 + ir.band_hi}")
+            p = self.pred()
+            self.op(f"setp.lt.s32 {p}, {last}, 0")
+            self.op(f"div.s32 %end, {last}, {s.block_n}")
+            self.op("add.s32 %end, %end, 1")
+            self.op("min.s32 %end, %end, %nkv")
+            self.op(f"@{p} mov.u32 %end, 0")
+        if ir.band_lo is not None:
+            t = self.r32()
+            p = self.pred()
+            self.op(f"add.s32 {t}, %i0, {ir.band_lo}")
+            self.op(f"setp.ge.s32 {p}, {t}, %Skv")
+            self.op(f"@{p} mov.u32 %end, %first")
+        if ir.band_lo is not None and ir.band_hi is not None and ir.band_lo > ir.band_hi:
+            self.op("mov.u32 %end, %first")  # an empty band: no key anywhere
+
+    # ---- the kernel ----------------------------------------------------------------------
+    def render(self) -> Emitted:
+        ir, s, b = self.ir, self.s, self.b
+        params: list[KernelParam] = []
+        plist: list[str] = []
+        bh_q = f"{_dim(ir.b)} * {_dim(ir.hq)}"
+        bh_kv = f"{_dim(ir.b)} * {_dim(ir.hkv)}"
+        maps = (
+            ("q_map", ir.q, s.block_m, (str(self.d), _dim(ir.s), bh_q)),
+            ("k_map", ir.k, s.block_n, (str(self.d), _dim(ir.skv), bh_kv)),
+            ("v_map", ir.v, s.block_n, (str(self.d), _dim(ir.skv), bh_kv)),
+        )
+        for pname, tensor, rows, dims in maps:
+            params.append(
+                KernelParam(
+                    "tmap", "b8x128", tensor, 0.0, box=(64, rows, 1), dims=dims, swizzle=128
+                )
+            )
+            plist.append(f".param .align 64 .b8 {pname}[128]")
+        params.append(KernelParam("tensor", "u64", ir.out))
+        plist.append(".param .u64 out_o")
+        if ir.lse:
+            params.append(KernelParam("tensor", "u64", ir.lse))
+            plist.append(".param .u64 out_lse")
+        for x in ir.extra:
+            params.append(KernelParam("tensor", "u64", x.name))
+            plist.append(f".param .u64 in_{x.name}")
+        for key in ("s", "skv", "hq", "hkv"):
+            d = getattr(ir, key)
+            if isinstance(d, str):
+                params.append(KernelParam("dim", "u32", d))
+                plist.append(f".param .u32 dim_{key}")
+
+        b.comment("dims, this CTA's tile, the shared-memory layout")
+        self.load_dim("%S", ir.s, "dim_s")
+        self.load_dim("%Skv", ir.skv, "dim_skv")
+        self.load_dim("%Hq", ir.hq, "dim_hq")
+        self.load_dim("%Hkv", ir.hkv, "dim_hkv")
+        self.op("mov.u32 %head, %ctaid.y")
+        self.op("mov.u32 %bb, %ctaid.z")
+        g = self.r32()
+        self.op(f"div.u32 {g}, %Hq, %Hkv")
+        self.op(f"div.u32 %hk, %head, {g}")
+        self.op("mad.lo.u32 %bhq, %bb, %Hq, %head")  # q/o head row: b * Hq + h
+        self.op("mad.lo.u32 %bhk, %bb, %Hkv, %hk")
+        self.tile_range()
+        self.op("mov.u32 %tx, %tid.x")
+        self.op("shr.u32 %wg, %tx, 7")
+        self.op("mov.u32 %base, dsmem")
+        self.op("add.u32 %base, %base, 1023")
+        self.op("and.b32 %base, %base, -1024")
+        self.op(f"add.u32 %kb, %base, {self.q_bytes}")
+        self.op(f"add.u32 %vb, %kb, {s.stages * self.kv_bytes}")
+        self.op(f"add.u32 %qfull, %vb, {s.stages * self.kv_bytes}")
+        self.op("add.u32 %full, %qfull, 8")
+        self.op(f"add.u32 %empty, %full, {8 * s.stages}")
+        self.op("mov.u32 %stage, 0")
+        self.op("mov.u32 %phase, 0")
+
+        b.comment("thread 0 initialises the barriers")
+        p0 = self.pred()
+        lab_init = b.new_label("init_done")
+        self.op(f"setp.ne.u32 {p0}, %tx, 0")
+        self.op(f"@{p0} bra {lab_init}")
+        self.op("mbarrier.init.shared::cta.b64 [%qfull], 1")
+        for i in range(s.stages):
+            self.op(f"mbarrier.init.shared::cta.b64 [%full+{8 * i}], 1")
+            self.op(f"mbarrier.init.shared::cta.b64 [%empty+{8 * i}], {4 * s.consumers}")
+        self.op("fence.mbarrier_init.release.cluster")
+        self.op("fence.proxy.async.shared::cta")
+        b.label(lab_init)
+        self.op("bar.sync 0")
+
+        lab_cons, lab_exit = b.new_label("consumer"), b.new_label("exit")
+        pw = self.pred()
+        self.op(f"setp.ne.u32 {pw}, %wg, 0")
+        self.op(f"@{pw} bra {lab_cons}")
+        self.producer(lab_exit, [m[0] for m in maps])
+        b.label(lab_cons)
+        self.consumer()
+        b.label(lab_exit)
+        self.op("ret")
+
+        decls = b.declarations()
+        decls.append(f"    .reg .f32 %sa<{self.n_s}>;")
+        decls.append(f"    .reg .f32 %oa<{self.n_o}>;")
+        decls.append(f"    .reg .b32 %pp<{self.n_p}>;")
+        decls.append("    .reg .f32 %m<2>, %l<2>;")
+        named = (
+            "S Skv Hq Hkv head bb hk bhq bhk qt i0 nkv first end tx wg base kb vb qfull full "
+            "empty stage phase t j0"
+        ).split()
+        decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
+        maxnreg = min(248, 65536 // s.threads() // 8 * 8)
+        head = [
+            "//",
+            f"// {self.entry}: {s.label()} (generated by factory.families.attention.emit)",
+            "//",
+            f".version {PTX_VERSION}",
+            ".target sm_90a",
+            ".address_size 64",
+            "",
+            ".extern .shared .align 1024 .b8 dsmem[];",
+            "",
+            f".visible .entry {self.entry}(",
+            "    " + ",\n    ".join(plist),
+            ")",
+            f".maxnreg {maxnreg}",
+            f".reqntid {s.threads()}, 1, 1",
+            "{",
+        ]
+        ptx = "\n".join(head + decls + [""] + b.lines + ["}", ""])
+        return Emitted(ptx=ptx, entry=self.entry, params=tuple(params), launch=launch_for(ir, s))
+
+    # ---- producer ------------------------------------------------------------------------
+    def producer(self, lab_exit: str, maps: list[str]) -> None:
+        s, b = self.s, self.b
+        b.comment("producer warpgroup: one thread loads Q once, then K and V into the ring")
+        self.op(f"setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGS}")
+        p = self.pred()
+        self.op(f"setp.ne.u32 {p}, %tx, 0")
+        self.op(f"@{p} bra {lab_exit}")
+        gm = {}
+        for pname in maps:
+            r0, r1 = self.r64(), self.r64()
+            self.op(f"mov.u64 {r0}, {pname}")
+            self.op(f"cvta.param.u64 {r1}, {r0}")
+            self.op(f"prefetch.tensormap [{r1}]")
+            gm[pname] = r1
+        cp = "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%qfull], {self.q_bytes}")
+        for c in range(self.chunks):
+            dst = self.r32()
+            self.op(f"add.u32 {dst}, %base, {c * s.block_m * 128}")
+            self.op(f"{cp} [{dst}], [{gm['q_map']}, {{{64 * c}, %i0, %bhq}}], [%qfull]")
+        lab_k, lab_kdone = b.new_label("pk"), b.new_label("pkd")
+        self.op("mov.u32 %t, %first")
+        b.label(lab_k)
+        pk = self.pred()
+        self.op(f"setp.ge.s32 {pk}, %t, %end")
+        self.op(f"@{pk} bra {lab_kdone}")
+        par, off, full, empty = self.r32(), self.r32(), self.r32(), self.r32()
+        self.op(f"xor.b32 {par}, %phase, 1")
+        self.op(f"shl.b32 {off}, %stage, 3")
+        self.op(f"add.u32 {full}, %full, {off}")
+        self.op(f"add.u32 {empty}, %empty, {off}")
+        self.wait(empty, par)
+        self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{full}], {2 * self.kv_bytes}")
+        row = self.r32()
+        self.op(f"mul.lo.u32 {row}, %t, {s.block_n}")
+        dk, dv = self.r32(), self.r32()
+        self.op(f"mad.lo.u32 {dk}, %stage, {self.kv_bytes}, %kb")
+        self.op(f"mad.lo.u32 {dv}, %stage, {self.kv_bytes}, %vb")
+        for c in range(self.chunks):
+            ck, cv = self.r32(), self.r32()
+            self.op(f"add.u32 {ck}, {dk}, {c * s.block_n * 128}")
+            self.op(f"add.u32 {cv}, {dv}, {c * s.block_n * 128}")
+            self.op(f"{cp} [{ck}], [{gm['k_map']}, {{{64 * c}, {row}, %bhk}}], [{full}]")
+            self.op(f"{cp} [{cv}], [{gm['v_map']}, {{{64 * c}, {row}, %bhk}}], [{full}]")
+        self.advance()
+        self.op("add.u32 %t, %t, 1")
+        self.op(f"bra {lab_k}")
+        b.label(lab_kdone)
+        self.op(f"bra {lab_exit}")
+
+    # ---- consumers -----------------------------------------------------------------------
+    def consumer(self) -> None:
+        ir, s, b = self.ir, self.s, self.b
+        b.comment("consumer warpgroups: 64 query rows each")
+        self.op(f"setmaxnreg.inc.sync.aligned.u32 {s.consumer_regs()}")
+        cons, warp, lane = self.r32(), self.r32(), self.r32()
+        self.op(f"sub.u32 {cons}, %wg, 1")
+        self.op(f"shr.u32 {warp}, %tx, 5")
+        self.op(f"and.b32 {warp}, {warp}, 3")
+        self.op(f"and.b32 {lane}, %tx, 31")
+        plane0 = self.pred()
+        self.op(f"setp.eq.u32 {plane0}, {lane}, 0")
+        self.p_true, self.p_false = self.pred(), self.pred()
+        self.op(f"setp.eq.u32 {self.p_true}, %tx, %tx")
+        self.op(f"setp.ne.u32 {self.p_false}, %tx, %tx")
+        # rows of this thread: row0 and row0 + 8; columns 8jj + colb (+1) of each tile
+        row0, colb = self.r32(), self.r32()
+        self.op(f"shr.u32 {row0}, {lane}, 2")
+        self.op(f"mad.lo.u32 {row0}, {warp}, 16, {row0}")
+        self.op(f"mad.lo.u32 {row0}, {cons}, 64, {row0}")
+        self.op(f"add.u32 {row0}, {row0}, %i0")
+        row1 = self.r32()
+        self.op(f"add.u32 {row1}, {row0}, 8")
+        self.op(f"and.b32 {colb}, {lane}, 3")
+        self.op(f"shl.b32 {colb}, {colb}, 1")
+        rows = (row0, row1)
+        # descriptors: Q rows of this consumer, K and V of stage 0
+        qa, ka, va = self.r32(), self.r32(), self.r32()
+        self.op(f"mad.lo.u32 {qa}, {cons}, {64 * 128}, %base")
+        self.op(f"shr.u32 {qa}, {qa}, 4")
+        self.op(f"shr.u32 {ka}, %kb, 4")
+        self.op(f"shr.u32 {va}, %vb, 4")
+        dq, dk0, dv0 = self.r64(), self.r64(), self.r64()
+        for reg, a, const in (
+            (dq, qa, DESC_CONST),
+            (dk0, ka, DESC_CONST),
+            (dv0, va, v_desc_const(s.block_n)),
+        ):
+            self.op(f"cvt.u64.u32 {reg}, {a}")
+            self.op(f"or.b64 {reg}, {reg}, {const}")
+
+        # per-head and per-row values the score and mask read
+        self.row_vals: list[dict] = [{}, {}]
+        self.col_inputs = []
+        fi = {r: self.f32() for r in ("i0", "i1")}
+        if "i" in self.reads:
+            self.op(f"cvt.rn.f32.u32 {fi['i0']}, {row0}")
+            self.op(f"cvt.rn.f32.u32 {fi['i1']}, {row1}")
+        fh = self.f32()
+        if "h" in self.reads:
+            self.op(f"cvt.rn.f32.u32 {fh}, %head")
+        self.fi, self.fh = fi, fh
+        for x in ir.extra:
+            ptr = self._ptr(f"in_{x.name}")
+            for node in self._gather_nodes(x):
+                where = node.idx.name
+                if where == "h":
+                    idx = self.r32()
+                    self.op(f"mov.u32 {idx}, {'%bhq' if x.batched else '%head'}")
+                    v = self._load_extra(x, ptr, idx, None)
+                    for h2 in range(2):
+                        self.row_vals[h2][node] = v
+                elif where == "i":
+                    for h2, r in enumerate(rows):
+                        idx = self.r32()
+                        if x.batched:
+                            self.op(f"mad.lo.u32 {idx}, %bb, %S, {r}")
+                        else:
+                            self.op(f"mov.u32 {idx}, {r}")
+                        pr = self.pred()
+                        self.op(f"setp.lt.u32 {pr}, {r}, %S")
+                        self.row_vals[h2][node] = self._load_extra(x, ptr, idx, pr)
+                else:
+                    self.col_inputs.append((x, ptr, node))
+
+        self.op("mov.f32 %m0, 0fFF800000")
+        self.op("mov.f32 %m1, 0fFF800000")
+        self.op("mov.f32 %l0, 0f00000000")
+        self.op("mov.f32 %l1, 0f00000000")
+        for i in range(self.n_o):
+            self.op(f"mov.f32 %oa{i}, 0f00000000")
+        self.wait("%qfull", "0")
+
+        lab_k, lab_kdone = b.new_label("ck"), b.new_label("ckd")
+        self.op("mov.u32 %t, %first")
+        b.label(lab_k)
+        pk = self.pred()
+        self.op(f"setp.ge.s32 {pk}, %t, %end")
+        self.op(f"@{pk} bra {lab_kdone}")
+        off, full = self.r32(), self.r32()
+        self.op(f"shl.b32 {off}, %stage, 3")
+        self.op(f"add.u32 {full}, %full, {off}")
+        self.wait(full, "%phase")
+        stage_off = self.r32()
+        self.op(f"mul.lo.u32 {stage_off}, %stage, {self.kv_bytes >> 4}")
+        so64 = self.r64()
+        self.op(f"cvt.u64.u32 {so64}, {stage_off}")
+        dk, dv = self.r64(), self.r64()
+        self.op(f"add.u64 {dk}, {dk0}, {so64}")
+        self.op(f"add.u64 {dv}, {dv0}, {so64}")
+
+        b.comment("S = Q K^T")
+        self.op("wgmma.fence.sync.aligned")
+        first = True
+        sregs = ", ".join(f"%sa{i}" for i in range(self.n_s))
+        for c in range(self.chunks):
+            for kk in range(4):
+                da, db = self.r64(), self.r64()
+                self.op(f"add.u64 {da}, {dq}, {(c * s.block_m * 128 + kk * 32) >> 4}")
+                self.op(f"add.u64 {db}, {dk}, {(c * s.block_n * 128 + kk * 32) >> 4}")
+                scale = self.p_false if first else self.p_true
+                first = False
+                self.op(
+                    f"wgmma.mma_async.sync.aligned.m64n{s.block_n}k16.f32.{self.t}.{self.t} "
+                    f"{{{sregs}}}, {da}, {db}, {scale}, 1, 1, 0, 0"
+                )
+        self.op("wgmma.commit_group.sync.aligned")
+        self.op("wgmma.wait_group.sync.aligned 0")
+
+        self.op(f"mul.lo.u32 %j0, %t, {s.block_n}")
+        lab_masked, lab_join = b.new_label("masked"), b.new_label("join")
+        if not self.masked_always:
+            pfull = self.tile_full_pred()
+            self.op(f"@!{pfull} bra {lab_masked}")
+            self.softmax(rows, colb, masked=False)
+            self.op(f"bra {lab_join}")
+        b.label(lab_masked)
+        self.softmax(rows, colb, masked=True)
+        b.label(lab_join)
+
+        b.comment("O += P V")
+        self.op("wgmma.fence.sync.aligned")
+        one = self.p_true
+        pv_n = 64 if s.pv_split else self.d
+        for kk in range(s.block_n // 16):
+            a = ", ".join(f"%pp{2 * (2 * kk) + h}" for h in range(2))
+            a += ", " + ", ".join(f"%pp{2 * (2 * kk + 1) + h}" for h in range(2))
+            for nc in range(self.d // pv_n):
+                dvb = self.r64()
+                self.op(f"add.u64 {dvb}, {dv}, {(kk * 16 * 128 + nc * s.block_n * 128) >> 4}")
+                oregs = ", ".join(f"%oa{nc * pv_n // 2 + i}" for i in range(pv_n // 2))
+                self.op(
+                    f"wgmma.mma_async.sync.aligned.m64n{pv_n}k16.f32.{self.t}.{self.t} "
+                    f"{{{oregs}}}, {{{a}}}, {dvb}, {one}, 1, 1, 1"
+                )
+        self.op("wgmma.commit_group.sync.aligned")
+        self.op("wgmma.wait_group.sync.aligned 0")
+        eaddr = self.r32()
+        self.op(f"add.u32 {eaddr}, %empty, {off}")
+        self.op(f"@{plane0} mbarrier.arrive.shared::cta.b64 _, [{eaddr}]")
+        self.advance()
+        self.op("add.u32 %t, %t, 1")
+        self.op(f"bra {lab_k}")
+        b.label(lab_kdone)
+        self.epilogue(rows, colb, lane)
+
+    def tile_full_pred(self) -> str:
+        """Whether tile %t needs no element mask: tiling.tile_is_full."""
+        ir, s = self.ir, self.s
+        p = self.pred()
+        end = self.r32()
+        self.op(f"add.u32 {end}, %j0, {s.block_n}")
+        self.op(f"setp.le.u32 {p}, {end}, %Skv")
+        if ir.band_lo is not None:
+            t = self.r32()
+            self.op(f"add.s32 {t}, %i0, {s.block_m - 1 + ir.band_lo}")
+            self.op(f"setp.ge.and.s32 {p}, %j0, {t}, {p}")
+        if ir.band_hi is not None:
+            t, u = self.r32(), self.r32()
+            self.op(f"add.s32 {t}, %i0, {ir.band_hi}")
+            self.op(f"add.s32 {u}, %j0, {s.block_n - 1}")
+            self.op(f"setp.le.and.s32 {p}, {u}, {t}, {p}")
+        return p
+
+    def _gather_nodes(self, x) -> list[E.Node]:
+        """The subscripts of x in the score and mask (x[h], x[i], x[j]), each once."""
+        out: dict = {}
+        for t in ([self.ir.score] if self.ir.score is not None else []) + list(self.ir.mask):
+            for n in E.walk(t):
+                if isinstance(n, E.Gather) and n.x.name == x.name:
+                    out.setdefault(n, None)
+        if not out:
+            raise EmitError(f"{x.name} is not read")
+        return list(out)
+
+    def _ptr(self, pname: str) -> str:
+        r, g = self.r64(), self.r64()
+        self.op(f"ld.param.u64 {r}, [{pname}]")
+        self.op(f"cvta.to.global.u64 {g}, {r}")
+        return g
+
+    def _load_extra(self, x, ptr: str, idx: str, pred: str | None) -> str:
+        """f32 value of x at element idx (0 where pred is false)."""
+        size = ELEM_BYTES[x.dtype]
+        a = self.r64()
+        self.op(f"mul.wide.u32 {a}, {idx}, {size}")
+        self.op(f"add.u64 {a}, {a}, {ptr}")
+        f = self.f32()
+        g = f"@{pred} " if pred else ""
+        if x.dtype == "fp32":
+            self.op(f"mov.f32 {f}, 0f00000000")
+            self.op(f"{g}ld.global.nc.f32 {f}, [{a}]")
+        elif x.dtype == "int32":
+            r = self.r32()
+            self.op(f"mov.u32 {r}, 0")
+            self.op(f"{g}ld.global.nc.s32 {r}, [{a}]")
+            self.op(f"cvt.rn.f32.s32 {f}, {r}")
+        else:
+            h = self.b.reg("b16")
+            self.op(f"mov.b16 {h}, 0")
+            self.op(f"{g}ld.global.nc.b16 {h}, [{a}]")
+            self.op(f"cvt.f32.{'bf16' if x.dtype == 'bf16' else 'f16'} {f}, {h}")
+        return f
+
+    def softmax(self, rows, colb: str, masked: bool) -> None:
+        """x = score * log2(e) (masked: -inf where a term fails or j >= Skv), the row max over
+        the 4 lanes, rescale O and l, P = 2^(x - m) packed to 16-bit pairs."""
+        ir, s, b = self.ir, self.s, self.b
+        b.comment("softmax" + (" (masked tile)" if masked else ""))
+        ev = _Epilogue(b, None, True)
+        scale_l2 = ir.scale * LOG2E
+        need_j = masked or "j" in self.reads or self.col_inputs
+        ninf = self.f32()
+        self.op(f"mov.f32 {ninf}, 0fFF800000")
+        colv: dict[int, tuple[str, str | None, dict]] = {}
+        for jj in range(s.block_n // 8):
+            for e in range(2):
+                fj, pin, gath = None, None, {}
+                if need_j:
+                    j = self.r32()
+                    self.op(f"add.u32 {j}, %j0, {colb}")
+                    self.op(f"add.u32 {j}, {j}, {8 * jj + e}")
+                    if masked:
+                        pin = self.pred()
+                        self.op(f"setp.lt.u32 {pin}, {j}, %Skv")
+                    if "j" in self.reads:
+                        fj = self.f32()
+                        self.op(f"cvt.rn.f32.u32 {fj}, {j}")
+                    for x, ptr, node in self.col_inputs:
+                        idx = j
+                        if x.batched:
+                            idx = self.r32()
+                            self.op(f"mad.lo.u32 {idx}, %bb, %Skv, {j}")
+                        pj = self.pred()
+                        self.op(f"setp.lt.u32 {pj}, {j}, %Skv")
+                        gath[node] = self._load_extra(x, ptr, idx, pj)
+                colv[2 * jj + e] = (fj, pin, gath)
+        xs: dict[int, str] = {}
+        for h in range(2):
+            for jj in range(s.block_n // 8):
+                for e in range(2):
+                    idx = 4 * jj + 2 * h + e
+                    fj, pin, gath = colv[2 * jj + e]
+                    acc = f"%sa{idx}"
+                    if ir.score is None and (not masked or not ir.mask):
+                        x = self.f32()
+                        self.op(f"mul.f32 {x}, {acc}, {f32_literal(scale_l2)}")
+                        if masked:
+                            self.op(f"selp.f32 {x}, {x}, {ninf}, {pin}")
+                    else:
+                        sv = self.f32()
+                        self.op(f"mul.f32 {sv}, {acc}, {f32_literal(ir.scale)}")
+                        env = {"s": sv, "h": self.fh, "i": self.fi[f"i{h}"]}
+                        if fj is not None:
+                            env["j"] = fj
+                        memo = {**self.row_vals[h], **gath}
+                        score = sv if ir.score is None else ev.value(ir.score, env, memo)
+                        x = self.f32()
+                        self.op(f"mul.f32 {x}, {score}, {f32_literal(LOG2E)}")
+                        if masked:
+                            keep = pin
+                            for term in ir.mask:
+                                pt = ev.value(term, env, memo)
+                                k2 = self.pred()
+                                self.op(f"and.pred {k2}, {keep}, {pt}")
+                                keep = k2
+                            self.op(f"selp.f32 {x}, {x}, {ninf}, {keep}")
+                    xs[idx] = x
+        for h in range(2):
+            idxs = [4 * jj + 2 * h + e for jj in range(s.block_n // 8) for e in range(2)]
+            mx = self.f32()
+            self.op(f"max.f32 {mx}, {xs[idxs[0]]}, {xs[idxs[1]]}")
+            for i in idxs[2:]:
+                self.op(f"max.f32 {mx}, {mx}, {xs[i]}")
+            for lanes in (1, 2):
+                o = self.f32()
+                self.op(f"shfl.sync.bfly.b32 {o}, {mx}, {lanes}, 31, -1")
+                self.op(f"max.f32 {mx}, {mx}, {o}")
+            mnew, muse = self.f32(), self.f32()
+            self.op(f"max.f32 {mnew}, %m{h}, {mx}")
+            pinf = self.pred()
+            self.op(f"setp.eq.f32 {pinf}, {mnew}, 0fFF800000")
+            self.op(f"selp.f32 {muse}, 0f00000000, {mnew}, {pinf}")
+            alpha, t = self.f32(), self.f32()
+            self.op(f"sub.f32 {t}, %m{h}, {muse}")
+            self.op(f"ex2.approx.ftz.f32 {alpha}, {t}")
+            self.op(f"mov.f32 %m{h}, {mnew}")
+            total = self.f32()
+            self.op(f"mov.f32 {total}, 0f00000000")
+            ps = {}
+            for i in idxs:
+                d, p = self.f32(), self.f32()
+                self.op(f"sub.f32 {d}, {xs[i]}, {muse}")
+                self.op(f"ex2.approx.ftz.f32 {p}, {d}")
+                self.op(f"add.f32 {total}, {total}, {p}")
+                ps[i] = p
+            self.op(f"fma.rn.f32 %l{h}, %l{h}, {alpha}, {total}")
+            for jd in range(self.d // 8):
+                for e in range(2):
+                    r = f"%oa{4 * jd + 2 * h + e}"
+                    self.op(f"mul.f32 {r}, {r}, {alpha}")
+            for jj in range(s.block_n // 8):
+                lo, hi = ps[4 * jj + 2 * h], ps[4 * jj + 2 * h + 1]
+                # the upper half takes the first operand: the odd column goes high
+                self.op(f"cvt.rn.{CVT_PAIR[ir.dtype]}.f32 %pp{2 * jj + h}, {hi}, {lo}")
+
+    def epilogue(self, rows, colb: str, lane: str) -> None:
+        ir, b = self.ir, self.b
+        b.comment("epilogue: O / l, stored as 16-bit pairs; the log-sum-exp")
+        out = self._ptr("out_o")
+        lse = self._ptr("out_lse") if ir.lse else None
+        cvt = CVT_PAIR["bf16" if ir.out_dtype == "bf16" else "fp16"]
+        for h, r in enumerate(rows):
+            for lanes in (1, 2):
+                o = self.f32()
+                self.op(f"shfl.sync.bfly.b32 {o}, %l{h}, {lanes}, 31, -1")
+                self.op(f"add.f32 %l{h}, %l{h}, {o}")
+            pz = self.pred()
+            self.op(f"setp.gt.f32 {pz}, %l{h}, 0f00000000")
+            inv = self.f32()
+            self.op(f"rcp.rn.f32 {inv}, %l{h}")
+            self.op(f"selp.f32 {inv}, {inv}, 0f00000000, {pz}")
+            prow = self.pred()
+            self.op(f"setp.lt.u32 {prow}, {r}, %S")
+            grow = self.r32()
+            self.op(f"mad.lo.u32 {grow}, %bhq, %S, {r}")
+            a = self.r64()
+            self.op(f"mul.wide.u32 {a}, {grow}, {self.d * 2}")
+            self.op(f"add.u64 {a}, {a}, {out}")
+            cb = self.r64()
+            self.op(f"mul.wide.u32 {cb}, {colb}, 2")
+            self.op(f"add.u64 {a}, {a}, {cb}")
+            for jd in range(self.d // 8):
+                v0, v1 = self.f32(), self.f32()
+                self.op(f"mul.f32 {v0}, %oa{4 * jd + 2 * h}, {inv}")
+                self.op(f"mul.f32 {v1}, %oa{4 * jd + 2 * h + 1}, {inv}")
+                w = self.r32()
+                self.op(f"cvt.rn.{cvt}.f32 {w}, {v1}, {v0}")
+                self.op(f"@{prow} st.global.b32 [{a}+{16 * jd}], {w}")
+            if lse is not None:
+                lg = self.f32()
+                self.op(f"lg2.approx.f32 {lg}, %l{h}")
+                self.op(f"add.f32 {lg}, {lg}, %m{h}")
+                self.op(f"mul.f32 {lg}, {lg}, {f32_literal(LN2)}")
+                self.op(f"selp.f32 {lg}, {lg}, 0fFF800000, {pz}")
+                pl = self.pred()
+                q = self.r32()
+                self.op(f"and.b32 {q}, {lane}, 3")
+                self.op(f"setp.eq.and.u32 {pl}, {q}, 0, {prow}")
+                la = self.r64()
+                self.op(f"mul.wide.u32 {la}, {grow}, 4")
+                self.op(f"add.u64 {la}, {la}, {lse}")
+                self.op(f"@{pl} st.global.f32 [{la}], {lg}")

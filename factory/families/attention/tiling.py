@@ -1,0 +1,159 @@
+"""The attention kernel's tile arithmetic in plain Python, and a numpy model of its loop.
+
+The emitter writes these same formulas in PTX: which KV tiles a query tile visits (the band of
+the mask, clipped to the keys), which of them are masked element by element, the order of the
+query tiles (longest first). `simulate` runs the kernel's algorithm in numpy (fp32 scores,
+online softmax in base 2, P rounded to bf16, the visited tiles only, masks as the kernel applies
+them) so that a slip in the skip logic shows against the float64 reference without a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+LOG2E = 1.4426950408889634
+
+
+def ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def kv_tiles(i0: int, rows: int, skv: int, bn: int, lo: int | None, hi: int | None):
+    """(first, end) KV tile indices a query tile of rows [i0, i0 + rows) visits: every tile that
+    holds a key j < skv with i + lo <= j <= i + hi for some row i of the tile. end <= first means
+    none (the rows have no key: output zero)."""
+    n = ceildiv(skv, bn)
+    first = 0 if lo is None else max(0, i0 + lo) // bn
+    if hi is None:
+        end = n
+    else:
+        last_key = i0 + rows - 1 + hi
+        end = 0 if last_key < 0 else min(n, last_key // bn + 1)
+    if lo is not None and i0 + lo >= skv:
+        end = first  # even the first row's band starts past the last key
+    if lo is not None and hi is not None and lo > hi:
+        end = first  # an empty band: no key anywhere
+    return first, end
+
+
+def tile_is_full(
+    i0: int, rows: int, j0: int, bn: int, skv: int, lo: int | None, hi: int | None
+) -> bool:
+    """Whether every (i, j) of the tile is inside the band and every key j < skv: then the
+    kernel applies no element mask there (elementwise terms aside)."""
+    if j0 + bn > skv:
+        return False
+    if lo is not None and j0 < i0 + rows - 1 + lo:
+        return False
+    if hi is not None and j0 + bn - 1 > i0 + hi:
+        return False
+    return True
+
+
+def query_tile_order(n_tiles: int, band_hi: int | None) -> list[int]:
+    """The query tile CTA x takes: with a causal-like band the last tiles have the most keys,
+    so they go first (the longest work starts in the first wave)."""
+    if band_hi is None:
+        return list(range(n_tiles))
+    return [n_tiles - 1 - x for x in range(n_tiles)]
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+    """Round float32 values to bf16 (nearest even) and back."""
+    a = np.asarray(a, dtype=np.float32)
+    bits = a.view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def simulate(ir, block_m: int, block_n: int, q, k, v, extra: dict, score_fn=None, mask_fn=None):
+    """The kernel's algorithm in numpy: per (b, h, query tile) the visited KV tiles only, fp32
+    scores (`score_fn(s, i, j, h, b)` applies the score expression, `mask_fn(i, j, h, b)` the
+    elementwise terms and the band on masked tiles; both given by the caller from the IR),
+    online softmax in base 2, P rounded to bf16, O and l in fp32. Returns (out, lse, visited)
+    where visited counts the KV tiles computed."""
+    bsz, hq, sq, d = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    group = hq // hkv
+    out = np.zeros(q.shape, dtype=np.float32)
+    lse = np.zeros((bsz, hq, sq), dtype=np.float32)
+    visited = 0
+    n_q = ceildiv(sq, block_m)
+    for b in range(bsz):
+        for h in range(hq):
+            kh = h // group
+            for x in range(n_q):
+                qt = query_tile_order(n_q, ir.band_hi)[x]
+                i0 = qt * block_m
+                rows = np.arange(i0, i0 + block_m)
+                qq = np.zeros((block_m, d), np.float32)
+                take = min(block_m, sq - i0)
+                qq[:take] = q[b, h, i0 : i0 + take]  # the TMA's zero fill past S
+                m = np.full(block_m, -np.inf, np.float32)
+                l_sum = np.zeros(block_m, np.float32)
+                acc = np.zeros((block_m, d), np.float32)
+                first, end = kv_tiles(i0, block_m, skv, block_n, ir.band_lo, ir.band_hi)
+                for t in range(first, end):
+                    visited += 1
+                    j0 = t * block_n
+                    cols = np.arange(j0, j0 + block_n)
+                    kk = np.zeros((block_n, d), np.float32)
+                    vv = np.zeros((block_n, d), np.float32)
+                    n_keys = min(block_n, skv - j0)
+                    kk[:n_keys] = k[b, kh, j0 : j0 + n_keys]
+                    vv[:n_keys] = v[b, kh, j0 : j0 + n_keys]
+                    s = (qq @ kk.T).astype(np.float32) * np.float32(ir.scale)
+                    ii, jj = rows[:, None].astype(np.float32), cols[None, :].astype(np.float32)
+                    if score_fn is not None:
+                        s = score_fn(s, ii, jj, h, b).astype(np.float32)
+                    full = tile_is_full(i0, block_m, j0, block_n, skv, ir.band_lo, ir.band_hi)
+                    if not full or ir.elementwise:
+                        keep = cols[None, :] < skv
+                        if mask_fn is not None:
+                            keep = keep & mask_fn(ii, jj, h, b)
+                        s = np.where(keep, s, -np.inf)
+                    x2 = s * np.float32(LOG2E)
+                    m_new = np.maximum(m, x2.max(axis=1))
+                    m_use = np.where(np.isfinite(m_new), m_new, 0.0).astype(np.float32)
+                    alpha = np.exp2(m - m_use)
+                    p = np.exp2(x2 - m_use[:, None])
+                    l_sum = l_sum * alpha + p.sum(axis=1)
+                    acc = acc * alpha[:, None] + _bf16(p) @ vv
+                    m = m_new
+                keep_rows = min(block_m, sq - i0)
+                ok = l_sum > 0
+                o = np.where(ok[:, None], acc / np.where(ok, l_sum, 1)[:, None], 0)
+                out[b, h, i0 : i0 + keep_rows] = o[:keep_rows]
+                with np.errstate(divide="ignore"):
+                    ls = np.where(ok, (m + np.log2(np.where(ok, l_sum, 1))) / LOG2E, -math.inf)
+                lse[b, h, i0 : i0 + keep_rows] = ls[:keep_rows]
+    return out, lse, visited
+
+
+def ir_functions(ir):
+    """(score_fn, mask_fn) for `simulate` from the IR's expressions (float64 evaluation of the
+    same nodes the emitter renders, through factory.spec.attention)."""
+    from factory.spec.attention import _eval_term
+
+    def env(s, i, j, h):
+        return {"s": s, "i": i, "j": j, "h": np.float64(h)}
+
+    def padded(extra):
+        # rows and keys past the sequence read 0, as the kernel's predicated loads do
+        return {n: np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, 256)]) for n, a in extra.items()}
+
+    def score_fn(s, i, j, h, b, extra):
+        if ir.score is None:
+            return s
+        return _eval_term(ir.score, env(s.astype(np.float64), i, j, h), padded(extra), b, {})
+
+    def mask_fn(i, j, h, b, extra):
+        extra = padded(extra)
+        keep = np.ones(np.broadcast_shapes(i.shape, j.shape), dtype=bool)
+        for t in ir.mask:
+            keep &= np.broadcast_to(_eval_term(t, env(0.0, i, j, h), extra, b, {}), keep.shape)
+        return keep
+
+    return score_fn, mask_fn

@@ -1,0 +1,172 @@
+"""The attention family on the CPU: the mask's band analysis, the tile skip arithmetic against
+brute force, a numpy model of the kernel's loop against the float64 reference for every
+variant, and emitted PTX that compiles for sm_90a without spills."""
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from factory import families
+from factory.families.attention import features as F
+from factory.families.attention import ir as I
+from factory.families.attention import schedule as S
+from factory.families.attention import tiling as T
+from factory.spec import load_manifest
+from factory.spec.reference import random_inputs, reference, to_float64
+from lab.attention.variants import VARIANTS, manifest
+
+
+def workload(variant, causal, d=64, shape=None, window=40):
+    return load_manifest(manifest(variant, causal, d, shape=shape, window=window))
+
+
+@pytest.mark.parametrize(
+    "mask, band, elementwise",
+    [
+        ([], (None, None), 0),
+        (["j <= i"], (None, 0), 0),
+        (["j < i"], (None, -1), 0),
+        (["i >= j"], (None, 0), 0),
+        (["i - j < 1024"], (-1023, None), 0),
+        (["j <= i", "i - j < 1024"], (-1023, 0), 0),
+        (["j - i >= -5", "2 * j <= 2 * i + 6"], (-5, 3), 0),
+        (["j == i"], (0, 0), 0),
+        (["doc[i] == doc[j]"], (None, None), 1),
+        (["j <= i", "doc[i] == doc[j]"], (None, 0), 1),
+        (["j * 2 <= i"], (None, None), 1),  # not a band of j - i: masked element by element
+    ],
+)
+def test_mask_terms_become_a_band_of_j_minus_i(mask, band, elementwise):
+    text = manifest("document", False, 64, lse=False).replace(
+        "mask=['doc[i] == doc[j]']", "mask=[" + ", ".join(f"'{m}'" for m in mask) + "]"
+    )
+    if not mask:
+        text = text.replace(", mask=[]", "")
+    ir = I.lower(load_manifest(text))
+    assert (ir.band_lo, ir.band_hi) == band
+    assert len(ir.elementwise) == elementwise
+
+
+def test_kv_tile_range_and_full_tiles_match_brute_force():
+    rng = random.Random(7)
+    for _ in range(400):
+        bm, bn = rng.choice([64, 128]), rng.choice([64, 128])
+        skv = rng.randint(1, 700)
+        i0 = rng.randrange(0, 800, bm)
+        lo = rng.choice([None, -1023, -40, -1, 0, 5])
+        hi = rng.choice([None, 0, -1, 3, 100])
+        first, end = T.kv_tiles(i0, bm, skv, bn, lo, hi)
+        for t in range(T.ceildiv(skv, bn)):
+            j0 = t * bn
+            pairs = [
+                (lo is None or j >= i + lo) and (hi is None or j <= i + hi) and j < skv
+                for i in range(i0, i0 + bm)
+                for j in range(j0, j0 + bn)
+            ]
+            assert (first <= t < end) == any(pairs), (i0, bm, skv, bn, lo, hi, t)
+            assert T.tile_is_full(i0, bm, j0, bn, skv, lo, hi) == all(pairs)
+
+
+def _f64(w, x, name):
+    d = w.input(name)
+    if d.dtype == "int32":
+        return np.asarray(x[name]).astype(np.float64)
+    return to_float64(x[name], d.dtype)
+
+
+@pytest.mark.parametrize(
+    "variant, causal, d", [(v, c, d) for v in VARIANTS for c in (False, True) for d in (64,)]
+)
+def test_the_kernel_model_matches_the_reference(variant, causal, d):
+    # odd lengths: the last query and key tiles are partial; GQA with two query heads a kv head
+    shape = {"B": 2, "H": 4, "HKV": 2, "S": 301}
+    w = workload(variant, causal, d, shape)
+    ir = I.lower(w)
+    dims = w.shapes[0]
+    x = random_inputs(w, dims, seed=11)
+    if variant == "document":  # contiguous documents, as packed sequences have them
+        x["doc"] = np.sort(x["doc"], axis=1).astype(np.int32)
+    ref = reference(w, x, dims)
+    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    extra = {e.name: _f64(w, x, e.name) for e in ir.extra}
+    score_fn, mask_fn = T.ir_functions(ir)
+    for bm, bn in ((128, 128), (64, 64)):
+        out, lse, visited = T.simulate(
+            ir,
+            bm,
+            bn,
+            q,
+            k,
+            v,
+            extra,
+            score_fn=lambda s, i, j, h, b: score_fn(s, i, j, h, b, extra),
+            mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra),
+        )
+        err = np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"])
+        assert err < 5e-3, (bm, bn, err)
+        np.testing.assert_allclose(lse, ref["lse"], atol=1e-4, rtol=1e-4)
+        total = 2 * 4 * T.ceildiv(301, bm) * T.ceildiv(301, bn)
+        if causal or variant == "window":
+            assert visited < total  # whole tiles skipped
+        else:
+            assert visited == total
+
+
+def test_the_model_catches_a_wrong_band():
+    w = workload("plain", True, 64, {"B": 1, "H": 2, "HKV": 1, "S": 200})
+    ir = I.lower(w)
+    dims = w.shapes[0]
+    x = random_inputs(w, dims, seed=1)
+    ref = reference(w, x, dims)["o"]
+    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    wrong = ir.__class__(**{**ir.__dict__, "band_hi": -64})  # skips the diagonal tiles
+    score_fn, mask_fn = T.ir_functions(ir)
+    out, _, _ = T.simulate(
+        wrong, 64, 64, q, k, v, {}, mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, {})
+    )
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) > 0.1
+
+
+def test_unmasked_flops_count_half_the_square_for_causal():
+    w = workload("plain", True, 128, {"B": 2, "H": 4, "HKV": 4, "S": 1024})
+    fl = families.get("attention").roofline_of(w, w.shapes[0]).flops
+    assert fl == 4 * 128 * 2 * 4 * (1024 * 1025 // 2)
+    w2 = workload("plain", False, 128, {"B": 2, "H": 4, "HKV": 4, "S": 1024})
+    assert families.get("attention").roofline_of(w2, w2.shapes[0]).flops == 4 * 128 * 8 * 1024**2
+
+
+def test_the_registry_routes_attention_to_the_family():
+    w = workload("softcap", True, 128)
+    fam, ir = families.family_for(w)
+    assert fam.name == "attention" and isinstance(ir, I.AttentionIR)
+    sched = fam.default_schedule(ir, list(w.shapes))
+    assert fam.label(sched.to_dict()).startswith("fa 128x128")
+    assert len(fam.features(sched.to_dict(), w.shapes[0], [])) == len(F.FEATURE_NAMES)
+    assert all(fam.is_valid(ir, s, w.shapes[0])[0] for s in fam.space(ir, list(w.shapes)))
+
+
+def test_validity_refuses_what_does_not_fit():
+    ir = I.lower(workload("plain", False, 128))
+    assert "shared memory" in S.is_valid(ir, S.AttentionSchedule(block_n=128, stages=4))
+    assert S.is_valid(ir, S.AttentionSchedule(block_n=96)) is not None
+    bad = {"B": 1, "H": 6, "HKV": 4, "S": 10}
+    assert "multiple" in S.is_valid(ir, S.AttentionSchedule(), bad)
+
+
+@pytest.mark.parametrize(
+    "variant, causal, d",
+    [(v, c, d) for v, c, d in itertools.product(VARIANTS, (False, True), (64, 128))],
+)
+def test_emitted_ptx_compiles_for_sm90a_without_spills(variant, causal, d):
+    from factory.compile import compile_ptx
+
+    w = workload(variant, causal, d)
+    fam, ir = families.family_for(w)
+    for s in fam.space(ir, list(w.shapes))[:: 7 if (variant, causal) != ("plain", False) else 1]:
+        e = fam.emit(ir, s, "sm_90")
+        r = compile_ptx(e.ptx, "sm_90a")
+        assert r.ok, r.log[:2000]
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0
+        assert e.launch.smem_bytes <= 227 * 1024
