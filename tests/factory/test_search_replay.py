@@ -1,0 +1,198 @@
+"""Issue 53's search benchmark, replayed on the CPU from a sweep table (lab.search): the table,
+the GPU-seconds ledger, the strategies, the summary and the report, on a synthetic sweep (times
+from the analytic estimate plus noise: a test fixture, never a result)."""
+
+import math
+
+import pytest
+
+from lab.search import replay as R
+from lab.search.costmodel_eval import evaluate_job
+from lab.search.report import render
+from lab.search.synthetic import synthetic_sweep
+
+SQUARE = {"M": 4096, "N": 4096, "K": 4096}
+SKINNY = {"M": 128, "N": 4096, "K": 4096}
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    return synthetic_sweep([SKINNY, SQUARE], seed=3, failing_every=50)
+
+
+@pytest.fixture(scope="module")
+def tables(sweep):
+    return R.tables_from_sweep(sweep)
+
+
+def test_a_table_holds_each_shapes_times_and_costs(sweep, tables):
+    assert [t.name for t in tables] == ["128x4096x4096", "4096x4096x4096"]
+    t = tables[1]
+    assert len(t.cells) == len(sweep["schedules"]) == len(t.space)
+    timed = [m for m in sweep["measurements"] if m["dims"] == SQUARE and m["median_us"]]
+    assert t.best_us == min(m["median_us"] for m in timed)
+    assert t.target_us == pytest.approx(t.best_us * 1.02)
+    assert t.within == sum(1 for m in timed if m["median_us"] <= t.target_us)
+    failed = [c for c in t.cells.values() if c.status == "failed"]
+    assert failed and all(c.median_us is None for c in failed)
+    m0 = next(m for m in sweep["measurements"] if m["dims"] == SQUARE and m["id"] == 0)
+    cell = t.cells[R.schedule_key(sweep["schedules"][0])]
+    assert cell.cost_s == pytest.approx(m0["check_s"] + m0["time_s"])
+    with_compile = R.tables_from_sweep(sweep, with_compile=True)[1]
+    assert with_compile.cells[cell.key].cost_s == pytest.approx(cell.cost_s + 0.15)
+
+
+def test_a_file_of_another_format_is_refused():
+    with pytest.raises(ValueError, match="not a matmul sweep"):
+        R.tables_from_sweep({"format": "something else"})
+
+
+def _tiny_table(times, costs):
+    space = [{"tile_n": 64 * (i + 1), "problem": "M,N,K", "family": "matmul"} for i in range(4)]
+    t = R.Table(dims=dict(SQUARE), space=space)
+    for s, us, c in zip(space, times, costs, strict=True):
+        k = R.schedule_key(s)
+        t.cells[k] = R.Cell(k, s, "passed" if us else "failed", us, c)
+    return t
+
+
+def test_gpu_seconds_to_reach_count_whole_generations():
+    t = _tiny_table([10.0, 20.0, 10.1, None], [1.0, 2.0, 3.0, 4.0])
+    led = R.Ledger(t, "test", 0, "job")
+    led.measure_generation(0, [t.space[1], t.space[3]])  # 20 us and a failure
+    led.measure_generation(1, [t.space[2]])  # 10.1 us: within 2% of 10
+    assert [s.gpu_s for s in led.run.steps] == [6.0, 9.0]
+    assert [s.best_us for s in led.run.steps] == [20.0, 10.1]
+    assert led.run.reach_s(t.target_us) == 9.0 and led.run.reach_generation(t.target_us) == 1
+    assert led.run.reach_s(9.0) is None
+    # a schedule the sweep did not measure costs the table's mean and gives no time
+    other = {"tile_n": 512, "problem": "M,N,K"}
+    led.measure_generation(2, [other])
+    assert led.run.steps[-1].gpu_s == pytest.approx(9.0 + 2.5)
+    assert led.run.steps[-1].unmeasured == 1 and led.records[-1]["status"] == "missing"
+
+
+def test_random_search_draws_without_replacement_until_it_reaches(tables):
+    t = tables[0]
+    run = R.replay_random(t, seed=1, population=8, max_generations=10**6)
+    assert run.reach_s(t.target_us) == run.steps[-1].gpu_s  # it stops once there
+    seen = run.steps[-1].proposed + 8 * (len(run.steps) - 1)
+    assert seen <= len(t.space)
+    costs = [c.cost_s for c in t.cells.values()]
+    assert run.steps[-1].gpu_s <= sum(costs) + 1e-9
+
+
+def test_the_agents_propose_from_the_space_and_read_back_what_they_measured(tables):
+    from lab.search.sweep_matmul import manifest_workload
+
+    t = tables[1]
+    run, records = R.replay_agents(
+        t,
+        manifest_workload([t.dims]),
+        seed=0,
+        population=6,
+        max_generations=3,
+        screen=False,
+        stop_at_target=False,
+    )
+    assert [s.generation for s in run.steps] == [0, 1, 2]
+    assert run.steps[-1].unmeasured == 0  # every proposal is a schedule of the table
+    keys = [R.schedule_key(r["schedule"]) for r in records]
+    assert len(keys) == len(set(keys))  # never the same schedule twice in one job
+    assert run.steps[-1].gpu_s == pytest.approx(sum(t.cells[k].cost_s for k in keys), abs=1e-3)
+    assert all(r["dims"] == SQUARE and r["job"] == records[0]["job"] for r in records)
+    bests = [s.best_us for s in run.steps]
+    assert bests == sorted(bests, reverse=True)  # best so far never gets worse
+
+
+def test_the_cost_model_times_its_predicted_fastest_untried_schedules(tables):
+    skinny, square = tables
+    # evidence from the other shape: every schedule of it, as an earlier job would record
+    led = R.Ledger(skinny, "earlier", 0, "earlier-job")
+    led.measure_generation(0, list(skinny.space))
+    run = R.replay_costmodel(square, seed=0, population=8, max_generations=3, evidence=led.records)
+    assert 1 <= len(run.steps) <= 3 and all(s.proposed == 8 for s in run.steps)
+    # the synthetic times follow the estimate its features carry: the first pick is close
+    assert run.steps[0].best_us <= square.best_us * 1.2
+
+
+def _run(strategy, job, reach_at, seed=0):
+    """A made-up run that reaches its target after `reach_at` GPU-seconds (None: never)."""
+    steps = [R.Step(0, 8, 1.0, 100.0)]
+    if reach_at is not None:
+        steps.append(R.Step(1, 8, reach_at, 1.0))
+    return R.Run(strategy=strategy, job=job, seed=seed, steps=steps)
+
+
+def test_the_summary_takes_medians_over_runs_then_over_jobs():
+    a = _tiny_table([1.0, 2.0, 3.0, 4.0], [1.0] * 4)
+    b = R.Table(dims={"M": 128, "N": 4096, "K": 4096}, space=a.space, cells=dict(a.cells))
+    runs = []
+    for job, rand, cold, warm in ((a.name, 30.0, 9.0, 4.0), (b.name, 60.0, 30.0, 20.0)):
+        for seed in range(3):
+            runs.append(_run("random", job, rand, seed))
+            runs.append(_run("agents_cold", job, cold, seed))
+            runs.append(_run("agents_warm", job, warm if seed else None, seed))
+    out = R.summarize([a, b], runs)
+    ja, jb = out["jobs"]
+    assert ja["agents_over_random"] == pytest.approx(0.3)
+    assert jb["agents_over_random"] == pytest.approx(0.5)
+    assert ja["warm_over_cold"] == pytest.approx(4.0 / 9.0)  # two of three reached at 4 s
+    assert out["median_agents_over_random"] == pytest.approx(0.4)
+    assert out["agents_third_of_random"] is False
+    assert out["median_warm_over_cold"] == pytest.approx((4 / 9 + 20 / 30) / 2)
+    assert out["warm_half_of_cold"] is False
+    assert ja["strategies"]["agents_warm"]["reached"] == 2
+    text = render(out)
+    assert "does not hold" in text and "| 4096x4096x4096 |" in text
+
+
+def test_a_strategy_that_mostly_never_reaches_has_an_infinite_median():
+    a = _tiny_table([1.0, 2.0, 3.0, 4.0], [1.0] * 4)
+    runs = [_run("random", a.name, 10.0, s) for s in range(3)]
+    runs += [_run("agents_cold", a.name, None if s else 2.0, s) for s in range(3)]
+    out = R.summarize([a], runs)
+    assert math.isinf(out["jobs"][0]["strategies"]["agents_cold"]["median_s"])
+    assert math.isinf(out["jobs"][0]["agents_over_random"])
+    assert out["agents_third_of_random"] is False
+    assert "never" in render(R._json_safe(out))
+
+
+def test_the_benchmark_runs_every_strategy_on_a_synthetic_sweep(tables):
+    out = R.benchmark(
+        tables,
+        seeds=[0],
+        random_seeds=5,
+        population=8,
+        max_generations=3,
+        warm_generations=1,
+        screen=False,
+        log=lambda m: None,
+    )
+    assert len(out["jobs"]) == 2
+    for j in out["jobs"]:
+        assert set(j["strategies"]) == set(R.STRATEGIES)
+        assert j["strategies"]["random"]["reached"] == 5  # the space holds the best
+    kinds = {(r["strategy"], r["job"]) for r in out["runs"]}
+    assert ("agents_warm", "128x4096x4096") in kinds and ("costmodel", "4096x4096x4096") in kinds
+
+
+def test_the_within_job_evaluation_scores_out_of_fold_predictions():
+    # a row-family job whose time grows with threads per row: the model ranks it
+    rows = []
+    for i, tpr in enumerate((32, 64, 128, 256, 512, 1024)):
+        for chunks in (1, 2):
+            rows.append(
+                {
+                    "family": "row",
+                    "schedule": {"family": "row", "threads_per_row": tpr, "chunks": chunks},
+                    "dims": {"M": 4096, "N": 4096},
+                    "bytes": 2 * 4096 * 4096 * 2,
+                    "median_us": 20.0 + 5.0 * i + 0.1 * chunks,
+                    "status": "passed",
+                }
+            )
+    res = evaluate_job(rows, [], folds=4, dim_order=["M", "N"])
+    assert res["n"] == 12 and res["rho"] > 0.8
+    assert res["spread"] == pytest.approx(45.2 / 20.1)
+    assert evaluate_job(rows[:4], [], folds=4) is None  # too few schedules to rank
