@@ -84,3 +84,23 @@ def _compile_cache(tmp_path_factory):
 
     configure_cache(tmp_path_factory.mktemp("compile-cache"))
     yield
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(
+    request, django_db_modify_db_settings_parallel_suffix, tmp_path_factory
+):
+    """A session that runs browser tests keeps its SQLite test database in a file, not in
+    memory. Django's in-memory test database is one shared-cache connection pool, where SQLite
+    takes table locks that fail at once ("database table is locked") instead of waiting: the
+    live server's thread and the test's thread then collide whenever both touch a table, more
+    often the busier the machine. A file gets the portal's own WAL and busy timeout, so one waits
+    for the other as in production. Other sessions keep the faster in-memory database."""
+    if not any("browser" in item.keywords for item in request.session.items):
+        return
+    from django.conf import settings
+
+    for alias, db in settings.DATABASES.items():
+        if db.get("ENGINE") == "django.db.backends.sqlite3":
+            folder = tmp_path_factory.mktemp("sqlite")
+            db.setdefault("TEST", {})["NAME"] = str(folder / f"test_{alias}.sqlite3")

@@ -24,9 +24,11 @@ def test_a_customer_stops_one_job_early_and_cancels_another(
     page.goto(f"{base}/jobs/{timed.code}/")
     page.wait_for_selector("#stop")
     page.screenshot(path=str(artifacts_dir / "job_controls.png"), full_page=True)
+    posts = []
+    page.on("request", lambda request: request.method == "POST" and posts.append(request.url))
     page.once("dialog", lambda dialog: dialog.dismiss())
-    page.click("#stop")
-    page.wait_for_timeout(500)  # a dismissed confirmation sends nothing
+    page.click("#stop")  # returns once the dialog is answered and any submit has started
+    assert posts == []  # a dismissed confirmation sends nothing
     timed.refresh_from_db()
     assert timed.status == Job.RUNNING
 
