@@ -66,6 +66,20 @@ def epilogue_irs() -> dict[str, GemmIR]:
         "residual": _ir("residual", _b("add", acc(), res), [EpiInput("res", "bf16", "full")]),
         "relu2": _ir("relu2", _b("pow", _b("max", acc(), _c(0)), _c(2))),
         "swiglu": _ir("swiglu", _b("mul", _silu(acc()), acc2()), b2=True),
+        # a per-row fp8 quantised output: each row times its scale (rs = 1 / row scale, as a
+        # delayed-scaling recipe keeps it), stored as e4m3 (nearest even, saturating at 448)
+        "rowq_fp8": GemmIR(
+            "rowq_fp8",
+            "M",
+            "N",
+            "K",
+            (),
+            Operand("a", "bf16", "row"),
+            Operand("b", "bf16", "col"),
+            None,
+            (EpiInput("rs", "fp32", "row"),),
+            (EpiOutput("c", "fp8e4m3", _b("mul", acc(), E.Input("rs", ("M", 1), "fp32"))),),
+        ),
         # a batch axis Bt (3 in the bench) over A and the output, a per-row scale shared by the
         # batch: rows flatten to Bt * M, the scale is read at row % M
         "batched_row": _ir(

@@ -346,6 +346,7 @@ def test_tile_loop_model_matches_direct_product(m, n, k, s, ctas):
         "batched_row",
         "plain_cl",
         "swiglu_cl",
+        "rowq_fp8",
     ],
 )
 def test_gemm_kernels_correct_on_gpu(op, monkeypatch):
@@ -430,3 +431,40 @@ def test_ring_protocol_model_catches_unordered_pingpong():
     with pytest.raises(AssertionError):
         for seed in range(20):
             tiling.simulate_ring(5, 7, 3, True, seed, ordered=False)
+
+
+def test_fp8_output_stores_e4m3_pairs_and_single_bytes():
+    e = gemm_emit.emit(epilogue_irs()["rowq_fp8"], GemmSchedule())
+    # whole tiles: one e4m3x2 per column pair, column col+1 (the first source) in the high byte
+    assert re.search(r"cvt\.rn\.satfinite\.e4m3x2\.f32 %\w+, %\w+, %\w+", e.ptx)
+    assert "st.global.b16" in e.ptx
+    # tails: one byte per element under its predicate
+    assert re.search(r"@%p\d+ st\.global\.b8", e.ptx)
+    assert [p.name for p in e.params if p.kind == "tensor"] == ["c", "rs"]
+
+
+def test_fp8_outputs_from_a_manifest_wait_for_the_worker():
+    from factory.families.base import Unsupported
+    from factory.families.matmul.lower import lower
+    from factory.spec import load_manifest
+
+    text = """name = "q"
+[inputs.x]
+shape = ["M", "K"]
+dtype = "bf16"
+[inputs.w]
+shape = ["N", "K"]
+dtype = "bf16"
+[inputs.s]
+shape = ["M", 1]
+dtype = "fp32"
+[outputs.y]
+expr = "(x @ w.T) * s"
+dtype = "fp8e4m3"
+[[shapes]]
+M = 256
+N = 256
+K = 256
+"""
+    with pytest.raises(Unsupported, match="GPU worker"):
+        lower(load_manifest(text))

@@ -41,7 +41,7 @@ from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
 PTX_VERSION = "8.5"
-DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8e4m3": 1}
 WGMMA_TYPE = {"bf16": "bf16", "fp16": "f16"}
 # Descriptor bits that do not depend on the address: LBO = 1, SBO = 1024 >> 4, 128-byte swizzle.
 DESC_CONST = (1 << 16) | (64 << 32) | (1 << 62)
@@ -134,12 +134,27 @@ class _Epilogue:
                 f"selp.f32 {r}, {self.value(node.a, env, memo)}, "
                 f"{self.value(node.b, env, memo)}, {p}"
             )
+        elif isinstance(node, E.Cast) and node.to == "fp8e4m3":
+            r = _round_e4m3(b, self.value(node.x, env, memo))
         elif isinstance(node, E.Cast):
             r = ops.cast_round(b, self.value(node.x, env, memo), node.to)
         else:
             raise EmitError(f"{type(node).__name__} is not elementwise")
         memo[node] = r
         return r
+
+
+def _round_e4m3(b: Builder, x: str) -> str:
+    """x rounded to fp8 e4m3 (nearest even, saturating at 448) and widened back to f32."""
+    pair, h0, h1 = b.reg("b16"), b.reg("b16"), b.reg("b16")
+    zero = b.const_f32(0.0)
+    b.op(f"cvt.rn.satfinite.e4m3x2.f32 {pair}, {zero}, {x}")
+    half2 = b.reg("b32")
+    b.op(f"cvt.rn.f16x2.e4m3x2 {half2}, {pair}")
+    b.op(f"mov.b32 {{{h0}, {h1}}}, {half2}")
+    r = b.reg("f32")
+    b.op(f"cvt.f32.f16 {r}, {h0}")
+    return r
 
 
 def _cvt_in(b: Builder, dtype: str, word: str, pair: bool) -> list[str]:
@@ -956,6 +971,19 @@ class _Kernel:
         self, dtype: str, base: str, off: int, vals: list[str], fast: bool, preds
     ) -> None:
         b = self.b
+        if dtype == "fp8e4m3":
+            # e4m3x2: the first source goes to the upper byte, so column col+1 is high
+            pair = b.reg("b16")
+            if fast:
+                self.op(f"cvt.rn.satfinite.e4m3x2.f32 {pair}, {vals[1]}, {vals[0]}")
+                self.op(f"st.global.b16 [{base}+{off}], {pair}")
+                return
+            for e in range(2):
+                one, w = b.reg("b16"), b.reg("b32")
+                self.op(f"cvt.rn.satfinite.e4m3x2.f32 {one}, {b.const_f32(0.0)}, {vals[e]}")
+                self.op(f"cvt.u32.u16 {w}, {one}")
+                self.op(f"@{preds[e]} st.global.b8 [{base}+{off + e}], {w}")
+            return
         if fast:
             if dtype == "fp32":
                 self.op(f"st.global.v2.f32 [{base}+{off}], {{{vals[0]}, {vals[1]}}}")

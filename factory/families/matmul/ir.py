@@ -38,7 +38,8 @@ OPERAND_LAYOUTS = ("row", "col")
 OPERAND_DTYPES = ("bf16", "fp16")
 # How an epilogue input broadcasts against the [M, N] output.
 EPI_ROLES = ("col", "row", "full", "scalar")
-OUTPUT_DTYPES = ("bf16", "fp16", "fp32")
+# fp8e4m3: OCP e4m3fn bits, rounded to nearest even and saturated at 448 (cvt .satfinite)
+OUTPUT_DTYPES = ("bf16", "fp16", "fp32", "fp8e4m3")
 
 
 @dataclass(frozen=True)
