@@ -329,6 +329,13 @@ class Job(models.Model):
     # Set when someone of its organisation archived it: hidden from the default job list, shown
     # under the list's "archived" filter, restorable (cleared). Nothing else changes.
     archived = models.DateTimeField(null=True, blank=True, db_index=True)
+    # The heartbeat of a running stage (agents writing, a compile, a GPU batch): when it last
+    # said it is alive and what it is; cleared when the stage ends. The sweep re-queues a stage
+    # silent for too long, and fails the job after `silent_requeues` reaches its limit
+    # (portal.pipeline.sweep_silent).
+    heartbeat = models.DateTimeField(null=True, blank=True, db_index=True)
+    heartbeat_by = models.CharField(max_length=200, blank=True)
+    silent_requeues = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         ordering = ["-created"]
