@@ -15,7 +15,10 @@ def test_every_bench_case_builds_a_batch_the_worker_parses(case):
     from gpuworker.batch import parse_batch
 
     batch, fam, labels = bench.build_batch(bench.CASES[case], seeds=3)
-    assert fam in ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool", "segnorm")
+    assert fam in (
+        "colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool", "segnorm",
+        "rowsplit", "flat",
+    )  # fmt: skip
     b = parse_batch(batch)
     assert len(b.candidates) == len(labels) >= 1
     assert b.family == fam and set(b.baselines) >= {"torch_eager", "torch_compile"}
@@ -26,15 +29,44 @@ def test_every_bench_case_builds_a_batch_the_worker_parses(case):
 
 @pytest.mark.parametrize("case", sorted(bench.CASES))
 def test_every_bench_case_reads_at_least_256_mib(case):
+    """At its largest shape (the few-long-row cases also time 1 row of 1M elements)."""
     import math
 
     from factory.spec import load_manifest
     from factory.spec.expr import DTYPE_BYTES
 
     w = load_manifest(bench.CASES[case])
-    dims = dict(w.shapes[0])
-    read = sum(
-        math.prod(dims[d] if isinstance(d, str) else d for d in t.shape) * DTYPE_BYTES[t.dtype]
-        for t in w.inputs
+    read = max(
+        sum(
+            math.prod(dims[d] if isinstance(d, str) else d for d in t.shape) * DTYPE_BYTES[t.dtype]
+            for t in w.inputs
+        )
+        for dims in w.shapes
     )
     assert read >= 256 * 2**20, read
+
+
+def test_the_summary_gives_the_geomean_over_torch_compile_beside_the_bound():
+    def rec(us, dims, status="passed"):
+        return {"dims": dims, "median_us": us, "p20_us": us, "p80_us": us, "tbps": 1.0,
+                "bytes": 2e6 * 100}  # fmt: skip
+
+    dims = {"M": 1, "N": 8}
+    results = {
+        "copy_ceiling_tbps": 2.0,
+        "candidates": [
+            {"id": "c0", "status": "passed", "timing": [rec(150.0, dims)]},
+            {"id": "c1", "status": "passed", "timing": [rec(120.0, dims)]},
+            {"id": "c2", "status": "failed", "timing": [rec(1.0, dims)]},
+        ],
+        "baselines": [
+            {"name": "torch_compile", "status": "passed", "timing": [rec(240.0, dims)]},
+            {"name": "torch_eager", "status": "passed", "timing": [rec(200.0, dims)]},
+        ],
+    }
+    rows = bench.summary_rows("x", results)
+    assert len(rows) == 1 and rows[0]["ours_us"] == 120.0  # the failed one never counts
+    assert rows[0]["best_baseline"] == ("torch_eager", 200.0)
+    assert rows[0]["copy_us"] == 100.0  # 200 MB at 2 TB/s
+    last = bench.geomeans(rows)[-1]
+    assert "2.000x" in last and "2.400x" in last

@@ -45,8 +45,8 @@ from factory.spec.types import KernelParam, Launch
 
 # Workspace capacity (module-scope arrays): partials for ROW_CHUNKS (row, chunk) pairs, finals,
 # counters and flags for MAX_ROWS rows.
-ROW_CHUNKS = 16384
-MAX_ROWS = 1024
+ROW_CHUNKS = 1 << 18
+MAX_ROWS = 4096
 
 
 def passes(kir) -> int:
