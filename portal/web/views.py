@@ -78,6 +78,7 @@ def home(request):
     params.pop("jobs_page", None)
     context = {
         "jobs": jobs_page,
+        "has_jobs": jobs_page.paginator.count > 0 or q.job_list(user=user).exists(),
         "job_query": query,
         "job_query_string": params.urlencode(),
         "status_choices": [(joblist.STATUS_ACTIVE, "Still searching"), *Job.STATUS_CHOICES],
