@@ -230,9 +230,18 @@ def flex(workload, compile_flex: bool = True):
             block_mask = state["mask"]
         kw = {"scale": ir.scale, "enable_gqa": q.shape[1] != k.shape[1]}
         if ir.lse:
-            o, lse = state["flex"](
-                q, k, v, score_mod=score_mod, block_mask=block_mask, return_lse=True, **kw
-            )
+            try:  # torch >= 2.9 asks for the log-sum-exp through an AuxRequest
+                from torch.nn.attention.flex_attention import AuxRequest
+
+                o, aux = state["flex"](
+                    q, k, v, score_mod=score_mod, block_mask=block_mask,
+                    return_aux=AuxRequest(lse=True), **kw,
+                )  # fmt: skip
+                lse = aux.lse
+            except ImportError:
+                o, lse = state["flex"](
+                    q, k, v, score_mod=score_mod, block_mask=block_mask, return_lse=True, **kw
+                )
             return {ir.out: o, ir.lse: lse.float()}
         o = state["flex"](q, k, v, score_mod=score_mod, block_mask=block_mask, **kw)
         return {ir.out: o}
