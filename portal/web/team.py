@@ -33,7 +33,8 @@ class InvitationForm(forms.Form):
     def __init__(self, *args, roles: list[str], orgs: list[Organisation], **kwargs):
         super().__init__(*args, **kwargs)
         labels = dict(Membership.ROLE_CHOICES)
-        self.fields["role"].choices = [(r, f"{labels[r]}: {ROLE_HELP[r]}") for r in roles]
+        self.fields["role"].choices = [(r, labels[r]) for r in roles]
+        self.fields["role"].help_text = "What each role may do: see Roles."
         self.fields["org"].choices = [(str(o.code), o.name) for o in orgs]
         self.orgs = {str(o.code): o for o in orgs}
 
