@@ -2,6 +2,10 @@
 SDPA (flash, cuDNN), flex_attention under torch.compile, and eager attention.
 
     python3 -m lab.attention.bench [--out DIR] [--budget-s 230] [--quick] [--swap-v-offsets]
+        [--phase all|check|time [--checked CHECK_JSON]]
+
+lab/attention/run_device.sh runs the check phase and then the time phase in separate processes
+(a kernel that hangs in the first leaves the baselines' timings of the second).
 
 1. Checks, before any timing. For each variant (plain, soft cap 30 tanh(s/30), ALiBi, sliding
    window, document mask; causal and not), each schedule of the check list and each check shape
@@ -17,8 +21,9 @@ SDPA (flash, cuDNN), flex_attention under torch.compile, and eager attention.
    fits in 4 GiB. CUDA events around each run, a 256 MiB read flushing L2 before each, runners
    interleaved, median and p20/p80 over the reps; TFLOP/s of the unmasked work (the band's pairs,
    the document mask's pairs counted from the ids). Flex compiles are skipped (recorded) once the
-   time budget runs low. JSON is written after every case to $OUT/attention_bench.json (or
-   --out); a table is printed last.
+   time budget runs low (a first pass times everything but flex; a second pass, soft cap first,
+   times flex beside ours while the budget lasts). JSON is written after every case to
+   OUT/attention_<phase>.json; a table is printed last.
 """
 
 from __future__ import annotations
@@ -83,8 +88,11 @@ def log(*a):
     print(*a, flush=True)
 
 
+RESULTS_NAME = "attention_all.json"
+
+
 def save():
-    with open(os.path.join(OUT, "attention_bench.json"), "w") as f:
+    with open(os.path.join(OUT, RESULTS_NAME), "w") as f:
         json.dump(RESULTS, f, indent=1)
 
 
@@ -192,10 +200,17 @@ def to_torch(torch, arr: np.ndarray, dtype: str):
     return torch.from_numpy(arr).cuda()
 
 
+_REFS: dict = {}
+
+
 def check(torch, kern: Kernel, w, variant: str, causal: bool, shape, seed: int) -> bool:
     dims = shape_dims(shape)
-    x = np_inputs(w, dims, seed)
-    ref = reference(w, x, dims)
+    key = (variant, causal, tuple(shape), seed)
+    if key not in _REFS:  # the same inputs and reference for every schedule of a variant
+        _REFS.clear()
+        x = np_inputs(w, dims, seed)
+        _REFS[key] = (x, reference(w, x, dims))
+    x, ref = _REFS[key]
     t = {d.name: to_torch(torch, x[d.name], d.dtype) for d in w.inputs}
     ir = kern.ir
     t[ir.out] = torch.empty(ref[ir.out].shape, dtype=torch.bfloat16, device="cuda")
@@ -246,6 +261,50 @@ def check(torch, kern: Kernel, w, variant: str, causal: bool, shape, seed: int) 
     return ok
 
 
+def _key(name: str):
+    variant, causal, d, lab = name.split("/")
+    return variant, causal == "True", int(d), lab
+
+
+def compile_all(variants, only) -> dict:
+    """{(variant, causal, d, label): Kernel or None} for every checked schedule (or those in
+    `only`), compiled side by side."""
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    todo = []
+    for variant in variants:
+        for causal in (False, True):
+            for d, scheds in CHECK_SCHEDULES.items():
+                ir = lower(workload(variant, causal, (1, 2, 1, 64, d)))
+                for lab, sched in scheds.items():
+                    if only is not None and (variant, causal, d, lab) not in only:
+                        continue
+                    if is_valid(ir, sched) is None:
+                        em = attn_emit.emit(ir, sched)
+                        todo.append(((variant, causal, d, lab), ir, sched, em))
+    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
+        reports = list(pool.map(lambda x: compile_ptx(x[3].ptx, "sm_90a", cache=False), todo))
+    log(f"compiled {len(todo)} kernels at {time.time() - T0:.1f} s")
+    out = {}
+    for (key, ir, sched, em), rep in zip(todo, reports, strict=True):
+        name = "/".join(str(x) for x in key)
+        RESULTS["compile"][name] = {
+            "ok": rep.ok,
+            "spill_bytes": rep.spill_store_bytes,
+            "registers": rep.registers,
+        }
+        try:
+            kern = Kernel(ir, sched, em, rep)
+            kern.sha = hashlib.sha256(em.ptx.encode()).hexdigest()
+            out[key] = kern
+        except Exception as e:  # noqa: BLE001
+            RESULTS["errors"].append(f"{name}: {str(e)[:500]}")
+            out[key] = None
+    save()
+    return out
+
+
 def unmasked_pairs(w, ir, dims: dict, tensors: dict) -> float:
     """(query, key) pairs the mask keeps, over every batch entry and query head."""
     s, hq, bsz = dims["S"], dims["H"], dims["B"]
@@ -263,7 +322,9 @@ def unmasked_pairs(w, ir, dims: dict, tensors: dict) -> float:
     return total * hq
 
 
-def time_case(torch, kerns: dict, w, variant: str, causal: bool, shape, reps: int, budget: float):
+def time_case(
+    torch, kerns: dict, w, variant: str, causal: bool, shape, reps: int, budget: float, flex: bool
+):
     """Ours (every passing kernel), SDPA flash/cuDNN (plain only), flex compiled, eager."""
     from factory.families.attention import baselines as B
 
@@ -305,7 +366,9 @@ def time_case(torch, kerns: dict, w, variant: str, causal: bool, shape, reps: in
         wp = load_manifest(manifest("plain", causal, d, dims, lse=False))
         for backend in ("flash", "cudnn"):
             fns[f"sdpa {backend}"] = B.sdpa(wp, backend)
-    if left_s(budget) > 75:
+    if not flex:
+        skipped["flex compiled"] = "timed in the second pass"
+    elif left_s(budget) > 20:
         fn = B.flex(w, compile_flex=True)
         try:
             t0 = time.time()
@@ -317,7 +380,9 @@ def time_case(torch, kerns: dict, w, variant: str, causal: bool, shape, reps: in
             skipped["flex compiled"] = f"error: {str(e)[:300]}"
     else:
         skipped["flex compiled"] = "time budget"
-    if bsz * h * s * s * 4 <= 4 * 2**30:
+    if flex:
+        pass  # the first pass timed eager and SDPA
+    elif bsz * h * s * s * 4 <= 4 * 2**30:
         fns["eager"] = B.eager(w)
     else:
         skipped["eager"] = "fp32 score matrix over 4 GiB"
@@ -332,7 +397,7 @@ def time_case(torch, kerns: dict, w, variant: str, causal: bool, shape, reps: in
             runners.pop(lab)
     flush = torch.empty(256 * 2**20, dtype=torch.uint8, device="cuda")
     t_warm = time.time()
-    while time.time() - t_warm < 0.25:
+    while time.time() - t_warm < 0.2:
         for f in runners.values():
             f()
         torch.cuda.synchronize()
@@ -383,6 +448,7 @@ def time_case(torch, kerns: dict, w, variant: str, causal: bool, shape, reps: in
         "unmasked_flops": flops,
         "rows": rows,
         "skipped": skipped,
+        "pass": "flex" if flex else "first",
     }
     RESULTS["timings"].append(rec)
     save()
@@ -390,16 +456,26 @@ def time_case(torch, kerns: dict, w, variant: str, causal: bool, shape, reps: in
 
 
 def main():
-    global OUT
+    global OUT, RESULTS_NAME
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget-s", type=float, default=230.0)
-    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--quick", action="store_true", help="plain and soft cap, two shapes")
     ap.add_argument("--swap-v-offsets", action="store_true")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument(
+        "--phase",
+        default="all",
+        choices=("all", "check", "time"),
+        help="check only, or time only the kernels that passed in --checked (its own process)",
+    )
+    ap.add_argument("--checked", default="", help="the check phase's JSON (--phase time)")
     args = ap.parse_args()
     OUT = args.out
+    RESULTS_NAME = f"attention_{args.phase}.json"
+    if args.phase == "time" and not args.checked:
+        args.checked = os.path.join(OUT, "attention_check.json")
     os.makedirs(OUT, exist_ok=True)
     attn_emit.SWAP_V_OFFSETS = args.swap_v_offsets
     import torch
@@ -426,72 +502,75 @@ def main():
     RESULTS["seed"] = seed
 
     # 1. checks: every (variant, causal, schedule) at every check shape, before any timing.
-    # The IR names its dims, so the kernel checked here is the one timed below. Compiled side
-    # by side first (nvJitLink releases the GIL).
-    from concurrent.futures import ThreadPoolExecutor
-
-    todo = []
-    for variant in variants:
-        for causal in (False, True):
-            for d, scheds in CHECK_SCHEDULES.items():
-                ir = lower(workload(variant, causal, (1, 2, 1, 64, d)))
-                for lab, sched in scheds.items():
-                    if is_valid(ir, sched) is None:
-                        todo.append((variant, causal, d, lab, ir, sched, attn_emit.emit(ir, sched)))
-    with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
-        reports = list(pool.map(lambda x: compile_ptx(x[6].ptx, "sm_90a", cache=False), todo))
-    log(f"compiled {len(todo)} kernels in {time.time() - T0:.1f} s")
+    # The IR names its dims, so the kernel checked here is the one timed below (the time phase
+    # in its own process recompiles the same PTX, matched by its hash). Compiled side by side
+    # first (nvJitLink releases the GIL).
     passed: dict = {}  # (variant, causal, d) -> {label: Kernel}
-    for (variant, causal, d, lab, ir, sched, em), rep in zip(todo, reports, strict=True):
-        good = passed.setdefault((variant, causal, d), {})
-        RESULTS["compile"][f"{variant}/{causal}/{d}/{lab}"] = {
-            "ok": rep.ok,
-            "spill_bytes": rep.spill_store_bytes,
-            "registers": rep.registers,
-        }
-        try:
-            kern = Kernel(ir, sched, em, rep)
-        except Exception as e:  # noqa: BLE001
-            RESULTS["errors"].append(f"{variant} {lab}: {e}")
-            save()
-            continue
-        ok = True
-        for i, sh in enumerate(sh for sh in CHECK_SHAPES if sh[4] == d):
-            w = workload(variant, causal, sh)
-            try:
-                ok &= check(torch, kern, w, variant, causal, sh, seed + i)
-            except Exception as e:  # noqa: BLE001
-                RESULTS["errors"].append(f"check {variant} {lab} {sh}: {e}")
-                traceback.print_exc()
-                ok = False
-        if ok:
-            good[lab] = kern
-    log(f"checks done at {time.time() - T0:.1f} s")
+    if args.phase in ("all", "check"):
+        kernels = compile_all(variants, only=None)
+        for (variant, causal, d, lab), kern in kernels.items():
+            good = passed.setdefault((variant, causal, d), {})
+            if kern is None:
+                continue
+            ok = True
+            for i, sh in enumerate(sh for sh in CHECK_SHAPES if sh[4] == d):
+                w = workload(variant, causal, sh)
+                try:
+                    ok &= check(torch, kern, w, variant, causal, sh, seed + i)
+                except Exception as e:  # noqa: BLE001
+                    RESULTS["errors"].append(f"check {variant} {lab} {sh}: {e}")
+                    traceback.print_exc()
+                    ok = False
+            if ok:
+                good[lab] = kern
+                RESULTS.setdefault("passed", {})[f"{variant}/{causal}/{d}/{lab}"] = kern.sha
+        save()
+        log(f"checks done at {time.time() - T0:.1f} s")
+    if args.phase == "time":
+        with open(args.checked) as f:
+            checked = json.load(f).get("passed", {})
+        RESULTS["checked_from"] = args.checked
+        only = {tuple(_key(k)) for k in checked}
+        kernels = compile_all(variants, only=only)
+        for (variant, causal, d, lab), kern in kernels.items():
+            good = passed.setdefault((variant, causal, d), {})
+            name = f"{variant}/{causal}/{d}/{lab}"
+            if kern is not None and checked.get(name) == kern.sha:
+                good[lab] = kern  # the very PTX that passed the check phase
+            elif kern is not None:
+                RESULTS["errors"].append(f"{name}: PTX differs from the checked one; not timed")
+    if args.phase == "check":
+        return
 
-    # 2. timings, plain first (the bar every variant is compared with), flex while time allows
+    # 2. timings. First pass: every case, ours beside SDPA and eager (cheap); second pass:
+    # flex_attention compiled beside ours, soft cap first, while the budget lasts.
     shapes = TIME_SHAPES[:2] if args.quick else TIME_SHAPES
     table = []
-    for variant in variants:
-        for shape in shapes:
-            for causal in (True, False):
-                if left_s(args.budget_s) < 20:
-                    RESULTS["errors"].append(f"time budget: {variant} {shape} {causal} untimed")
-                    continue
-                d = shape[4]
-                w = workload(variant, causal, shape)
-                ir = lower(w)
-                kerns = passed.get((variant, causal, d), {})
-                try:
-                    rec = time_case(
-                        torch, kerns, w, variant, causal, shape, args.reps, args.budget_s
-                    )
-                except Exception as e:  # noqa: BLE001
-                    RESULTS["errors"].append(f"time {variant} {shape} {causal}: {e}")
-                    traceback.print_exc()
-                    save()
-                    continue
-                for lab, row in rec["rows"].items():
-                    table.append((variant, causal, shape, lab, row["median_us"], row["tflops"]))
+    cases = [(v, sh, c) for v in variants for sh in shapes for c in (True, False)]
+    order = ("softcap", "alibi", "window", "document", "plain")
+    flex_cases = sorted(cases, key=lambda x: order.index(x[0]) if x[0] in order else 9)
+    for flex, todo in ((False, cases), (True, flex_cases)):
+        for variant, shape, causal in todo:
+            if left_s(args.budget_s) < 20:
+                RESULTS["errors"].append(
+                    f"time budget: {variant} {shape} causal={causal} untimed"
+                    + (" with flex" if flex else "")
+                )
+                continue
+            d = shape[4]
+            w = workload(variant, causal, shape)
+            kerns = passed.get((variant, causal, d), {})
+            try:
+                rec = time_case(
+                    torch, kerns, w, variant, causal, shape, args.reps, args.budget_s, flex
+                )
+            except Exception as e:  # noqa: BLE001
+                RESULTS["errors"].append(f"time {variant} {shape} {causal}: {str(e)[:500]}")
+                traceback.print_exc()
+                save()
+                continue
+            for lab, row in rec["rows"].items():
+                table.append((variant, causal, shape, lab, row["median_us"], row["tflops"]))
     RESULTS["wall_s"] = round(time.time() - T0, 1)
     save()
     n_ok = sum(1 for c in RESULTS["checks"] if c["ok"])

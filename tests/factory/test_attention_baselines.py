@@ -92,3 +92,20 @@ def test_to_float64_is_what_the_bench_hands_torch():
     w, t, _ = setup("plain", False)
     x = random_inputs(w, w.shapes[0], seed=4)
     assert np.array_equal(t["q"].double().numpy(), to_float64(x["q"], "bf16"))
+
+
+def test_bench_compiles_every_checked_kernel_clean(monkeypatch, tmp_path):
+    from lab.attention import bench
+
+    class Loaded:  # stands in for the driver's module load, which needs a GPU
+        def __init__(self, ir, sched, em, report):
+            assert report.ok, report.log[:500]
+            assert report.spill_store_bytes == 0 and report.stack_bytes == 0
+            self.em = em
+
+    monkeypatch.setattr(bench, "Kernel", Loaded)
+    monkeypatch.setattr(bench, "OUT", str(tmp_path))
+    kernels = bench.compile_all(["plain", "document"], only=None)
+    n_sched = sum(len(s) for s in bench.CHECK_SCHEDULES.values())
+    assert len(kernels) == 2 * 2 * n_sched
+    assert all(k is not None and len(k.sha) == 64 for k in kernels.values())
