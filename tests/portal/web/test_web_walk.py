@@ -225,8 +225,8 @@ def cpu_stage(batch: dict, repeats: int = 3) -> dict:
             "hostname": platform.node(),
             "python": platform.python_version(),
             "numpy": np.__version__,
-            "started_at": started,
-            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            # No started_at/finished_at: the job page would count the span as GPU-seconds.
+            "interpreter_started_at": started,
         },
         "timing_protocol": {
             "clock": "the CPU interpreter's wall-clock time per launch; not a GPU time",
