@@ -215,11 +215,42 @@ def make_inputs(torch, name, m, n, k, gen):
         t["rs"] = 2 + 38 * torch.rand(m, device=dev, generator=gen)
         t["c"] = torch.empty(m, n, device=dev, dtype=torch.uint8)  # e4m3 bits
         return t
+    if name == "groupq_fp8":
+        t["c"] = torch.empty(m, n, device=dev, dtype=torch.uint8)  # e4m3 bits
+        t["cs"] = torch.empty(m, (n + 127) // 128, device=dev, dtype=torch.float32)
+        return t
     t["c"] = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
     return t
 
 
-FP8_OPS = ("rowq_fp8",)
+FP8_OPS = ("rowq_fp8", "groupq_fp8")
+
+
+def group_quant(torch, y):
+    """What a user writes for e4m3 with a scale per row and 128-column group: (q, scales)."""
+    m, n = y.shape
+    pad = (-n) % 128
+    yg = torch.nn.functional.pad(y.float(), (0, pad)).view(m, -1, 128)
+    s = yg.abs().amax(-1) / 448.0
+    inv = torch.where(s > 0, 1.0 / s, torch.zeros_like(s))
+    q = (yg * inv[..., None]).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return q.view(m, -1)[:, :n], s
+
+
+def dequant(torch, name, out, t=None):
+    """float64 values of an output: bf16/fp16/fp32 as they are, e4m3 decoded, group-scaled e4m3
+    times its scales (ours: t["c"] with t["cs"]; a baseline's: the (q, scales) pair)."""
+    if isinstance(out, tuple):
+        q, sc = out
+        return q.float().double() * sc.double().repeat_interleave(128, dim=1)[:, : q.shape[1]]
+    if name == "groupq_fp8":
+        v = decode(torch, name, out)
+        return v * t["cs"].double().repeat_interleave(128, dim=1)[:, : out.shape[1]]
+    if out.dtype == torch.uint8:
+        return decode(torch, name, out)
+    return out.float().double()
+
+
 _E4M3 = {}
 
 
@@ -264,6 +295,8 @@ def reference(torch, name, t):
     if name == "rowq_fp8":
         # what the e4m3 store can hold: the scaled product, saturated at +-448
         return torch.clamp(x * t["rs"].double()[:, None], -448.0, 448.0)
+    if name == "groupq_fp8":
+        return x  # the dequantised output approximates the product
     raise KeyError(name)
 
 
@@ -289,6 +322,8 @@ def torch_baseline(torch, name, t):
     if name == "rowq_fp8":
         rs = t["rs"][:, None]
         return lambda: (torch.matmul(a, b.T) * rs).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    if name == "groupq_fp8":
+        return lambda: group_quant(torch, torch.matmul(a, b.T))
     raise KeyError(name)
 
 
@@ -317,11 +352,19 @@ def check(torch, kern, name, m, n, k, seed):
     outs = []
     for _ in range(2):
         poison(torch, name, t["c"])
+        if "cs" in t:
+            t["cs"].fill_(float("nan"))
         kern.launch(stream)
         wait_or_die(torch, f"{name} {kern.s.label()} {m}x{n}x{k}")
         outs.append(t["c"].clone())
     ref = reference(torch, name, t)
-    out = decode(torch, name, outs[0])
+    out = dequant(torch, name, outs[0], t)
+    scale_err = None
+    if name == "groupq_fp8":
+        # each scale against amax / 448 of its group of the float64 product
+        pad = (-n) % 128
+        amax = torch.nn.functional.pad(ref.abs(), (0, pad)).view(m, -1, 128).amax(-1)
+        scale_err = float(((t["cs"].double() - amax / 448).abs() / (amax / 448)).max())
     finite = bool(torch.isfinite(out).all())
     diff = (out - ref).abs()
     rel = float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref)) if finite else float("nan")
@@ -334,6 +377,8 @@ def check(torch, kern, name, m, n, k, seed):
     bad = int((diff > atol + rtol * ref.abs()).sum()) if finite else rows_of(name, m) * n
     same = bool(torch.equal(outs[0].view(torch.uint8), outs[1].view(torch.uint8)))
     ok = finite and rel < rel_max and bad == 0 and same
+    if scale_err is not None:
+        ok = ok and scale_err < 1e-2  # NaN (a scale not written) fails too
     rec = {
         "op": name,
         "schedule": kern.s.label(),
@@ -342,6 +387,7 @@ def check(torch, kern, name, m, n, k, seed):
         "max_err": float(diff.max()) if finite else None,
         "n_bad": bad,
         "repeat_equal": same,
+        "scale_rel_err": scale_err,
         "finite": finite,
         "ok": ok,
     }

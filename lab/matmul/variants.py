@@ -80,6 +80,20 @@ def epilogue_irs() -> dict[str, GemmIR]:
             (EpiInput("rs", "fp32", "row"),),
             (EpiOutput("c", "fp8e4m3", _b("mul", acc(), E.Input("rs", ("M", 1), "fp32"))),),
         ),
+        # fp8 e4m3 with a scale per row and 128-column group (amax / 448), computed in the
+        # epilogue: y ~ c * cs (ir.EpiOutput.group_scale says why not one scale per whole row)
+        "groupq_fp8": GemmIR(
+            "groupq_fp8",
+            "M",
+            "N",
+            "K",
+            (),
+            Operand("a", "bf16", "row"),
+            Operand("b", "bf16", "col"),
+            None,
+            (),
+            (EpiOutput("c", "fp8e4m3", acc(), group_scale="cs"),),
+        ),
         # a batch axis Bt (3 in the bench) over A and the output, a per-row scale shared by the
         # batch: rows flatten to Bt * M, the scale is read at row % M
         "batched_row": _ir(

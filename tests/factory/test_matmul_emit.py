@@ -347,6 +347,7 @@ def test_tile_loop_model_matches_direct_product(m, n, k, s, ctas):
         "plain_cl",
         "swiglu_cl",
         "rowq_fp8",
+        "groupq_fp8",
     ],
 )
 def test_gemm_kernels_correct_on_gpu(op, monkeypatch):
@@ -468,3 +469,26 @@ K = 256
 """
     with pytest.raises(Unsupported, match="GPU worker"):
         lower(load_manifest(text))
+
+
+def test_group_scaled_fp8_reduces_each_group_over_the_quad():
+    ir = epilogue_irs()["groupq_fp8"]
+    e = gemm_emit.emit(ir, GemmSchedule())
+    assert [p.name for p in e.params if p.kind == "tensor"] == ["c", "cs"]
+    # per 128-column group and row of a thread: two butterfly steps over the quad's lanes, in
+    # both the whole-tile and the tail version of the epilogue (256 columns: 2 groups x 2 rows)
+    assert e.ptx.count("shfl.sync.bfly.b32") == 2 * 2 * 2 * 2
+    assert e.ptx.count("st.global.f32") == 2 * 2 * 2  # one scale per group and row
+    assert "group" in is_valid(ir, GemmSchedule(tile_n=192, stages=4))
+    bad = replace(ir, outputs=(replace(ir.outputs[0], dtype="bf16"),))
+    assert "fp8e4m3" in " ".join(bad.problems())
+
+
+@pytest.mark.parametrize("tile_n", [128, 256])
+def test_scale_group_index_is_the_columns_group(tile_n):
+    for tile_col in range(3):
+        for lane in range(32):
+            for reg in range(tile_n // 2):
+                _, c = tiling.fragment(0, lane, reg)
+                col = tile_col * tile_n + c
+                assert tiling.scale_group(tile_col, tile_n, lane, reg // 4) == col // 128

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from factory.emit import ops
 from factory.emit.ptx import Builder, EmitError
-from factory.families.matmul.ir import ACC, ACC2, GemmIR
+from factory.families.matmul.ir import ACC, ACC2, SCALE_GROUP, GemmIR
 from factory.families.matmul.schedule import NUM_SMS, PRODUCER_REGS, GemmSchedule, is_valid
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
@@ -293,6 +293,10 @@ class _Kernel:
         for o in ir.outputs:
             params.append(KernelParam("tensor", "u64", o.name))
             plist.append(f".param .u64 out_{o.name}")
+        for o in ir.outputs:
+            if o.group_scale:
+                params.append(KernelParam("tensor", "u64", o.group_scale))
+                plist.append(f".param .u64 out_{o.group_scale}")
         for i in ir.inputs:
             params.append(KernelParam("tensor", "u64", i.name))
             plist.append(f".param .u64 in_{i.name}")
@@ -874,6 +878,14 @@ class _Kernel:
                 rowaddr[(i.name, h)] = self._elem_addr(
                     in_ptr[i.name], r, col0, DTYPE_BYTES[i.dtype]
                 )
+        grouped = [o for o in ir.outputs if o.group_scale]
+        plead = None
+        if grouped:
+            # lane % 4 == 0 stores the scales (its col0 is the tile's first column)
+            fc = self.r32()
+            self.op(f"and.b32 {fc}, {col0}, 7")
+            plead = self.pred()
+            self.op(f"setp.eq.u32 {plead}, {fc}, 0")
         colbase = {}
         for i in ir.inputs:
             if i.role == "col":
@@ -882,7 +894,10 @@ class _Kernel:
                 a = self.r64()
                 self.op(f"mad.lo.u64 {a}, {c}, {DTYPE_BYTES[i.dtype]}, {in_ptr[i.name]}")
                 colbase[i.name] = a
-        for j in range(s.tile_n // 8) if js is None else js:
+
+        def compute(j: int):
+            """The outputs' values at column block j: {(name, h): [v0, v1]} and the store
+            predicates of each h (None for a whole tile)."""
             pcol = []
             if not fast:
                 for e in range(2):
@@ -897,6 +912,8 @@ class _Kernel:
                     colv[i.name] = self._load_pair(
                         i.dtype, colbase[i.name], 8 * j * DTYPE_BYTES[i.dtype], fast, pcol
                     )
+            results: dict[tuple[str, int], list[str]] = {}
+            hpreds = []
             for h in range(2):
                 preds = None
                 if not fast:
@@ -905,12 +922,14 @@ class _Kernel:
                         p = self.pred()
                         self.op(f"and.pred {p}, {prow[h]}, {pcol[e]}")
                         preds.append(p)
+                hpreds.append(preds)
                 fullv = {}
                 for i in full_in:
                     fullv[i.name] = self._load_pair(
                         i.dtype, rowaddr[(i.name, h)], 8 * j * DTYPE_BYTES[i.dtype], fast, preds
                     )
-                results: dict[str, list[str]] = {o.name: [] for o in ir.outputs}
+                for o in ir.outputs:
+                    results[(o.name, h)] = []
                 for e in range(2):
                     idx = 4 * j + 2 * h + e
                     env = {ACC: f"{acc_a}{idx}"}
@@ -924,16 +943,108 @@ class _Kernel:
                         env[name] = v[e]
                     memo: dict = {}
                     for o in ir.outputs:
-                        results[o.name].append(ev.value(o.expr, env, memo))
+                        results[(o.name, h)].append(ev.value(o.expr, env, memo))
+            return results, hpreds
+
+        def store(j: int, results, hpreds, inv=None) -> None:
+            for h in range(2):
                 for o in ir.outputs:
+                    vals = results[(o.name, h)]
+                    if o.group_scale:
+                        q = []
+                        for v in vals:
+                            r = b.reg("f32")
+                            self.op(f"mul.rn.f32 {r}, {v}, {inv[(o.name, h)]}")
+                            q.append(r)
+                        vals = q
                     self._store_pair(
                         o.dtype,
                         rowaddr[(o.name, h)],
                         8 * j * DTYPE_BYTES[o.dtype],
-                        results[o.name],
+                        vals,
                         fast,
-                        preds,
+                        hpreds[h],
                     )
+
+        blocks = list(range(s.tile_n // 8) if js is None else js)
+        if not grouped:
+            for j in blocks:
+                store(j, *compute(j))
+            return
+        # group-scaled outputs, one 128-column group at a time: the values once for the group's
+        # amax (kept in no register: only the running maximum), the scale, then the values
+        # again, quantised and stored (recomputing is cheaper than 64 more live registers)
+        per = SCALE_GROUP // 8
+        for g0 in range(0, len(blocks), per):
+            group = blocks[g0 : g0 + per]
+            amax = {}
+            for o in grouped:
+                for h in (0, 1):
+                    amax[(o.name, h)] = b.reg("f32")
+                    self.op(f"mov.f32 {amax[(o.name, h)]}, 0f00000000")
+            for j in group:
+                results, hpreds = compute(j)
+                for o in grouped:
+                    for h in (0, 1):
+                        for e, v in enumerate(results[(o.name, h)]):
+                            a = b.reg("f32")
+                            self.op(f"abs.f32 {a}, {v}")
+                            if hpreds[h] is not None:  # columns past N (rows past M: unused)
+                                self.op(f"selp.f32 {a}, {a}, 0f00000000, {hpreds[h][e]}")
+                            self.op(f"max.f32 {amax[(o.name, h)]}, {amax[(o.name, h)]}, {a}")
+            inv = {}
+            for o in grouped:
+                for h in (0, 1):
+                    inv[(o.name, h)] = self._group_scale(
+                        amax[(o.name, h)],
+                        o.group_scale,
+                        rows[h],
+                        group[0],
+                        plead,
+                        None if fast else prow[h],
+                        col0,
+                    )
+            for j in group:
+                store(j, *compute(j), inv)
+
+    def _group_scale(self, amax, scales, row, j0, plead, prow, col0) -> str:
+        """The scale amax / 448 of one row's 128-column group, from this thread's maximum
+        and the 3 other lanes of its quad (they hold the row's other columns); lane % 4 == 0
+        stores it in `scales` [rows, ceil(N / 128)] at (row, (col0 >> 7) + j0 / 16) (tiling.
+        scale_group). Returns 448 / amax (0 for an all-zero group) to quantise with."""
+        b = self.b
+        ngrp, grp = self.r32(), self.r32()
+        self.op(f"add.u32 {ngrp}, %N, {SCALE_GROUP - 1}")
+        self.op(f"shr.u32 {ngrp}, {ngrp}, 7")
+        self.op(f"shr.u32 {grp}, {col0}, 7")
+        self.op(f"add.u32 {grp}, {grp}, {j0 // (SCALE_GROUP // 8)}")
+        idx, g64 = self.r64(), self.r64()
+        self.op(f"mul.wide.u32 {idx}, {row}, {ngrp}")
+        self.op(f"cvt.u64.u32 {g64}, {grp}")
+        self.op(f"add.u64 {idx}, {idx}, {g64}")
+        scale_addr = self.r64()
+        self.op(f"mad.lo.u64 {scale_addr}, {idx}, 4, {self._ptr(f'out_{scales}')}")
+        for lanes in (1, 2):
+            other = b.reg("f32")
+            self.op(f"shfl.sync.bfly.b32 {other}, {amax}, {lanes}, 31, -1")
+            self.op(f"max.f32 {amax}, {amax}, {other}")
+        scale, inv = b.reg("f32"), b.reg("f32")
+        self.op(f"div.rn.f32 {scale}, {amax}, {b.const_f32(448.0)}")
+        self.op(f"div.rn.f32 {inv}, {b.const_f32(448.0)}, {amax}")
+        pz = self.pred()
+        self.op(f"setp.gt.f32 {pz}, {amax}, 0f00000000")
+        self.op(f"selp.f32 {inv}, {inv}, 0f00000000, {pz}")
+        pst = self.pred()
+        self.op(f"mov.pred {pst}, {plead}")
+        if prow is not None:
+            # a tail tile: the row below M and the group's first column (col0 + 8 j0 in the
+            # quad's lead lane) below N
+            self.op(f"and.pred {pst}, {pst}, {prow}")
+            gc = self.r32()
+            self.op(f"add.u32 {gc}, {col0}, {8 * j0}")
+            self.op(f"setp.lt.and.u32 {pst}, {gc}, %N, {pst}")
+        self.op(f"@{pst} st.global.f32 [{scale_addr}], {scale}")
+        return inv
 
     def _load1(self, dtype: str, addr: str, pred: str | None) -> str:
         b = self.b

@@ -64,13 +64,28 @@ class EpiInput:
     role: str
 
 
+# Columns that share one scale of a group-scaled fp8 output (see EpiOutput.group_scale).
+SCALE_GROUP = 128
+
+
 @dataclass(frozen=True)
 class EpiOutput:
-    """An output tensor [.., M, N] of dtype `dtype`, each element `expr` (see module docstring)."""
+    """An output tensor [.., M, N] of dtype `dtype`, each element `expr` (see module docstring).
+
+    group_scale (fp8e4m3 outputs only): the name of a second output, fp32 [rows, ceil(N / 128)],
+    that receives one scale per row and group of SCALE_GROUP = 128 columns: s = amax / 448 over
+    the group's values of `expr` (the columns below N), and the fp8 output holds e4m3(v / s)
+    (0 where the group is all zero), so that v ~ q * s. A scale per row over all N columns would
+    need every tile of a row finished before any could be quantised: a grid-wide dependency
+    (a cross-CTA fix-up through a global workspace, which the worker's launch contract does not
+    give a kernel) or a second pass re-reading the unquantised output (the traffic the fusion
+    saves). The 128-column group is the tile's own (tile_n = 128 or 256): one pass, in
+    registers, deterministic, and the layout fp8 GEMMs with per-group scales read."""
 
     name: str
     dtype: str
     expr: E.Node
+    group_scale: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,12 @@ class GemmIR:
         for o in self.outputs:
             if o.dtype not in OUTPUT_DTYPES:
                 out.append(f"output {o.name}: dtype {o.dtype!r} not in {OUTPUT_DTYPES}")
+            if o.group_scale:
+                if o.dtype != "fp8e4m3":
+                    out.append(f"output {o.name}: group scales go with fp8e4m3 outputs")
+                taken = {x.name for x in self.outputs} | names | {ACC, ACC2}
+                if o.group_scale in taken:
+                    out.append(f"output {o.name}: scale name {o.group_scale} is taken")
             for node in E.walk(o.expr):
                 if isinstance(node, E.Input):
                     if node.name == ACC2 and self.b2 is None:

@@ -196,6 +196,11 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
         return "batched GEMMs are emitted but not yet verified on a GPU"
     if ir.b.layout != "col":
         return "B must be stored [N, K] (layout 'col') for the wgmma path yet"
+    if any(o.group_scale for o in ir.outputs):
+        if s.tile_n % 128:
+            return "a group-scaled fp8 output needs tile_n a multiple of its 128-column groups"
+        if (s.tile_n // 8 // s.split_k) % 16:
+            return "split-K shares would cut a 128-column scale group"
     if dims is not None:
         try:
             m, n, k = dims[ir.m], dims[ir.n], dims[ir.k]

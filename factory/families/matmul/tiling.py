@@ -318,3 +318,11 @@ def simulate_splitk(a, b, tile_m: int, tile_n: int, consumers: int, split_k: int
                                             written[row, col] += 1
     assert (written == 1).all(), "an output element written other than once"
     return tuple(outs)
+
+
+def scale_group(tile_col: int, tile_n: int, lane: int, j: int) -> int:
+    """The 128-column scale group of a group-scaled fp8 output that column block j of thread
+    `lane` falls in, as the epilogue computes it: (col0 >> 7) + j // 16, col0 = the tile's first
+    column + 2 (lane % 4) (the tile's first column a multiple of 128)."""
+    col0 = tile_col * tile_n + 2 * (lane % 4)
+    return (col0 >> 7) + j // 16
