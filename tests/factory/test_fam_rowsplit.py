@@ -51,11 +51,18 @@ def check(w, em, dims):
         assert first[o.name] == second[o.name]  # the same bits: every fold in a fixed order
 
 
-@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "add_rmsnorm", "log_softmax"])
-def test_few_long_rows_of_a_row_operator_go_to_the_split_family(name):
+@pytest.mark.parametrize(
+    "name, passes",
+    [("softmax", 2), ("layernorm", 2), ("rmsnorm", 2), ("add_rmsnorm", 2), ("log_softmax", 2),
+     ("row_sum", 2)],
+)  # fmt: skip
+def test_few_long_rows_of_a_row_operator_go_to_the_split_family(name, passes):
+    """Softmax's max and sum of exponentials are one pass (an online pair), LayerNorm's mean
+    and variance one pass (moments): a statistics pass and the output pass."""
     w = load_manifest(few_rows(f"{CATALOGUE}/{name}.toml"))
     fam, ir = families.family_for(w)
     assert fam.name == "rowsplit"
+    assert ir.passes == passes
     s = RS.default_schedule(ir, w.shapes[0])
     rep = compile_ptx(RS.emit(ir, s).ptx, "sm_90")
     assert rep.ok, rep.log
@@ -86,6 +93,21 @@ def test_many_rows_stay_with_the_row_family():
             "rmsnorm",
             {"M": 5, "N": 2049},
             RS.Schedule(threads=128, vec=8, unroll=1, chunk=1024, blocks=4, group=4),
+        ),
+        (
+            "row_sum",
+            {"M": 4, "N": 3333},
+            RS.Schedule(threads=128, vec=8, unroll=1, chunk=1024, blocks=3, group=4),
+        ),
+        (
+            "add_rmsnorm",
+            {"M": 2, "N": 2500},
+            RS.Schedule(threads=128, vec=8, unroll=1, chunk=1024, blocks=3, group=1),
+        ),
+        (
+            "l2norm",
+            {"M": 3, "N": 1111},
+            RS.Schedule(threads=256, vec=8, unroll=1, chunk=2048, blocks=2, group=4),
         ),
         (
             "log_softmax",

@@ -27,8 +27,10 @@ element under its own predicate. Indices are 32-bit: rows x length below 2^31.""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from factory.emit import Emitted
+from factory.emit import reduce as R
 from factory.emit.ptx import EmitError, f32_literal
 from factory.families.colreduce.kernel import COMBINE, ESIZE, IDENTITY, ident
 from factory.families.row.ir import (
@@ -49,9 +51,62 @@ ROW_CHUNKS = 1 << 18
 MAX_ROWS = 4096
 
 
+@dataclass(frozen=True)
+class Unit:
+    """One reduction the passes compute, with its partial's words in the workspace from `slot`:
+    "plain" (one reduction: 1 word), "online" (a softmax's max and sum of exp(F - max): the
+    pair (m, s), 2 words, one pass) or "moments" (LayerNorm's mean and variance: count, mean
+    and squared deviations, 3 words, one pass; its finals are the mean and the variance)."""
+
+    kind: str
+    nodes: tuple  # plain: (reduction,); online: (max, sum); moments: (mean, variance)
+    operand: E.Node  # the per-element value reduced
+    slot: int
+
+    @property
+    def words(self) -> int:
+        return {"plain": 1, "online": 2, "moments": 3}[self.kind]
+
+
+def plan(kir) -> tuple[list[Unit], dict]:
+    """The reduction units and every node's stage once pairs are fused (a fused sum or variance
+    is ready with its partner): pass k computes the units whose operand is at stage k."""
+    alias = reduction_aliases(kir.reductions)
+    uniq = [r for r in dict.fromkeys(kir.reductions) if r not in alias]
+    units: list[Unit] = []
+    taken: set = set()
+    slot = 0
+    for p in kir.online:
+        mx, sm = alias.get(p.max_node, p.max_node), alias.get(p.sum_node, p.sum_node)
+        if mx in uniq and sm in uniq and not {mx, sm} & taken:
+            units.append(Unit("online", (mx, sm), p.f_node, slot))
+            taken |= {mx, sm}
+            slot += 2
+    for p in kir.moments:
+        mn, var = alias.get(p.mean_node, p.mean_node), alias.get(p.var_node, p.var_node)
+        if mn in uniq and var in uniq and not {mn, var} & taken:
+            units.append(Unit("moments", (mn, var), p.x_node, slot))
+            taken |= {mn, var}
+            slot += 3
+    for r in uniq:
+        if r not in taken:
+            units.append(Unit("plain", (r,), r.x, slot))
+            slot += 1
+    partner = {u.nodes[1]: u.operand for u in units if u.kind != "plain"}
+    stage: dict = {}
+    for n in kir.order:
+        if isinstance(n, E.Reduce):
+            first = alias.get(n, n)
+            stage[n] = 1 + stage[partner.get(first, first.x)]
+        else:
+            stage[n] = max((stage[c] for c in E.children(n)), default=0)
+    return units, stage
+
+
 def passes(kir) -> int:
-    """Passes over a row: one per reduction stage, then the output pass."""
-    return 1 + max((kir.stage[r] for r in kir.reductions), default=0)
+    """Passes over a row: one per reduction stage (pairs fused), then the output pass."""
+    _, stage = plan(kir)
+    return 1 + max((stage[r] for r in kir.reductions), default=0)
 
 
 def unique_reductions(kir) -> list[E.Reduce]:
@@ -72,8 +127,8 @@ class SplitKernel(SegNormKernel):
         self.b = Builder()
         self.V, self.U, self.T = s.vec, s.unroll, s.threads
         self.W = s.threads // 32
+        self.units, self.stage = plan(kir)
         self.P = passes(kir)
-        self.reds = unique_reductions(kir)
         self.alias = reduction_aliases(kir.reductions)
         self.mode = "ticket" if self.P > 1 else "static"
         # segnorm's element() reads self.ir only through scalar_input (overridden here)
@@ -235,7 +290,7 @@ class SplitKernel(SegNormKernel):
             if (
                 self.kir.level[n] == SCALAR
                 and not isinstance(n, E.Reduce | E.Input | E.Const)
-                and self.kir.stage[n] <= k
+                and self.stage[n] <= k
                 and n not in seg
             ):
                 seg[n] = self.reg_of(self.element(n, loaded, seg, {}))
@@ -283,8 +338,9 @@ class SplitKernel(SegNormKernel):
         b.op(f"mul.lo.u32 {S}, {R}, {C}")
         total = b.reg("b32")
         b.op(f"mul.lo.u32 {total}, {S}, {P}")
-        nred = max(len(self.reds), 1)
-        slot_last, slot_ticket = 4 * self.W, 4 * self.W + 4
+        nred = max(sum(u.words for u in self.units), 1)
+        # shared words: 3 a warp for the block folds, then the last-chunk flag and the ticket
+        slot_last, slot_ticket = 12 * self.W, 12 * self.W + 4
         globals_ = []
         t = b.reg("b32")
         if self.mode == "ticket":
@@ -383,18 +439,19 @@ class SplitKernel(SegNormKernel):
             finals: dict = {}
             if kk > 0:
                 self.wait_ready(wr, r, kk - 1, t0)
-                for j, red in enumerate(self.reds):
-                    if kir.stage[red] <= kk:
-                        a = b.reg("b64")
-                        b.op(f"mul.wide.u32 {a}, {r}, {4 * nred}")
-                        b.op(f"add.u64 {a}, {a}, {wr['final']}")
-                        v = b.reg("f32")
-                        b.op(f"ld.relaxed.gpu.global.f32 {v}, [{a}+{4 * j}]")
-                        finals[red] = v
+                a = b.reg("b64")
+                b.op(f"mul.wide.u32 {a}, {r}, {4 * nred}")
+                b.op(f"add.u64 {a}, {a}, {wr['final']}")
+                for u in self.units:
+                    if self.stage[u.nodes[0]] <= kk:
+                        for i, node in enumerate(u.nodes):
+                            v = b.reg("f32")
+                            b.op(f"ld.relaxed.gpu.global.f32 {v}, [{a}+{4 * (u.slot + i)}]")
+                            finals[node] = v
             seg = self.seg_of(finals)
             self.scalar_nodes(kk, self.scalar_vals, seg)
             if kk < P - 1:
-                mine = [(j, red) for j, red in enumerate(self.reds) if kir.stage[red] == kk + 1]
+                mine = [u for u in self.units if self.stage[u.operand] == kk]
                 self.partial_pass(mine, seg, start, end, rowbase, aligned, wr, r, c, C, kk,
                                   nred, nf, t0, slot_last)  # fmt: skip
             else:
@@ -434,7 +491,7 @@ class SplitKernel(SegNormKernel):
             f")\n.maxntid {T}, 1, 1",
             "{",
         ]
-        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{self.W + 2}];"]
+        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{3 * self.W + 2}];"]
         lines = b.lines
         if self.scalar_vals and "%p_true" in "\n".join(lines):
             lines = ["    setp.eq.u32 %p_true, 0, 0;", *lines]
@@ -468,32 +525,52 @@ class SplitKernel(SegNormKernel):
 
     def partial_pass(self, mine, seg, start, end, rowbase, aligned, wr, r, c, C, kk, nred, nf,
                      t0, slot_last) -> None:  # fmt: skip
-        """Pass kk over the chunk: partials of its reductions to the workspace; the row's last
-        chunk to finish folds them and raises the flag."""
+        """Pass kk over the chunk: partials of its units to the workspace; the row's last chunk
+        to finish folds them and raises the flag."""
         b, V, U = self.b, self.V, self.U
         width = U * V
-        accs = {red: [b.reg("f32") for _ in range(width)] for _, red in mine}
-        for red, row in accs.items():
-            for a in row:
-                b.op(f"mov.f32 {a}, {f32_literal(IDENTITY[red.op])}")
+        accs = {}
+        for u in mine:
+            if u.kind == "plain":
+                accs[u] = [b.const_f32(IDENTITY[u.nodes[0].op]) for _ in range(width)]
+            elif u.kind == "online":
+                accs[u] = [b.const_f32(-math.inf), b.const_f32(0.0)]
+            else:
+                accs[u] = [b.const_f32(0.0) for _ in range(3)]
 
         def accumulate(elems, preds, js):
+            vals = {u: [] for u in mine}
             for e, loaded in enumerate(elems):
                 memo: dict = {}
-                for red, row in accs.items():
-                    v = self.reg_of(self.element(red.x, loaded, seg, memo))
-                    if preds is not None:
+                for u in mine:
+                    v = self.reg_of(self.element(u.operand, loaded, seg, memo))
+                    if preds is not None and u.kind != "moments":
+                        idv = IDENTITY[u.nodes[0].op] if u.kind == "plain" else -math.inf
                         w = b.reg("f32")
-                        b.op(f"selp.f32 {w}, {v}, {f32_literal(IDENTITY[red.op])}, {preds[e]}")
+                        b.op(f"selp.f32 {w}, {v}, {f32_literal(idv)}, {preds[e]}")
                         v = w
-                    b.op(f"{COMBINE[red.op]} {row[e]}, {row[e]}, {v}")
+                    vals[u].append(v)
+            for u in mine:
+                acc = accs[u]
+                if u.kind == "plain":
+                    for e, v in enumerate(vals[u]):
+                        b.op(f"{COMBINE[u.nodes[0].op]} {acc[e]}, {acc[e]}, {v}")
+                elif u.kind == "online":
+                    R.online_update(b, acc[0], acc[1], vals[u], by_tree=True)
+                else:
+                    ps = list(preds) if preds is not None else [None] * len(vals[u])
+                    R.group_moments(b, acc, lambda u=u: vals[u], ps)
 
         self.walk(start, end, rowbase, aligned, accumulate)
-        vals = []
-        for red, row in accs.items():
-            for a in row[1:]:
-                b.op(f"{COMBINE[red.op]} {row[0]}, {row[0]}, {a}")
-            vals.append(self.block_fold(row[0], red.op))
+        words = {}
+        for u in mine:
+            acc = accs[u]
+            if u.kind == "plain":
+                for a in acc[1:]:
+                    b.op(f"{COMBINE[u.nodes[0].op]} {acc[0]}, {acc[0]}, {a}")
+                words[u] = [self.block_fold(acc[0], u.nodes[0].op)]
+            else:
+                words[u] = self.block_fold_unit(u, acc)
         # thread 0: the chunk's partials, then count the chunk in
         slot = b.reg("b32")
         b.op(f"mad.lo.u32 {slot}, {r}, {C}, {c}")
@@ -502,8 +579,9 @@ class SplitKernel(SegNormKernel):
         b.op(f"add.u64 {pa}, {pa}, {wr['part']}")
         counted = b.new_label("counted")
         b.op(f"@!{t0} bra {counted}")
-        for (j, _), v in zip(mine, vals, strict=True):
-            b.op(f"st.global.f32 [{pa}+{4 * j}], {v}")
+        for u in mine:
+            for i, v in enumerate(words[u]):
+                b.op(f"st.global.f32 [{pa}+{4 * (u.slot + i)}], {v}")
         ca = b.reg("b64")
         b.op(f"mul.wide.u32 {ca}, {r}, {4 * self.P}")
         b.op(f"add.u64 {ca}, {ca}, {wr['count']}")
@@ -532,9 +610,14 @@ class SplitKernel(SegNormKernel):
         fa = b.reg("b64")
         b.op(f"mul.wide.u32 {fa}, {r}, {4 * nred}")
         b.op(f"add.u64 {fa}, {fa}, {wr['final']}")
-        for j, red in mine:
-            acc = b.reg("f32")
-            b.op(f"mov.f32 {acc}, {f32_literal(IDENTITY[red.op])}")
+        for u in mine:
+            if u.kind == "plain":
+                acc = [b.const_f32(IDENTITY[u.nodes[0].op])]
+            elif u.kind == "online":
+                acc = [b.const_f32(-math.inf), b.const_f32(0.0)]
+            else:
+                acc = [b.const_f32(0.0) for _ in range(3)]
+            # thread i folds chunks i, i + T, ... in order
             i = b.reg("b32")
             b.op(f"mov.u32 {i}, {self.tid}")
             loop, done = b.new_label("fold"), b.new_label("fold_end")
@@ -547,18 +630,36 @@ class SplitKernel(SegNormKernel):
             qa = b.reg("b64")
             b.op(f"mul.wide.u32 {qa}, {q}, {4 * nred}")
             b.op(f"add.u64 {qa}, {qa}, {wr['part']}")
-            v = b.reg("f32")
-            b.op(f"ld.relaxed.gpu.global.f32 {v}, [{qa}+{4 * j}]")
-            b.op(f"{COMBINE[red.op]} {acc}, {acc}, {v}")
+            got = []
+            for w in range(u.words):
+                v = b.reg("f32")
+                b.op(f"ld.relaxed.gpu.global.f32 {v}, [{qa}+{4 * (u.slot + w)}]")
+                got.append(v)
+            if u.kind == "plain":
+                b.op(f"{COMBINE[u.nodes[0].op]} {acc[0]}, {acc[0]}, {got[0]}")
+            elif u.kind == "online":
+                R.pair_combine(b, acc[0], acc[1], got[0], got[1])
+            else:
+                R.chan_merge(b, acc, got)
             b.op(f"add.u32 {i}, {i}, {self.T}")
             b.op(f"bra {loop}")
             b.label(done)
-            tot = self.block_fold(acc, red.op)
-            if red.op == "mean":
-                m = b.reg("f32")
-                b.op(f"div.rn.f32 {m}, {tot}, {nf}")
-                tot = m
-            b.op(f"@{t0} st.global.f32 [{fa}+{4 * j}], {tot}")
+            if u.kind == "plain":
+                tot = self.block_fold(acc[0], u.nodes[0].op)
+                if u.nodes[0].op == "mean":
+                    m = b.reg("f32")
+                    b.op(f"div.rn.f32 {m}, {tot}, {nf}")
+                    tot = m
+                out = [tot]
+            elif u.kind == "online":
+                out = self.block_fold_unit(u, acc)
+            else:
+                n, mean, m2 = self.block_fold_unit(u, acc)
+                var = b.reg("f32")
+                b.op(f"div.rn.f32 {var}, {m2}, {nf}")
+                out = [mean, var]
+            for w, v in enumerate(out):
+                b.op(f"@{t0} st.global.f32 [{fa}+{4 * (u.slot + w)}], {v}")
         ra = b.reg("b64")
         b.op(f"mul.wide.u32 {ra}, {r}, {4 * self.P}")
         b.op(f"add.u64 {ra}, {ra}, {wr['ready']}")
@@ -567,6 +668,39 @@ class SplitKernel(SegNormKernel):
         b.op(f"mov.u32 {one}, 1")
         b.op(f"@{t0} st.release.gpu.global.b32 [{ra}+{4 * kk}], {one}")
         b.label(folded)
+
+    def block_fold_unit(self, u: Unit, acc: list[str]) -> list[str]:
+        """An online pair or a moments triple combined over the block, the same in every
+        thread: the warp's lanes by butterfly, then the warps in order through shared memory."""
+        b, W = self.b, self.W
+        if u.kind == "online":
+            R.butterfly(b, R.WARP_OFFSETS, [], [(acc[0], acc[1])])
+        else:
+            R.moments_butterfly(b, R.WARP_OFFSETS, self.lane, [acc])
+        l0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {l0}, {self.lane}, 0")
+        at = b.reg("b32")
+        b.op(f"mad.lo.u32 {at}, {self.warp}, 4, {self.smem}")
+        for k, v in enumerate(acc):
+            b.op(f"@{l0} st.shared.f32 [{at}+{4 * W * k}], {v}")
+        b.op("bar.sync 0")
+        out = []
+        for k in range(len(acc)):
+            r = b.reg("f32")
+            b.op(f"ld.shared.f32 {r}, [{self.smem}+{4 * W * k}]")
+            out.append(r)
+        for w in range(1, W):
+            other = []
+            for k in range(len(acc)):
+                t = b.reg("f32")
+                b.op(f"ld.shared.f32 {t}, [{self.smem}+{4 * (W * k + w)}]")
+                other.append(t)
+            if u.kind == "online":
+                R.pair_combine(b, out[0], out[1], other[0], other[1])
+            else:
+                R.chan_merge(b, out, other)
+        b.op("bar.sync 0")
+        return out
 
     def store_row_values(self, seg, r, c, t0) -> None:
         """Per-row outputs (a logsumexp, a row's sum): the row's first chunk, thread 0."""
