@@ -727,7 +727,9 @@ class _Kernel:
             for i in range(self.n_acc):
                 self.op(f"mov.f32 {acc}{i}, 0f00000000")
         b.label(lab_red)
-        # every consumer warpgroup of this CTA is done with the ring before it is overwritten
+        # every consumer warpgroup of this CTA is done with the ring (its wgmma reads, by the
+        # async proxy, ordered before these generic writes) before it is overwritten
+        self.op("fence.proxy.async.shared::cta")
         self.op(f"bar.sync 1, {nthreads}")
         ctid, mine = self.r32(), self.r32()
         self.op("sub.u32 " + ctid + ", %tx, 128")
