@@ -192,10 +192,9 @@ def rows_of(name, m):
     return BATCH * m if name == "batched_row" else m
 
 
-def make_inputs(torch, name, m, n, k, gen):
-    dev = "cuda"
+def make_inputs(torch, name, m, n, k, gen, dev="cuda"):
     if name == "batched_row":
-        t = make_inputs(torch, "plain", BATCH * m, n, k, gen)
+        t = make_inputs(torch, "plain", BATCH * m, n, k, gen, dev)
         t["rs"] = torch.randn(m, device=dev, generator=gen).to(torch.bfloat16)
         return t
     t = {
@@ -358,6 +357,20 @@ def check(torch, kern, name, m, n, k, seed):
         wait_or_die(torch, f"{name} {kern.s.label()} {m}x{n}x{k}")
         outs.append(t["c"].clone())
     ref = reference(torch, name, t)
+    rec = {"op": name, "schedule": kern.s.label(), "shape": [m, n, k]}
+    rec.update(compare(torch, name, outs, t, ref, m, n, k))
+    RESULTS["checks"].append(rec)
+    save()
+    log(
+        f"check {name:9s} {kern.s.label():28s} {m}x{n}x{k}: rel {rec['rel_norm']:.2e} "
+        f"bad {rec['n_bad']} same {rec['repeat_equal']} -> {'OK' if rec['ok'] else 'FAIL'}"
+    )
+    return rec["ok"]
+
+
+def compare(torch, name, outs, t, ref, m, n, k) -> dict:
+    """The verdict on two runs' outputs `outs` (t["cs"] holding the scales of a group-scaled
+    output) against the float64 reference `ref`."""
     out = dequant(torch, name, outs[0], t)
     scale_err = None
     if name == "groupq_fp8":
@@ -379,10 +392,7 @@ def check(torch, kern, name, m, n, k, seed):
     ok = finite and rel < rel_max and bad == 0 and same
     if scale_err is not None:
         ok = ok and scale_err < 1e-2  # NaN (a scale not written) fails too
-    rec = {
-        "op": name,
-        "schedule": kern.s.label(),
-        "shape": [m, n, k],
+    return {
         "rel_norm": rel,
         "max_err": float(diff.max()) if finite else None,
         "n_bad": bad,
@@ -391,13 +401,6 @@ def check(torch, kern, name, m, n, k, seed):
         "finite": finite,
         "ok": ok,
     }
-    RESULTS["checks"].append(rec)
-    save()
-    log(
-        f"check {name:9s} {kern.s.label():28s} {m}x{n}x{k}: rel {rel:.2e} bad {bad} "
-        f"same {same} -> {'OK' if ok else 'FAIL'}"
-    )
-    return ok
 
 
 def sm_clock():

@@ -212,11 +212,18 @@ def main():
     import torch._dynamo
     import torch._inductor.config as ind
 
-    torch._dynamo.config.cache_size_limit = 1024
-    if hasattr(torch._dynamo.config, "recompile_limit"):
-        torch._dynamo.config.recompile_limit = 1024
-    torch._dynamo.config.automatic_dynamic_shapes = False
-    ind.fx_graph_cache = False  # each compile's time is its own
+    # one compiled graph per (op, shape): room for all of them, no dynamic shapes, no cache
+    # (each compile's time is its own); a setting this torch does not have is skipped
+    for cfg, key, value in (
+        (torch._dynamo.config, "recompile_limit", 1024),
+        (torch._dynamo.config, "cache_size_limit", 1024),
+        (torch._dynamo.config, "automatic_dynamic_shapes", False),
+        (ind, "fx_graph_cache", False),
+    ):
+        try:
+            setattr(cfg, key, value)
+        except Exception as e:  # noqa: BLE001
+            RES["errors"].append(f"config {key}: {e}")
 
     parse = _parse_shapes
     shapes = [(s, False) for s in (parse(args.shapes) if args.shapes else ISSUE_SHAPES)]
