@@ -335,6 +335,7 @@ def benchmark(
     warm_generations: int,
     screen: bool = True,
     workload_for=None,
+    manifest: str = "factory/examples/matmul_bias_gelu.toml",
     log=print,
 ) -> dict:
     """Every strategy on every job: the runs, and per job the median GPU-seconds to reach."""
@@ -342,7 +343,7 @@ def benchmark(
         from lab.search.sweep_matmul import manifest_workload
 
         def workload_for(t):
-            return manifest_workload([t.dims])
+            return manifest_workload([t.dims], manifest)
 
     workloads = {t.name: workload_for(t) for t in tables}
     runs: list[Run] = []
@@ -529,6 +530,7 @@ def main(argv=None) -> int:
         max_generations=args.generations,
         warm_generations=args.warm_generations,
         screen=not args.no_screen,
+        manifest=data.get("manifest") or "factory/examples/matmul_bias_gelu.toml",
     )
     result["sweep"] = {
         "path": args.sweep,

@@ -1,7 +1,7 @@
 """The tensor-core family's sweep for the search benchmark (issue 53): every valid schedule of the
 matmul space, checked and timed at each of a few shapes, with what each cost.
 
-    PYTHONPATH=. python3 -m lab.search.sweep_matmul --out DIR [--budget-s 185] [--reps 10]
+    PYTHONPATH=. python3 -m lab.search.sweep_matmul --out DIR [--budget-s 175] [--reps 10]
 
 The workload is factory/examples/matmul_bias_gelu.toml (y = gelu_tanh(x @ w.T + bias), bf16):
 its space (factory.families.matmul.space) at each shape of --shapes (default: a decode-like
@@ -51,23 +51,23 @@ def parse_shapes(text: str) -> list[dict]:
     return out
 
 
-def manifest_workload(shapes: list[dict]):
-    """The example workload with `shapes` as its shapes (the schedules the agents propose for
-    it are the ones this sweep times)."""
+def manifest_workload(shapes: list[dict], manifest: str = MANIFEST):
+    """The example workload (`manifest`, a path) with `shapes` as its shapes (the schedules the
+    agents propose for it are the ones this sweep times)."""
     from factory.spec import load_manifest
 
-    with open(MANIFEST) as f:
+    with open(manifest) as f:
         text = f.read()
     head = text[: text.index("[[shapes]]")]
     rows = "".join(f"[[shapes]]\nM = {d['M']}\nN = {d['N']}\nK = {d['K']}\n\n" for d in shapes)
     return load_manifest(head + rows)
 
 
-def space_schedules(shapes: list[dict]) -> list[dict]:
+def space_schedules(shapes: list[dict], manifest: str = MANIFEST) -> list[dict]:
     """Every schedule of the workload's space valid at every shape, as evidence dicts."""
     from factory import families
 
-    fam, ir = families.family_for(manifest_workload(shapes))
+    fam, ir = families.family_for(manifest_workload(shapes, manifest))
     return [s.to_dict() for s in fam.space(ir, [dict(d) for d in shapes])]
 
 
@@ -79,25 +79,35 @@ def schedule_key(schedule: dict) -> str:
 
 
 def compile_all(ir, schedules: list[dict], threads: int) -> list[dict]:
-    """Emit and compile each schedule for sm_90a: [{ok, compile_s, registers, spills, error,
-    emitted, report}] in order (nvJitLink releases the GIL: threads compile side by side)."""
+    """Emit each schedule (one thread) and compile it for sm_90a (threads: nvJitLink releases
+    the GIL): [{ok, compile_s, registers, spills, error, schedule, emitted, report}] in order;
+    compile_s is the schedule's emit and compile seconds."""
     from factory.compile import compile_ptx
     from factory.families.matmul import emit as gemm_emit
     from factory.families.matmul.schedule import GemmSchedule
 
     fields = GemmSchedule.__dataclass_fields__
-
-    def one(sched: dict) -> dict:
+    emitted: list[tuple] = []
+    for sched in schedules:
         t0 = time.monotonic()
         try:
             s = GemmSchedule(**{k: v for k, v in sched.items() if k in fields})
-            e = gemm_emit.emit(ir, s)
-            r = compile_ptx(e.ptx, "sm_90a", cache=False)
+            emitted.append((s, gemm_emit.emit(ir, s), time.monotonic() - t0, ""))
         except Exception as exc:  # noqa: BLE001 - recorded per schedule
-            return {"ok": False, "compile_s": time.monotonic() - t0, "error": str(exc)[:500]}
+            emitted.append((None, None, time.monotonic() - t0, str(exc)[:500]))
+
+    def one(item: tuple) -> dict:
+        s, e, emit_s, error = item
+        if e is None:
+            return {"ok": False, "compile_s": round(emit_s, 4), "error": error}
+        t0 = time.monotonic()
+        try:
+            r = compile_ptx(e.ptx, "sm_90a", cache=False)
+        except Exception as exc:  # noqa: BLE001
+            return {"ok": False, "compile_s": round(emit_s, 4), "error": str(exc)[:500]}
         out = {
             "ok": bool(r.ok),
-            "compile_s": round(time.monotonic() - t0, 4),
+            "compile_s": round(emit_s + time.monotonic() - t0, 4),
             "registers": r.registers,
             "spills": r.spill_store_bytes,
             "error": "" if r.ok else r.log[-500:],
@@ -107,7 +117,7 @@ def compile_all(ir, schedules: list[dict], threads: int) -> list[dict]:
         return out
 
     with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        return list(pool.map(one, schedules))
+        return list(pool.map(one, emitted))
 
 
 def make_kernel(gb, ir, compiled: dict):
@@ -156,7 +166,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--chunk", type=int, default=160)
-    ap.add_argument("--budget-s", type=float, default=185.0, help="stop starting chunks after")
+    ap.add_argument("--budget-s", type=float, default=175.0, help="stop starting chunks after")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 8)
     ap.add_argument("--limit", type=int, default=0, help="only the first N schedules (a trial)")
     ap.add_argument("--seed", type=int, default=0)

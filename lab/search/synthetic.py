@@ -15,13 +15,13 @@ def synthetic_sweep(
     seed: int = 0,
     noise: float = 0.15,
     failing_every: int = 0,
-    limit: int = 0,
+    manifest: str = "factory/examples/linear_residual.toml",
 ) -> dict:
+    """`manifest`: the workload whose space the table holds (the default's epilogue renders
+    fast, which keeps the agents' replays in tests quick)."""
     from lab.search.sweep_matmul import space_schedules
 
-    schedules = space_schedules(shapes)
-    if limit:
-        schedules = schedules[:limit]
+    schedules = space_schedules(shapes, manifest)
     rng = random.Random(seed)
     measurements = []
     for d in shapes:
@@ -41,6 +41,7 @@ def synthetic_sweep(
     return {
         "format": "matmul-sweep-1",
         "synthetic": True,
+        "manifest": manifest,
         "shapes": [dict(d) for d in shapes],
         "schedules": schedules,
         "compile": [{"ok": True, "compile_s": 0.15} for _ in schedules],

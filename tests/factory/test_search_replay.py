@@ -82,13 +82,13 @@ def test_random_search_draws_without_replacement_until_it_reaches(tables):
     assert run.steps[-1].gpu_s <= sum(costs) + 1e-9
 
 
-def test_the_agents_propose_from_the_space_and_read_back_what_they_measured(tables):
+def test_the_agents_propose_from_the_space_and_read_back_what_they_measured(sweep, tables):
     from lab.search.sweep_matmul import manifest_workload
 
     t = tables[1]
     run, records = R.replay_agents(
         t,
-        manifest_workload([t.dims]),
+        manifest_workload([t.dims], sweep["manifest"]),
         seed=0,
         population=6,
         max_generations=3,
@@ -158,15 +158,16 @@ def test_a_strategy_that_mostly_never_reaches_has_an_infinite_median():
     assert "never" in render(R._json_safe(out))
 
 
-def test_the_benchmark_runs_every_strategy_on_a_synthetic_sweep(tables):
+def test_the_benchmark_runs_every_strategy_on_a_synthetic_sweep(sweep, tables):
     out = R.benchmark(
         tables,
         seeds=[0],
         random_seeds=5,
         population=8,
-        max_generations=3,
+        max_generations=2,
         warm_generations=1,
         screen=False,
+        manifest=sweep["manifest"],
         log=lambda m: None,
     )
     assert len(out["jobs"]) == 2
