@@ -331,35 +331,12 @@ def main():
             torch.cuda.synchronize()
             for lab, e0, e1 in evs:
                 samples[lab].append(e0.elapsed_time(e1) * 1e3)
-            for lab, xs in samples.items():
-                med = float(np.median(xs))
-                tf = flops / med / 1e6
-                rec["rows"][lab] = {
-                    "median_us": med,
-                    "p20_us": float(np.percentile(xs, 20)),
-                    "p80_us": float(np.percentile(xs, 80)),
-                    "tflops": tf,
-                    "share_of_peak": tf / peak,
-                    "implausible": tf > peak,
-                }
+            rate(rec, samples, set(good), flops, peak)
             # the timed kernels' output (last run, timing inputs) still matches the reference
             if good:
                 ref = gb.reference(torch, op, t)
                 rec["timed_output_rel_err"] = rel_err(torch, t["c"], ref, op, t)
                 del ref
-            ours = {lab: r for lab, r in rec["rows"].items() if lab in good}
-            if ours:
-                best = min(ours, key=lambda x: ours[x]["median_us"])
-                rec["best"] = best
-                base = {x: rec["rows"][x]["median_us"] for x in ("eager", "max_autotune")}
-                base = {x: v for x, v in base.items() if v is not None and x in rec["rows"]}
-                bb = min(base.values())
-                rec["vs_eager"] = rec["rows"]["eager"]["median_us"] / ours[best]["median_us"]
-                rec["vs_best_baseline"] = bb / ours[best]["median_us"]
-                if "max_autotune" in rec["rows"]:
-                    rec["vs_max_autotune"] = (
-                        rec["rows"]["max_autotune"]["median_us"] / ours[best]["median_us"]
-                    )
             RES["records"].append(rec)
             save()
             r = rec["rows"]
@@ -394,6 +371,37 @@ def main():
         )
     log(f"skipped: {len(RES['skipped'])} (see JSON); errors: {len(RES['errors'])}")
     log(json.dumps(summary))
+
+
+def rate(rec: dict, samples: dict, ours: set, flops: float, peak: float) -> None:
+    """Fill rec["rows"] (median, p20, p80, TFLOP/s, share of peak, implausible above it) from
+    each runner's samples (microseconds), and rec["best"] (our fastest verified kernel) with its
+    ratios: vs_eager, vs_max_autotune (when compiled) and vs_best_baseline (the faster of the
+    two); > 1 means ours is faster."""
+    for lab, xs in samples.items():
+        med = float(np.median(xs))
+        tf = flops / med / 1e6
+        rec["rows"][lab] = {
+            "median_us": med,
+            "p20_us": float(np.percentile(xs, 20)),
+            "p80_us": float(np.percentile(xs, 80)),
+            "tflops": tf,
+            "share_of_peak": tf / peak,
+            "implausible": tf > peak,
+        }
+    r = rec["rows"]
+    mine = {lab: x for lab, x in r.items() if lab in ours}
+    if not mine:
+        return
+    best = min(mine, key=lambda x: mine[x]["median_us"])
+    rec["best"] = best
+    t = mine[best]["median_us"]
+    rec["vs_eager"] = r["eager"]["median_us"] / t
+    if "max_autotune" in r:
+        rec["vs_max_autotune"] = r["max_autotune"]["median_us"] / t
+    rec["vs_best_baseline"] = (
+        min(r[x]["median_us"] for x in ("eager", "max_autotune") if x in r) / t
+    )
 
 
 def _parse_shapes(txt: str) -> list[tuple[int, int, int]]:

@@ -75,3 +75,25 @@ def test_summary_is_the_issues_criteria():
     assert s["fused_vs_best_min"] == pytest.approx(0.9)
     assert s["fused_vs_best_geomean"] == pytest.approx(math.sqrt(1.1 * 0.9))
     assert s["plain_8192_share_of_peak"] == pytest.approx(0.66)
+
+
+def test_rate_picks_our_fastest_verified_kernel_and_its_ratios():
+    flops = 2.0 * 4096**3
+    samples = {"eager": [200.0] * 5, "wgmma a": [190.0, 180.0, 180.0], "wgmma b": [250.0]}
+    rec = {"rows": {}}
+    ib.rate(rec, samples, {"wgmma a", "wgmma b"}, flops, 989.0)
+    assert rec["best"] == "wgmma a"
+    assert rec["vs_eager"] == pytest.approx(200 / 180)
+    assert "vs_max_autotune" not in rec  # not compiled: the best baseline is eager
+    assert rec["vs_best_baseline"] == pytest.approx(200 / 180)
+    assert rec["rows"]["wgmma a"]["tflops"] == pytest.approx(flops / 180e-6 / 1e12)
+    assert not rec["rows"]["wgmma a"]["implausible"]
+    samples["max_autotune"] = [150.0]
+    samples["wgmma b"] = [1.0]  # 137 PFLOP/s: above the peak
+    rec = {"rows": {}}
+    ib.rate(rec, samples, {"wgmma a", "wgmma b"}, flops, 989.0)
+    assert rec["best"] == "wgmma b" and rec["rows"]["wgmma b"]["implausible"]
+    assert rec["vs_best_baseline"] == pytest.approx(150.0)
+    rec = {"rows": {}}
+    ib.rate(rec, {"eager": [1.0]}, set(), flops, 989.0)  # nothing verified: no best
+    assert "best" not in rec
