@@ -1,7 +1,7 @@
 """The search benchmark replayed on the CPU from a recorded sweep (issue 53).
 
-    PYTHONPATH=. python3 -m lab.search.replay SWEEP.json --out DIR [--seeds 10]
-        [--population 8] [--generations 40] [--random-seeds 200] [--with-compile]
+    PYTHONPATH=. python3 -m lab.search.replay SWEEP.json --out DIR [--seeds 5]
+        [--population 8] [--generations 25] [--random-seeds 200] [--with-compile]
         [--compile-cache DIR] [--no-screen]
 
 A sweep (lab.search.sweep_matmul, format "matmul-sweep-1") timed every valid schedule of the
@@ -247,14 +247,44 @@ def replay_random(table: Table, *, seed: int, population: int, max_generations: 
     return led.run
 
 
+_GENERATORS: dict = {}
+_EMITTED: dict = {}
+
+
+def _cached_emit(emit):
+    """The family's emit, each (IR, schedule, arch) rendered once per process: a replay asks
+    for the same schedules in every generation of every run, and a GELU epilogue takes a
+    noticeable fraction of a second to render."""
+
+    def cached(ir, schedule, arch="sm_90a"):
+        try:
+            key = (ir, schedule, arch)
+            hash(key)
+        except TypeError:  # a dict schedule: not cached
+            return emit(ir, schedule, arch)
+        hit = _EMITTED.get(key)
+        if hit is None:
+            if len(_EMITTED) > 20_000:
+                _EMITTED.clear()
+            hit = _EMITTED[key] = emit(ir, schedule, arch)
+        return hit
+
+    return cached
+
+
 def _settings(job_id: str, screen: bool) -> dict:
-    settings: dict = {"job": job_id}
-    if not screen:
+    """The agents' settings for a replayed job: the matmul family with a cached emitter, and
+    without compile reports when not screening (the agents then keep every pick as it is,
+    Context.screened)."""
+    if screen not in _GENERATORS:
         from factory import families
 
-        # without compile reports the agents keep every pick as it is (Context.screened)
-        settings["generator"] = dataclasses.replace(families.get("matmul"), reports=None)
-    return settings
+        fam = families.get("matmul")
+        changes = {"emit": _cached_emit(fam.emit)}
+        if not screen:
+            changes["reports"] = None
+        _GENERATORS[screen] = dataclasses.replace(fam, **changes)
+    return {"job": job_id, "generator": _GENERATORS[screen]}
 
 
 def replay_agents(
@@ -507,10 +537,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sweep")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--random-seeds", type=int, default=200)
     ap.add_argument("--population", type=int, default=8)
-    ap.add_argument("--generations", type=int, default=40)
+    ap.add_argument("--generations", type=int, default=25)
     ap.add_argument("--warm-generations", type=int, default=4)
     ap.add_argument("--with-compile", action="store_true")
     ap.add_argument("--no-screen", action="store_true", help="skip the agents' CPU compiles")
