@@ -5,6 +5,7 @@ Who may do what, in one place (the pages call these and show what they refuse):
 
     customer   sees and uploads the organisation's workloads; archives its finished jobs
     admin      a customer who also invites people to the organisation (customer or admin)
+               and changes or removes its customers and admins
     engineer   reviews every organisation's jobs; invites to any organisation (customer or
                admin; an engineer only when the inviter is staff)
 """
@@ -202,6 +203,30 @@ def invitation_accept(*, secret: str, user=None, username: str = "", password: s
     if hasattr(user, "_ptxf_memberships"):
         del user._ptxf_memberships  # the cached memberships are stale now
     return user
+
+
+def membership_change(*, user, membership: Membership, role: str | None) -> Membership | None:
+    """Give a member of an organisation another role (`role`), or take them out of it
+    (`role` None). Whoever may invite to the organisation may do it, within the roles they may
+    hand out: an admin never touches an engineer's membership nor makes one, and nobody
+    changes their own membership here. Returns the membership (None once removed)."""
+    if not may_manage(user, membership.org):
+        raise PermissionDenied("You may not change this organisation's members.")
+    if membership.user_id == user.id:
+        raise ValidationError("You cannot change your own membership here.")
+    roles = invitable_roles(user)
+    if membership.role not in roles or (role is not None and role not in roles):
+        raise PermissionDenied("You may not change a member to or from that role.")
+    target = f"membership:{membership.user.get_username()}@{membership.org.code}"
+    if role is None:
+        membership.delete()
+        _audit(user, membership.org, "membership.remove", target)
+        return None
+    old = membership.role
+    Membership.objects.filter(pk=membership.pk).update(role=role)
+    membership.refresh_from_db()
+    _audit(user, membership.org, "membership.role", target, old=old, new=role)
+    return membership
 
 
 def team_members(org: Organisation):

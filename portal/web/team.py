@@ -20,7 +20,7 @@ from portal.web.views import _render
 
 ROLE_HELP = {
     Membership.ROLE_CUSTOMER: "uploads workloads, follows jobs, downloads approved kernels",
-    Membership.ROLE_ADMIN: "a customer who also invites people to the organisation",
+    Membership.ROLE_ADMIN: "a customer who also invites people and sets their roles",
     Membership.ROLE_ENGINEER: "reviews and approves every organisation's kernels",
 }
 
@@ -140,6 +140,8 @@ def team(request):
         "orgs": orgs,
         "form": form,
         "members": accounts.team_members(org),
+        "roles": [(r, dict(Membership.ROLE_CHOICES)[r]) for r in roles],
+        "role_keys": roles,
         "invitations": accounts.team_invitations(org),
         "fresh": fresh,
         "role_help": [(label, ROLE_HELP[key]) for key, label in Membership.ROLE_CHOICES],
@@ -160,6 +162,37 @@ def invitation_revoke(request, code):
         return redirect("web-team")
     messages.success(request, f"The invitation of {invitation.email} is withdrawn.")
     return redirect(f"{reverse('web-team')}?org={invitation.org.code}")
+
+
+@login_required
+@require_POST
+def member_change(request, code, username):
+    """Another role for a member of the organisation `code`, or out of it (role "remove")."""
+    membership = (
+        Membership.objects.select_related("org", "user")
+        .filter(org__code=code, user__username=username)
+        .first()
+    )
+    if membership is None or not accounts.may_manage(request.user, membership.org):
+        raise Http404("No such member.")
+    choice = request.POST.get("role", "")
+    role = None if choice == "remove" else choice
+    if role is not None and role not in dict(Membership.ROLE_CHOICES):
+        messages.error(request, "Choose a role.")
+        return redirect(f"{reverse('web-team')}?org={code}")
+    try:
+        accounts.membership_change(user=request.user, membership=membership, role=role)
+    except PermissionDenied as exc:
+        messages.error(request, str(exc))
+    except ValidationError as exc:
+        messages.error(request, "; ".join(exc.messages))
+    else:
+        if role is None:
+            messages.success(request, f"{username} is no longer a member of {membership.org}.")
+        else:
+            label = dict(Membership.ROLE_CHOICES)[role].lower()
+            messages.success(request, f"{username} is now {label} of {membership.org}.")
+    return redirect(f"{reverse('web-team')}?org={code}")
 
 
 @require_http_methods(["GET", "POST"])

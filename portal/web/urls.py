@@ -29,6 +29,11 @@ urlpatterns = [
     path("account/", views.profile, name="web-profile"),
     path("team/", team.team, name="web-team"),
     path(
+        "team/<uuid:code>/members/<str:username>/",
+        team.member_change,
+        name="web-team-member",
+    ),
+    path(
         "team/invitations/<uuid:code>/withdraw/",
         team.invitation_revoke,
         name="web-invitation-revoke",

@@ -234,3 +234,58 @@ def test_roles_hold_in_the_api(client, admin, customer, orgs, outsider, settings
         assert str(ours.code) in body and str(theirs.code) not in body
         assert client.get(reverse("api-job", args=[theirs.code]), **auth).status_code == 404
         assert client.get(reverse("api-job", args=[ours.code]), **auth).status_code == 200
+
+
+def _change(client, org, username, role):
+    return client.post(
+        reverse("web-team-member", args=[org.code, username]), {"role": role}, follow=True
+    )
+
+
+def test_an_admin_changes_and_removes_customers_but_not_engineers_nor_themselves(
+    client, admin, customer, engineer, orgs
+):
+    client.force_login(admin)
+    page = client.get(reverse("web-team")).content.decode()
+    assert reverse("web-team-member", args=[orgs[0].code, "alice"]) in page
+    assert reverse("web-team-member", args=[orgs[0].code, "erin"]) not in page  # an engineer
+    assert reverse("web-team-member", args=[orgs[0].code, "ada"]) not in page  # themselves
+
+    _change(client, orgs[0], "alice", Membership.ROLE_ADMIN)
+    assert Membership.objects.get(user=customer).role == Membership.ROLE_ADMIN
+    assert AuditEvent.objects.filter(verb="membership.role").exists()
+    refused = _change(client, orgs[0], "erin", Membership.ROLE_CUSTOMER).content.decode()
+    assert "may not change" in refused
+    assert Membership.objects.get(user=engineer).role == Membership.ROLE_ENGINEER
+    _change(client, orgs[0], "alice", Membership.ROLE_ENGINEER)
+    assert Membership.objects.get(user=customer).role == Membership.ROLE_ADMIN
+    own = _change(client, orgs[0], "ada", Membership.ROLE_CUSTOMER).content.decode()
+    assert "your own membership" in own
+    assert Membership.objects.get(user=admin).role == Membership.ROLE_ADMIN
+
+    _change(client, orgs[0], "alice", "remove")
+    assert not Membership.objects.filter(user=customer).exists()
+    assert AuditEvent.objects.filter(verb="membership.remove").exists()
+
+
+def test_a_customer_or_another_organisations_admin_changes_nobody(
+    client, admin, customer, outsider, orgs
+):
+    client.force_login(customer)
+    response = client.post(
+        reverse("web-team-member", args=[orgs[0].code, "ada"]), {"role": "remove"}
+    )
+    assert response.status_code == 404
+    client.force_login(admin)
+    response = client.post(
+        reverse("web-team-member", args=[orgs[1].code, outsider.username]), {"role": "remove"}
+    )
+    assert response.status_code == 404
+    assert Membership.objects.filter(user=outsider).exists()
+    assert Membership.objects.get(user=admin).role == Membership.ROLE_ADMIN
+
+
+def test_an_engineer_changes_members_of_any_organisation(client, engineer, outsider, orgs):
+    client.force_login(engineer)
+    _change(client, orgs[1], outsider.username, Membership.ROLE_ADMIN)
+    assert Membership.objects.get(user=outsider).role == Membership.ROLE_ADMIN
