@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 from factory.emit import Emitted
-from factory.emit.ptx import EmitError
 from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
+from factory.families.common import ScheduleDict, checked_emit
 from factory.spec import expr as E
 
 ARCHS = ("sm_90", "sm_100")
@@ -172,7 +172,7 @@ def lower(workload) -> ColReduceIR:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(ScheduleDict):
     """threads: per block; lanes: threads along the kept axis Q (the rest are thread rows along
     R); vec: adjacent columns a lane (one load of vec * element bytes a row); split: blocks of a
     cluster sharing one column block (R split over them); unroll: rows a thread has in flight."""
@@ -183,14 +183,6 @@ class Schedule:
     vec: int = 4
     split: int = 1
     unroll: int = 2
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Schedule:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
     @property
     def rows(self) -> int:
@@ -329,14 +321,10 @@ def label(schedule: dict) -> str:
 def emit(ir: ColReduceIR, schedule, arch: str = "sm_90") -> Emitted:
     from factory.families.colreduce.kernel import ColumnKernel
 
-    if isinstance(schedule, dict):
-        schedule = Schedule.from_dict(schedule)
-    if arch not in ARCHS:
-        raise EmitError(f"no colreduce emitter for {arch}; known: {', '.join(ARCHS)}")
-    ok, why = is_valid(ir, schedule, None)
-    if not ok:
-        raise EmitError(f"invalid colreduce schedule {schedule.tag()}: {why}")
-    return ColumnKernel(ir, schedule, arch).render()
+    def render(ir, s, arch):
+        return ColumnKernel(ir, s, arch).render()
+
+    return checked_emit("colreduce", ARCHS, Schedule, is_valid, render, ir, schedule, arch)
 
 
 FAMILY = Family(
