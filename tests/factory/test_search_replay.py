@@ -197,3 +197,24 @@ def test_the_within_job_evaluation_scores_out_of_fold_predictions():
     assert res["n"] == 12 and res["rho"] > 0.8
     assert res["spread"] == pytest.approx(45.2 / 20.1)
     assert evaluate_job(rows[:4], [], folds=4) is None  # too few schedules to rank
+
+
+def test_the_sweep_covers_every_schedule_of_each_shape_round_robin():
+    from lab.search import sweep_matmul as S
+
+    shapes = S.parse_shapes("128x4096x4096, 4096x4096x4096")
+    assert shapes == [SKINNY, SQUARE]
+    work = S.chunks_round_robin(10, 2, 4, seed=0)
+    assert [si for si, _ in work] == [0, 1, 0, 1, 0, 1]  # the shapes take turns
+    for si in (0, 1):
+        ids = [i for s, part in work if s == si for i in part]
+        assert sorted(ids) == list(range(10)) and ids != list(range(10))  # all, shuffled
+    # the lab IR the sweep renders has the same space as the example workload the agents see
+    from factory.families.matmul import space as mm_space
+    from lab.matmul.variants import epilogue_irs
+
+    lab = {S.schedule_key(s.to_dict()) for s in mm_space.space(epilogue_irs()[S.OP], shapes)}
+    assert lab == {S.schedule_key(s) for s in S.space_schedules(shapes)}
+    assert S.schedule_key(S.space_schedules(shapes)[0]) == R.schedule_key(
+        S.space_schedules(shapes)[0]
+    )
