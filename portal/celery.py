@@ -10,8 +10,10 @@ worker process per GPU, prefork with one child), `default` (recording, bookkeepi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 from pathlib import Path
 
 from celery import Celery
@@ -73,6 +75,9 @@ def celery_config(environ: dict[str, str] | None = None) -> dict:
             # gone. This sweep re-sends the task for any job stuck in a stage (idempotent tasks
             # make a duplicate harmless). Harmless on Redis too.
             "requeue-stuck": {"task": "portal.requeue_stuck", "schedule": 60.0},
+            # A running stage whose heartbeat stopped (its worker died or hung) is sent again
+            # within a minute, or its job fails after a few tries (portal.pipeline.sweep_silent).
+            "heartbeat-sweep": {"task": "portal.heartbeat_sweep", "schedule": 15.0},
         },
     }
     if broker_url:
@@ -110,6 +115,8 @@ TASK_ROUTES = {
     "portal.gpu_batch_taken": {"queue": "default"},
     "portal.generation_finish": {"queue": "default"},
     "portal.requeue_stuck": {"queue": "default"},
+    "portal.heartbeat_sweep": {"queue": "default"},
+    "portal.gpu_batch_alive": {"queue": "default"},
     # GPU_TASK_NAME is routed per call to gpu.<arch>.
 }
 
@@ -174,7 +181,8 @@ def gpu_run_batch(self, batch: dict) -> dict:
     worker = self.request.hostname or "gpu worker"
     _tell_portal(batch, worker)
     try:
-        return run_batch(batch)
+        with _beating(batch, worker):
+            return run_batch(batch)
     except NoGpu as exc:
         if self.request.retries >= (self.max_retries or 0):  # the last try: nothing follows
             _tell_portal(batch, worker, f"NoGpu: {exc} ({self.request.retries + 1} tries)")
@@ -184,6 +192,37 @@ def gpu_run_batch(self, batch: dict) -> dict:
     except BaseException as exc:  # a worker bug or the time limit: no results will come
         _tell_portal(batch, worker, f"{type(exc).__name__}: {exc}")
         raise
+
+
+GPU_HEARTBEAT_EVERY_S = float(os.environ.get("GPU_HEARTBEAT_EVERY_S") or 20)
+
+
+@contextlib.contextmanager
+def _beating(batch: dict, worker: str):
+    """While the batch runs, a daemon thread tells the portal every GPU_HEARTBEAT_EVERY_S
+    seconds that it is alive (`portal.gpu_batch_alive`): a batch whose host died falls silent,
+    and the portal's heartbeat sweep sends it again. A beat the broker refuses is skipped."""
+    batch_id = batch.get("batch_id") if isinstance(batch, dict) else None
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(GPU_HEARTBEAT_EVERY_S):
+            try:
+                app.signature(
+                    "portal.gpu_batch_alive", args=(batch_id, worker), queue="default"
+                ).apply_async()
+            except Exception:  # noqa: BLE001 - the next beat may land
+                logging.getLogger("portal.celery").warning("heartbeat of %s not sent", batch_id)
+
+    thread = threading.Thread(target=beat, name="gpu heartbeat", daemon=True)
+    if batch_id:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if batch_id:
+            thread.join(timeout=5)
 
 
 def _tell_portal(batch: dict, worker: str, error: str = "") -> None:

@@ -17,7 +17,9 @@ with `results_record` chained after it on `default` (portal/celery.py routes the
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -180,3 +182,126 @@ def withdraw_gpu_batches(job: Job) -> int:
         log.info("could not withdraw the GPU batches of job %s: %s", job.code, exc)
         return 0
     return len(codes)
+
+
+# --- heartbeats of running stages ---------------------------------------------------------------
+#
+# A stage that works for a while (the agents writing a generation, a candidate's compile, a batch
+# on a GPU) says it is alive every HEARTBEAT_EVERY_S seconds by stamping Job.heartbeat (and what it
+# is in heartbeat_by); the stamp is cleared when the stage ends, however it ends. A worker killed
+# mid-stage (OOM, SIGKILL, a lost host) stops stamping: `sweep_silent`, run by Celery beat every
+# 15 s, finds the stamp older than HEARTBEAT_SILENT_S (HEARTBEAT_GPU_SILENT_S for a GPU batch,
+# whose beats travel through the broker) and sends the stage's task again (`resume`). A stage that
+# falls silent again after HEARTBEAT_REQUEUES re-queues fails the job with the reason, so a job
+# whose work kills its worker every time cannot loop forever; a stage that ends normally forgives
+# the earlier silences. A stage waiting in a queue has no heartbeat (the stuck-work sweep sees to
+# lost messages); a stage that hangs keeps beating only up to its `max_s`, then falls silent too.
+
+GPU_STAGE = "gpu"  # heartbeat_by of a GPU batch starts with this
+
+
+def _setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, default))
+
+
+def heartbeat_beat(job_id: int, what: str) -> bool:
+    """Stamp the job's heartbeat now, as `what`; False when the job is no longer active."""
+    from django.utils import timezone
+
+    return bool(
+        Job.objects.filter(pk=job_id, status__in=Job.ACTIVE).update(
+            heartbeat=timezone.now(), heartbeat_by=what[:200]
+        )
+    )
+
+
+def heartbeat_clear(job_id: int, what: str | None = None) -> bool:
+    """The stage `what` ended: clear the heartbeat, unless another stage of the job (a parallel
+    compile) stamped it since; with `what` None, whatever stamped it. Clears the count of silent
+    re-queues too."""
+    rows = Job.objects.filter(pk=job_id)
+    if what is not None:
+        rows = rows.filter(heartbeat_by=what[:200])
+    return bool(rows.update(heartbeat=None, heartbeat_by="", silent_requeues=0))
+
+
+@contextlib.contextmanager
+def heartbeat(job_id: int, what: str, *, every_s: float | None = None, max_s: float = 3600):
+    """Around a stage's work: stamp the heartbeat now and then every `every_s` seconds from a
+    daemon thread while the work runs (for at most `max_s` seconds, so a hung stage falls
+    silent), and clear it when the work ends, by return or by exception."""
+    every = every_s or _setting("HEARTBEAT_EVERY_S", 10)
+    heartbeat_beat(job_id, what)
+    stop = threading.Event()
+
+    def beat_until_stopped() -> None:
+        import time
+
+        from django.db import connection
+
+        deadline = time.monotonic() + max_s
+        try:
+            while not stop.wait(every) and time.monotonic() < deadline:
+                try:
+                    heartbeat_beat(job_id, what)
+                except Exception as exc:  # noqa: BLE001 - a missed beat; the next one may land
+                    log.warning("heartbeat of job %s (%s) failed: %s", job_id, what, exc)
+        finally:
+            connection.close()  # this thread's own database connection
+
+    thread = threading.Thread(target=beat_until_stopped, name=f"heartbeat {what}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=every + 5)
+        heartbeat_clear(job_id, what)
+
+
+def sweep_silent(now=None) -> dict[str, int]:
+    """Re-queue the stages that fell silent, or fail their jobs past HEARTBEAT_REQUEUES. Each
+    job is claimed with a conditional UPDATE on the heartbeat it was seen with, so two sweeps
+    never act twice on one silence. Returns {"requeued": n, "failed": m}."""
+    from datetime import timedelta
+
+    from django.db.models import F, Q
+    from django.utils import timezone
+
+    from portal import services
+
+    now = now or timezone.now()
+    cpu_cutoff = now - timedelta(seconds=_setting("HEARTBEAT_SILENT_S", 45))
+    gpu_cutoff = now - timedelta(seconds=_setting("HEARTBEAT_GPU_SILENT_S", 180))
+    limit = int(_setting("HEARTBEAT_REQUEUES", 2))
+    silent = Job.objects.filter(status__in=Job.ACTIVE, heartbeat__isnull=False).filter(
+        Q(heartbeat__lt=gpu_cutoff)
+        | (Q(heartbeat__lt=cpu_cutoff) & ~Q(heartbeat_by__startswith=GPU_STAGE))
+    )
+    done = {"requeued": 0, "failed": 0}
+    for job in silent:
+        quiet_s = (now - job.heartbeat).total_seconds()
+        what = job.heartbeat_by or "a stage"
+        claimed = Job.objects.filter(
+            pk=job.pk, heartbeat=job.heartbeat, silent_requeues=job.silent_requeues
+        ).update(heartbeat=None, heartbeat_by="", silent_requeues=F("silent_requeues") + 1)
+        if not claimed:
+            continue  # it beat again, ended, or another sweep took it
+        if job.silent_requeues >= limit:
+            reason = (
+                f"{what} fell silent (no heartbeat for {quiet_s:.0f} s) and had been sent again "
+                f"{job.silent_requeues} time{'s' if job.silent_requeues != 1 else ''}: its "
+                "worker keeps dying or hanging"
+            )
+            if services.job_fail(job=job, reason=reason):
+                log.error("job %s failed: %s", job.code, reason)
+                done["failed"] += 1
+            continue
+        job.refresh_from_db()
+        sent = resume(job, gpu=what.startswith(GPU_STAGE))
+        log.warning(
+            "job %s: %s silent for %.0f s; re-queued %d task(s) (silence %d of %d allowed)",
+            job.code, what, quiet_s, sent, job.silent_requeues, limit,
+        )  # fmt: skip
+        done["requeued"] += 1
+    return done

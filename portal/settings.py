@@ -353,6 +353,17 @@ CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 # How long a job may sit in one stage before `requeue_stuck` sends its task again (embedded mode
 # loses a message whose worker died: the filesystem transport is at-most-once).
 STUCK_AFTER_S = envint("STUCK_AFTER_S", 600, minimum=5)
+# Heartbeats of running stages (portal.pipeline.heartbeat): a stage stamps its job every
+# HEARTBEAT_EVERY_S seconds; one silent for HEARTBEAT_SILENT_S (a GPU batch, whose beats come
+# through the broker: HEARTBEAT_GPU_SILENT_S) is sent again, and after HEARTBEAT_REQUEUES such
+# re-queues its job fails with the reason. A stage beats for at most its HEARTBEAT_MAX_*_S, so
+# one that hangs falls silent too.
+HEARTBEAT_EVERY_S = envint("HEARTBEAT_EVERY_S", 10, minimum=1)
+HEARTBEAT_SILENT_S = envint("HEARTBEAT_SILENT_S", 45, minimum=3)
+HEARTBEAT_GPU_SILENT_S = envint("HEARTBEAT_GPU_SILENT_S", 180, minimum=3)
+HEARTBEAT_REQUEUES = envint("HEARTBEAT_REQUEUES", 2, minimum=0)
+HEARTBEAT_MAX_AGENTS_S = envint("HEARTBEAT_MAX_AGENTS_S", 1800, minimum=10)
+HEARTBEAT_MAX_BUILD_S = envint("HEARTBEAT_MAX_BUILD_S", 600, minimum=10)
 
 # False on deployments whose GPU hosts reach no broker: batches then wait for a results file
 # carried back and imported (`manage.py import_results`).

@@ -10,6 +10,7 @@ that finds its row gone or already past its step simply returns.
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import timedelta
 
 from celery import shared_task
@@ -17,7 +18,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from portal import pipeline, services
-from portal.models import Candidate, Generation, Job
+from portal.models import Candidate, Generation, GpuBatch, Job
 
 log = logging.getLogger("portal.tasks")
 
@@ -39,7 +40,12 @@ def generation_propose(self, generation_id: int) -> None:
     if generation is None:
         return
     try:
-        services.generation_propose(generation=generation)
+        with pipeline.heartbeat(
+            generation.job_id,
+            f"agents: generation {generation.index}",
+            max_s=settings.HEARTBEAT_MAX_AGENTS_S,
+        ):
+            services.generation_propose(generation=generation)
     except services.StageUnavailable as exc:
         services.job_fail(job=generation.job, reason=f"the agents are not installed: {exc}")
     except Exception as exc:
@@ -60,7 +66,9 @@ def candidate_build(candidate_id: int) -> None:
     )
     candidate = candidate.first()
     if candidate is not None:
-        services.candidate_build(candidate=candidate)
+        what = f"compile: candidate {str(candidate.code)[:8]}"
+        with pipeline.heartbeat(candidate.job_id, what, max_s=settings.HEARTBEAT_MAX_BUILD_S):
+            services.candidate_build(candidate=candidate)
 
 
 @shared_task(name="portal.gpu_batch_dispatch")
@@ -77,6 +85,37 @@ def gpu_batch_taken(batch_id: str, worker: str, error: str = "") -> None:
     with an error when it stopped without results, so the job page can tell a batch on the GPU
     from one waiting in line or one that needs an engineer."""
     services.gpu_batch_taken(code=batch_id, worker=worker, error=error)
+    job_id = _job_of_batch(batch_id)
+    if job_id is None:
+        return
+    if worker and not error:  # it starts: the batch's heartbeat begins
+        pipeline.heartbeat_beat(job_id, _gpu_what(batch_id, worker))
+    else:  # given back or stopped: no GPU stage runs for the job now
+        pipeline.heartbeat_clear(job_id)
+
+
+def _job_of_batch(batch_id) -> int | None:
+    try:
+        rows = GpuBatch.objects.filter(code=uuid.UUID(str(batch_id)))
+    except ValueError:  # not a batch id at all
+        return None
+    return rows.values_list("job_id", flat=True).first()
+
+
+def _gpu_what(batch_id: str, worker: str) -> str:
+    return f"{pipeline.GPU_STAGE}: batch {str(batch_id)[:8]} on {worker}"
+
+
+@shared_task(name="portal.gpu_batch_alive")
+def gpu_batch_alive(batch_id: str, worker: str) -> None:
+    """Sent by the GPU worker every GPU_HEARTBEAT_EVERY_S seconds while it runs a batch: the
+    batch's job hears that its GPU stage is alive (only while the batch is still out)."""
+    job_id = _job_of_batch(batch_id)
+    if (
+        job_id is not None
+        and GpuBatch.objects.filter(code=batch_id, status=GpuBatch.DISPATCHED).exists()
+    ):
+        pipeline.heartbeat_beat(job_id, _gpu_what(batch_id, worker))
 
 
 @shared_task(name="portal.results_record")
@@ -85,6 +124,13 @@ def results_record(results: dict) -> None:
         services.results_record(results=results, source="worker")
     except services.ResultsError as exc:
         log.error("results refused: %s", exc)
+    batch_id = results.get("batch_id") if isinstance(results, dict) else None
+    if batch_id is not None:  # the GPU stage is over, whatever became of its results
+        job_id = _job_of_batch(batch_id)
+        if job_id is not None:
+            Job.objects.filter(pk=job_id, heartbeat_by__startswith=pipeline.GPU_STAGE).update(
+                heartbeat=None, heartbeat_by="", silent_requeues=0
+            )
 
 
 @shared_task(name="portal.generation_finish")
@@ -106,3 +152,10 @@ def requeue_stuck(older_than_s: int | None = None) -> int:
     cutoff = timezone.now() - timedelta(seconds=older_than_s or settings.STUCK_AFTER_S)
     stuck = Job.objects.filter(status__in=Job.ACTIVE, updated__lt=cutoff)
     return sum(pipeline.resume(job) for job in stuck)
+
+
+@shared_task(name="portal.heartbeat_sweep")
+def heartbeat_sweep() -> dict:
+    """Every 15 s (Celery beat): re-queue the running stages that fell silent, or fail their
+    jobs past the limit (`pipeline.sweep_silent`)."""
+    return pipeline.sweep_silent()

@@ -32,3 +32,12 @@ def lasted(value) -> str:
     if seconds is None:
         return ""
     return "under a minute" if seconds < 60 else timesince(value)
+
+
+@register.filter
+def seconds_ago(value) -> str:
+    """Whole seconds since `value` (the job page's "last heard N s ago"), never negative."""
+    seconds = _seconds_since(value)
+    if seconds is None:
+        return ""
+    return str(max(0, int(seconds)))
