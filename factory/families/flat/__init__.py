@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 from factory.device import device_for
 from factory.emit import Emitted
-from factory.emit.ptx import EmitError
 from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
 from factory.families.colreduce.kernel import ESIZE
+from factory.families.common import ScheduleDict, checked_emit
 from factory.families.row import ir as row_ir
 from factory.families.rowsplit import lower_kernel_ir
 from factory.families.rowsplit.kernel import SplitKernel
@@ -66,7 +66,7 @@ def lower(workload) -> FlatIR:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(ScheduleDict):
     """threads: a block; vec: adjacent elements a load (16 bytes of the widest dtype); unroll:
     vectors a thread has in flight; chunk: elements a block takes at a time (a power of two);
     blocks: the most blocks of the grid-stride loop."""
@@ -77,14 +77,6 @@ class Schedule:
     unroll: int = 4
     chunk: int = 16384
     blocks: int = 1056
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Schedule:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
     def tag(self) -> str:
         return f"t{self.threads}v{self.vec}u{self.unroll}c{self.chunk}b{self.blocks}"
@@ -159,14 +151,10 @@ def seeds(ir, dims) -> list[Schedule]:
 
 
 def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
-    if isinstance(schedule, dict):
-        schedule = Schedule.from_dict(schedule)
-    if arch not in ARCHS:
-        raise EmitError(f"no flat emitter for {arch}; known: {', '.join(ARCHS)}")
-    ok, why = is_valid(ir, schedule, None)
-    if not ok:
-        raise EmitError(f"invalid flat schedule {schedule.tag()}: {why}")
-    return SplitKernel(ir.kir, schedule, arch, flat=True, family="flat").render()
+    def render(ir, s, arch):
+        return SplitKernel(ir.kir, s, arch, flat=True, family="flat").render()
+
+    return checked_emit("flat", ARCHS, Schedule, is_valid, render, ir, schedule, arch)
 
 
 def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 from factory.device import device_for
 from factory.emit import Emitted
-from factory.emit.ptx import EmitError
 from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
 from factory.families.colreduce.kernel import ESIZE
+from factory.families.common import ScheduleDict, checked_emit
 from factory.families.row import ir as row_ir
 from factory.families.rowsplit.kernel import (
     MAX_ROWS,
@@ -92,7 +92,7 @@ def lower(workload) -> RowSplitIR:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(ScheduleDict):
     """threads: a block; vec: adjacent elements a load (16 bytes of the widest dtype);
     unroll: vectors a thread has in flight; chunk: elements a task (a power of two); blocks:
     the grid; group: rows whose passes are handed out together (tasks with a reduction)."""
@@ -104,14 +104,6 @@ class Schedule:
     chunk: int = 8192
     blocks: int = 264
     group: int = 4
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Schedule:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
     def tag(self) -> str:
         return f"t{self.threads}v{self.vec}u{self.unroll}c{self.chunk}b{self.blocks}g{self.group}"
@@ -197,14 +189,10 @@ def seeds(ir, dims) -> list[Schedule]:
 
 
 def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
-    if isinstance(schedule, dict):
-        schedule = Schedule.from_dict(schedule)
-    if arch not in ARCHS:
-        raise EmitError(f"no rowsplit emitter for {arch}; known: {', '.join(ARCHS)}")
-    ok, why = is_valid(ir, schedule, None)
-    if not ok:
-        raise EmitError(f"invalid rowsplit schedule {schedule.tag()}: {why}")
-    return SplitKernel(ir.kir, schedule, arch, flat=False, family="rowsplit").render()
+    def render(ir, s, arch):
+        return SplitKernel(ir.kir, s, arch, flat=False, family="rowsplit").render()
+
+    return checked_emit("rowsplit", ARCHS, Schedule, is_valid, render, ir, schedule, arch)
 
 
 def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
