@@ -348,6 +348,9 @@ def test_tile_loop_model_matches_direct_product(m, n, k, s, ctas):
         "swiglu_cl",
         "rowq_fp8",
         "groupq_fp8",
+        "plain_sk",
+        "swiglu_sk",
+        "groupq_fp8_sk",
     ],
 )
 def test_gemm_kernels_correct_on_gpu(op, monkeypatch):
@@ -359,11 +362,15 @@ def test_gemm_kernels_correct_on_gpu(op, monkeypatch):
         "plain_pp": "pp128s6",
         "plain_cl": "cl2w256s4",
         "swiglu_cl": "cl2glu128s4",
+        "plain_sk": "sk4w256s4",
+        "swiglu_sk": "sk2glu128s4",
+        "groupq_fp8_sk": "sk2w256s4",
     }.get(op, "w256s4")
-    op = op.removesuffix("_pp").removesuffix("_cl")
+    op = op.removesuffix("_pp").removesuffix("_cl").removesuffix("_sk")
     from factory.families.matmul import schedule as sched_mod
 
     monkeypatch.setattr(sched_mod, "CLUSTER_VERIFIED", True)  # this test verifies them
+    monkeypatch.setattr(sched_mod, "SPLITK_VERIFIED", True)
     ir = epilogue_irs()[op]
     s = schedules()[sched]
     if ir.batch:
