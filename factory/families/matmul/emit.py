@@ -9,6 +9,11 @@ nothing and rows/columns past M/N compute zeros that are never stored; a tile wh
 output with N even stores column pairs without predicates, any other tile element by element
 under row < M and column < N.
 
+Split-K (schedule.split_k > 1): a cluster of split_k CTAs per output tile, each over its part of
+the k-blocks; the fp32 partials are summed through distributed shared memory in rank order
+(`split_k_epilogue`). fp8 e4m3 outputs are stored with cvt.rn.satfinite.e4m3x2; a group-scaled
+one (ir.EpiOutput.group_scale) also writes a scale per row and 128 columns (`_group_scale`).
+
 Shared memory, from a 1024-byte aligned base (the 128-byte swizzle repeats every 8 rows of 128
 bytes, and the wgmma descriptors assume that period starts on a 1024-byte boundary):
   A ring:  stages x (tile_m rows x 128 bytes)          row r of a k-block of A at r*128
