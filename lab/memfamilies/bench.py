@@ -521,7 +521,7 @@ def main(argv=None) -> int:
         if not args.list and elapsed + expect > args.budget_s:
             skipped.append(case)
             continue
-        names = ["torch_eager", "torch_compile", "triton", "liger"]
+        names = ["torch_eager", "torch_compile", "triton", "liger"]  # as the family has them
         if elapsed < args.autotune_until * args.budget_s:
             names.append("torch_compile_max_autotune")
         try:

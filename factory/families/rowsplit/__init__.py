@@ -241,8 +241,9 @@ FAMILY = Family(
     features=features,
     feature_fields=("threads", "unroll", "chunk", "blocks", "group"),
     roofline=roofline,
-    # the row family's baselines: the same operators (F.softmax, F.rms_norm, SiLU-mul, ...)
-    baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune", "triton", "liger"),
+    # the row family's torch baselines (F.softmax, F.rms_norm, ...); its Triton and Liger
+    # kernels take a row a program, a block of the whole row: not for rows of millions
+    baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.row.baselines",
     layout_fields=("chunk", "blocks", "threads"),
 )
