@@ -132,9 +132,25 @@ class GemmSchedule:
         return min(240, (left // self.consumers) // 8 * 8)
 
 
+_PROBLEMS: dict[int, tuple[GemmIR, list[str]]] = {}
+
+
+def _problems(ir: GemmIR) -> list[str]:
+    """ir.problems(), remembered per IR object (the space asks it for every candidate; walking
+    the epilogue's expressions was most of the space's time)."""
+    hit = _PROBLEMS.get(id(ir))
+    if hit is not None and hit[0] is ir:
+        return hit[1]
+    if len(_PROBLEMS) > 64:
+        _PROBLEMS.clear()
+    probs = ir.problems()
+    _PROBLEMS[id(ir)] = (ir, probs)  # the IR is kept, so its id is not reused while cached
+    return probs
+
+
 def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) -> str | None:
     """None when the emitter can render `ir` with `s` (at `dims`, when given), else the reason."""
-    probs = ir.problems()
+    probs = _problems(ir)
     if probs:
         return "; ".join(probs)
     if s.kind != "wgmma":
