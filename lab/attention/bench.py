@@ -60,10 +60,12 @@ CHECK_SCHEDULES = {
         "128x128s2": AttentionSchedule(128, 128, 2),
         "128x128s2pv64": AttentionSchedule(128, 128, 2, pv_split=True),
         "64x64s3": AttentionSchedule(64, 64, 3),
+        "128x64s3ov": AttentionSchedule(128, 64, 3, overlap=True),
     },
     64: {
         "128x128s3": AttentionSchedule(128, 128, 3),
         "64x64s3": AttentionSchedule(64, 64, 3),
+        "128x128s3ov": AttentionSchedule(128, 128, 3, overlap=True),
     },
 }
 # (B, H, HKV, S, D): small, odd held-out lengths (a partial last tile; one shorter than a tile),

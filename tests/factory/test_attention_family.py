@@ -164,9 +164,11 @@ def test_emitted_ptx_compiles_for_sm90a_without_spills(variant, causal, d):
 
     w = workload(variant, causal, d)
     fam, ir = families.family_for(w)
-    for s in fam.space(ir, list(w.shapes))[:: 7 if (variant, causal) != ("plain", False) else 1]:
+    for s in fam.space(ir, list(w.shapes))[:: 5 if (variant, causal) != ("plain", False) else 1]:
         e = fam.emit(ir, s, "sm_90")
         r = compile_ptx(e.ptx, "sm_90a")
         assert r.ok, r.log[:2000]
         assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0 and r.stack_bytes == 0
+        # a subroutine call (rcp.rn, a division) makes ptxas serialise the wgmmas (C7509)
+        assert "C7509" not in r.log, [x for x in r.log.splitlines() if "C7509" in x]
         assert e.launch.smem_bytes <= 227 * 1024

@@ -91,8 +91,10 @@ class _Kernel:
         self.b = Builder()
         self.d = ir.head_dim
         self.chunks = ir.head_dim // 64
-        self.entry = f"{ir.name}_fa_{s.block_m}x{s.block_n}_s{s.stages}" + (
-            "_pv64" if s.pv_split else ""
+        self.entry = (
+            f"{ir.name}_fa_{s.block_m}x{s.block_n}_s{s.stages}"
+            + ("_pv64" if s.pv_split else "")
+            + ("_ov" if s.overlap else "")
         )
         self.q_bytes = s.block_m * self.d * 2
         self.kv_bytes = s.block_n * self.d * 2  # one K (or V) tile
@@ -276,7 +278,10 @@ class _Kernel:
         decls.append(f"    .reg .f32 %sa<{self.n_s}>;")
         decls.append(f"    .reg .f32 %oa<{self.n_o}>;")
         decls.append(f"    .reg .b32 %pp<{self.n_p}>;")
-        decls.append("    .reg .f32 %m<2>, %l<2>;")
+        decls.append("    .reg .f32 %m<2>, %l<2>, %al<2>;")
+        if s.overlap:
+            decls.append(f"    .reg .b32 %pn<{self.n_p}>, %poff;")
+            decls.append("    .reg .b64 %pdv;")
         named = (
             "S Skv Hq Hkv head bb hk bhq bhk qt i0 nkv first end tx wg base kb vb qfull full "
             "empty stage phase t j0"
@@ -439,32 +444,49 @@ class _Kernel:
             self.op(f"mov.f32 %oa{i}, 0f00000000")
         self.wait("%qfull", "0")
 
-        lab_k, lab_kdone = b.new_label("ck"), b.new_label("ckd")
-        self.op("mov.u32 %t, %first")
-        b.label(lab_k)
-        pk = self.pred()
-        self.op(f"setp.ge.s32 {pk}, %t, %end")
-        self.op(f"@{pk} bra {lab_kdone}")
-        off, full = self.r32(), self.r32()
+        self.dq, self.dk0, self.dv0, self.plane0 = dq, dk0, dv0, plane0
+        if s.overlap:
+            self.overlapped_loop(rows, colb)
+        else:
+            self.simple_loop(rows, colb)
+        self.epilogue(rows, colb, lane)
+
+    # ---- the main loop ---------------------------------------------------------------------
+    def stage_descs(self) -> tuple[str, str, str]:
+        """(byte offset of this stage's barriers, K descriptor, V descriptor) of %stage."""
+        off = self.r32()
         self.op(f"shl.b32 {off}, %stage, 3")
-        self.op(f"add.u32 {full}, %full, {off}")
-        self.wait(full, "%phase")
         stage_off = self.r32()
         self.op(f"mul.lo.u32 {stage_off}, %stage, {self.kv_bytes >> 4}")
         so64 = self.r64()
         self.op(f"cvt.u64.u32 {so64}, {stage_off}")
         dk, dv = self.r64(), self.r64()
-        self.op(f"add.u64 {dk}, {dk0}, {so64}")
-        self.op(f"add.u64 {dv}, {dv0}, {so64}")
+        self.op(f"add.u64 {dk}, {self.dk0}, {so64}")
+        self.op(f"add.u64 {dv}, {self.dv0}, {so64}")
+        return off, dk, dv
 
-        b.comment("S = Q K^T")
+    def wait_full(self, off: str) -> None:
+        full = self.r32()
+        self.op(f"add.u32 {full}, %full, {off}")
+        self.wait(full, "%phase")
+
+    def release(self, off: str) -> None:
+        """Lane 0 of each consumer warp frees the ring slot at barrier offset `off`."""
+        eaddr = self.r32()
+        self.op(f"add.u32 {eaddr}, %empty, {off}")
+        self.op(f"@{self.plane0} mbarrier.arrive.shared::cta.b64 _, [{eaddr}]")
+
+    def issue_s(self, dk: str) -> None:
+        """S = Q K^T into %sa (committed, not waited)."""
+        s = self.s
+        self.b.comment("S = Q K^T")
         self.op("wgmma.fence.sync.aligned")
         first = True
         sregs = ", ".join(f"%sa{i}" for i in range(self.n_s))
         for c in range(self.chunks):
             for kk in range(4):
                 da, db = self.r64(), self.r64()
-                self.op(f"add.u64 {da}, {dq}, {(c * s.block_m * 128 + kk * 32) >> 4}")
+                self.op(f"add.u64 {da}, {self.dq}, {(c * s.block_m * 128 + kk * 32) >> 4}")
                 self.op(f"add.u64 {db}, {dk}, {(c * s.block_n * 128 + kk * 32) >> 4}")
                 scale = self.p_false if first else self.p_true
                 first = False
@@ -473,22 +495,12 @@ class _Kernel:
                     f"{{{sregs}}}, {da}, {db}, {scale}, 1, 1, 0, 0"
                 )
         self.op("wgmma.commit_group.sync.aligned")
-        self.op("wgmma.wait_group.sync.aligned 0")
 
-        self.op(f"mul.lo.u32 %j0, %t, {s.block_n}")
-        lab_masked, lab_join = b.new_label("masked"), b.new_label("join")
-        if not self.masked_always:
-            pfull = self.tile_full_pred()
-            self.op(f"@!{pfull} bra {lab_masked}")
-            self.softmax(rows, colb, masked=False)
-            self.op(f"bra {lab_join}")
-        b.label(lab_masked)
-        self.softmax(rows, colb, masked=True)
-        b.label(lab_join)
-
-        b.comment("O += P V")
+    def issue_pv(self, dv: str) -> None:
+        """O += P V from %pp (committed, not waited)."""
+        s = self.s
+        self.b.comment("O += P V")
         self.op("wgmma.fence.sync.aligned")
-        one = self.p_true
         pv_n = 64 if s.pv_split else self.d
         for kk in range(s.block_n // 16):
             a = ", ".join(f"%pp{2 * (2 * kk) + h}" for h in range(2))
@@ -499,18 +511,101 @@ class _Kernel:
                 oregs = ", ".join(f"%oa{nc * pv_n // 2 + i}" for i in range(pv_n // 2))
                 self.op(
                     f"wgmma.mma_async.sync.aligned.m64n{pv_n}k16.f32.{self.t}.{self.t} "
-                    f"{{{oregs}}}, {{{a}}}, {dvb}, {one}, 1, 1, 1"
+                    f"{{{oregs}}}, {{{a}}}, {dvb}, {self.p_true}, 1, 1, 1"
                 )
         self.op("wgmma.commit_group.sync.aligned")
+
+    def softmax_tile(self, rows, colb: str, defer: bool) -> None:
+        """The score, masks and online softmax of tile %t (masked or not, as the tile needs),
+        P into %pp (or %pn with `defer`, the O rescale then left to rescale_o)."""
+        b = self.b
+        self.op(f"mul.lo.u32 %j0, %t, {self.s.block_n}")
+        lab_masked, lab_join = b.new_label("masked"), b.new_label("join")
+        if not self.masked_always:
+            pfull = self.tile_full_pred()
+            self.op(f"@!{pfull} bra {lab_masked}")
+            self.softmax(rows, colb, masked=False, defer=defer)
+            self.op(f"bra {lab_join}")
+        b.label(lab_masked)
+        self.softmax(rows, colb, masked=True, defer=defer)
+        b.label(lab_join)
+
+    def rescale_o(self) -> None:
+        for h in range(2):
+            for jd in range(self.d // 8):
+                for e in range(2):
+                    r = f"%oa{4 * jd + 2 * h + e}"
+                    self.op(f"mul.f32 {r}, {r}, %al{h}")
+
+    def simple_loop(self, rows, colb: str) -> None:
+        """Per KV tile: wait, S, softmax, P V, release; nothing overlapped within the
+        warpgroup (the ring still loads ahead)."""
+        b = self.b
+        lab_k, lab_kdone = b.new_label("ck"), b.new_label("ckd")
+        self.op("mov.u32 %t, %first")
+        b.label(lab_k)
+        pk = self.pred()
+        self.op(f"setp.ge.s32 {pk}, %t, %end")
+        self.op(f"@{pk} bra {lab_kdone}")
+        off, dk, dv = self.stage_descs()
+        self.wait_full(off)
+        self.issue_s(dk)
         self.op("wgmma.wait_group.sync.aligned 0")
-        eaddr = self.r32()
-        self.op(f"add.u32 {eaddr}, %empty, {off}")
-        self.op(f"@{plane0} mbarrier.arrive.shared::cta.b64 _, [{eaddr}]")
+        self.softmax_tile(rows, colb, defer=False)
+        self.issue_pv(dv)
+        self.op("wgmma.wait_group.sync.aligned 0")
+        self.release(off)
         self.advance()
         self.op("add.u32 %t, %t, 1")
         self.op(f"bra {lab_k}")
         b.label(lab_kdone)
-        self.epilogue(rows, colb, lane)
+
+    def overlapped_loop(self, rows, colb: str) -> None:
+        """S of tile t issued, then P V of tile t - 1 issued behind it; the softmax of tile t
+        runs while that P V is on the tensor cores. P of tile t goes to %pn (P V of t - 1 still
+        reads %pp) and O is rescaled once that P V is done, then %pn moves to %pp."""
+        b = self.b
+        lab_k, lab_kdone, lab_none = b.new_label("ok"), b.new_label("okd"), b.new_label("onone")
+        pk = self.pred()
+        self.op(f"setp.ge.s32 {pk}, %first, %end")
+        self.op(f"@{pk} bra {lab_none}")
+        b.comment("first tile: S, softmax (no P V yet)")
+        self.op("mov.u32 %t, %first")
+        off, dk, dv = self.stage_descs()
+        self.wait_full(off)
+        self.issue_s(dk)
+        self.op("wgmma.wait_group.sync.aligned 0")
+        self.softmax_tile(rows, colb, defer=False)
+        self.op(f"mov.u32 %poff, {off}")
+        self.op(f"mov.u64 %pdv, {dv}")
+        self.advance()
+        self.op("add.u32 %t, %t, 1")
+        b.label(lab_k)
+        pk2 = self.pred()
+        self.op(f"setp.ge.s32 {pk2}, %t, %end")
+        self.op(f"@{pk2} bra {lab_kdone}")
+        off, dk, dv = self.stage_descs()
+        self.wait_full(off)
+        self.issue_s(dk)
+        self.issue_pv("%pdv")
+        self.op("wgmma.wait_group.sync.aligned 1")  # S of tile t is done; P V may run on
+        self.softmax_tile(rows, colb, defer=True)
+        self.op("wgmma.wait_group.sync.aligned 0")
+        self.release("%poff")
+        self.rescale_o()
+        for i in range(self.n_p):
+            self.op(f"mov.b32 %pp{i}, %pn{i}")
+        self.op(f"mov.u32 %poff, {off}")
+        self.op(f"mov.u64 %pdv, {dv}")
+        self.advance()
+        self.op("add.u32 %t, %t, 1")
+        self.op(f"bra {lab_k}")
+        b.label(lab_kdone)
+        b.comment("the last tile's P V")
+        self.issue_pv("%pdv")
+        self.op("wgmma.wait_group.sync.aligned 0")
+        self.release("%poff")
+        b.label(lab_none)
 
     def tile_full_pred(self) -> str:
         """Whether tile %t needs no element mask: tiling.tile_is_full."""
@@ -570,7 +665,7 @@ class _Kernel:
             self.op(f"cvt.f32.{'bf16' if x.dtype == 'bf16' else 'f16'} {f}, {h}")
         return f
 
-    def softmax(self, rows, colb: str, masked: bool) -> None:
+    def softmax(self, rows, colb: str, masked: bool, defer: bool = False) -> None:
         """x = score * log2(e) (masked: -inf where a term fails or j >= Skv), the row max over
         the 4 lanes, rescale O and l, P = 2^(x - m) packed to 16-bit pairs."""
         ir, s, b = self.ir, self.s, self.b
@@ -663,14 +758,18 @@ class _Kernel:
                 self.op(f"add.f32 {total}, {total}, {p}")
                 ps[i] = p
             self.op(f"fma.rn.f32 %l{h}, %l{h}, {alpha}, {total}")
-            for jd in range(self.d // 8):
-                for e in range(2):
-                    r = f"%oa{4 * jd + 2 * h + e}"
-                    self.op(f"mul.f32 {r}, {r}, {alpha}")
+            if defer:
+                self.op(f"mov.f32 %al{h}, {alpha}")
+            else:
+                for jd in range(self.d // 8):
+                    for e in range(2):
+                        r = f"%oa{4 * jd + 2 * h + e}"
+                        self.op(f"mul.f32 {r}, {r}, {alpha}")
+            dst = "%pn" if defer else "%pp"
             for jj in range(s.block_n // 8):
                 lo, hi = ps[4 * jj + 2 * h], ps[4 * jj + 2 * h + 1]
                 # the upper half takes the first operand: the odd column goes high
-                self.op(f"cvt.rn.{CVT_PAIR[ir.dtype]}.f32 %pp{2 * jj + h}, {hi}, {lo}")
+                self.op(f"cvt.rn.{CVT_PAIR[ir.dtype]}.f32 {dst}{2 * jj + h}, {hi}, {lo}")
 
     def epilogue(self, rows, colb: str, lane: str) -> None:
         ir, b = self.ir, self.b
@@ -686,7 +785,8 @@ class _Kernel:
             pz = self.pred()
             self.op(f"setp.gt.f32 {pz}, %l{h}, 0f00000000")
             inv = self.f32()
-            self.op(f"rcp.rn.f32 {inv}, %l{h}")
+            # rcp.rn would be a subroutine call, and any call makes ptxas serialise every wgmma
+            self.op(f"rcp.approx.ftz.f32 {inv}, %l{h}")
             self.op(f"selp.f32 {inv}, {inv}, 0f00000000, {pz}")
             prow = self.pred()
             self.op(f"setp.lt.u32 {prow}, {r}, %S")

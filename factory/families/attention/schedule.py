@@ -7,7 +7,9 @@ into a ring of `stages` buffers), and block_m / 64 consumer warpgroups each own 
 S = Q K^T by wgmma from shared memory, the score expression and masks, online softmax in
 registers, O += P V by wgmma with P from registers. `pv_split`: O += P V is issued as D / 64
 wgmmas of n64 (one 128-byte swizzle atom of V's columns each) instead of one of n = D (which
-steps between atoms by the descriptor's leading byte offset).
+steps between atoms by the descriptor's leading byte offset). `overlap`: S of tile t is issued,
+then P V of tile t - 1 behind it, and the softmax of tile t runs while the tensor cores work
+(FlashAttention-3's intra-warpgroup overlap).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ OPTIONS: dict[str, tuple] = {
     "block_n": (128, 64),
     "stages": (2, 3, 4),
     "pv_split": (False, True),
+    "overlap": (False, True),
 }
 LAYOUT_FIELDS = ("block_m", "block_n", "stages")
 
@@ -39,6 +42,7 @@ class AttentionSchedule:
     block_n: int = 128  # keys per KV tile (the wgmma N of S = Q K^T)
     stages: int = 2  # K+V buffers in the ring
     pv_split: bool = False
+    overlap: bool = False  # the softmax of tile t beside P V of tile t - 1 (see emit.py)
     problem: str = ""  # "B,Hq,Hkv,S,Skv,D" dim names (features read the shape through it)
     family: str = "attention"
 
@@ -74,8 +78,9 @@ class AttentionSchedule:
 
 def fragment_regs(s: AttentionSchedule, head_dim: int) -> int:
     """Registers of one consumer thread's fragments: S (block_n / 2 fp32), O (head_dim / 2
-    fp32), P as bf16 pairs (block_n / 4)."""
-    return s.block_n // 2 + head_dim // 2 + s.block_n // 4
+    fp32), P as bf16 pairs (block_n / 4; twice with `overlap`: the next tile's P is made while
+    the last one's P V reads its registers)."""
+    return s.block_n // 2 + head_dim // 2 + s.block_n // 4 * (2 if s.overlap else 1)
 
 
 def is_valid(ir: AttentionIR, s: AttentionSchedule, dims: dict | None = None) -> str | None:
