@@ -279,6 +279,9 @@ def review_checklist(
     rows = speedups(timings, chosen)
     if chosen is None:
         ok, detail = False, "no baseline was measured"
+    elif not chosen.timings:
+        why = f": {chosen.reason}" if chosen.reason else ""
+        ok, detail = False, f"{chosen.name} was not measured ({chosen.status}{why})"
     elif not rows or any(r["missing"] for r in rows):
         ok, detail = False, f"{chosen.name} has no time at some shapes"
     else:
@@ -298,7 +301,8 @@ def review_checklist(
 
 def default_baseline(baselines: list[BaselineSeries], timings: list[TimingResult]) -> str | None:
     """The strongest measured baseline (the lowest geometric-mean time over our shapes): the
-    honest one to compare against unless the engineer picks another."""
+    honest one to compare against unless the engineer picks another. None when no baseline was
+    timed at every one of our shapes (all unavailable, or none asked for)."""
     keys = [t.dims_key for t in timings]
     best, best_score = None, math.inf
     for b in baselines:
@@ -313,9 +317,7 @@ def default_baseline(baselines: list[BaselineSeries], timings: list[TimingResult
         score = math.exp(sum(math.log(x) for x in times) / len(times))
         if score < best_score:
             best, best_score = b.name, score
-    if best is None and baselines:
-        best = baselines[0].name
-    return best
+    return best  # None when no baseline has a time at every shape: nothing to compare with
 
 
 def _instant(value):

@@ -297,9 +297,11 @@ def _job_charts(job: Job) -> dict:
             if throughput:
                 out["throughput"] = charts.to_div(charts.throughput_figure(throughput, peak))
         else:
-            out["bandwidth"] = charts.to_div(
-                charts.bandwidth_figure(comparison, q.copy_ceiling_tbps(job))
-            )
+            figure = charts.bandwidth_figure(comparison, q.copy_ceiling_tbps(job))
+            if charts.is_empty(figure):  # no timing carried a byte count: no TB/s to draw
+                out["bandwidth_missing"] = True
+            else:
+                out["bandwidth"] = charts.to_div(figure)
     if best is not None:
         verifications = q.candidate_verifications(best)
         if verifications:
@@ -345,10 +347,12 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
     baselines = q.job_baselines(j)
     speed = []
     chosen = None
+    measured_on = None
     if best is not None:
         timings = q.candidate_timings(best)
         chosen = q.default_baseline(baselines, timings)
         speed = q.speedups(timings, next((b for b in baselines if b.name == chosen), None))
+        measured_on = next((t.environment for t in timings if t.environment_id), None)
     progress = q.job_progress(j)
     context = {
         "job": j,
@@ -365,6 +369,7 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         "timed_shapes": sum(1 for s in speed if not s["missing"]),
         "slower_shapes": sum(1 for s in speed if not s["missing"] and s["speedup"] < 1),
         "chosen_baseline": chosen,
+        "measured_on": measured_on,
         "open_batch": q.open_batch(j) if q.is_engineer(request.user) else None,
         "import_error": import_error,
         "gpu_dispatch": settings.GPU_DISPATCH,

@@ -1,0 +1,108 @@
+"""Issue 52, "every page at least 4 of 5": what a new customer would stumble on, said plainly.
+A job whose baselines were all unavailable says that no baseline was measured (not "against the
+strongest measured baseline, <the first one asked for>"); timings without byte counts draw no
+empty bandwidth chart; the job and review pages say where the kernel was measured."""
+
+import pytest
+from django.urls import reverse
+
+from portal import services
+from portal.models import Job
+from tests.portal.web.world import job_in_review, job_on_the_gpu
+
+pytestmark = pytest.mark.django_db
+
+CPU_ENV = {
+    "gpu": "CPU PTX interpreter factory.ptxsim, no GPU",
+    "sm": "sm_90 emulated",
+    "driver": "none",
+}
+
+
+def _reviewed(org, user, change):
+    """A job in review whose results file was first passed through `change` (edits in place)."""
+    job, results = job_on_the_gpu(org, user)
+    change(results)
+    services.results_record(results=results)
+    services.generation_finish(generation=job.generations.get(index=0))
+    job.refresh_from_db()
+    assert job.status == Job.REVIEW, job.status
+    return job
+
+
+def _baselines_unavailable(results):
+    results["baselines"] = [
+        {
+            "name": name,
+            "version": "",
+            "config": {},
+            "status": "unavailable",
+            "reason": "no GPU: the CPU interpreter cannot run it",
+            "verification": [],
+            "timing": [],
+        }
+        for name in ("liger", "torch_compile")
+    ]
+
+
+def _on_the_cpu(results):
+    _baselines_unavailable(results)
+    results["env"] = dict(CPU_ENV)
+    for entry in results["candidates"]:
+        for t in entry["timing"]:
+            t.pop("bytes", None)
+            t.pop("tbps", None)
+            t.pop("sm_clock_mhz", None)
+
+
+@pytest.fixture
+def media(settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path / "media"
+
+
+def test_a_job_without_a_measured_baseline_says_so_instead_of_naming_one(
+    client, orgs, customer, media
+):
+    job = _reviewed(orgs[0], customer, _baselines_unavailable)
+    client.force_login(customer)
+    page = client.get(reverse("web-job", args=[job.code])).content.decode()
+    assert "No baseline was measured" in page
+    assert "Against the strongest measured baseline" not in page
+    assert "no baseline time at this shape" not in page
+    # each baseline asked for is named with why it has no time
+    assert "<code>liger</code> unavailable" in page
+    assert "the CPU interpreter cannot run it" in page
+
+
+def test_a_job_with_a_measured_baseline_still_compares_against_it(client, orgs, customer, media):
+    job = job_in_review(orgs[0], customer)
+    client.force_login(customer)
+    page = client.get(reverse("web-job", args=[job.code])).content.decode()
+    assert "Against the strongest measured baseline, torch_compile" in page
+    assert "No baseline was measured" not in page
+    assert 'id="measured-on">Measured on NVIDIA H200 (sm_90, driver 580.159.04)' in page
+
+
+def test_timings_without_byte_counts_draw_no_empty_bandwidth_chart(client, orgs, customer, media):
+    job = _reviewed(orgs[0], customer, _on_the_cpu)
+    client.force_login(customer)
+    page = client.get(reverse("web-job", args=[job.code])).content.decode()
+    assert "Achieved bandwidth" not in page and "fraction of the measured copy ceiling" not in page
+    assert 'id="bandwidth-missing"' in page
+    assert "Measured on CPU PTX interpreter factory.ptxsim, no GPU" in page
+    with_bytes = job_in_review(orgs[0], customer, name="softmax2")
+    page = client.get(reverse("web-job", args=[with_bytes.code])).content.decode()
+    assert "copy ceiling" in page and 'id="bandwidth-missing"' not in page
+
+
+def test_the_review_checklist_says_no_baseline_was_measured(
+    client, orgs, customer, engineer, media
+):
+    job = _reviewed(orgs[0], customer, _baselines_unavailable)
+    client.force_login(engineer)
+    page = client.get(reverse("web-review", args=[job.code])).content.decode()
+    assert "no baseline was measured" in page
+    assert "has no time at some shapes" not in page
+    picked = client.get(reverse("web-review", args=[job.code]), {"baseline": "liger"})
+    text = picked.content.decode()
+    assert "liger was not measured (unavailable: no GPU: the CPU interpreter cannot run it)" in text
