@@ -116,6 +116,15 @@ def moves(schedule) -> list:
                 )
             )
     out.append(({"cluster_m": 1 if s.cluster_m == 2 else 2}, "B multicast to a 2x1 cluster"))
+    if s.split_k == 1:
+        out.append(
+            (
+                {"split_k": 4, "persistent": False, "pingpong": False, "cluster_m": 1},
+                "split K over a cluster of 4 CTAs per tile (few tiles, long K)",
+            )
+        )
+    else:
+        out.append(({"split_k": 1, "persistent": True}, "one CTA per tile's whole K"))
     return out
 
 
