@@ -331,8 +331,13 @@ def top_candidates(job: Job):
 
 
 def candidate_results(job: Job):
-    """Every candidate of the job in the order it was made, for the API's results answer."""
-    return job.candidates.select_related("generation").order_by("generation__index", "id")
+    """Every candidate of the job in the order it was made, for the API's results answer: only
+    the columns that answer carries (a job's PTX texts and compile reports run to megabytes)."""
+    return (
+        job.candidates.select_related("generation")
+        .only("code", "status", "reason", "score_us", "entry", "note", "generation__index")
+        .order_by("generation__index", "id")
+    )
 
 
 def candidate_children(candidate: Candidate):
