@@ -339,6 +339,16 @@ def _live_tokens(j: Job, progress: dict) -> dict[str, str]:
     }
 
 
+def _measured_on(timings) -> str:
+    """Where a kernel's timings were taken, in words (the GPU and driver, or the CPU
+    interpreter); several machines are named in the order first seen; "" when none is recorded."""
+    seen = []
+    for t in timings:
+        if t.environment_id and str(t.environment) not in seen:
+            seen.append(str(t.environment))
+    return "; ".join(seen)
+
+
 def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
     page = _candidates_page(request, j)
     decision = q.latest_decision(j)
@@ -352,7 +362,7 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         timings = q.candidate_timings(best)
         chosen = q.default_baseline(baselines, timings)
         speed = q.speedups(timings, next((b for b in baselines if b.name == chosen), None))
-        measured_on = next((t.environment for t in timings if t.environment_id), None)
+        measured_on = _measured_on(timings)
     progress = q.job_progress(j)
     context = {
         "job": j,
@@ -765,6 +775,7 @@ def review(request, code):
         "speedups": speed,
         "baselines": baselines,
         "chosen_baseline": chosen_name,
+        "measured_on": _measured_on(q.candidate_timings(best)),
         "form": form,
         "baseline_chart": charts.to_div(charts.baselines_figure(comparison))
         if comparison

@@ -106,3 +106,17 @@ def test_the_review_checklist_says_no_baseline_was_measured(
     picked = client.get(reverse("web-review", args=[job.code]), {"baseline": "liger"})
     text = picked.content.decode()
     assert "liger was not measured (unavailable: no GPU: the CPU interpreter cannot run it)" in text
+
+
+def test_the_review_page_says_where_the_kernel_was_measured(
+    client, orgs, customer, engineer, media
+):
+    on_cpu = _reviewed(orgs[0], customer, _on_the_cpu)
+    on_gpu = job_in_review(orgs[0], customer, name="softmax2")
+    client.force_login(engineer)
+    page = client.get(reverse("web-review", args=[on_cpu.code])).content.decode()
+    assert "Measured on CPU PTX interpreter factory.ptxsim, no GPU (sm_90 emulated" in page
+    assert '<option value="" selected>none measured</option>' in page
+    page = client.get(reverse("web-review", args=[on_gpu.code])).content.decode()
+    assert "Measured on NVIDIA H200 (sm_90, driver 580.159.04)." in page
+    assert "none measured" not in page and 'id="no-baseline"' not in page
