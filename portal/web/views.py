@@ -21,7 +21,7 @@ from portal import catalogue, charts, results_schema, services
 from portal import selectors as q
 from portal.delivery import decide_and_deliver
 from portal.demo_example import recording_of
-from portal.models import Job, TimingResult
+from portal.models import Candidate, Job, TimingResult
 from portal.web.forms import EmailForm, RerunForm, ReviewForm, TokenForm, UploadForm
 
 log = logging.getLogger("portal.web")
@@ -629,6 +629,7 @@ def candidate(request, code):
         "compile_cached": bool((c.compile_report or {}).get("cached")),
         "usage": q.candidate_model_usage(c),
         "agent_review": c.review or {},
+        "review_checks": _static_review_checks(c),
         "verifications": verifications,
         "timings": timings,
         "flags": q.candidate_flags(c),
@@ -637,6 +638,67 @@ def candidate(request, code):
         "is_best": c.job.best_candidate_id == c.id,
     }
     return _render(request, "web/candidate.html", context, nav="home")
+
+
+def _static_review_checks(c: Candidate) -> list[tuple[str, str]]:
+    """What the static reviewer (factory.agents.review) looked at before the kernel cost GPU
+    time, as (check, what this kernel showed) rows, from its compile report and launch; empty
+    when it was not compiled."""
+    report = c.compile_report or {}
+    if not report.get("ok"):
+        return []
+    from factory import families
+    from factory.agents.review import MIN_WARPS_PER_SM, occupancy_warps
+
+    rows = [("Compiled", f"for {report.get('arch') or c.job.target_gpu}, no errors")]
+    stored, loaded = report.get("spill_store_bytes"), report.get("spill_load_bytes")
+    stack = report.get("stack_bytes")
+    if stored is not None or stack is not None:
+        rows.append(
+            (
+                "No local memory",
+                f"{stored or 0} B spilled, {loaded or 0} B reloaded, {stack or 0} B stack frame",
+            )
+        )
+    block = (c.launch or {}).get("block") or []
+    registers = report.get("registers")
+    if block and registers:
+        threads = 1
+        for b in block:
+            threads *= int(b)
+        smem = int(report.get("smem_bytes") or 0) + int((c.launch or {}).get("smem_bytes") or 0)
+        warps = occupancy_warps(int(registers), threads, smem)
+        # the reviewer's floor: the generator family's own, the default for anything else
+        floor = MIN_WARPS_PER_SM
+        schedule = c.schedule or {}
+        if schedule.get("family") and not schedule.get("ptx_edit"):
+            try:
+                floor = families.of_schedule(schedule).min_warps_per_sm
+            except KeyError:
+                pass
+        rows.append(
+            (
+                "Fits an SM",
+                f"{threads} threads × {registers} registers, {smem} B shared: {warps} warps "
+                f"resident per SM (at least {floor} needed)",
+            )
+        )
+    rows.append(
+        (
+            "Nothing forbidden",
+            "no managed memory, no calls outside the module (printf, malloc), no breakpoints",
+        )
+    )
+    warned = str((c.review or {}).get("reason") or "").startswith("warning:")
+    rows.append(
+        (
+            "Vector accesses",
+            "allowed with a warning (below)"
+            if warned
+            else "no scalar global loads or stores that could have been one",
+        )
+    )
+    return rows
 
 
 def _compile_rows(report: dict) -> list[tuple[str, str]]:

@@ -120,3 +120,38 @@ def test_the_review_page_says_where_the_kernel_was_measured(
     page = client.get(reverse("web-review", args=[on_gpu.code])).content.decode()
     assert "Measured on NVIDIA H200 (sm_90, driver 580.159.04)." in page
     assert "none measured" not in page and 'id="no-baseline"' not in page
+
+
+def test_the_candidate_page_lists_what_the_static_review_checked(client, orgs, customer, media):
+    job = _reviewed(orgs[0], customer, _on_the_cpu)
+    best = job.best_candidate
+    best.compile_report = {
+        "ok": True,
+        "arch": "sm_90",
+        "registers": 64,
+        "spill_store_bytes": 0,
+        "spill_load_bytes": 0,
+        "stack_bytes": 0,
+        "smem_bytes": 0,
+    }
+    best.review = {"ok": True, "reason": ""}
+    best.entry = "attention_softmax_ct8r16v8c4n_nlno_with_a_long_tail"
+    best.save()
+    client.force_login(customer)
+    page = client.get(reverse("web-candidate", args=[best.code])).content.decode()
+    checks = page.split('id="review-checks"', 1)[1].split("</table>", 1)[0]
+    # 256 threads x 64 registers: 16,384 registers a block, four blocks in 65,536: 32 warps
+    assert "256 threads × 64 registers, 0 B shared: 32 warps resident per SM" in checks
+    assert "0 B spilled, 0 B reloaded, 0 B stack frame" in checks
+    assert "allowed with a warning" not in checks
+    # the long entry may break inside its card; no SM clock recorded reads as a dash, not "– MHz"
+    assert '<td class="break"><code>attention_softmax_ct8r16v8c4n_nlno' in page
+    assert "– MHz" not in page
+    best.review = {"ok": True, "reason": "warning: scalar global accesses where ..."}
+    best.save()
+    page = client.get(reverse("web-candidate", args=[best.code])).content.decode()
+    assert "allowed with a warning (below)" in page and "warning: scalar global accesses" in page
+    best.review = {"ok": False, "reason": "spills: 8 bytes stored, 8 bytes loaded"}
+    best.save()
+    page = client.get(reverse("web-candidate", args=[best.code])).content.decode()
+    assert 'id="review-checks"' not in page and "spills: 8 bytes stored" in page
