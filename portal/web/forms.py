@@ -76,11 +76,13 @@ class UploadForm(forms.Form):
     )
     manifest = forms.CharField(
         required=False,
-        widget=forms.Textarea(attrs={"spellcheck": "false", "rows": 22}),
+        widget=forms.Textarea(attrs={"spellcheck": "false", "rows": 12, "class": "manifest"}),
         help_text="TOML: inputs, outputs as expressions, shapes, dtypes, tolerance, target.",
     )
     manifest_file = forms.FileField(
-        required=False, help_text="Or upload a .toml file (up to 64 KiB)."
+        required=False,
+        help_text="The file that ptxf import wrote from your PyTorch code, or any manifest "
+        "(up to 64 KiB).",
     )
     operator = forms.ChoiceField(required=False, choices=[])
     shapes = forms.CharField(

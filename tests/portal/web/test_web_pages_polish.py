@@ -155,3 +155,12 @@ def test_the_candidate_page_lists_what_the_static_review_checked(client, orgs, c
     best.save()
     page = client.get(reverse("web-candidate", args=[best.code])).content.decode()
     assert 'id="review-checks"' not in page and "spills: 8 bytes stored" in page
+
+
+def test_the_upload_page_offers_the_manifest_file_before_the_text_box(client, customer):
+    client.force_login(customer)
+    page = client.get(reverse("web-upload")).content.decode()
+    file_input = page.index('id="id_manifest_file"')
+    text_box = page.index('id="id_manifest"')
+    assert file_input < text_box
+    assert "The file that ptxf import wrote" in page
