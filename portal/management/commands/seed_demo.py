@@ -8,9 +8,11 @@ from portal.models import Membership
 
 # Demo accounts: fixed so the README can name them. They exist only in the embedded default
 # (SQLite under var/, no PRODUCTION, DEBUG not switched off): `settings.DEMO_ACCOUNTS`.
+# `demo` is an admin of Acme (a customer who also manages the team) so that a stranger trying the
+# portal sees the Team page and its invitations too.
 DEMO_USERS = (
     # username, password, organisation, role, staff
-    ("demo", "demo-pass-2026", "Acme", Membership.ROLE_CUSTOMER, False),
+    ("demo", "demo-pass-2026", "Acme", Membership.ROLE_ADMIN, False),
     ("engineer", "engineer-pass-2026", "Acme", Membership.ROLE_ENGINEER, True),
     ("outsider", "outsider-pass-2026", "Globex", Membership.ROLE_CUSTOMER, False),
 )

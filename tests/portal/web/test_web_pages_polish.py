@@ -3,11 +3,14 @@ A job whose baselines were all unavailable says that no baseline was measured (n
 strongest measured baseline, <the first one asked for>"); timings without byte counts draw no
 empty bandwidth chart; the job and review pages say where the kernel was measured."""
 
+from io import StringIO
+
 import pytest
+from django.core.management import call_command
 from django.urls import reverse
 
 from portal import services
-from portal.models import Job
+from portal.models import Job, Membership
 from tests.portal.web.world import job_in_review, job_on_the_gpu
 
 pytestmark = pytest.mark.django_db
@@ -164,3 +167,22 @@ def test_the_upload_page_offers_the_manifest_file_before_the_text_box(client, cu
     text_box = page.index('id="id_manifest"')
     assert file_input < text_box
     assert "The file that ptxf import wrote" in page
+
+
+def test_the_demo_customer_is_an_admin_of_acme_and_sees_the_team_page(client, settings, tmp_path):
+    settings.DEMO_ACCOUNTS = True
+    settings.GPU_DISPATCH = False
+    settings.MEDIA_ROOT = tmp_path / "media"
+    call_command("seed_demo", stdout=StringIO())
+    demo = Membership.objects.get(user__username="demo")
+    assert demo.org.name == "Acme" and demo.role == Membership.ROLE_ADMIN
+    assert not demo.user.is_staff and not demo.user.is_superuser
+    client.force_login(demo.user)
+    home = client.get(reverse("web-home")).content.decode()
+    assert reverse("web-team") in home
+    assert client.get(reverse("web-team")).status_code == 200
+    # the outsider stays a plain customer of its own organisation: no Team page
+    outsider = Membership.objects.get(user__username="outsider")
+    assert outsider.role == Membership.ROLE_CUSTOMER
+    client.force_login(outsider.user)
+    assert reverse("web-team") not in client.get(reverse("web-home")).content.decode()
