@@ -153,19 +153,22 @@ def space(ir, dims_list) -> list[Schedule]:
 
 def default_schedule(ir, dims) -> Schedule:
     """256 threads, two vectors in flight, a chunk giving about four tasks an SM a pass (so a
-    pass's last tasks leave a short tail), two blocks an SM."""
+    pass's last tasks leave a short tail), two blocks an SM; where the whole tensor is too
+    small for that (one row of 64K), 128 threads with one vector in flight, so that a chunk
+    can be a quarter as long and more SMs get one."""
     v = vec_of(ir)
     sms = device_for("sm_90").sms
     rows, n = rows_and_length(ir.kir, dims)
     want = max(1, rows * n // (4 * sms))
-    chunk = max(CHUNKS[0], min(CHUNKS[-1], 1 << int(math.log2(want))))
-    chunk = max(chunk, 256 * v * 2)
+    threads, unroll = (256, 2) if want >= 256 * v * 2 else (128, 1)
+    chunk = max(CHUNKS[0], min(CHUNKS[-1], 1 << round(math.log2(want))))
+    chunk = max(chunk, threads * v * unroll)
     g = 1 if ir.passes == 1 else min((x for x in GROUPS if x >= min(rows, 64)), default=64)
     # a group's rows should fit L2 between its passes: about 16 MiB of the widest input
     row_bytes = n * ir.max_esize
     while g > 1 and g * row_bytes > 16 * 1024 * 1024:
         g = GROUPS[GROUPS.index(g) - 1]
-    s = Schedule(threads=256, vec=v, unroll=2, chunk=chunk, blocks=2 * sms, group=g)
+    s = Schedule(threads=threads, vec=v, unroll=unroll, chunk=chunk, blocks=2 * sms, group=g)
     if not is_valid(ir, s, dims)[0]:
         s = Schedule(threads=256, vec=v, unroll=2, chunk=CHUNKS[-1], blocks=2 * sms, group=g)
     return s
@@ -246,6 +249,9 @@ FAMILY = Family(
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.row.baselines",
     layout_fields=("chunk", "blocks", "threads"),
+    # thread 0 writes a chunk's partial statistics (an online pair, a moments triple) and the
+    # row's finals word by word to the workspace: a few words a task, by design
+    scalar_access_note=lambda schedule: "a chunk's partials and a row's finals: a few words",
 )
 
 __all__ = ["FAMILY", "RowSplitIR", "Schedule", "lower"]
