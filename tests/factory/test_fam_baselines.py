@@ -52,3 +52,28 @@ def test_the_workers_torch_eager_baseline_computes_the_reference(path):
             tol = w.tolerance[o.dtype]
             bad = ~(np.abs(g - want) <= tol.atol + tol.rtol * np.abs(want))
             assert not bad.any(), (o.name, np.abs(g - want).max())
+
+
+SPLIT = sorted(
+    p for f in ("rowsplit", "flat") for p in glob.glob(str(ROOT / f"factory/examples/{f}_*.toml"))
+)
+
+
+@pytest.mark.parametrize("path", SPLIT, ids=lambda p: Path(p).stem)
+def test_the_split_and_flat_families_torch_baselines_compute_the_reference(path):
+    """Few long rows and flat elementwise work: the row family's torch baselines (the
+    idiomatic call where the operator is a catalogue one, else the expression in torch)."""
+    from gpuworker.baselines import make_torch_baseline
+
+    w = load_manifest(Path(path).read_text())
+    fam = families.name_for(w)
+    assert fam in ("rowsplit", "flat")
+    dims = {d: SMALL[d] for d in w.dim_names}
+    fn, _version, _config = make_torch_baseline("torch_eager", w, fam)
+    ins = random_inputs(w, dims, 0)
+    got = fn({t.name: to_torch(ins[t.name], t.dtype) for t in w.inputs})
+    ref = reference(w, ins, dims)
+    for o in w.outputs:
+        g = got[o.name].float().double().numpy()
+        tol = w.tolerance[o.dtype]
+        assert (np.abs(g - ref[o.name]) <= tol.atol + tol.rtol * np.abs(ref[o.name])).all()
