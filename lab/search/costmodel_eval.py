@@ -296,6 +296,28 @@ def report(results: list[dict], *, folds: int, commit: str = "") -> str:
             f"| {source} | {family} | {len(rows)} | {_median(rhos):.2f} | {q1:.2f} to {q3:.2f} "
             f"| {good} | {_median([r['spread'] for r in rows]):.3f} |"
         )
+    # The suite runs repeat one plan: each (operator, shape) once, as the median of its runs.
+    per_shape: dict[tuple, list[float]] = {}
+    for r in results:
+        if r["rho"] is not None:
+            key = (r["family"], r["op"], json.dumps(r["dims"], sort_keys=True))
+            per_shape.setdefault(key, []).append(r["rho"])
+    lines += [
+        "",
+        "## Each operator and shape once (the median of its recorded runs)",
+        "",
+        "| family | distinct (op, shape) | median of their medians | at least 0.6 |",
+        "|---|---|---|---|",
+    ]
+    for family in sorted({k[0] for k in per_shape}):
+        meds = [_median(v) for k, v in per_shape.items() if k[0] == family]
+        lines.append(
+            f"| {family} | {len(meds)} | {_median(meds):.2f} | {sum(1 for m in meds if m >= 0.6)} |"
+        )
+    lines += ["", "| family | op | shape | jobs | median rho |", "|---|---|---|---|---|"]
+    for (family, op, dims), rhos in sorted(per_shape.items()):
+        shape = " ".join(f"{k}={v}" for k, v in json.loads(dims).items())
+        lines.append(f"| {family} | {op} | {shape} | {len(rhos)} | {_median(rhos):.2f} |")
     lines += [
         "",
         "## Per operator (all sources)",
@@ -319,8 +341,13 @@ def main(argv=None) -> int:
     ap.add_argument("--sources", default="suite,sweep,loop")
     ap.add_argument("--matmul-sweep", default="")
     ap.add_argument("--commit", default="")
+    ap.add_argument("--from-jobs", default="", help="report a jobs.json again, no refitting")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
+    if args.from_jobs:
+        with open(args.from_jobs) as f:
+            print(report(json.load(f), folds=args.folds, commit=args.commit))
+        return 0
     records: list[dict] = []
     sources = set(args.sources.split(","))
     if "suite" in sources:
