@@ -339,6 +339,19 @@ def _live_tokens(j: Job, progress: dict) -> dict[str, str]:
     }
 
 
+def _unmeasured_baselines(baselines) -> list[dict]:
+    """The baselines asked for, grouped by why they have no time (status and reason), in the
+    order first seen: five baselines refused for one reason read as one line, not five."""
+    groups: dict[tuple[str, str], dict] = {}
+    for b in baselines:
+        status = "timed at only some shapes" if b.timings else (b.status or "not run")
+        group = groups.setdefault(
+            (status, b.reason or ""), {"names": [], "status": status, "reason": b.reason}
+        )
+        group["names"].append(b.name)
+    return list(groups.values())
+
+
 def _measured_on(timings) -> str:
     """Where a kernel's timings were taken, in words (the GPU and driver, or the CPU
     interpreter); several machines are named in the order first seen; "" when none is recorded."""
@@ -380,6 +393,7 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         "slower_shapes": sum(1 for s in speed if not s["missing"] and s["speedup"] < 1),
         "chosen_baseline": chosen,
         "measured_on": measured_on,
+        "unmeasured": _unmeasured_baselines(baselines) if not speed else [],
         "open_batch": q.open_batch(j) if q.is_engineer(request.user) else None,
         "import_error": import_error,
         "gpu_dispatch": settings.GPU_DISPATCH,
@@ -838,6 +852,7 @@ def review(request, code):
         "baselines": baselines,
         "chosen_baseline": chosen_name,
         "measured_on": _measured_on(q.candidate_timings(best)),
+        "unmeasured": _unmeasured_baselines(baselines),
         "form": form,
         "baseline_chart": charts.to_div(charts.baselines_figure(comparison))
         if comparison

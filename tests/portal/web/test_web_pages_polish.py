@@ -73,7 +73,7 @@ def test_a_job_without_a_measured_baseline_says_so_instead_of_naming_one(
     assert "Against the strongest measured baseline" not in page
     assert "no baseline time at this shape" not in page
     # each baseline asked for is named with why it has no time
-    assert "<code>liger</code> unavailable" in page
+    assert "<code>liger</code>, <code>torch_compile</code>: unavailable" in page
     assert "the CPU interpreter cannot run it" in page
 
 
@@ -106,6 +106,9 @@ def test_the_review_checklist_says_no_baseline_was_measured(
     page = client.get(reverse("web-review", args=[job.code])).content.decode()
     assert "no baseline was measured" in page
     assert "has no time at some shapes" not in page
+    # baselines refused for one reason are named together, the reason said once
+    assert "<code>liger</code>, <code>torch_compile</code>: unavailable" in page
+    assert page.count("the CPU interpreter cannot run it") == 1
     picked = client.get(reverse("web-review", args=[job.code]), {"baseline": "liger"})
     text = picked.content.decode()
     assert "liger was not measured (unavailable: no GPU: the CPU interpreter cannot run it)" in text
