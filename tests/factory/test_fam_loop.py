@@ -12,7 +12,17 @@ import pytest
 from factory.spec import load_manifest
 
 ROOT = Path(__file__).parents[2]
-FAMS = ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool", "segnorm")
+FAMS = (
+    "colreduce",
+    "segreduce",
+    "allreduce",
+    "scan",
+    "argreduce",
+    "pool",
+    "segnorm",
+    "rowsplit",
+    "flat",
+)
 EXAMPLES = sorted(p for f in FAMS for p in glob.glob(str(ROOT / f"factory/examples/{f}_*.toml")))
 
 

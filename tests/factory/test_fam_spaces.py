@@ -13,7 +13,17 @@ from factory import families
 from factory.spec import load_manifest
 
 ROOT = Path(__file__).parents[2]
-FAMS = ("colreduce", "segreduce", "allreduce", "scan", "argreduce", "pool", "segnorm")
+FAMS = (
+    "colreduce",
+    "segreduce",
+    "allreduce",
+    "scan",
+    "argreduce",
+    "pool",
+    "segnorm",
+    "rowsplit",
+    "flat",
+)
 EXAMPLES = sorted(p for f in FAMS for p in glob.glob(str(ROOT / f"factory/examples/{f}_*.toml")))
 
 

@@ -249,9 +249,6 @@ FAMILY = Family(
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.row.baselines",
     layout_fields=("chunk", "blocks", "threads"),
-    # thread 0 writes a chunk's partial statistics (an online pair, a moments triple) and the
-    # row's finals word by word to the workspace: a few words a task, by design
-    scalar_access_note=lambda schedule: "a chunk's partials and a row's finals: a few words",
 )
 
 __all__ = ["FAMILY", "RowSplitIR", "Schedule", "lower"]

@@ -57,7 +57,8 @@ class Unit:
     """One reduction the passes compute, with its partial's words in the workspace from `slot`:
     "plain" (one reduction: 1 word), "online" (a softmax's max and sum of exp(F - max): the
     pair (m, s), 2 words, one pass) or "moments" (LayerNorm's mean and variance: count, mean
-    and squared deviations, 3 words, one pass; its finals are the mean and the variance)."""
+    and squared deviations and a pad, 4 words, one pass; its finals are the mean and the
+    variance)."""
 
     kind: str
     nodes: tuple  # plain: (reduction,); online: (max, sum); moments: (mean, variance)
@@ -66,7 +67,7 @@ class Unit:
 
     @property
     def words(self) -> int:
-        return {"plain": 1, "online": 2, "moments": 3}[self.kind]
+        return {"plain": 1, "online": 2, "moments": 4}[self.kind]  # moments: 3 and a pad
 
 
 def plan(kir) -> tuple[list[Unit], dict]:
@@ -77,18 +78,20 @@ def plan(kir) -> tuple[list[Unit], dict]:
     units: list[Unit] = []
     taken: set = set()
     slot = 0
+    # moments first (4 words: 16-byte aligned), then pairs (2 words), then plain values, so
+    # that each unit's words are one aligned vector store
+    for p in kir.moments:
+        mn, var = alias.get(p.mean_node, p.mean_node), alias.get(p.var_node, p.var_node)
+        if mn in uniq and var in uniq and not {mn, var} & taken:
+            units.append(Unit("moments", (mn, var), p.x_node, slot))
+            taken |= {mn, var}
+            slot += 4
     for p in kir.online:
         mx, sm = alias.get(p.max_node, p.max_node), alias.get(p.sum_node, p.sum_node)
         if mx in uniq and sm in uniq and not {mx, sm} & taken:
             units.append(Unit("online", (mx, sm), p.f_node, slot))
             taken |= {mx, sm}
             slot += 2
-    for p in kir.moments:
-        mn, var = alias.get(p.mean_node, p.mean_node), alias.get(p.var_node, p.var_node)
-        if mn in uniq and var in uniq and not {mn, var} & taken:
-            units.append(Unit("moments", (mn, var), p.x_node, slot))
-            taken |= {mn, var}
-            slot += 3
     for r in uniq:
         if r not in taken:
             units.append(Unit("plain", (r,), r.x, slot))
@@ -340,6 +343,9 @@ class SplitKernel(SegNormKernel):
         total = b.reg("b32")
         b.op(f"mul.lo.u32 {total}, {S}, {P}")
         nred = max(sum(u.words for u in self.units), 1)
+        # a (row, chunk)'s words start 16-byte aligned where a unit stores a vector
+        widest = max((u.words for u in self.units), default=1)
+        nred = -(-nred // widest) * widest
         # shared words: 3 a warp for the block folds, then the last-chunk flag and the ticket
         slot_last, slot_ticket = 12 * self.W, 12 * self.W + 4
         globals_ = []
@@ -570,8 +576,8 @@ class SplitKernel(SegNormKernel):
         counted = b.new_label("counted")
         b.op(f"@!{t0} bra {counted}")
         for u in mine:
-            for i, v in enumerate(words[u]):
-                b.op(f"st.global.f32 [{pa}+{4 * (u.slot + i)}], {v}")
+            vals = words[u] + words[u][:1] if u.kind == "moments" else words[u]
+            self.store_words(f"[{pa}+{4 * u.slot}]", vals, "")
         ca = b.reg("b64")
         b.op(f"mul.wide.u32 {ca}, {r}, {4 * self.P}")
         b.op(f"add.u64 {ca}, {ca}, {wr['count']}")
@@ -621,7 +627,7 @@ class SplitKernel(SegNormKernel):
             b.op(f"mul.wide.u32 {qa}, {q}, {4 * nred}")
             b.op(f"add.u64 {qa}, {qa}, {wr['part']}")
             got = []
-            for w in range(u.words):
+            for w in range(3 if u.kind == "moments" else u.words):
                 v = b.reg("f32")
                 b.op(f"ld.relaxed.gpu.global.f32 {v}, [{qa}+{4 * (u.slot + w)}]")
                 got.append(v)
@@ -648,8 +654,7 @@ class SplitKernel(SegNormKernel):
                 var = b.reg("f32")
                 b.op(f"div.rn.f32 {var}, {m2}, {nf}")
                 out = [mean, var]
-            for w, v in enumerate(out):
-                b.op(f"@{t0} st.global.f32 [{fa}+{4 * (u.slot + w)}], {v}")
+            self.store_words(f"[{fa}+{4 * u.slot}]", out, f"@{t0} ")
         ra = b.reg("b64")
         b.op(f"mul.wide.u32 {ra}, {r}, {4 * self.P}")
         b.op(f"add.u64 {ra}, {ra}, {wr['ready']}")
@@ -658,6 +663,13 @@ class SplitKernel(SegNormKernel):
         b.op(f"mov.u32 {one}, 1")
         b.op(f"@{t0} st.release.gpu.global.b32 [{ra}+{4 * kk}], {one}")
         b.label(folded)
+
+    def store_words(self, where: str, vals: list[str], guard: str) -> None:
+        """One store of 1, 2 or 4 f32 words at `where` (aligned to their size)."""
+        if len(vals) == 1:
+            self.b.op(f"{guard}st.global.f32 {where}, {vals[0]}")
+        else:
+            self.b.op(f"{guard}st.global.v{len(vals)}.f32 {where}, {{{', '.join(vals)}}}")
 
     def block_fold_unit(self, u: Unit, acc: list[str]) -> list[str]:
         """An online pair or a moments triple combined over the block, the same in every
