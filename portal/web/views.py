@@ -292,7 +292,10 @@ def _job_charts(job: Job) -> dict:
     if peak is not None:
         out["throughput_family"] = True  # the note names throughput, not bandwidth
     if comparison:
-        out["baselines"] = charts.to_div(charts.baselines_figure(comparison))
+        if any(row["name"] != "candidate" for row in comparison):
+            out["baselines"] = charts.to_div(charts.baselines_figure(comparison))
+        else:  # only our own bars: a chart titled "against baselines" would mislead
+            out["baselines_missing"] = True
         if peak is not None:  # compute-bound: TFLOP/s against the dense peak, not TB/s
             if throughput:
                 out["throughput"] = charts.to_div(charts.throughput_figure(throughput, peak))
@@ -855,7 +858,7 @@ def review(request, code):
         "unmeasured": _unmeasured_baselines(baselines),
         "form": form,
         "baseline_chart": charts.to_div(charts.baselines_figure(comparison))
-        if comparison
+        if any(row["name"] != "candidate" for row in comparison)
         else None,
         "history": q.job_history(j),
         "decisions": q.job_decisions(j),

@@ -92,10 +92,13 @@ def test_timings_without_byte_counts_draw_no_empty_bandwidth_chart(client, orgs,
     page = client.get(reverse("web-job", args=[job.code])).content.decode()
     assert "Achieved bandwidth" not in page and "fraction of the measured copy ceiling" not in page
     assert 'id="bandwidth-missing"' in page
+    # nor a chart "against baselines" holding only our own bars
+    assert "Candidate against baselines" not in page and 'id="baselines-missing"' in page
     assert "Measured on CPU PTX interpreter factory.ptxsim, no GPU" in page
     with_bytes = job_in_review(orgs[0], customer, name="softmax2")
     page = client.get(reverse("web-job", args=[with_bytes.code])).content.decode()
     assert "copy ceiling" in page and 'id="bandwidth-missing"' not in page
+    assert "Candidate against baselines" in page and 'id="baselines-missing"' not in page
 
 
 def test_the_review_checklist_says_no_baseline_was_measured(
@@ -123,6 +126,7 @@ def test_the_review_page_says_where_the_kernel_was_measured(
     page = client.get(reverse("web-review", args=[on_cpu.code])).content.decode()
     assert "Measured on CPU PTX interpreter factory.ptxsim, no GPU (sm_90 emulated" in page
     assert '<option value="" selected>none measured</option>' in page
+    assert "Candidate against baselines" not in page and 'id="no-baseline-chart"' in page
     page = client.get(reverse("web-review", args=[on_gpu.code])).content.decode()
     assert "Measured on NVIDIA H200 (sm_90, driver 580.159.04)." in page
     assert "none measured" not in page and 'id="no-baseline"' not in page
