@@ -68,6 +68,41 @@ def _dim(d) -> str:
     return str(d)
 
 
+class _Score(_Epilogue):
+    """The matmul epilogue's evaluator of elementwise expressions (fast forms: no subroutine
+    calls, which would make ptxas serialise the wgmmas), with a tanh accurate to a few ulp:
+    tanh.approx's 2^-11 relative error, times a soft cap of 30, moves the log-sum-exp by more
+    than its fp32 tolerance. 1 - 2 / (2^(2|x| log2 e) + 1) with rcp.approx, the sign put back;
+    an odd Taylor polynomial below |x| = 0.3, where that form cancels."""
+
+    def value(self, node, env, memo):
+        if isinstance(node, E.Unary) and node.op == "tanh" and node not in memo:
+            memo[node] = self._tanh(self.value(node.x, env, memo))
+            return memo[node]
+        return super().value(node, env, memo)
+
+    def _tanh(self, x: str) -> str:
+        b = self.b
+        a, t, e, d, q, big, r = (b.reg("f32") for _ in range(7))
+        b.op(f"abs.f32 {a}, {x}")
+        b.op(f"mul.f32 {t}, {a}, {f32_literal(2 * LOG2E)}")
+        b.op(f"ex2.approx.ftz.f32 {e}, {t}")
+        b.op(f"add.f32 {d}, {e}, 0f3F800000")
+        b.op(f"rcp.approx.ftz.f32 {q}, {d}")
+        b.op(f"fma.rn.f32 {big}, {q}, 0fC0000000, 0f3F800000")  # 1 - 2q
+        b.op(f"copysign.f32 {big}, {x}, {big}")
+        x2, p = b.reg("f32"), b.reg("f32")
+        b.op(f"mul.f32 {x2}, {x}, {x}")
+        b.op(f"mov.f32 {p}, {f32_literal(62.0 / 2835.0)}")
+        for c in (-17.0 / 315.0, 2.0 / 15.0, -1.0 / 3.0, 1.0):
+            b.op(f"fma.rn.f32 {p}, {p}, {x2}, {f32_literal(c)}")
+        b.op(f"mul.f32 {p}, {p}, {x}")
+        small = b.reg("pred")
+        b.op(f"setp.lt.f32 {small}, {a}, 0f3E99999A")
+        b.op(f"selp.f32 {r}, {p}, {big}, {small}")
+        return r
+
+
 def launch_for(ir: AttentionIR, s: AttentionSchedule) -> Launch:
     return Launch(
         grid=(f"ceildiv({_dim(ir.s)}, {s.block_m})", _dim(ir.hq), _dim(ir.b)),
@@ -670,7 +705,7 @@ class _Kernel:
         the 4 lanes, rescale O and l, P = 2^(x - m) packed to 16-bit pairs."""
         ir, s, b = self.ir, self.s, self.b
         b.comment("softmax" + (" (masked tile)" if masked else ""))
-        ev = _Epilogue(b, None, True)
+        ev = _Score(b, None, True)
         scale_l2 = ir.scale * LOG2E
         need_j = masked or "j" in self.reads or self.col_inputs
         ninf = self.f32()
