@@ -70,7 +70,7 @@ class UploadForm(forms.Form):
     MODE_CATALOGUE = "catalogue"
 
     mode = forms.ChoiceField(
-        choices=[(MODE_MANIFEST, "Write a manifest"), (MODE_CATALOGUE, "Pick from the catalogue")],
+        choices=[(MODE_MANIFEST, "Your manifest"), (MODE_CATALOGUE, "Pick from the catalogue")],
         initial=MODE_MANIFEST,
         widget=forms.RadioSelect,
     )
