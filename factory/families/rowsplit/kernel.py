@@ -12,8 +12,9 @@ pass) flag. A task of a later pass spins on that flag (ld.acquire, thread 0) bef
 the finals. Every fold is in a fixed order: the same bits every run.
 
 Two ways to hand out tasks:
-- "ticket" (passes with reductions): tasks in order (row group, pass, row of the group, chunk)
-  from a module-scope ticket counter, the next ticket taken while the current task runs. A task
+- "ticket" (passes with reductions): tasks in order (row group, pass, row of the group, chunk;
+  odd passes backwards, so that they start on what L2 still holds) from a module-scope ticket
+  counter, the next ticket taken while the current task runs. A task
   waits only on tasks of smaller tickets, each taken by a block that is running, so the grid
   needs no co-residency: the smallest unfinished ticket can always proceed. The last block out
   (a second counter) resets the counters and flags for the next launch.
@@ -412,9 +413,21 @@ class SplitKernel(SegNormKernel):
             b.op(f"sub.u32 {rem}, {within}, {rem}")
             rr = b.reg("b32")
             b.op(f"div.u32 {rr}, {rem}, {C}")
-            b.op(f"add.u32 {r}, {r}, {rr}")
             b.op(f"mul.lo.u32 {c}, {rr}, {C}")
             b.op(f"sub.u32 {c}, {rem}, {c}")
+            # odd passes walk the group backwards: the chunks the previous pass read last are
+            # the likeliest still in L2
+            odd = b.reg("pred")
+            b.op(f"and.b32 {rem}, {k}, 1")
+            b.op(f"setp.ne.u32 {odd}, {rem}, 0")
+            back = b.reg("b32")
+            b.op(f"sub.u32 {back}, {rows_g}, 1")
+            b.op(f"sub.u32 {back}, {back}, {rr}")
+            b.op(f"selp.b32 {rr}, {back}, {rr}, {odd}")
+            b.op(f"sub.u32 {back}, {C}, 1")
+            b.op(f"sub.u32 {back}, {back}, {c}")
+            b.op(f"selp.b32 {c}, {back}, {c}, {odd}")
+            b.op(f"add.u32 {r}, {r}, {rr}")
         elif self.flat:
             b.op(f"mov.u32 {k}, 0")
             b.op(f"mov.u32 {r}, 0")
