@@ -70,3 +70,48 @@ def test_the_summary_gives_the_geomean_over_torch_compile_beside_the_bound():
     assert rows[0]["copy_us"] == 100.0  # 200 MB at 2 TB/s
     last = bench.geomeans(rows)[-1]
     assert "2.000x" in last and "2.400x" in last
+
+
+def test_a_run_writes_each_case_and_the_summary_and_keeps_to_its_budget(tmp_path, monkeypatch):
+    """The run path without a GPU: a fake worker answers each batch; the cases that would
+    overrun the budget are skipped and named; summary.json holds the rows and the geomean."""
+    import json
+
+    import gpuworker
+
+    clock = {"t": 0.0}
+
+    def fake_run(batch):
+        clock["t"] += 50.0  # each case takes 50 s of the budget
+
+        def timing(us, dims):
+            return {"dims": dims, "median_us": us, "p20_us": us, "p80_us": us, "tbps": 2.0,
+                    "bytes": 4e8}  # fmt: skip
+
+        shapes = batch["shapes"]
+        return {
+            "copy_ceiling_tbps": 3.0,
+            "family": batch["family"],
+            "candidates": [
+                {"id": c["id"], "status": "passed", "timing": [timing(200.0, d) for d in shapes]}
+                for c in batch["candidates"]
+            ],
+            "baselines": [
+                {"name": n, "status": "passed", "timing": [timing(300.0, d) for d in shapes]}
+                for n in batch["baselines"]
+            ],
+        }
+
+    monkeypatch.setattr(gpuworker, "run_batch", fake_run)
+    monkeypatch.setattr(bench.time, "monotonic", lambda: clock["t"])
+    cases = ["flat_scale_fp32", "flat_add_bf16_short_rows", "bias_grad_fp32", "sumsq_fp32"]
+    argv = ["--out", str(tmp_path), "--budget-s", "120", "--seeds", "1"]
+    assert bench.main([*argv, *sum((["--case", c] for c in cases), [])]) == 0
+    # 0 s + 1.3 x 0 fits, 50 + 65 fits, 100 + 65 does not: two cases ran
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == [
+        "flat_add_bf16_short_rows.json", "flat_scale_fp32.json", "summary.json",
+    ]  # fmt: skip
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["skipped"] == ["bias_grad_fp32", "sumsq_fp32"]
+    assert len(summary["rows"]) == 3  # two shapes of flat_scale_fp32, one of the other
+    assert "1.500x" in summary["lines"][-1]  # 300 us against 200 us
