@@ -152,15 +152,19 @@ def space(ir, dims_list) -> list[Schedule]:
 
 
 def default_schedule(ir, dims) -> Schedule:
-    """256 threads, two vectors in flight, a chunk giving about four tasks an SM a pass (so a
+    """256 threads, four vectors in flight, a chunk giving about four tasks an SM a pass (so a
     pass's last tasks leave a short tail), two blocks an SM; where the whole tensor is too
-    small for that (one row of 64K), 128 threads with one vector in flight, so that a chunk
-    can be a quarter as long and more SMs get one."""
+    small for that, two vectors in flight, or (one row of 64K) 128 threads with one, so that
+    a chunk can be shorter and more SMs get one."""
     v = vec_of(ir)
     sms = device_for("sm_90").sms
     rows, n = rows_and_length(ir.kir, dims)
     want = max(1, rows * n // (4 * sms))
-    threads, unroll = (256, 2) if want >= 256 * v * 2 else (128, 1)
+    # 16-byte loads in flight: 256 threads x 4 at two blocks an SM is 32 KiB an SM, about what
+    # Little's law asks of HBM3 (~3.3 TB/s x ~700 ns / 132 SMs is ~18 KiB) with room to spare
+    threads, unroll = (
+        (256, 4) if want >= 256 * v * 4 else (256, 2) if want >= 256 * v * 2 else (128, 1)
+    )
     chunk = max(CHUNKS[0], min(CHUNKS[-1], 1 << round(math.log2(want))))
     chunk = max(chunk, threads * v * unroll)
     g = 1 if ir.passes == 1 else min((x for x in GROUPS if x >= min(rows, 64)), default=64)
