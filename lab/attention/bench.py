@@ -74,9 +74,9 @@ CHECK_SHAPES = [
     (1, 2, 2, 256, 128),
     (2, 4, 1, 333, 128),
     (1, 3, 3, 77, 128),
-    (1, 2, 1, 2100, 128),
+    (1, 2, 1, 1300, 128),
     (1, 2, 1, 1000, 64),
-    (2, 2, 2, 1333, 64),
+    (1, 2, 2, 1300, 64),
 ]
 TIME_SHAPES = [
     (4, 32, 32, 4096, 128),
@@ -209,7 +209,8 @@ def check(torch, kern: Kernel, w, variant: str, causal: bool, shape, seed: int) 
     dims = shape_dims(shape)
     key = (variant, causal, tuple(shape), seed)
     if key not in _REFS:  # the same inputs and reference for every schedule of a variant
-        _REFS.clear()
+        if len(_REFS) > 16:
+            _REFS.clear()
         x = np_inputs(w, dims, seed)
         _REFS[key] = (x, reference(w, x, dims))
     x, ref = _REFS[key]
