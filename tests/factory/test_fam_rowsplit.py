@@ -155,3 +155,39 @@ def test_an_elementwise_operator_with_a_per_column_input_splits_its_rows(workspa
     assert int(eval_dim_expr(em.launch.grid[0], dims)) == 4  # min(3 rows x 3 chunks, 4)
     check(w, em, dims)
     assert compile_ptx(em.ptx, "sm_90").ok
+
+
+ROW_SCALE = """
+name = "scaled_softmax"
+[inputs.x]
+shape = ["M", "N"]
+dtype = "fp32"
+[inputs.t]
+shape = ["M", 1]
+dtype = "fp32"
+range = [0.5, 2.0]
+[inputs.b]
+shape = ["N"]
+dtype = "fp32"
+[let]
+z = "x * t + b"
+m = "max(z, axis=-1, keepdims=True)"
+[outputs.y]
+expr = "exp(z - m) / sum(exp(z - m), axis=-1, keepdims=True)"
+dtype = "fp32"
+[outputs.lse]
+expr = "log(sum(exp(z - m), axis=-1)) + max(z, axis=-1)"
+dtype = "fp32"
+[[shapes]]
+M = 2
+N = 1048576
+"""
+
+
+def test_a_per_row_input_and_a_per_row_output_split_their_rows(workspace_ops):  # noqa: F811
+    """A temperature a row, a bias a column, the softmax and its logsumexp a row."""
+    w = load_manifest(ROW_SCALE)
+    fam, ir = families.family_for(w)
+    assert fam.name == "rowsplit" and ir.passes == 2
+    s = RS.Schedule(threads=128, vec=4, unroll=2, chunk=1024, blocks=3, group=4)
+    check(w, RS.emit(ir, s), {"M": 3, "N": 2222})
