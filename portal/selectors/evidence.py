@@ -338,21 +338,37 @@ def generation_gpu_seconds(job: Job) -> dict[int, float]:
     recorded in its results (`env.started_at` to `env.finished_at`: verification, baselines and
     timing), else the batch's taken-to-recorded span (an imported results file without times),
     a batch still on the GPU counting up to now. Generations whose batch never reached a GPU
-    are absent."""
+    are absent.
+
+    Reading two keys of a results document makes the database unpack all of it (megabytes for a
+    large batch), and the job page asks every second while it is open: a recorded batch's
+    results never change, so its span is read once and kept in this process's cache."""
+    from django.core.cache import cache
+
     out: dict[int, float] = {}
-    rows = (
+    rows = list(
         GpuBatch.objects.filter(job=job)
-        .values_list(
-            "generation__index",
-            "results__env__started_at",
-            "results__env__finished_at",
-            "started",
-            "finished",
-        )
+        .values_list("pk", "generation__index", "status", "started", "finished", "code")
         .order_by()
     )
+    # by the batch's code: unique for good, where an id may come back in another database
+    keys = {r[0]: f"batch-gpu-span:{r[5]}" for r in rows if r[2] == GpuBatch.RECORDED}
+    spans = cache.get_many(list(keys.values())) if keys else {}
+    unread = [pk for pk in (r[0] for r in rows) if keys.get(pk) not in spans]
+    env = {}
+    if unread:
+        env = {
+            pk: (start, end)
+            for pk, start, end in GpuBatch.objects.filter(pk__in=unread).values_list(
+                "pk", "results__env__started_at", "results__env__finished_at"
+            )
+        }
+        fresh = {keys[pk]: env[pk] for pk in unread if pk in keys and pk in env}
+        if fresh:
+            cache.set_many(fresh, timeout=24 * 3600)
     now = timezone.now()
-    for index, env_start, env_end, started, finished in rows:
+    for pk, index, _, started, finished, _ in rows:
+        env_start, env_end = spans[keys[pk]] if keys.get(pk) in spans else env.get(pk, (None, None))
         begin, end = _instant(env_start), _instant(env_end)
         if begin is None or end is None:
             begin, end = started, finished or (now if started else None)
