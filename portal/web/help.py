@@ -96,13 +96,15 @@ CHARTS = [
         "baselines",
         "Against the baselines",
         "The best kernel's time at each shape beside every baseline's (PyTorch eager, "
-        "torch.compile, library kernels, your own kernel). Shorter bars are faster.",
+        "torch.compile, library kernels, your own kernel). Shorter bars are faster. Drawn only "
+        "once a baseline has been measured.",
     ),
     (
         "bandwidth",
         "Memory bandwidth",
         "For memory-bound operators: bytes the operator must move divided by time, in TB/s, "
-        "against the card's measured copy ceiling. Near the ceiling, little more speed is left.",
+        "against the card's measured copy ceiling. Near the ceiling, little more speed is left. "
+        "Drawn only when the timings carry the bytes moved.",
     ),
     (
         "throughput",
