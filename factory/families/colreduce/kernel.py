@@ -158,6 +158,33 @@ class ColumnKernel:
         b.op(f"@{pred} ld.global.nc.b16 {h}, [{ptr}]")
         return self.widen16(h, dtype)
 
+    def store_vector(self, addr: str, dtype: str, vals: list[str]) -> None:
+        """Adjacent elements (f32 registers) stored at addr (aligned to their size): 16-bit ones
+        packed two to a word, then words four to a store."""
+        b, es = self.b, ESIZE[dtype]
+        if es == 4:
+            words = vals
+        else:
+            if len(vals) == 1:
+                h = b.reg("b16")
+                b.op(f"cvt.rn.{'bf16' if dtype == 'bf16' else 'f16'}.f32 {h}, {vals[0]}")
+                b.op(f"st.global.b16 [{addr}], {h}")
+                return
+            cvt = "bf16x2" if dtype == "bf16" else "f16x2"
+            words = []
+            for e in range(0, len(vals), 2):
+                w = b.reg("b32")
+                b.op(f"cvt.rn.{cvt}.f32 {w}, {vals[e + 1]}, {vals[e]}")
+                words.append(w)
+        ty = "f32" if es == 4 else "b32"
+        for g in range(0, len(words), 4):
+            group = words[g : g + 4]
+            where = f"[{addr}+{4 * g}]" if g else f"[{addr}]"
+            if len(group) == 1:
+                b.op(f"st.global.{ty} {where}, {group[0]}")
+            else:
+                b.op(f"st.global.v{len(group)}.{ty} {where}, {{{', '.join(group)}}}")
+
     def combine(self, acc: str, v: str, op: str) -> None:
         self.b.op(f"{COMBINE[op]} {acc}, {acc}, {v}")
 

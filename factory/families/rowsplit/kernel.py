@@ -262,31 +262,6 @@ class SplitKernel(SegNormKernel):
                         b.op(f"cvt.rn.{'bf16' if o.dtype == 'bf16' else 'f16'}.f32 {h}, {v}")
                         b.op(f"@{preds[e]} st.global.b16 [{addr}+{2 * e}], {h}")
 
-    def store_vector(self, addr: str, dtype: str, vals: list[str]) -> None:
-        b, es = self.b, ESIZE[dtype]
-        if es == 4:
-            words = vals
-        else:
-            if len(vals) == 1:
-                h = b.reg("b16")
-                b.op(f"cvt.rn.{'bf16' if dtype == 'bf16' else 'f16'}.f32 {h}, {vals[0]}")
-                b.op(f"st.global.b16 [{addr}], {h}")
-                return
-            cvt = "bf16x2" if dtype == "bf16" else "f16x2"
-            words = []
-            for e in range(0, len(vals), 2):
-                w = b.reg("b32")
-                b.op(f"cvt.rn.{cvt}.f32 {w}, {vals[e + 1]}, {vals[e]}")
-                words.append(w)
-        ty = "f32" if es == 4 else "b32"
-        for g in range(0, len(words), 4):
-            group = words[g : g + 4]
-            where = f"[{addr}+{4 * g}]" if g else f"[{addr}]"
-            if len(group) == 1:
-                b.op(f"st.global.{ty} {where}, {group[0]}")
-            else:
-                b.op(f"st.global.v{len(group)}.{ty} {where}, {{{', '.join(group)}}}")
-
     # -- the kernel ----------------------------------------------------------------------------
 
     def scalar_nodes(self, k: int, loaded: dict, seg: dict) -> None:

@@ -409,23 +409,7 @@ class SegNormKernel(ColumnKernel):
                     memo: dict = {}
                     outs.append(self.reg_of(self.element(o.expr, loaded, seg, memo)))
                 if preds is None and V > 1:
-                    if es == 4:
-                        words = outs
-                    else:
-                        cvt = "bf16x2" if o.dtype == "bf16" else "f16x2"
-                        words = []
-                        for j in range(0, V, 2):
-                            w_ = b.reg("b32")
-                            b.op(f"cvt.rn.{cvt}.f32 {w_}, {outs[j + 1]}, {outs[j]}")
-                            words.append(w_)
-                    ty = "f32" if es == 4 else "b32"
-                    for g in range(0, len(words), 4):
-                        group = words[g : g + 4]
-                        where = f"[{addr}+{4 * g}]" if g else f"[{addr}]"
-                        if len(group) == 1:
-                            b.op(f"st.global.{ty} {where}, {group[0]}")
-                        else:
-                            b.op(f"st.global.v{len(group)}.{ty} {where}, {{{', '.join(group)}}}")
+                    self.store_vector(addr, o.dtype, outs)
                     continue
                 for j, v in enumerate(outs):
                     g = f"@{preds[j]} " if preds is not None else ""
