@@ -103,7 +103,8 @@ def _job_of_batch(batch_id) -> int | None:
 
 
 def _gpu_what(batch_id: str, worker: str) -> str:
-    return f"{pipeline.GPU_STAGE}: batch {str(batch_id)[:8]} on {worker}"
+    # (not the worker's host name: customers read this line; engineers see the host beside it)
+    return f"{pipeline.GPU_STAGE}: batch {str(batch_id)[:8]}"
 
 
 @shared_task(name="portal.gpu_batch_alive")
