@@ -933,7 +933,8 @@ def job_should_stop(*, job: Job, generation: Generation) -> str:
     """Why the search stops after `generation` ("" to go on). The budget and the deadline are
     ours; the plateau rule is the loop's (factory.loop.should_stop) when it is installed."""
     if generation.index + 1 >= job.max_generations:
-        return f"budget: {job.max_generations} generations"
+        n = job.max_generations
+        return f"budget: {n} generation{'' if n == 1 else 's'}"
     if job.deadline and timezone.now() >= job.deadline:
         return "deadline reached"
     try:
