@@ -79,11 +79,21 @@ def softmax(x):
     return F.softmax(x, dim=-1)
 
 
+def softmax_long_rows(x):
+    return F.softmax(x, dim=-1)
+
+
+def axpby(x, z, alpha, beta):
+    # in float32, rounded once at the end, as the catalogue's manifest computes it
+    return (alpha * x.float() + beta * z.float()).to(x.dtype)
+
+
 CATALOGUE_FUNCTIONS = {
     f.__name__: f
     for f in (
         add_rmsnorm, cross_entropy, gelu_erf, gelu_tanh, l2norm, layernorm, log_softmax,
-        masked_softmax, relu2, rmsnorm, row_max, row_sum, silu_mul, softmax,
+        masked_softmax, relu2, rmsnorm, row_max, row_sum, silu_mul, softmax, softmax_long_rows,
+        axpby,
     )
 }  # fmt: skip
 
