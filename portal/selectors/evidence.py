@@ -21,6 +21,7 @@ from portal.charts import shape_label
 from portal.models import (
     BaselineMeasurement,
     Candidate,
+    Environment,
     Flag,
     GpuBatch,
     Job,
@@ -205,6 +206,49 @@ def expected_shapes(job: Job) -> tuple[list[dict], list[dict]]:
     return [], []
 
 
+def _result_machines(verifications, timings) -> list:
+    """The environments (GPU and driver, or the CPU PTX interpreter) that produced a candidate's
+    verification and timing results, in the order first seen; [] when none is recorded."""
+    # The batches' environments in one query, without loading the batches (their results
+    # documents run to megabytes).
+    batch_ids = sorted({v.batch_id for v in verifications})
+    by_batch = dict(
+        GpuBatch.objects.filter(id__in=batch_ids, environment__isnull=False).values_list(
+            "id", "environment_id"
+        )
+    )
+    envs = {e.id: e for e in Environment.objects.filter(id__in=set(by_batch.values()))}
+    seen = []
+    for env in [envs.get(by_batch.get(v.batch_id)) for v in verifications] + [
+        t.environment for t in timings
+    ]:
+        if env is not None and env not in seen:
+            seen.append(env)
+    return seen
+
+
+def _is_interpreter(env) -> bool:
+    """A results file made by the CPU PTX interpreter names it, and no GPU, as its `gpu`."""
+    return "interpreter" in (env.gpu or "").lower()
+
+
+def _red_team_detail(candidate: Candidate, ok: bool, machines: list) -> str:
+    """Who ran the candidate, in words: the GPU worker on its GPU, or the CPU PTX interpreter
+    (which is not the GPU worker and times nothing on a GPU)."""
+    status = candidate.gpu_status or "none"
+    reason = candidate.reason or "no record"
+    names = "; ".join(map(str, machines))
+    if not machines:
+        return "passed (the results name no machine)" if ok else f"status {status}: {reason}"
+    if all(_is_interpreter(m) for m in machines):
+        who = f"the CPU PTX interpreter, not the GPU worker ({names})"
+    elif any(_is_interpreter(m) for m in machines):
+        who = f"the GPU worker and the CPU PTX interpreter ({names})"
+    else:
+        who = f"the GPU worker on {names}"
+    return f"passed by {who}" if ok else f"{who} reports {status}: {reason}"
+
+
 def review_checklist(
     job: Job, candidate: Candidate, baseline_name: str | None
 ) -> tuple[list[Check], list[dict], list[BaselineSeries]]:
@@ -259,9 +303,7 @@ def review_checklist(
             "Red-team checks passed (own process, fresh inputs, poisoned outputs, guard "
             "regions, re-check after timing)",
             red_team_ok,
-            "the GPU worker passed it"
-            if red_team_ok
-            else f"GPU status {candidate.gpu_status or 'none'}: {candidate.reason or 'no record'}",
+            _red_team_detail(candidate, red_team_ok, _result_machines(verifications, timings)),
         )
     )
     checks.append(
