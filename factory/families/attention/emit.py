@@ -2,8 +2,9 @@
 products, online softmax in registers (see schedule.py for the CTA's plan, tiling.py for the
 tile arithmetic and a numpy model of this loop).
 
-One CTA = (query tile qt of block_m rows, query head h, batch entry b): ctaid.x walks the query
-tiles (last first with a causal-like band, the longest rows first), ctaid.y is h, ctaid.z is b.
+One CTA = (query head h, batch entry b, query tile qt of block_m rows): ctaid.x is h, ctaid.y
+is b, ctaid.z walks the query tiles (last first with a causal-like band: the longest rows start
+in the first waves of every head).
 Key/value head: h / (Hq / Hkv).
 
 Shared memory from a 1024-byte aligned base; every tile is stored as D / 64 column chunks of
@@ -104,8 +105,11 @@ class _Score(_Epilogue):
 
 
 def launch_for(ir: AttentionIR, s: AttentionSchedule) -> Launch:
+    # heads fastest, then batch entries, query tiles slowest: the hardware starts CTAs in
+    # linear order, so every head's first (with a causal band: longest) tile runs in the first
+    # waves, and the query heads of one kv head run side by side (K and V shared in L2)
     return Launch(
-        grid=(f"ceildiv({_dim(ir.s)}, {s.block_m})", _dim(ir.hq), _dim(ir.b)),
+        grid=(_dim(ir.hq), _dim(ir.b), f"ceildiv({_dim(ir.s)}, {s.block_m})"),
         block=(s.threads(), 1, 1),
         smem_bytes=s.smem_bytes(ir.head_dim),
     )
@@ -189,7 +193,7 @@ class _Kernel:
         """%qt (this CTA's query tile), %i0, %first, %end (KV tiles [first, end)): the
         formulas of tiling.kv_tiles and tiling.query_tile_order."""
         ir, s = self.ir, self.s
-        self.op("mov.u32 %qt, %ctaid.x")
+        self.op("mov.u32 %qt, %ctaid.z")
         if ir.band_hi is not None:
             n = self.r32()
             self.op(f"add.u32 {n}, %S, {s.block_m - 1}")
@@ -264,8 +268,8 @@ class _Kernel:
         self.load_dim("%Skv", ir.skv, "dim_skv")
         self.load_dim("%Hq", ir.hq, "dim_hq")
         self.load_dim("%Hkv", ir.hkv, "dim_hkv")
-        self.op("mov.u32 %head, %ctaid.y")
-        self.op("mov.u32 %bb, %ctaid.z")
+        self.op("mov.u32 %head, %ctaid.x")
+        self.op("mov.u32 %bb, %ctaid.y")
         g = self.r32()
         self.op(f"div.u32 {g}, %Hq, %Hkv")
         self.op(f"div.u32 %hk, %head, {g}")

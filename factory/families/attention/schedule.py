@@ -102,8 +102,10 @@ def is_valid(ir: AttentionIR, s: AttentionSchedule, dims: dict | None = None) ->
             return f"{hq} query heads are not a multiple of {hkv} kv heads"
         if dim_value(ir.s, dims) < 1 or dim_value(ir.skv, dims) < 1:
             return "empty sequence"
-        if dim_value(ir.b, dims) * hq > 65535:
-            return "batch x heads above 65535 (grid y)"
+        if dim_value(ir.b, dims) > 65535:
+            return "batch above 65535 (grid y)"
+        if -(-dim_value(ir.s, dims) // s.block_m) > 65535:
+            return "query tiles above 65535 (grid z)"
     return None
 
 
