@@ -65,6 +65,10 @@ PHONE = 390
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True),
+    # The walk photographs some twenty pages at two widths and runs the CPU interpreter over a
+    # batch: about 2 minutes alone on 2 cores, 5 or more on a loaded machine (the suite's 300 s
+    # cap failed it there while every step was still going on).
+    pytest.mark.timeout(900),
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is missing"),
 ]
 
@@ -248,7 +252,11 @@ def shoot(page, name: str) -> None:
     size = page.viewport_size
     page.set_viewport_size({"width": PHONE, "height": 900})
     try:
-        page.wait_for_timeout(150)  # the charts re-lay themselves out
+        # The charts re-lay themselves out at the new width: wait for each one's resize.
+        page.evaluate(
+            "() => Promise.all([...document.querySelectorAll('.js-plotly-plot')]"
+            ".map((div) => window.Plotly ? Plotly.Plots.resize(div) : null))"
+        )
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{name} is {overflow} px wider than a {PHONE} px screen"
         page.screenshot(path=str(SHOTS / f"{name}-{PHONE}.png"), full_page=True)
