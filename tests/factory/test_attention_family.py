@@ -172,3 +172,40 @@ def test_emitted_ptx_compiles_for_sm90a_without_spills(variant, causal, d):
         # a subroutine call (rcp.rn, a division) makes ptxas serialise the wgmmas (C7509)
         assert "C7509" not in r.log, [x for x in r.log.splitlines() if "C7509" in x]
         assert e.launch.smem_bytes <= 227 * 1024
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_the_ring_protocol_with_release_one_tile_late_neither_deadlocks_nor_overwrites(stages):
+    # the overlapped loop frees a K/V slot only after the next tile's S is issued (the matmul
+    # ring's "release one k-block later" pattern, two consumer warpgroups reading every slot)
+    from factory.families.matmul.tiling import simulate_ring
+
+    for seed in range(20):
+        reads = simulate_ring(1, 9, stages, pingpong=False, seed=seed)
+        assert sorted(p for c, p in reads if c == 0) == list(range(9))
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_tensor_maps_and_grid_fit_the_hardware_at_the_issue_shapes(variant):
+    from factory.spec import eval_dim_expr
+    from gpuworker import tensormap
+    from lab.attention.bench import CHECK_SHAPES, TIME_SHAPES, shape_dims
+
+    for shape in TIME_SHAPES + CHECK_SHAPES:
+        d = shape[4]
+        w = load_manifest(manifest(variant, True, d, shape_dims(shape)))
+        fam, ir = families.family_for(w)
+        dims = shape_dims(shape)
+        for s in fam.space(ir, [dims])[::9]:
+            e = fam.emit(ir, s, "sm_90a")
+            for p in e.params:
+                if p.kind == "tmap":
+                    plan = tensormap.plan(
+                        {"dims": list(p.dims), "box": list(p.box), "swizzle": p.swizzle},
+                        dims,
+                        "bf16",
+                    )
+                    assert plan["extents"][0] == d and plan["box"][0] == 64
+            grid = [eval_dim_expr(g, dims) for g in e.launch.grid]
+            assert grid[0] == dims["H"] and grid[1] == dims["B"]
+            assert grid[2] * s.block_m >= dims["S"] and max(grid[1:]) <= 65535
