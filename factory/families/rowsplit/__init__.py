@@ -152,29 +152,33 @@ def space(ir, dims_list) -> list[Schedule]:
 
 
 def default_schedule(ir, dims) -> Schedule:
-    """256 threads, four vectors in flight, a chunk giving about four tasks an SM a pass (so a
-    pass's last tasks leave a short tail), two blocks an SM; where the whole tensor is too
-    small for that, two vectors in flight, or (one row of 64K) 128 threads with one, so that
-    a chunk can be shorter and more SMs get one."""
+    """Two blocks an SM of 256 threads with four 16-byte vectors in flight each (32 KiB an SM,
+    about what Little's law asks of HBM3: ~3.3 TB/s x ~700 ns / 132 SMs is ~18 KiB); rows
+    handed out in groups that fit L2 (~16 MiB), so the output pass re-reads from L2; a chunk
+    giving about two tasks a block for each (group, pass), at least 8K elements (shorter
+    tasks lost to their fixed cost on the H100, bench/results/2026-12-07-h100-memfamilies);
+    where a group holds less than 8K elements an SM, about a task an SM (fewer threads and
+    vectors in flight where the chunk is short)."""
     v = vec_of(ir)
     sms = device_for("sm_90").sms
+    blocks = 2 * sms
     rows, n = rows_and_length(ir.kir, dims)
-    want = max(1, rows * n // (4 * sms))
-    # 16-byte loads in flight: 256 threads x 4 at two blocks an SM is 32 KiB an SM, about what
-    # Little's law asks of HBM3 (~3.3 TB/s x ~700 ns / 132 SMs is ~18 KiB) with room to spare
-    threads, unroll = (
-        (256, 4) if want >= 256 * v * 4 else (256, 2) if want >= 256 * v * 2 else (128, 1)
-    )
-    chunk = max(CHUNKS[0], min(CHUNKS[-1], 1 << round(math.log2(want))))
-    chunk = max(chunk, threads * v * unroll)
     g = 1 if ir.passes == 1 else min((x for x in GROUPS if x >= min(rows, 64)), default=64)
-    # a group's rows should fit L2 between its passes: about 16 MiB of the widest input
     row_bytes = n * ir.max_esize
     while g > 1 and g * row_bytes > 16 * 1024 * 1024:
         g = GROUPS[GROUPS.index(g) - 1]
-    s = Schedule(threads=threads, vec=v, unroll=unroll, chunk=chunk, blocks=2 * sms, group=g)
+    per = (rows if ir.passes == 1 else min(g, rows)) * n  # elements of a (group, pass)
+    if per >= sms * 8192:
+        chunk = max(8192, 1 << round(math.log2(per / (2 * blocks))))
+    else:
+        chunk = 1 << round(math.log2(max(per / sms, 1)))
+    chunk = max(CHUNKS[0], min(CHUNKS[-1], chunk), 128 * v)
+    threads, unroll = (
+        (256, 4) if chunk >= 256 * v * 4 else (256, 2) if chunk >= 256 * v * 2 else (128, 1)
+    )
+    s = Schedule(threads=threads, vec=v, unroll=unroll, chunk=chunk, blocks=blocks, group=g)
     if not is_valid(ir, s, dims)[0]:
-        s = Schedule(threads=256, vec=v, unroll=2, chunk=CHUNKS[-1], blocks=2 * sms, group=g)
+        s = Schedule(threads=256, vec=v, unroll=2, chunk=CHUNKS[-1], blocks=blocks, group=g)
     return s
 
 

@@ -43,6 +43,7 @@ from factory.families.row.ir import (
     SCALAR,
     reduction_aliases,
 )
+from factory.families.row.schedules import fast_math_allowed
 from factory.families.segnorm import SegNormKernel
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
@@ -136,6 +137,9 @@ class SplitKernel(SegNormKernel):
         self.P = passes(kir)
         self.alias = reduction_aliases(kir.reductions)
         self.mode = "ticket" if self.P > 1 else "static"
+        # approximate div/sqrt/tanh where every output's tolerance is bf16-sized, as the row
+        # family allows (GELU's precise tanh divides: a subroutine an element)
+        self.fast = fast_math_allowed(kir)
         # segnorm's element() reads self.ir only through scalar_input (overridden here)
         self.ir = kir
 
@@ -304,10 +308,7 @@ class SplitKernel(SegNormKernel):
         for t in kir.inputs:
             if t.role == ROLE_SCALAR:
                 self.scalar_vals[t.name] = self.load_scalar(self.base[t.name], t.dtype, "%p_true")
-        nmod = b.reg("b32")
-        b.op(f"and.b32 {nmod}, {N}, {V - 1}")
-        aligned = b.reg("pred")
-        b.op(f"setp.eq.u32 {aligned}, {nmod}, 0")
+
         nf = b.reg("f32")
         b.op(f"cvt.rn.f32.u32 {nf}, {N}")
         lc = int(math.log2(s.chunk))
@@ -417,6 +418,12 @@ class SplitKernel(SegNormKernel):
         b.op(f"shl.b32 {start}, {c}, {lc}")
         b.op(f"add.u32 {end}, {start}, {s.chunk}")
         b.op(f"min.u32 {end}, {end}, {N}")
+        # whole vectors where the row starts on a vector (every row when the length is a
+        # multiple of vec; the first, or a flat tensor's one, always)
+        nmod = b.reg("b32")
+        b.op(f"and.b32 {nmod}, {rowbase}, {V - 1}")
+        aligned = b.reg("pred")
+        b.op(f"setp.eq.u32 {aligned}, {nmod}, 0")
         # per-row inputs: one value a task
         for tr in kir.inputs:
             if tr.role == ROLE_ROWSCALAR:

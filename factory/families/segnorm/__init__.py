@@ -202,6 +202,8 @@ def seeds(ir, dims) -> list[Schedule]:
 
 
 class SegNormKernel(ColumnKernel):
+    fast = False  # approximate div/sqrt/tanh (a subclass may allow them)
+
     def __init__(self, ir, s, arch):
         self.ir, self.s, self.arch = ir, s, arch
         self.b = Builder()
@@ -221,14 +223,15 @@ class SegNormKernel(ColumnKernel):
         elif isinstance(node, E.Const):
             r = f32_literal(node.value)
         elif isinstance(node, E.Unary):
-            r = OPS.UNARY[node.op](b, self.reg_of(self.element(node.x, loaded, seg, memo)), False)
+            x = self.reg_of(self.element(node.x, loaded, seg, memo))
+            r = OPS.UNARY[node.op](b, x, self.fast)
         elif isinstance(node, E.Binary):
             a = self.reg_of(self.element(node.a, loaded, seg, memo))
             if node.op == "pow":
-                r = OPS.pow_const(b, a, node.b.value, False)
+                r = OPS.pow_const(b, a, node.b.value, self.fast)
             else:
                 c = self.reg_of(self.element(node.b, loaded, seg, memo))
-                r = OPS.BINARY[node.op](b, a, c, False)
+                r = OPS.BINARY[node.op](b, a, c, self.fast)
         elif isinstance(node, E.Compare):
             a = self.reg_of(self.element(node.a, loaded, seg, memo))
             c = self.reg_of(self.element(node.b, loaded, seg, memo))
