@@ -31,7 +31,14 @@ _LAYOUT = {
     "legend": {"orientation": "h", "y": -0.22},
     "hovermode": "closest",
 }
-_AXIS = {"gridcolor": "#e7eaf0", "zerolinecolor": "#c8ced8", "linecolor": "#c8ced8"}
+# automargin: the margins grow to hold the tick labels and the axis title, so a long label
+# (a six-digit time, a shape over three lines) never runs under the title.
+_AXIS = {
+    "gridcolor": "#e7eaf0",
+    "zerolinecolor": "#c8ced8",
+    "linecolor": "#c8ced8",
+    "automargin": True,
+}
 
 
 def _layout(title: str, **extra) -> dict:
@@ -69,7 +76,33 @@ def _log_ticks(values: list[float]) -> dict:
         for m in (1, 2, 5)
         if lo / 2.5 <= m * 10.0**k <= hi * 2.5
     ]
-    return {"tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
+    return {"tickvals": ticks, "ticktext": [_plain(t) for t in ticks]}
+
+
+def _plain(value: float) -> str:
+    """A tick label as a plain number: digits grouped by thin spaces from 10 000 up (never
+    "1e+06", which :g gives for a million)."""
+    if value >= 10_000:
+        return f"{value:,.0f}".replace(",", "\u2009")
+    return f"{value:g}"
+
+
+def _generation_axis(gens: list[int]) -> dict:
+    """An x axis over whole generations: half a generation of room either side (one generation
+    is drawn at its own index, not in the middle of -1 to 1), a tick at each generation up to a
+    dozen and at a round step (2, 5, 10, 20, ...) beyond."""
+    lo, hi = min(gens), max(gens)
+    step = 1
+    while (hi - lo) / step > 12:
+        step = step * 5 // 2 if str(step)[0] == "2" else step * 2
+    return {
+        "title": {"text": "generation", "standoff": 8},
+        "range": [lo - 0.5, hi + 0.5],
+        "tickmode": "linear",
+        "tick0": 0,
+        "dtick": step,
+        "zeroline": False,
+    }
 
 
 # Candidate statuses still on their way to the GPU: neither timed nor failed.
@@ -147,10 +180,10 @@ def generations_figure(population: Iterable[dict]) -> dict:
         "data": data,
         "layout": _layout(
             "Time per generation (lower is better)",
-            xaxis={"title": {"text": "generation"}, "dtick": 1},
+            xaxis=_generation_axis(gens + xs_bad),
             # Log scale: a slow outlier must not flatten the spread of the fast ones.
             yaxis={
-                "title": {"text": "median runtime (µs)"},
+                "title": {"text": "median runtime (µs)", "standoff": 10},
                 "type": "log",
                 **_log_ticks(ys_ok),
             },
