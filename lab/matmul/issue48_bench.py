@@ -98,7 +98,7 @@ def _candidates(op, m, n, k, allow_splitk, extra) -> list:
     else:
         out += ["w128s5"]
     if allow_splitk and wide * 2 <= SMS:
-        out += ["sk2w256s4"] if wide * 4 > SMS else ["sk4w256s4"]
+        out += ["sk2w256s4"]  # split 4 of this tile spills (schedule.is_valid)
         if math.ceil(m / 64) * math.ceil(n / 128) * 4 <= 2 * SMS:
             out.append("sk4c1w128s4")
     return out + [x for x in extra if not x.startswith(("glu", "cl2glu"))]

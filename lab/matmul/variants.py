@@ -122,10 +122,15 @@ def schedules() -> dict[str, GemmSchedule]:
         "cl2glu128s4": GemmSchedule(tile_n=128, stages=4, cluster_m=2),
         # split-K (clusters of 2 or 4 CTAs per tile, one tile each) for few tiles over a long K
         "sk2w256s4": GemmSchedule(tile_n=256, stages=4, split_k=2, persistent=False),
-        "sk4w256s4": GemmSchedule(tile_n=256, stages=4, split_k=4, persistent=False),
         "sk4w128s4": GemmSchedule(tile_n=128, stages=4, split_k=4, persistent=False),
         "sk4c1w128s4": GemmSchedule(
             tile_m=64, tile_n=128, consumers=1, stages=4, split_k=4, persistent=False
         ),
         "sk2glu128s4": GemmSchedule(tile_n=128, stages=4, split_k=2, persistent=False),
+        # the epilogue staged in shared memory and stored by TMA (schedule.TMA_STORE_VERIFIED):
+        # 128 x 256 at 3 stages with a whole-tile staging buffer (64 KB), at 4 stages with half
+        # of it (two 64-column slots a consumer, reused along the tile), SwiGLU's 128 x 128 whole
+        "w256s3t256": GemmSchedule(tile_n=256, stages=3, tma_store=256),
+        "w256s4t128": GemmSchedule(tile_n=256, stages=4, tma_store=128),
+        "glu128s4t128": GemmSchedule(tile_n=128, stages=4, tma_store=128),
     }

@@ -103,7 +103,6 @@ def test_swiglu_shares_the_left_operand():
         ("x @ w.T", {"x": (["M", "K"], "fp32"), "w": (["N", "K"], "fp32")}, "bf16 or fp16"),
         ("x @ w.T", {"x": (["M", "K"], "bf16"), "w": (["N", "K"], "fp16")}, "share one dtype"),
         ("x @ w", {"x": (["M", "K"], "bf16"), "w": (["K", "N"], "bf16")}, "write x @ w.T"),
-        ("x @ w.T", {"x": (["B", "M", "K"], "bf16"), "w": (["N", "K"], "bf16")}, "batched"),
         ("exp(x @ w.T) + gather(g, t)", {**XW, "g": (["M", "N", "N"], "bf16"),
          "t": (["M", "N"], "int32")}, "gather"),
     ],
@@ -120,6 +119,20 @@ def test_refusals_say_what_the_family_cannot_do_yet(expr, inputs, needle):
     with pytest.raises(Unsupported) as e:
         families.family_for(w)
     assert needle in str(e.value), str(e.value)
+
+
+def test_a_batched_product_lowers_now_that_batches_are_verified(monkeypatch):
+    from factory.families.matmul import schedule as sched_mod
+
+    inputs = {"x": (["B", "M", "K"], "bf16"), "w": (["N", "K"], "bf16")}
+    w = manifest("x @ w.T", inputs, {"B": 2, "M": 256, "N": 128, "K": 512})
+    fam, ir = families.family_for(w)
+    assert fam is FAMILY and ir.batch == ("B",)
+    dims = {"B": 2, "M": 256, "N": 128, "K": 512}
+    assert S.is_valid(ir, FAMILY.default_schedule(ir, dims), dims) is None
+    # the flag set False refuses it again, saying so
+    monkeypatch.setattr(sched_mod, "BATCH_VERIFIED", False)
+    assert "batched" in S.is_valid(ir, Schedule(tile_n=128), dims)
 
 
 def _with_index(expr, inputs, rows):
@@ -412,11 +425,19 @@ def test_the_space_grows_with_what_the_emitter_verifies(monkeypatch):
 
     ir = FAMILY.lower(example("matmul_bias_gelu.toml"))
     dims = [{"M": 4096, "N": 4096, "K": 4096}]
+    # clusters and split-K verified (2026-12-07): in the space; a flag set False takes its kind
+    # out again
     S._SPACES.clear()
     now = FAMILY.space(ir, dims)
-    assert any(s.pingpong for s in now) and not any(s.cluster_m == 2 for s in now)
-    monkeypatch.setattr(sched_mod, "CLUSTER_VERIFIED", True)
+    assert any(s.pingpong for s in now) and any(s.cluster_m == 2 for s in now)
+    monkeypatch.setattr(sched_mod, "CLUSTER_VERIFIED", False)
     S._SPACES.clear()
-    later = FAMILY.space(ir, dims)
-    assert any(s.cluster_m == 2 for s in later) and len(later) > len(now)
+    before = FAMILY.space(ir, dims)
+    assert not any(s.cluster_m == 2 for s in before) and len(now) > len(before)
+    S._SPACES.clear()
+    skinny = [{"M": 128, "N": 8192, "K": 8192}]
+    assert any(s.split_k > 1 for s in FAMILY.space(ir, skinny))
+    monkeypatch.setattr(sched_mod, "SPLITK_VERIFIED", False)
+    S._SPACES.clear()
+    assert not any(s.split_k > 1 for s in FAMILY.space(ir, skinny))
     S._SPACES.clear()

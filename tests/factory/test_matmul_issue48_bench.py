@@ -30,7 +30,7 @@ def test_plan_covers_the_issue_shapes_and_ops():
                 schedules()[x].split_k == 1
                 for x in ib.candidates(op, m, n, k, allow_splitk=False, extra=[])
             )
-    assert "sk4w256s4" in ib.candidates("plain", 128, 8192, 8192, True, [])
+    assert "sk2w256s4" in ib.candidates("plain", 128, 8192, 8192, True, [])
 
 
 def test_dry_run_compiles_every_planned_kernel(monkeypatch, capsys):

@@ -14,10 +14,23 @@ the k-blocks; the fp32 partials are summed through distributed shared memory in 
 (`split_k_epilogue`). fp8 e4m3 outputs are stored with cvt.rn.satfinite.e4m3x2; a group-scaled
 one (ir.EpiOutput.group_scale) also writes a scale per row and 128 columns (`_group_scale`).
 
+TMA-store epilogue (schedule.tma_store = T > 0 columns): each consumer warpgroup has a staging
+buffer of T / 64 slots, each one box of 64 rows x 64 columns of the output (8 KB, 128-byte
+swizzle: row r's 16-byte chunk c at r * 128 + (c ^ r % 8) * 16, the layout the TMA store reads).
+The epilogue walks the tile's boxes in order, box q into slot q % (T / 64): the warpgroup's first
+thread waits until at most T / 64 - 1 of its earlier box stores are still reading shared memory
+(cp.async.bulk.wait_group.read), a named barrier, every thread writes its values of the box, a
+fence.proxy.async (generic writes made visible to the TMA's async proxy), a named barrier, then
+the first thread issues the box's store (cp.async.bulk.tensor ... bulk_group, one commit per
+box). The TMA clips rows and columns past the output, so tail tiles store with no predicates.
+The first thread waits for all its stores before the kernel exits (tiling.simulate_tma_store
+models the protocol).
+
 Shared memory, from a 1024-byte aligned base (the 128-byte swizzle repeats every 8 rows of 128
 bytes, and the wgmma descriptors assume that period starts on a 1024-byte boundary):
   A ring:  stages x (tile_m rows x 128 bytes)          row r of a k-block of A at r*128
   B ring:  stages x (b_rows rows x 128 bytes)          B stored [N, K]: row n holds 64 k values
+  staging: consumers x (tma_store / 64) x 8 KB         only with tma_store
   full[stages], empty[stages]: 8-byte mbarriers
 Each 128-byte row holds 64 bf16 of K; the TMA writes its 16-byte chunk c at chunk c ^ (r % 8)
 (CU_TENSOR_MAP_SWIZZLE_128B), which is the layout wgmma's 128-byte swizzle mode reads.
@@ -224,6 +237,10 @@ class _Kernel:
         # registers per accumulator: a second accumulator holds A @ B2 (two) or, with pingpong,
         # the tile's rows 64-127
         self.n_acc = s.acc_regs(ir) // (2 if self.two or self.pp else 1)
+        # TMA-store epilogue: staging slots per consumer warpgroup (0: stores from registers)
+        self.ts_slots = s.tma_store // 64
+        if self.ts_slots:
+            self.entry += f"_ts{s.tma_store}"
 
     # ---- helpers -------------------------------------------------------------------------
     def op(self, t: str) -> None:
@@ -295,6 +312,10 @@ class _Kernel:
         for pname, tensor, rows, outer in maps:
             params.append(tmap_param(pname, tensor, (64, rows), (ir.k, outer)))
             plist.append(f".param .align 64 .b8 {pname}[128]")
+        if self.ts_slots:
+            # the output's map: boxes of 64 columns x 64 rows, stored from the staging slots
+            params.append(tmap_param("c_map", ir.outputs[0].name, (64, 64), (ir.n, rows_expr(ir))))
+            plist.append(".param .align 64 .b8 c_map[128]")
         for o in ir.outputs:
             params.append(KernelParam("tensor", "u64", o.name))
             plist.append(f".param .u64 out_{o.name}")
@@ -345,7 +366,8 @@ class _Kernel:
         self.op("add.u32 %base, %base, 1023")
         self.op("and.b32 %base, %base, -1024")
         self.op(f"add.u32 %sb, %base, {s.stages * self.a_bytes}")  # B ring
-        self.op(f"add.u32 %full, %sb, {s.stages * self.b_bytes}")  # full barriers
+        self.op(f"add.u32 %epi, %sb, {s.stages * self.b_bytes}")  # staging (tma_store)
+        self.op(f"add.u32 %full, %epi, {s.epi_bytes()}")  # full barriers
         self.op(f"add.u32 %empty, %full, {8 * s.stages}")  # empty barriers
         self.op("mov.u32 %stage, 0")
         self.op("mov.u32 %phase, 0")
@@ -443,6 +465,7 @@ class _Kernel:
             "ci",
             "cta",
             "rank",
+            "epi",
         )
         decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
         head = [
@@ -696,6 +719,9 @@ class _Kernel:
             self.op("add.u32 %tile, %tile, %ncta")
         self.op(f"bra {lab_tile}")
         b.label(lab_done)
+        if self.ts_slots:
+            # the staging buffers stay allocated until the last box stores are done
+            self.op(f"@{self._issuer()} cp.async.bulk.wait_group 0")
 
     # ---- split-K -------------------------------------------------------------------------
     def split_k_epilogue(
@@ -782,6 +808,8 @@ class _Kernel:
         the tile's when None)."""
         s, b = self.s, self.b
         b.comment("epilogue: rows row0 (+8), columns col0 + 8j (+1) of the accumulators")
+        if self.ts_slots:
+            self._staging_setup(tm, tn)
         row0, col0 = self.r32(), self.r32()
         self.op(f"mad.lo.u32 {row0}, {tm}, {s.tile_m}, {frag_row}")
         self.op(f"mad.lo.u32 {col0}, {tn}, {s.tile_n}, {frag_col}")
@@ -843,7 +871,7 @@ class _Kernel:
     ) -> None:
         s, b, ir = self.s, self.b, self.ir
         ev = _Epilogue(b, ir, s.fast_math and all(o.dtype != "fp32" for o in ir.outputs))
-        out_ptr = {o.name: self._ptr(f"out_{o.name}") for o in ir.outputs}
+        out_ptr = {o.name: self._ptr(f"out_{o.name}") for o in ir.outputs if not self.ts_slots}
         in_ptr = {i.name: self._ptr(f"in_{i.name}") for i in ir.inputs}
         rows = [row0]
         r8 = self.r32()
@@ -877,7 +905,7 @@ class _Kernel:
         full_in = [i for i in ir.inputs if i.role == "full"]
         rowaddr: dict[tuple[str, int], str] = {}
         for h, r in enumerate(rows):
-            for o in ir.outputs:
+            for o in ir.outputs if not self.ts_slots else ():  # staged: stored by the TMA
                 rowaddr[(o.name, h)] = self._elem_addr(
                     out_ptr[o.name], r, col0, DTYPE_BYTES[o.dtype]
                 )
@@ -974,6 +1002,15 @@ class _Kernel:
                     )
 
         blocks = list(range(s.tile_n // 8) if js is None else js)
+        if self.ts_slots:
+            # boxes of 64 columns (8 column blocks) through the staging slots
+            for j in blocks:
+                if j % 8 == 0:
+                    self._box_begin(j // 8)
+                self._stage_store(j, compute(j)[0])
+                if j % 8 == 7:
+                    self._box_end(j // 8)
+            return
         if not grouped:
             for j in blocks:
                 store(j, *compute(j))
@@ -1013,6 +1050,89 @@ class _Kernel:
                     )
             for j in group:
                 store(j, *compute(j), inv)
+
+    # ---- TMA-store epilogue ------------------------------------------------------------------
+    def _issuer(self) -> str:
+        """A predicate: this thread is the first of its consumer warpgroup (it waits on and
+        issues the warpgroup's box stores; bulk async-groups belong to the issuing thread)."""
+        t, p = self.r32(), self.pred()
+        self.op(f"and.b32 {t}, %tx, 127")
+        self.op(f"setp.eq.u32 {p}, {t}, 0")
+        return p
+
+    def _staging_setup(self, tm: str, tn: str) -> None:
+        """Registers of one tile's staged epilogue: this thread's byte address of its first row
+        in slot 0 (rows 16 warp + lane / 4 and + 8 of its warpgroup's 64, bytes 4 (lane % 4)),
+        the swizzle's XOR term (lane / 4 = row % 8, times 16), the warpgroup's staging base, its
+        named barrier (3 + consumer) and the box coordinates (tile column, first row)."""
+        s = self.s
+        ct, cons, lt, warp, lane = self.r32(), self.r32(), self.r32(), self.r32(), self.r32()
+        self.op(f"sub.u32 {ct}, %tx, 128")
+        self.op(f"shr.u32 {cons}, {ct}, 7")
+        self.op(f"and.b32 {lt}, {ct}, 127")
+        self.op(f"shr.u32 {warp}, {lt}, 5")
+        self.op(f"and.b32 {lane}, {lt}, 31")
+        buf = self.r32()
+        self.op(f"mad.lo.u32 {buf}, {cons}, {self.ts_slots * 8192}, %epi")
+        quad, x16, base = self.r32(), self.r32(), self.r32()
+        self.op(f"shr.u32 {quad}, {lane}, 2")
+        self.op(f"shl.b32 {x16}, {quad}, 4")
+        self.op(f"mad.lo.u32 {quad}, {warp}, 16, {quad}")  # row within the warpgroup's 64
+        self.op(f"mad.lo.u32 {base}, {quad}, 128, {buf}")
+        q4 = self.r32()
+        self.op(f"and.b32 {q4}, {lane}, 3")
+        self.op(f"mad.lo.u32 {base}, {q4}, 4, {base}")
+        barid = self.r32()
+        self.op(f"add.u32 {barid}, {cons}, 3")
+        col, row = self.r32(), self.r32()
+        self.op(f"mul.lo.u32 {col}, {tn}, {s.tile_n}")
+        self.op(f"mul.lo.u32 {row}, {tm}, {s.tile_m}")
+        self.op(f"mad.lo.u32 {row}, {cons}, 64, {row}")
+        cm0, cm1 = self.r64(), self.r64()
+        self.op(f"mov.u64 {cm0}, c_map")
+        self.op(f"cvta.param.u64 {cm1}, {cm0}")
+        self._st = {"base": base, "x16": x16, "buf": buf, "bar": barid, "col": col, "row": row,
+                    "map": cm1}  # fmt: skip
+
+    def _box_begin(self, q: int) -> None:
+        """Before writing box q: its slot's previous box store has read it (at most slots - 1
+        of this thread's stores still pending), and the warpgroup knows it."""
+        st = self._st
+        self.op(f"@{self._issuer()} cp.async.bulk.wait_group.read {self.ts_slots - 1}")
+        self.op(f"bar.sync {st['bar']}, 128")
+
+    def _stage_store(self, j: int, results) -> None:
+        """This thread's two column pairs of column block j (rows h = 0, 1) into the staging
+        slot of box j // 8, as 16-bit pairs at the swizzled offset."""
+        st, o = self._st, self.ir.outputs[0]
+        slot = (j // 8) % self.ts_slots
+        t, a = self.r32(), self.r32()
+        self.op(f"xor.b32 {t}, {st['x16']}, {(j % 8) * 16}")
+        self.op(f"add.u32 {a}, {st['base']}, {t}")
+        cvt = "bf16x2" if o.dtype == "bf16" else "f16x2"
+        for h in range(2):
+            vals = results[(o.name, h)]
+            w = self.r32()
+            # the upper half takes the first operand: column col+1 goes high (little endian)
+            self.op(f"cvt.rn.{cvt}.f32 {w}, {vals[1]}, {vals[0]}")
+            self.op(f"st.shared.b32 [{a}+{slot * 8192 + h * 1024}], {w}")
+
+    def _box_end(self, q: int) -> None:
+        """After writing box q: every thread's writes made visible to the async proxy, a named
+        barrier, then the first thread stores the box (clipped to the output by the TMA)."""
+        st = self._st
+        slot = q % self.ts_slots
+        self.op("fence.proxy.async.shared::cta")
+        self.op(f"bar.sync {st['bar']}, 128")
+        c, src = self.r32(), self.r32()
+        self.op(f"add.u32 {c}, {st['col']}, {64 * q}")
+        self.op(f"add.u32 {src}, {st['buf']}, {slot * 8192}")
+        p = self._issuer()
+        self.op(
+            f"@{p} cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+            f"[{st['map']}, {{{c}, {st['row']}}}], [{src}]"
+        )
+        self.op(f"@{p} cp.async.bulk.commit_group")
 
     def _group_scale(self, amax, scales, row, j0, plead, prow, col0) -> str:
         """The scale amax / 448 of one row's 128-column group, from this thread's maximum

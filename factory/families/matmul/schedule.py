@@ -40,15 +40,20 @@ REGS_PER_SM = 65536
 PRODUCER_REGS = 40  # setmaxnreg of the producer warpgroup (it holds a few indices)
 BK_BYTES = 128  # one swizzled row of a k-block: 64 bf16 = the 128-byte swizzle span
 KINDS = ("wgmma", "mma_sync")
-# Batch axes flatten into the rows (emit.rows_expr); the emitter renders them, but until a GPU run
-# has verified them is_valid refuses them (lab.matmul.gemm_bench --allow-batch sets this).
-BATCH_VERIFIED = False
-# 2x1 clusters with B multicast: emitted, refused by is_valid until a GPU run verified them
-# (lab.matmul.gemm_bench --allow-cluster sets this).
-CLUSTER_VERIFIED = False
-# split-K through distributed shared memory: emitted, refused by is_valid until a GPU run verified
-# it (lab.matmul.gemm_bench / issue48_bench --allow-splitk sets this).
-SPLITK_VERIFIED = False
+# Verified on an H100 80GB HBM3 (2026-12-07): batches and 2x1 clusters in
+# bench/results/2026-12-07-h100-matmul-verify (54 checks passed), split-K in
+# bench/results/2026-12-07-h100-matmul-splitk (25 checks passed). Each flag still gates its
+# kind in is_valid: set False, the kind is refused as unverified.
+# Batch axes flatten into the rows (emit.rows_expr).
+BATCH_VERIFIED = True
+# 2x1 clusters with B multicast (slower than the same tile alone on that run: kept for the search).
+CLUSTER_VERIFIED = True
+# split-K through distributed shared memory.
+SPLITK_VERIFIED = True
+# The epilogue staged through shared memory and stored by TMA (GemmSchedule.tma_store): emitted
+# and compiled, modelled in tiling.simulate_tma_store; refused by is_valid until a GPU run verifies
+# it (lab.matmul.gemm_bench --allow-tma-store sets this; lab/matmul/issue48_run.sh checks it first).
+TMA_STORE_VERIFIED = False
 SPLIT_KS = (1, 2, 4)
 
 
@@ -67,6 +72,10 @@ class GemmSchedule:
     split_k: int = 1  # CTAs (a cluster) sharing one output tile's K; 1 = no split
     fast_math: bool = True  # approximate tanh/rcp in the epilogue (bf16/fp16 outputs only)
     pingpong: bool = False  # consumers alternate whole tiles (see the module docstring)
+    # epilogue staging: 0 = registers straight to global memory; else the columns of each
+    # consumer warpgroup's staging buffer in shared memory (a multiple of 64): the epilogue writes
+    # its rows there in boxes of 64 x 64 and one thread stores each box by TMA (see emit.py)
+    tma_store: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,6 +100,8 @@ class GemmSchedule:
             parts.append(f"pers g{self.group_m}")
         if self.split_k > 1:
             parts.append(f"sk{self.split_k}")
+        if self.tma_store:
+            parts.append(f"ts{self.tma_store}")
         return " ".join(parts)
 
     # Derived quantities the emitter uses.
@@ -105,10 +116,16 @@ class GemmSchedule:
     def stage_bytes(self, ir: GemmIR) -> int:
         return (self.tile_m + self.b_rows(ir)) * self.tile_k * 2
 
+    def epi_bytes(self) -> int:
+        """The epilogue's staging buffers (tma_store): tma_store 16-bit columns of every row of
+        the tile (each consumer warpgroup its own rows)."""
+        return self.tile_m * self.tma_store * 2
+
     def smem_bytes(self, ir: GemmIR) -> int:
-        # stages of A and B tiles, 16 bytes of mbarriers per stage, 1024 bytes of slack to align
-        # the ring to the 1024-byte period of the 128-byte swizzle.
-        return self.stages * self.stage_bytes(ir) + 16 * self.stages + 1024
+        # stages of A and B tiles, the epilogue's staging buffers, 16 bytes of mbarriers per
+        # stage, 1024 bytes of slack to align the ring to the 1024-byte period of the 128-byte
+        # swizzle.
+        return self.stages * self.stage_bytes(ir) + self.epi_bytes() + 16 * self.stages + 1024
 
     def ring_bytes(self, ir: GemmIR) -> int:
         return self.stages * self.stage_bytes(ir)
@@ -197,6 +214,22 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
             return "split-K shares the tile's 8-column blocks among its CTAs: tile_n too narrow"
         if not SPLITK_VERIFIED:
             return "split-K is emitted but not yet verified on a GPU"
+        if s.split_k == 4 and s.acc_regs(ir) >= 128:
+            # ptxas (168 registers a thread: setmaxnreg is ignored under nvJitLink) spills
+            # 20-28 bytes in the four-way sum of 128 accumulator registers; split 2 does not
+            # spill and ran faster on the H100 (0.87x against 0.66x cuBLAS at 128x8192x8192)
+            return "split_k 4 with 128 accumulator registers a thread spills: take split_k 2"
+    if s.tma_store:
+        if s.tma_store % 64 or s.tile_n % s.tma_store:
+            return "tma_store: a multiple of 64 columns that divides tile_n"
+        if s.pingpong or s.split_k > 1 or s.cluster_m > 1:
+            return "tma_store is emitted for the cooperative kernel (no pingpong, split-K, cluster)"
+        if len(ir.outputs) != 1 or ir.outputs[0].dtype not in ("bf16", "fp16"):
+            return "tma_store stages one bf16 or fp16 output"
+        if ir.outputs[0].group_scale:
+            return "tma_store does not stage a group-scaled output"
+        if not TMA_STORE_VERIFIED:
+            return "the TMA-store epilogue is emitted but not yet verified on a GPU"
     if s.group_m < 1:
         return "group_m must be >= 1"
     if s.smem_bytes(ir) > SMEM_LIMIT:
@@ -217,6 +250,10 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
             return "a group-scaled fp8 output needs tile_n a multiple of its 128-column groups"
         if (s.tile_n // 8 // s.split_k) % 16:
             return "split-K shares would cut a 128-column scale group"
+        if s.acc_regs(ir) >= 128 and (s.cluster_m > 1 or s.split_k > 1):
+            # the amax pass beside 128 accumulators and the cluster's or split-K's addressing
+            # spills 40-44 bytes (ptxas, 168 registers a thread)
+            return "a group-scaled fp8 output with 128 accumulator registers spills in a cluster"
     if dims is not None:
         try:
             m, n, k = dims[ir.m], dims[ir.n], dims[ir.k]
@@ -228,6 +265,8 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
             return "every dim must be >= 1"
         if k % 8:
             return "K must be a multiple of 8 (the TMA needs 16-byte row strides)"
+        if s.tma_store and n % 8:
+            return "tma_store needs N a multiple of 8 (the output's tensor map: 16-byte rows)"
         if max(m, n, k) >= 2**31:
             return "dims must be below 2**31"
     return None

@@ -32,9 +32,9 @@ class Schedule(_sched.GemmSchedule):
 
 
 # Each field's options; the space is their product filtered by is_valid, which keeps what the
-# emitter renders and a GPU run has verified (2x1 clusters wait for schedule.CLUSTER_VERIFIED).
-# The emitter does not render the mma.sync kind yet: add its option here when it does. Split-K
-# (2 and 4 CTAs a tile) waits for schedule.SPLITK_VERIFIED as clusters do.
+# emitter renders and a GPU run has verified (each gated kind has a *_VERIFIED flag in schedule.py:
+# 2x1 clusters, split-K with 2 and 4 CTAs a tile and batches are verified and open).
+# The emitter does not render the mma.sync kind yet: add its option here when it does.
 OPTIONS: dict[str, tuple] = {
     "kind": ("wgmma",),
     "consumers": (1, 2),
@@ -197,5 +197,13 @@ def seeds(ir: GemmIR, dims: dict, limit: int = SEEDS_PER_SHAPE) -> list[Schedule
             break
     default = default_schedule(ir, [dims])
     if default not in out:
-        out = out[: limit - 1] + [default]
+        # the default takes the place of the seed of its tile shape (the seeds keep distinct
+        # tile shapes), or the last place
+        same = [
+            i for i, s in enumerate(out) if (s.tile_m, s.tile_n) == (default.tile_m, default.tile_n)
+        ]
+        if same:
+            out[same[0]] = default
+        else:
+            out = out[: limit - 1] + [default]
     return out

@@ -326,3 +326,88 @@ def scale_group(tile_col: int, tile_n: int, lane: int, j: int) -> int:
     column + 2 (lane % 4) (the tile's first column a multiple of 128)."""
     col0 = tile_col * tile_n + 2 * (lane % 4)
     return (col0 >> 7) + j // 16
+
+
+def staged_offset(warp: int, lane: int, j: int, h: int, e: int, slots: int) -> int:
+    """Byte offset in a consumer warpgroup's staging buffer (schedule.tma_store) where the
+    TMA-store epilogue writes register 4j + 2h + e of thread (warp, lane), as the emitter computes
+    it: slot (j // 8) % slots of 8 KB, row 16 warp + lane / 4 + 8 h at 128 bytes, the 16-byte
+    chunk j % 8 XORed with lane / 4 (= row % 8), 4 bytes per lane % 4 and 2 per e."""
+    row = 16 * warp + lane // 4
+    xor = ((j % 8) * 16) ^ ((lane // 4) * 16)
+    return ((j // 8) % slots) * 8192 + row * 128 + (lane % 4) * 4 + xor + h * 1024 + 2 * e
+
+
+def simulate_tma_store(
+    c,
+    tile_n: int,
+    slots: int,
+    seed: int = 0,
+    pending_allowed: int | None = None,
+    read_chance: float = 1 / 2048,
+) -> tuple:
+    """A model of one consumer warpgroup's TMA-store epilogue over the 64-row bands of `c`
+    (M x N, the values its accumulators hold), its tiles walked band by band and tile column by
+    tile column. Per box q of a tile (64 columns): the first thread waits until at most
+    `pending_allowed` (default slots - 1) of its box stores still read shared memory, every
+    thread writes its registers at staged_offset, then the box's store is issued. The TMA
+    engine reads a pending store's slot at a random later moment (after any thread's write with
+    probability `read_chance`; oldest first, as wait_group counts them) and writes the box to
+    the output, clipped to M x N; every element it reads must have been written for that box
+    (not yet overwritten by a later one). Returns (the output, the most stores ever pending);
+    AssertionError on a torn read or an output element not stored exactly once."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(seed)
+    allowed = slots - 1 if pending_allowed is None else pending_allowed
+    m, n = c.shape
+    staging = np.full(slots * 4096, np.nan)  # 16-bit elements
+    owner = np.full(slots * 4096, -1)  # which box last wrote each element
+    out = np.full((m, n), np.nan)
+    stored = np.zeros((m, n), dtype=int)
+    pending: list[tuple[int, int, int, int]] = []  # (box id, slot, first row, first column)
+    most = 0
+
+    def engine_reads_oldest():
+        box, slot, r0, c0 = pending.pop(0)
+        for r in range(64):
+            for cc in range(64):
+                idx = (slot * 8192 + swizzle128(r, cc // 8) + (cc % 8) * 2) // 2
+                assert owner[idx] == box, f"box {box} slot {slot} overwritten before its store"
+                if r0 + r < m and c0 + cc < n:
+                    out[r0 + r, c0 + cc] = staging[idx]
+                    stored[r0 + r, c0 + cc] += 1
+
+    box_id = 0
+    for r0 in range(0, m, 64):
+        for t0 in range(0, n, tile_n):
+            for q in range(tile_n // 64):
+                while len(pending) > allowed:  # cp.async.bulk.wait_group.read
+                    engine_reads_oldest()
+                writes = [
+                    (w, lane, j, h, e)
+                    for w in range(4)
+                    for lane in range(32)
+                    for j in range(8 * q, 8 * q + 8)
+                    for h in (0, 1)
+                    for e in (0, 1)
+                ]
+                rng.shuffle(writes)
+                for w, lane, j, h, e in writes:
+                    if pending and rng.random() < read_chance:
+                        engine_reads_oldest()  # the TMA may read at any moment
+                    off = staged_offset(w, lane, j, h, e, slots)
+                    assert off % 2 == 0 and 0 <= off < slots * 8192
+                    row, col = fragment(w, lane, 4 * j + 2 * h + e)
+                    gr, gc = r0 + row, t0 + col
+                    staging[off // 2] = c[gr, gc] if gr < m and gc < n else 0.0
+                    owner[off // 2] = box_id
+                pending.append((box_id, (q % slots), r0, t0 + 64 * q))
+                most = max(most, len(pending))
+                box_id += 1
+    while pending:
+        engine_reads_oldest()
+    assert (stored == 1).all(), "an output element stored other than once"
+    return out, most

@@ -1,0 +1,181 @@
+"""The TMA-store epilogue of the wgmma GEMM emitter (schedule.tma_store): gated until a GPU run
+verifies it, its validity rules, emission and nvJitLink compilation without spills, the emitted
+staging offsets and protocol order, and a model of the staging protocol (tiling.
+simulate_tma_store) against the values it stores, including the torn reads a wrong wait allows.
+No GPU needed."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import importlib  # noqa: E402
+
+gemm_emit = importlib.import_module("factory.families.matmul.emit")
+from factory.families.matmul import schedule as sched_mod  # noqa: E402
+from factory.families.matmul import tiling  # noqa: E402
+from factory.families.matmul.ir import plain  # noqa: E402
+from factory.families.matmul.schedule import GemmSchedule, is_valid  # noqa: E402
+from lab.matmul.variants import epilogue_irs, schedules  # noqa: E402
+
+TS_NAMES = [sn for sn, s in schedules().items() if s.tma_store]
+
+
+def _nvjitlink() -> bool:
+    try:
+        from cuda.bindings import nvjitlink  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+@pytest.fixture
+def verified(monkeypatch):
+    monkeypatch.setattr(sched_mod, "TMA_STORE_VERIFIED", True)
+
+
+def test_tma_store_is_gated_until_a_gpu_verifies_it():
+    assert TS_NAMES
+    for sn in TS_NAMES:
+        ir = epilogue_irs()["swiglu" if sn.startswith("glu") else "plain"]
+        assert "not yet verified" in is_valid(ir, schedules()[sn])
+
+
+def test_tma_store_refusals(verified):
+    ir = plain()
+    s = GemmSchedule(stages=3, tma_store=256)
+    assert is_valid(ir, s) is None
+    assert "multiple of 64" in is_valid(ir, replace(s, tma_store=96))
+    assert "divides tile_n" in is_valid(ir, replace(s, tile_n=192, tma_store=128))
+    assert "cooperative" in is_valid(ir, replace(s, split_k=2, persistent=False))
+    assert "cooperative" in is_valid(ir, replace(s, cluster_m=2))
+    assert "cooperative" in is_valid(
+        ir, replace(s, tile_n=128, stages=5, pingpong=True, tma_store=128)
+    )
+    assert "bf16 or fp16" in is_valid(epilogue_irs()["rowq_fp8"], s)
+    # the staging buffer counts against shared memory: 4 stages of 48 KB leave no 64 KB
+    assert "shared memory" in is_valid(ir, replace(s, stages=4))
+    assert is_valid(ir, replace(s, stages=4, tma_store=128)) is None
+    # the output's tensor map needs 16-byte rows
+    assert "multiple of 8" in is_valid(ir, s, {"M": 100, "N": 250, "K": 64})
+    assert is_valid(ir, s, {"M": 100, "N": 248, "K": 64}) is None
+    assert s.label().endswith("ts256")
+
+
+def test_output_tensor_map_param(verified):
+    e = gemm_emit.emit(plain(), schedules()["w256s3t256"])
+    maps = [p for p in e.params if p.kind == "tmap"]
+    assert [m.name for m in maps] == ["a", "b", "c"]
+    assert maps[2].box == (64, 64) and maps[2].dims == ("N", "M") and maps[2].swizzle == 128
+    assert ".param .align 64 .b8 c_map[128]" in e.ptx
+    assert e.launch.smem_bytes == 3 * 48 * 1024 + 64 * 1024 + 16 * 3 + 1024
+    # stores go through the staging buffer only: no global store left in the kernel
+    assert "st.global" not in e.ptx
+
+
+@pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
+@pytest.mark.parametrize(
+    "op", ["plain", "bias_gelu", "bias_silu", "residual", "relu2", "swiglu", "batched_row"]
+)
+@pytest.mark.parametrize("sn", TS_NAMES)
+def test_tma_store_schedules_emit_and_compile_without_spills(op, sn, verified):
+    from factory.compile import compile_ptx
+
+    ir, s = epilogue_irs()[op], schedules()[sn]
+    why = is_valid(ir, s)
+    if why is not None:
+        # the only refusals among these: a second weight with a 256-wide tile
+        assert ir.b2 is not None and "256" in why, why
+        return
+    e = gemm_emit.emit(ir, s)
+    r = compile_ptx(e.ptx, "sm_90a", cache=False)
+    assert r.ok, r.log[-2000:]
+    assert r.spill_store_bytes == 0, r.spill_store_bytes
+    assert r.registers <= 255
+
+
+@pytest.mark.parametrize("sn", TS_NAMES)
+def test_emitted_protocol_order_and_offsets(sn, verified):
+    ir = epilogue_irs()["swiglu" if sn.startswith("glu") else "plain"]
+    s = schedules()[sn]
+    e = gemm_emit.emit(ir, s)
+    slots, boxes = s.tma_store // 64, s.tile_n // 64
+    # the epilogue is emitted twice (whole tiles, tail tiles); each walks the tile's boxes
+    steps = re.findall(
+        r"(cp\.async\.bulk\.wait_group\.read \d+|fence\.proxy\.async\.shared::cta|"
+        r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta\.bulk_group|cp\.async\.bulk\.commit_group"
+        r"|st\.shared\.b32|cp\.async\.bulk\.wait_group 0)",
+        e.ptx,
+    )
+    one_box = (
+        [f"cp.async.bulk.wait_group.read {slots - 1}"]
+        + ["st.shared.b32"] * 16
+        + [
+            "fence.proxy.async.shared::cta",
+            "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
+            "cp.async.bulk.commit_group",
+        ]
+    )
+    # the first fence is the barrier initialisation's; the last wait before the kernel ends
+    assert steps[0] == "fence.proxy.async.shared::cta"
+    assert steps[1:] == one_box * boxes * 2 + ["cp.async.bulk.wait_group 0"]
+    # the stores' offsets: per column block j the XOR constant (j % 8) * 16, then rows h = 0, 1
+    # at slot (j // 8) % slots x 8 KB + h x 1 KB (tiling.staged_offset)
+    pairs = re.findall(
+        r"xor\.b32 %r\d+, %r\d+, (\d+);\n(?:.*\n){1,}?\s*st\.shared\.b32 \[%r\d+\+(\d+)\]", e.ptx
+    )
+    offs = [int(x) for x in re.findall(r"st\.shared\.b32 \[%r\d+\+(\d+)\]", e.ptx)]
+    want = [((j // 8) % slots) * 8192 + h * 1024 for j in range(s.tile_n // 8) for h in (0, 1)]
+    assert offs == want * 2
+    xors = [int(x) for x, _ in pairs]
+    assert xors == [(j % 8) * 16 for j in range(s.tile_n // 8)] * 2
+
+
+def test_staged_offsets_are_the_tma_layout():
+    """Every register's staging offset is where the TMA store (128-byte swizzle) reads the
+    element the register holds, and no two registers share a byte."""
+    for slots in (1, 2, 4):
+        seen = set()
+        for w in range(4):
+            for lane in range(32):
+                for j in range(8 * slots):
+                    for h in (0, 1):
+                        for e in (0, 1):
+                            off = tiling.staged_offset(w, lane, j, h, e, slots)
+                            row, col = tiling.fragment(w, lane, 4 * j + 2 * h + e)
+                            box = col // 64
+                            want = (
+                                (box % slots) * 8192
+                                + tiling.swizzle128(row, (col % 64) // 8)
+                                + (col % 8) * 2
+                            )
+                            assert off == want
+                            seen.add(off)
+        assert len(seen) == slots * 4096  # every 16-bit element of the buffer once
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "tile_n", "slots"),
+    [(130, 300, 256, 4), (64, 256, 256, 2), (200, 130, 128, 2), (1, 70, 256, 1)],
+)
+def test_staging_model_stores_every_element_once(m, n, tile_n, slots):
+    c = np.random.default_rng(m * n).standard_normal((m, n))
+    for seed in range(3):
+        out, most = tiling.simulate_tma_store(c, tile_n, slots, seed=seed)
+        np.testing.assert_array_equal(out, c)
+        assert most <= slots
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_staging_model_catches_a_wait_that_allows_one_more(slots):
+    c = np.random.default_rng(1).standard_normal((256, 512))
+    with pytest.raises(AssertionError, match="overwritten"):
+        for seed in range(5):
+            tiling.simulate_tma_store(c, 256, slots, seed=seed, pending_allowed=slots)
