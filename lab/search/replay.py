@@ -106,7 +106,11 @@ def tables_from_sweep(data: dict, *, with_compile: bool = False) -> list[Table]:
     if data.get("format") != "matmul-sweep-1":
         raise ValueError(f"not a matmul sweep: format {data.get('format')!r}")
     schedules = data["schedules"]
-    compile_s = [float(c.get("compile_s") or 0.0) for c in data.get("compile") or []]
+    # compile seconds by schedule id (the sweep names the id; a list without ids is in order)
+    compile_s = {
+        int(c.get("id", pos)): float(c.get("compile_s") or 0.0)
+        for pos, c in enumerate(data.get("compile") or [])
+    }
     tables = [Table(dims=dict(d), space=schedules) for d in data["shapes"]]
     by_shape = {json.dumps(t.dims, sort_keys=True): t for t in tables}
     for m in data["measurements"]:
@@ -115,8 +119,8 @@ def tables_from_sweep(data: dict, *, with_compile: bool = False) -> list[Table]:
             continue
         sched = schedules[m["id"]]
         cost = float(m.get("check_s") or 0.0) + float(m.get("time_s") or 0.0)
-        if with_compile and m["id"] < len(compile_s):
-            cost += compile_s[m["id"]]
+        if with_compile:
+            cost += compile_s.get(m["id"], 0.0)
         ok = m.get("status") == "passed" and m.get("median_us")
         t.cells[schedule_key(sched)] = Cell(
             key=schedule_key(sched),

@@ -10,14 +10,16 @@ its space (factory.families.matmul.space) at each shape of --shapes (default: a 
 operator under the names lab.matmul.gemm_bench's functions bind (its space is the same set of
 schedules, which `main` asserts).
 
-1. Compile every schedule with nvJitLink (sm_90a) in threads; each schedule's compile seconds.
-2. Then, round-robin over the shapes in chunks of --chunk schedules (each shape's schedules in
-   a seeded random order, so a run cut short by --budget-s leaves a uniform sample at every
-   shape): each schedule's output checked against a float64 reference first
-   (gemm_bench.check: fresh inputs, NaN-poisoned output, two runs bitwise equal), then the
-   chunk's passing kernels timed with torch (cuBLAS) interleaved (gemm_bench.time_pair: L2
-   flush before every run, median of --reps). A schedule's check seconds are measured; its
-   timing seconds are its share of the chunk's timing wall time, in proportion to its median.
+1. Every schedule emitted and compiled with nvJitLink (sm_90a) in background threads, in the
+   seeded random order the GPU takes them, so the GPU starts on the first chunk while the rest
+   compile; each schedule's emit-and-compile seconds.
+2. In chunks of --chunk schedules of that order, each chunk at every shape in turn (a run cut
+   short by --budget-s leaves the same uniform sample at every shape): each schedule's output
+   checked against a float64 reference first (gemm_bench.check: fresh inputs, NaN-poisoned
+   output, two runs bitwise equal), then the chunk's passing kernels timed with torch (cuBLAS)
+   interleaved (gemm_bench.time_pair: L2 flush before every run, median of --reps). A
+   schedule's check seconds are measured; its timing seconds are its share of the chunk's
+   timing wall time, in proportion to its median.
 3. $OUT/sweep_matmul.json (format "matmul-sweep-1"), rewritten after every chunk, and a table
    of each shape's best, median and worst schedule last.
 
@@ -78,36 +80,33 @@ def schedule_key(schedule: dict) -> str:
     )
 
 
-def compile_all(ir, schedules: list[dict], threads: int) -> list[dict]:
-    """Emit each schedule (one thread) and compile it for sm_90a (threads: nvJitLink releases
-    the GIL): [{ok, compile_s, registers, spills, error, schedule, emitted, report}] in order;
+def start_compiles(ir, schedules: list[dict], order: list[int], threads: int):
+    """Emit and compile every schedule for sm_90a in the background, in `order` (the order the
+    GPU will want them): {id: future of {ok, compile_s, registers, spills, error, schedule,
+    emitted, report}}. Emission holds a lock (one at a time); nvJitLink releases the GIL, so the
+    compiles run side by side, and beside the GPU work on the schedules already compiled.
     compile_s is the schedule's emit and compile seconds."""
+    import threading
+
     from factory.compile import compile_ptx
     from factory.families.matmul import emit as gemm_emit
     from factory.families.matmul.schedule import GemmSchedule
 
     fields = GemmSchedule.__dataclass_fields__
-    emitted: list[tuple] = []
-    for sched in schedules:
+    lock = threading.Lock()
+
+    def one(sched: dict) -> dict:
         t0 = time.monotonic()
         try:
             s = GemmSchedule(**{k: v for k, v in sched.items() if k in fields})
-            emitted.append((s, gemm_emit.emit(ir, s), time.monotonic() - t0, ""))
-        except Exception as exc:  # noqa: BLE001 - recorded per schedule
-            emitted.append((None, None, time.monotonic() - t0, str(exc)[:500]))
-
-    def one(item: tuple) -> dict:
-        s, e, emit_s, error = item
-        if e is None:
-            return {"ok": False, "compile_s": round(emit_s, 4), "error": error}
-        t0 = time.monotonic()
-        try:
+            with lock:
+                e = gemm_emit.emit(ir, s)
             r = compile_ptx(e.ptx, "sm_90a", cache=False)
-        except Exception as exc:  # noqa: BLE001
-            return {"ok": False, "compile_s": round(emit_s, 4), "error": str(exc)[:500]}
+        except Exception as exc:  # noqa: BLE001 - recorded per schedule
+            return {"ok": False, "compile_s": time.monotonic() - t0, "error": str(exc)[:500]}
         out = {
             "ok": bool(r.ok),
-            "compile_s": round(emit_s + time.monotonic() - t0, 4),
+            "compile_s": round(time.monotonic() - t0, 4),
             "registers": r.registers,
             "spills": r.spill_store_bytes,
             "error": "" if r.ok else r.log[-500:],
@@ -116,8 +115,16 @@ def compile_all(ir, schedules: list[dict], threads: int) -> list[dict]:
             out.update(schedule=s, emitted=e, report=r)
         return out
 
-    with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-        return list(pool.map(one, emitted))
+    pool = ThreadPoolExecutor(max_workers=max(1, threads))
+    futures = {i: pool.submit(one, schedules[i]) for i in order}
+    pool.shutdown(wait=False)
+    return futures
+
+
+def compile_all(ir, schedules: list[dict], threads: int) -> list[dict]:
+    """start_compiles for every schedule, waited for: the results in the schedules' order."""
+    futures = start_compiles(ir, schedules, list(range(len(schedules))), threads)
+    return [futures[i].result() for i in range(len(schedules))]
 
 
 def make_kernel(gb, ir, compiled: dict):
@@ -144,19 +151,22 @@ def make_kernel(gb, ir, compiled: dict):
     return k
 
 
+def schedule_order(n_sched: int, seed: int) -> list[int]:
+    """The order the schedules are compiled and measured in: seeded, random."""
+    ids = list(range(n_sched))
+    random.Random(seed).shuffle(ids)
+    return ids
+
+
 def chunks_round_robin(n_sched: int, n_shapes: int, chunk: int, seed: int) -> list[tuple]:
-    """(shape index, [schedule ids]) work units: each shape's ids in its own seeded random order,
-    cut into chunks, the shapes taken in turn."""
-    per_shape = []
-    for si in range(n_shapes):
-        ids = list(range(n_sched))
-        random.Random(seed * 1000 + si).shuffle(ids)
-        per_shape.append([ids[i : i + chunk] for i in range(0, n_sched, chunk)])
+    """(shape index, [schedule ids]) work units: the ids in schedule_order, cut into chunks;
+    each chunk at every shape in turn before the next chunk (a run cut short leaves the same
+    uniform sample at every shape, and needs only the chunks it reached compiled)."""
+    ids = schedule_order(n_sched, seed)
     out = []
-    for round_ in range(max((len(p) for p in per_shape), default=0)):
-        for si, parts in enumerate(per_shape):
-            if round_ < len(parts):
-                out.append((si, parts[round_]))
+    for start in range(0, n_sched, chunk):
+        for si in range(n_shapes):
+            out.append((si, ids[start : start + chunk]))
     return out
 
 
@@ -209,18 +219,8 @@ def main(argv=None) -> int:
             json.dump(out, f)
         os.replace(tmp, path)
 
-    t0 = time.monotonic()
-    compiled = compile_all(ir, schedules, args.threads)
-    out["compile_wall_s"] = round(time.monotonic() - t0, 2)
-    out["compile"] = [
-        {k: v for k, v in c.items() if k not in ("schedule", "emitted", "report")} for c in compiled
-    ]
-    print(
-        f"compiled {sum(c['ok'] for c in compiled)} of {len(compiled)} schedules in "
-        f"{out['compile_wall_s']} s",
-        flush=True,
-    )
-    save()
+    futures = start_compiles(ir, schedules, schedule_order(len(schedules), args.seed), args.threads)
+    compile_recs: dict[int, dict] = {}
 
     import torch
 
@@ -239,13 +239,21 @@ def main(argv=None) -> int:
     _, ctx = cu.cuDevicePrimaryCtxRetain(cu.CUdevice(torch.cuda.current_device()))
     cu.cuCtxSetCurrent(ctx)
     kernels: dict[int, object] = {}
-    for i, c in enumerate(compiled):
-        if c["ok"]:
-            try:
-                kernels[i] = make_kernel(gb, ir, c)
-            except Exception as exc:  # noqa: BLE001
-                out["errors"].append(f"load {i}: {exc}")
-    print(f"loaded {len(kernels)} kernels", flush=True)
+
+    def kernel(i: int):
+        """Schedule i's loaded kernel once its compile is done (None if it failed)."""
+        if i not in compile_recs:
+            c = futures[i].result()
+            compile_recs[i] = {
+                "id": i,
+                **{k: v for k, v in c.items() if k not in ("schedule", "emitted", "report")},
+            }
+            if c["ok"]:
+                try:
+                    kernels[i] = make_kernel(gb, ir, c)
+                except Exception as exc:  # noqa: BLE001
+                    out["errors"].append(f"load {i}: {exc}")
+        return kernels.get(i)
 
     work = chunks_round_robin(len(schedules), len(shapes), args.chunk, args.seed)
     done_units = 0
@@ -260,7 +268,7 @@ def main(argv=None) -> int:
         for i in ids:
             rec = {"id": i, "dims": d, "status": "not_compiled", "median_us": None}
             rows[i] = rec
-            if i not in kernels:
+            if kernel(i) is None:
                 continue
             t1 = time.monotonic()
             try:
@@ -299,6 +307,7 @@ def main(argv=None) -> int:
                     sm_clock_mhz=timed["sm_clock_mhz"],
                 )
         out["measurements"].extend(rows.values())
+        out["compile"] = [compile_recs[i] for i in sorted(compile_recs)]
         done_units += 1
         save()
         best = min((r["median_us"] for r in rows.values() if r["median_us"]), default=None)
@@ -309,6 +318,8 @@ def main(argv=None) -> int:
             flush=True,
         )
     out["complete"] = done_units == len(work)
+    for f in futures.values():
+        f.cancel()  # compiles not started yet (a run cut short): the process need not wait
     save()
     print_table(out)
     return 0

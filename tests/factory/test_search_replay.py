@@ -206,9 +206,11 @@ def test_the_sweep_covers_every_schedule_of_each_shape_round_robin():
     assert shapes == [SKINNY, SQUARE]
     work = S.chunks_round_robin(10, 2, 4, seed=0)
     assert [si for si, _ in work] == [0, 1, 0, 1, 0, 1]  # the shapes take turns
+    assert [part for si, part in work if si == 0] == [part for si, part in work if si == 1]
+    order = S.schedule_order(10, 0)
     for si in (0, 1):
         ids = [i for s, part in work if s == si for i in part]
-        assert sorted(ids) == list(range(10)) and ids != list(range(10))  # all, shuffled
+        assert ids == order and sorted(ids) == list(range(10)) and ids != list(range(10))
     # the lab IR the sweep renders has the same space as the example workload the agents see
     from factory.families.matmul import space as mm_space
     from lab.matmul.variants import epilogue_irs
