@@ -230,11 +230,18 @@ def evaluate_job(
     return {"n": len(keys), "rho": rho, "spread": spread}
 
 
-def evaluate(records: list[dict], *, folds: int = 5, log=None) -> list[dict]:
-    """evaluate_job for every job of `records`."""
+def evaluate(records: list[dict], *, folds: int = 5, near: float = 0.0, log=None) -> list[dict]:
+    """evaluate_job for every job of `records`; with `near` > 1, each job keeps only its
+    candidates within that factor of its fastest (what one job of a single row length holds:
+    a suite job also times the kernels made for the other row length, which the model tells
+    apart easily)."""
     jobs: dict[str, list[dict]] = {}
     for r in records:
         jobs.setdefault(r["job"], []).append(r)
+    if near > 1.0:
+        for job, rows in jobs.items():
+            best = min(r["median_us"] for r in rows)
+            jobs[job] = [r for r in rows if r["median_us"] <= near * best]
     by_op: dict[tuple, list[dict]] = {}
     for r in records:
         by_op.setdefault((r["family"], r["op"]), []).append(r)
@@ -341,6 +348,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sources", default="suite,sweep,loop")
     ap.add_argument("--matmul-sweep", default="")
     ap.add_argument("--commit", default="")
+    ap.add_argument("--near", type=float, default=0.0, help="keep candidates within this x best")
     ap.add_argument("--from-jobs", default="", help="report a jobs.json again, no refitting")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
@@ -358,7 +366,9 @@ def main(argv=None) -> int:
         records += loop_records()
     if args.matmul_sweep:
         records += matmul_records(args.matmul_sweep)
-    results = evaluate(records, folds=args.folds, log=lambda m: print(m, flush=True))
+    results = evaluate(
+        records, folds=args.folds, near=args.near, log=lambda m: print(m, flush=True)
+    )
     text = report(results, folds=args.folds, commit=args.commit)
     text += (
         f"\n{len(records)} records, {len(results)} jobs scored in {time.monotonic() - t0:.0f} s.\n"
