@@ -231,6 +231,20 @@ EMAIL_BACKEND = (
     if EMAIL_HOST
     else "django.core.mail.backends.console.EmailBackend"
 )
+# The SMTP backend's port, login and encryption (used only with EMAIL_HOST): by default port 25,
+# no login and no encryption, a local relay. STARTTLS (EMAIL_USE_TLS, usually port 587) and
+# implicit TLS (EMAIL_USE_SSL, usually port 465) exclude each other.
+EMAIL_PORT = envint("EMAIL_PORT", 25, minimum=1)
+if EMAIL_PORT > 65535:
+    raise ImproperlyConfigured(f"EMAIL_PORT={EMAIL_PORT} is not a port (1 to 65535)")
+EMAIL_HOST_USER = envstr("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = envstr("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured(
+        "EMAIL_USE_TLS and EMAIL_USE_SSL are both set: choose one (STARTTLS or implicit TLS)"
+    )
 DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "factory@localhost")
 
 LANGUAGE_CODE = "en-gb"
