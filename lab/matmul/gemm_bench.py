@@ -493,6 +493,11 @@ def main():
     ap.add_argument(
         "--allow-splitk", action="store_true", help="let is_valid pass split-K (to verify it)"
     )
+    ap.add_argument(
+        "--allow-tma-store",
+        action="store_true",
+        help="let is_valid pass the TMA-store epilogue (to verify it)",
+    )
     ap.add_argument("--timeout", type=float, default=500.0)
     args = ap.parse_args()
     start = time.time()
@@ -508,6 +513,10 @@ def main():
         from factory.families.matmul import schedule as _schedule
 
         _schedule.SPLITK_VERIFIED = True
+    if args.allow_tma_store:
+        from factory.families.matmul import schedule as _schedule
+
+        _schedule.TMA_STORE_VERIFIED = True
     import torch
 
     dev = torch.cuda.get_device_properties(0)

@@ -70,19 +70,37 @@ def log(*a):
     print(*a, flush=True)
 
 
-def candidates(op: str, m: int, n: int, k: int, allow_splitk: bool, extra: list[str]) -> list:
+def candidates(
+    op: str,
+    m: int,
+    n: int,
+    k: int,
+    allow_splitk: bool,
+    extra: list[str],
+    allow_tma_store: bool = False,
+) -> list:
     """Schedule names (lab.matmul.variants.schedules) worth timing at this shape, those the
-    validity predicate lets through for this op (split-K only with allow_splitk)."""
+    validity predicate lets through for this op at this shape (split-K only with allow_splitk,
+    the TMA-store epilogue only with allow_tma_store)."""
     from factory.families.matmul import schedule as sched_mod
 
     irs, scheds = epilogue_irs(), schedules()
     names = _candidates(op, m, n, k, allow_splitk, extra)
-    was = sched_mod.SPLITK_VERIFIED
-    sched_mod.SPLITK_VERIFIED = was or allow_splitk
+    if allow_tma_store:
+        names += ["glu128s4t128"] if op == "swiglu" else ["w256s4t128", "w256s3t256"]
+    was = sched_mod.SPLITK_VERIFIED, sched_mod.TMA_STORE_VERIFIED
+    sched_mod.SPLITK_VERIFIED = was[0] or allow_splitk
+    sched_mod.TMA_STORE_VERIFIED = was[1] or allow_tma_store
+    dims = {"M": m, "N": n, "K": k, "Bt": 3}
     try:
-        return [x for x in names if sched_mod.is_valid(irs[op], scheds[x]) is None]
+        return [
+            x
+            for x in dict.fromkeys(names)
+            if sched_mod.is_valid(irs[op], scheds[x]) is None
+            and sched_mod.is_valid(irs[op], scheds[x], dims) is None
+        ]
     finally:
-        sched_mod.SPLITK_VERIFIED = was
+        sched_mod.SPLITK_VERIFIED, sched_mod.TMA_STORE_VERIFIED = was
 
 
 def _candidates(op, m, n, k, allow_splitk, extra) -> list:
@@ -165,6 +183,9 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
     ap.add_argument("--allow-splitk", action="store_true", help="verify and time split-K")
     ap.add_argument("--allow-cluster", action="store_true")
+    ap.add_argument(
+        "--allow-tma-store", action="store_true", help="verify and time the TMA-store epilogue"
+    )
     ap.add_argument("--extra", default="", help="more schedule names for every shape")
     ap.add_argument(
         "--compile-plain", action="store_true", help="max-autotune for the plain GEMM too"
@@ -182,6 +203,8 @@ def main():
         sched_mod.SPLITK_VERIFIED = True
     if args.allow_cluster:
         sched_mod.CLUSTER_VERIFIED = True
+    if args.allow_tma_store:
+        sched_mod.TMA_STORE_VERIFIED = True
     if args.dry_run:
         return dry_run(args)
     import torch
@@ -261,7 +284,7 @@ def main():
             flops = 2.0 * m * n * k * (2 if op == "swiglu" else 1)
             # ours: check at this shape first
             good = {}
-            for sn in candidates(op, m, n, k, args.allow_splitk, extra):
+            for sn in candidates(op, m, n, k, args.allow_splitk, extra, args.allow_tma_store):
                 kern = kernel(op, sn)
                 if isinstance(kern, str):
                     rec.setdefault("refused", {})[sn] = kern
@@ -423,7 +446,7 @@ def dry_run(args) -> int:
     bad = 0
     for m, n, k in shapes:
         for op in [o for o in args.ops.split(",") if o]:
-            names = candidates(op, m, n, k, args.allow_splitk, extra)
+            names = candidates(op, m, n, k, args.allow_splitk, extra, args.allow_tma_store)
             line = []
             for sn in names:
                 if (op, sn) not in built:

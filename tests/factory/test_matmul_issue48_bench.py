@@ -33,6 +33,29 @@ def test_plan_covers_the_issue_shapes_and_ops():
     assert "sk2w256s4" in ib.candidates("plain", 128, 8192, 8192, True, [])
 
 
+def test_tma_store_candidates_only_when_allowed_and_where_n_fits():
+    from factory.families.matmul import schedule as sched_mod
+
+    assert not sched_mod.TMA_STORE_VERIFIED  # gated until the preflight passes on a GPU
+    plain = ib.candidates("plain", 4096, 4096, 4096, False, [], allow_tma_store=True)
+    assert {"w256s4t128", "w256s3t256"} <= set(plain) and "w256s4" in plain
+    assert not any(
+        schedules()[x].tma_store for x in ib.candidates("plain", 4096, 4096, 4096, False, [])
+    )
+    glu = ib.candidates("swiglu", 4096, 4096, 4096, False, [], allow_tma_store=True)
+    assert "glu128s4t128" in glu
+    # N = 4097: the output's tensor map needs 16-byte rows; fp8 outputs are not staged
+    assert not any(
+        schedules()[x].tma_store
+        for x in ib.candidates("plain", 4095, 4097, 4000, False, [], allow_tma_store=True)
+    )
+    assert not any(
+        schedules()[x].tma_store
+        for x in ib.candidates("rowq_fp8", 4096, 4096, 4096, False, [], allow_tma_store=True)
+    )
+    assert not sched_mod.TMA_STORE_VERIFIED  # candidates() put the flag back
+
+
 def test_dry_run_compiles_every_planned_kernel(monkeypatch, capsys):
     pytest.importorskip("cuda.bindings.nvjitlink")
     from factory.families.matmul import schedule as sched_mod
