@@ -22,8 +22,10 @@ back whole). Strategies:
   refitted on the job's results after every generation, timing its predicted-fastest untried
   schedules.
 
-A schedule the agents propose that the sweep did not measure (a sweep cut short) costs the
-table's mean and gives no time; the report counts them. The JSON under --out holds every run's
+A schedule the agents propose that the sweep did not measure costs the table's mean and gives
+no time; when the sweep was cut short (a uniform sample of each shape), the sample is the space
+instead: random search and the cost model draw from it, and any other proposal costs nothing and
+gives nothing. The report counts such proposals. The JSON under --out holds every run's
 per-generation curve; lab.search.report writes the markdown.
 """
 
@@ -72,6 +74,10 @@ class Table:
     dims: dict
     space: list[dict]  # every schedule of the space (measured or not)
     cells: dict[str, Cell] = field(default_factory=dict)
+    # A sweep cut short measured a sample of the space: the replay then treats that sample as
+    # the space (random search draws from it; any other proposal costs nothing, gives nothing
+    # and is counted).
+    measured_only: bool = False
 
     @property
     def name(self) -> str:
@@ -97,12 +103,26 @@ class Table:
     def measure(self, schedule: dict) -> tuple[Cell | None, float]:
         """The cell a proposal looks up (None: the sweep did not measure it) and its cost."""
         cell = self.cells.get(schedule_key(schedule))
-        return cell, (cell.cost_s if cell is not None else self.mean_cost_s)
+        if cell is not None:
+            return cell, cell.cost_s
+        return None, (0.0 if self.measured_only else self.mean_cost_s)
+
+    @property
+    def draw_space(self) -> list[dict]:
+        """What random search draws from: the space, or the measured sample of it."""
+        if self.measured_only:
+            return [c.schedule for c in self.cells.values()]
+        return self.space
 
 
-def tables_from_sweep(data: dict, *, with_compile: bool = False) -> list[Table]:
+def tables_from_sweep(
+    data: dict, *, with_compile: bool = False, measured_only: bool | None = None
+) -> list[Table]:
     """One Table per shape of a sweep file; compile seconds added to each cell's cost when
-    asked (the compile runs on a CPU, so by default it is not GPU time)."""
+    asked (the compile runs on a CPU, so by default it is not GPU time). `measured_only`
+    (default: when the sweep was cut short) makes each shape's measured sample its space."""
+    if measured_only is None:
+        measured_only = not data.get("complete", True)
     if data.get("format") != "matmul-sweep-1":
         raise ValueError(f"not a matmul sweep: format {data.get('format')!r}")
     schedules = data["schedules"]
@@ -111,7 +131,9 @@ def tables_from_sweep(data: dict, *, with_compile: bool = False) -> list[Table]:
         int(c.get("id", pos)): float(c.get("compile_s") or 0.0)
         for pos, c in enumerate(data.get("compile") or [])
     }
-    tables = [Table(dims=dict(d), space=schedules) for d in data["shapes"]]
+    tables = [
+        Table(dims=dict(d), space=schedules, measured_only=measured_only) for d in data["shapes"]
+    ]
     by_shape = {json.dumps(t.dims, sort_keys=True): t for t in tables}
     for m in data["measurements"]:
         t = by_shape.get(json.dumps(m["dims"], sort_keys=True))
@@ -238,7 +260,7 @@ class Ledger:
 def replay_random(table: Table, *, seed: int, population: int, max_generations: int) -> Run:
     """Uniform draws without replacement from the space, `population` per generation, until the
     target is reached, the space is spent or `max_generations`."""
-    order = list(table.space)
+    order = list(table.draw_space)
     random.Random(seed).shuffle(order)
     led = Ledger(table, "random", seed, f"random-{table.name}-{seed}")
     for g in range(max_generations):
@@ -345,7 +367,7 @@ def replay_costmodel(
         model = CostModel(family="matmul", dim_order=["M", "N", "K"]).fit(
             list(evidence) + led.records
         )
-        untried = [s for s in table.space if schedule_key(s) not in led.tried]
+        untried = [s for s in table.draw_space if schedule_key(s) not in led.tried]
         if not untried:
             break
         if model.fitted:
@@ -571,6 +593,7 @@ def main(argv=None) -> int:
         "env": data.get("env"),
         "complete": data.get("complete"),
         "with_compile": args.with_compile,
+        "measured_only": tables[0].measured_only if tables else None,
     }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "replay.json"), "w") as f:

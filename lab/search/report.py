@@ -145,9 +145,14 @@ def render(result: dict) -> str:
         st.get("unmeasured", 0) for j in result["jobs"] for st in j["strategies"].values()
     )
     if unmeasured:
+        cost = (
+            "cost nothing (the sweep's sample is the space)"
+            if sweep.get("measured_only")
+            else "cost the table's mean"
+        )
         lines.append(
-            f"{unmeasured} proposals named schedules the sweep has no time for; each cost the "
-            "table's mean and gave no time."
+            f"{unmeasured} proposals named schedules the sweep has no time for; each {cost} and "
+            "gave no time."
         )
     return "\n".join(lines) + "\n"
 

@@ -220,3 +220,17 @@ def test_the_sweep_covers_every_schedule_of_each_shape_round_robin():
     assert S.schedule_key(S.space_schedules(shapes)[0]) == R.schedule_key(
         S.space_schedules(shapes)[0]
     )
+
+
+def test_a_sweep_cut_short_replays_its_sample_as_the_space(sweep):
+    partial = dict(sweep, complete=False)
+    keep = set(range(0, len(sweep["schedules"]), 3))
+    partial["measurements"] = [m for m in sweep["measurements"] if m["id"] in keep]
+    t = R.tables_from_sweep(partial)[1]
+    assert t.measured_only and len(t.cells) == len(keep) and len(t.draw_space) == len(keep)
+    missing = sweep["schedules"][1]  # not in the sample
+    assert t.measure(missing) == (None, 0.0)
+    run = R.replay_random(t, seed=0, population=8, max_generations=10**6)
+    assert run.steps[-1].unmeasured == 0 and run.reach_s(t.target_us) is not None
+    full = R.tables_from_sweep(partial, measured_only=False)[1]
+    assert full.measure(missing) == (None, pytest.approx(full.mean_cost_s))
