@@ -366,6 +366,8 @@ class SplitKernel(SegNormKernel):
             b.op(f"mov.u32 {t}, %ctaid.x")
             grid = self.u32("%nctaid.x")
         nxt = b.reg("b32")
+        last_key = b.reg("b32")  # the (row, pass) whose finals the registers hold
+        b.op(f"mov.u32 {last_key}, 0xFFFFFFFF")
         top, finish = b.new_label("task"), b.new_label("finish")
         b.label(top)
         pt = b.reg("pred")
@@ -440,6 +442,14 @@ class SplitKernel(SegNormKernel):
                 b.op(f"@{pk} bra.uni {skip}")
             finals: dict = {}
             if kk > 0:
+                # the row's finals, read once a (row, pass) in a row of tasks: a block whose
+                # last task of this pass was of the same row keeps them in registers
+                key = b.reg("b32")
+                b.op(f"mad.lo.u32 {key}, {r}, {P}, {kk}")
+                same = b.reg("pred")
+                b.op(f"setp.eq.u32 {same}, {key}, {last_key}")
+                have = b.new_label("have_finals")
+                b.op(f"@{same} bra.uni {have}")
                 self.wait_ready(wr, r, kk - 1, t0)
                 a = b.reg("b64")
                 b.op(f"mul.wide.u32 {a}, {r}, {4 * nred}")
@@ -450,6 +460,8 @@ class SplitKernel(SegNormKernel):
                             v = b.reg("f32")
                             b.op(f"ld.relaxed.gpu.global.f32 {v}, [{a}+{4 * (u.slot + i)}]")
                             finals[node] = v
+                b.op(f"mov.u32 {last_key}, {key}")
+                b.label(have)
             seg = self.seg_of(finals)
             self.scalar_nodes(kk, self.scalar_vals, seg)
             if kk < P - 1:
