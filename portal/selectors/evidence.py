@@ -650,8 +650,9 @@ def _schedule_labels(records: list[dict]) -> dict[tuple[str, str], str]:
 # --- throughput for compute-bound families --------------------------------------------------------
 
 # Families whose kernels are bound by arithmetic, not memory: their charts show TFLOP/s against
-# the card's dense peak instead of TB/s against the copy ceiling.
-COMPUTE_BOUND_FAMILIES = ("matmul",)
+# the card's dense peak instead of TB/s against the copy ceiling. Attention's roofline counts the
+# unmasked work only (the pairs its mask's band keeps), as issue 49 asks.
+COMPUTE_BOUND_FAMILIES = ("matmul", "attention")
 
 
 def throughput_rows(spec, arch: str, comparison: list[dict]) -> tuple[list[dict], float | None]:

@@ -1,0 +1,95 @@
+"""Issue 49 through the portal: a customer's job for a soft-capped causal attention (the
+attention_softcap example, 30 * tanh(s / 30) on the scores) is planned, emitted, compiled and
+reviewed by the real agents and reaches the GPU stage in a batch naming the attention family,
+its queued kernels the family's rendering of their schedules and the batch asking for the
+attention baselines; a results file for those kernels (made up here: no GPU, its environment
+says so, timings set from the unmasked FLOPs so that every kernel runs below the card's peak)
+is imported, the job goes to review, and its page charts TFLOP/s against the dense peak beside
+the baselines."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from factory import families
+from factory.spec import load_manifest
+from portal import services
+from portal.celery import app
+from portal.models import Candidate, Job
+from tests.portal.results_files import results_for
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "factory" / "examples" / "attention_softcap.toml"
+MADE_UP = "made up by tests/portal/test_attention_job.py, no GPU"
+
+
+@pytest.fixture
+def attention_job(customer, orgs, settings, django_capture_on_commit_callbacks):
+    settings.GPU_DISPATCH = False  # no GPU here: the batch waits for a results file
+    app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            workload = services.workload_create(
+                org=orgs[0], user=customer, manifest=EXAMPLE.read_text()
+            )
+            job = services.job_create(
+                workload=workload, user=customer, max_generations=1, population=3, seed=7
+            )
+        job.refresh_from_db()
+        yield job
+    finally:
+        app.conf.task_always_eager = False
+
+
+def test_a_softcap_attention_job_reaches_the_gpu_stage_and_its_page_charts_tflops(
+    attention_job, client, customer, settings, tmp_path, django_capture_on_commit_callbacks
+):
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = attention_job
+    assert job.status == Job.WAITING_GPU, job.stop_reason
+    batch = job.batches.get().batch
+    assert batch["family"] == "attention"
+    w = load_manifest(job.workload.manifest)
+    fam, ir = families.family_for(w)
+    assert fam.name == "attention" and ir.score is not None
+    queued = list(job.candidates.filter(status=Candidate.QUEUED))
+    assert queued, "no candidate survived the build"
+    for c in queued:
+        assert c.schedule["family"] == "attention"
+        assert c.compile_report and c.compile_report["ok"]
+        assert fam.emit(ir, c.schedule).ptx == c.ptx  # the stored kernel is the family's
+        assert "wgmma.mma_async" in c.ptx and "cp.async.bulk.tensor" in c.ptx
+        # the soft cap is in the kernel: without the score expression it renders otherwise
+        assert fam.emit(dataclasses.replace(ir, score=None), c.schedule).ptx != c.ptx
+
+    # A results file as the worker writes it, for these very kernels (matched by PTX hash), its
+    # environment naming this test instead of a GPU; each median 1.5x (and more) the time of
+    # the shape's unmasked FLOPs at the 989 TFLOP/s peak, the largest shape setting the base.
+    flops = max(fam.roofline_of(w, dict(d)).flops for d in w.shapes)
+    base_us = 1.5 * flops / 989e12 * 1e6
+    data = results_for(batch, base_us=base_us)
+    data["env"]["gpu"] = MADE_UP
+    data["env"]["hostname"] = "no-gpu-test"
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(data))
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("import_results", str(results))
+    job.refresh_from_db()
+    assert job.status == Job.REVIEW, job.stop_reason
+    assert job.best_candidate.status == Candidate.PASSED
+
+    client.force_login(customer)
+    response = client.get(reverse("web-job", args=[job.code]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert MADE_UP in page  # the page says where the numbers came from
+    charts = response.context["charts"]
+    chart = charts.get("throughput")
+    assert chart and not charts.get("bandwidth")
+    assert "dense peak (989 TFLOP" in chart
+    for name in batch["baselines"]:
+        if name != "customer":
+            assert name in chart, name  # every baseline beside the kernels
