@@ -179,3 +179,27 @@ def test_staging_model_catches_a_wait_that_allows_one_more(slots):
     with pytest.raises(AssertionError, match="overwritten"):
         for seed in range(5):
             tiling.simulate_tma_store(c, 256, slots, seed=seed, pending_allowed=slots)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("op", "sn"),
+    [
+        ("plain", "w256s4t128"),
+        ("plain", "w256s3t256"),
+        ("bias_gelu", "w256s4t128"),
+        ("residual", "w256s3t256"),
+        ("swiglu", "glu128s4t128"),
+    ],
+)
+def test_tma_store_kernels_correct_on_gpu(op, sn, verified):
+    """The GPU check of the staged epilogue (what issue48_run.sh's preflight runs): tails in M,
+    N (a multiple of 8) and K, one row, and many tiles per CTA (slots reused across tiles)."""
+    torch = pytest.importorskip("torch")
+    from lab.matmul import gemm_bench
+
+    kern = gemm_bench.Kernel(epilogue_irs()[op], schedules()[sn])
+    for i, (m, n, k) in enumerate(
+        [(333, 248, 72), (1, 520, 4096), (4095, 4104, 1000), (130, 304, 8)]
+    ):
+        assert gemm_bench.check(torch, kern, op, m, n, k, seed=i), (op, sn, m, n, k)
