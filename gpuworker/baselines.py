@@ -9,6 +9,9 @@
 - "triton", "liger": library kernels, from the family's baselines module where it has them
   (the row family: a plain Triton kernel for softmax and RMSNorm, and Liger Kernel's kernels).
   Optional like torch: without the package it is reported "unavailable".
+- "sdpa_flash", "sdpa_cudnn", "flex_attention": attention in torch, from the family's baselines
+  module (`named`): SDPA under one back end, and flex_attention under torch.compile. A family
+  without them, or an operator the back end cannot express, reports "unavailable" with why.
 
 Every torch-side function takes a dict of input tensors in storage dtype (bf16 as torch.bfloat16)
 and returns a dict of output tensors; the child copies them into the judged output buffers after
@@ -20,7 +23,16 @@ from __future__ import annotations
 from factory.spec import expr as E
 from factory.spec.types import BaselineUnavailable as Unavailable
 
-TORCH_BASELINES = ("torch_eager", "torch_compile", "torch_compile_max_autotune", "triton", "liger")
+# Baselines only a family's baselines module can make (its `named` function): attention's.
+NAMED_BASELINES = ("sdpa_flash", "sdpa_cudnn", "flex_attention")
+TORCH_BASELINES = (
+    "torch_eager",
+    "torch_compile",
+    "torch_compile_max_autotune",
+    "triton",
+    "liger",
+    *NAMED_BASELINES,
+)
 
 
 def _torch_dtype(torch, dtype: str):
@@ -151,6 +163,17 @@ def dag_function(workload):
     return fn
 
 
+def _raise_recompile_limit(torch) -> None:
+    """One function object is compiled for every shape, input set and mode of a batch: past
+    dynamo's recompile limit (8) it silently runs eager, an unfair baseline. Raised to 256."""
+    import torch._dynamo
+
+    cfg = torch._dynamo.config
+    for knob in ("recompile_limit", "cache_size_limit"):  # the name before torch 2.6
+        if isinstance(getattr(cfg, knob, None), int) and getattr(cfg, knob) < 256:
+            setattr(cfg, knob, 256)
+
+
 def make_torch_baseline(name: str, workload, family: str = "row"):
     """(fn, version, config) for a torch-side baseline of `family` (its baselines module gives
     the idiomatic and library functions; the expression DAG serves the rest). Raises
@@ -171,6 +194,16 @@ def make_torch_baseline(name: str, workload, family: str = "row"):
             raise Unavailable(f"the {family} family has no {name} baseline")
         fn, how, lib_version = provider.library(name, workload)  # Unavailable, with the reason
         return fn, lib_version, {"kernel": how}
+    if name in NAMED_BASELINES:
+        named = getattr(provider, "named", None)
+        if named is None:
+            raise Unavailable(f"the {family} family has no {name} baseline")
+        fn, how = named(name, workload)  # Unavailable, with the reason
+        config = {"function": how}
+        if name == "flex_attention":
+            _raise_recompile_limit(torch)
+            config["torch_compile"] = {"mode": "default", "of": "flex_attention"}
+        return fn, version, config
     fn = how = None
     if provider is not None:
         fn, how = provider.idiomatic(name, workload, compiled=name != "torch_eager")
@@ -180,14 +213,7 @@ def make_torch_baseline(name: str, workload, family: str = "row"):
     if name == "torch_eager":
         return fn, version, config
     if name in ("torch_compile", "torch_compile_max_autotune"):
-        # One function object is compiled for every shape, input set and mode of a batch:
-        # past dynamo's recompile limit (8) it silently runs eager, an unfair baseline.
-        import torch._dynamo
-
-        cfg = torch._dynamo.config
-        for knob in ("recompile_limit", "cache_size_limit"):  # the name before torch 2.6
-            if isinstance(getattr(cfg, knob, None), int) and getattr(cfg, knob) < 256:
-                setattr(cfg, knob, 256)
+        _raise_recompile_limit(torch)
     if name == "torch_compile":
         config["torch_compile"] = {"mode": "default", "dynamic": False}
         return torch.compile(fn, dynamic=False), version, config

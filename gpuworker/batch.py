@@ -25,6 +25,9 @@ KNOWN_BASELINES = (
     "torch_compile_max_autotune",
     "triton",
     "liger",
+    "sdpa_flash",
+    "sdpa_cudnn",
+    "flex_attention",
 )
 # How the L2 is flushed before every timed run (and every copy-ceiling run). "read" loads a 256 MB
 # buffer and leaves only clean lines behind; "write" fills it (the old way, and triton's do_bench

@@ -28,6 +28,9 @@ EXPERT_BASELINES = (
     "liger",
     "customer",
     "torch_eager",
+    "sdpa_flash",
+    "sdpa_cudnn",
+    "flex_attention",
 )
 
 

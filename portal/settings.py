@@ -409,9 +409,20 @@ FACTORY_REVIEW = envstr("FACTORY_REVIEW", "factory.agents.review")
 COMPILE_CACHE_DIR = envstr("COMPILE_CACHE_DIR", str(VAR_DIR / "compile-cache"))
 if COMPILE_CACHE_DIR.strip().lower() in ("", "off", "0", "false", "no"):
     COMPILE_CACHE_DIR = None
+# A batch asks for those its family makes (factory.families: Family.baselines).
 GPU_BASELINES = envlist(
     "GPU_BASELINES",
-    ["customer", "torch_eager", "torch_compile", "torch_compile_max_autotune", "triton", "liger"],
+    [
+        "customer",
+        "torch_eager",
+        "torch_compile",
+        "torch_compile_max_autotune",
+        "triton",
+        "liger",
+        "sdpa_flash",
+        "sdpa_cudnn",
+        "flex_attention",
+    ],
 )
 
 ANTHROPIC_API_KEY = envstr("ANTHROPIC_API_KEY")

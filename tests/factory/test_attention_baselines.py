@@ -66,12 +66,17 @@ def test_sdpa_refuses_what_it_cannot_express():
         B.sdpa(w, "flash")
 
 
-def test_the_worker_names_map_to_sdpa_eager_and_flex():
+def test_the_worker_names_map_to_eager_sdpa_and_flex():
     w, _, _ = setup("plain", True, lse=False)
-    assert "scaled_dot_product" in B.idiomatic("torch_eager", w, False)[1]
+    assert "materialised" in B.idiomatic("torch_eager", w, False)[1]
+    assert "flash back end" in B.named("sdpa_flash", w)[1]
+    assert "cudnn back end" in B.named("sdpa_cudnn", w)[1]
     w2, _, _ = setup("softcap", True)
     assert "materialised" in B.idiomatic("torch_eager", w2, False)[1]
     assert "flex" in B.idiomatic("torch_compile", w2, True)[1]
+    assert "torch.compile" in B.named("flex_attention", w2)[1]
+    with pytest.raises(BaselineUnavailable, match="score hook"):
+        B.named("sdpa_cudnn", w2)
 
 
 def test_bench_counts_document_pairs_from_the_ids():

@@ -118,3 +118,86 @@ def test_each_example_emits_kernels_that_compile_for_sm90a(stem):
     for report in fam.reports(ptxs):
         assert report.ok, report.log
         assert report.spill_store_bytes == 0 and report.stack_bytes == 0
+
+
+# -- the baselines an attention batch asks the GPU worker for ------------------------------------
+
+# stem -> the worker's baselines that cannot express it, each with a word of its reason
+REFUSED = {
+    "attention_causal": {"sdpa_flash": "log-sum-exp", "sdpa_cudnn": "log-sum-exp"},
+    "attention_softcap": {"sdpa_flash": "score hook", "sdpa_cudnn": "score hook"},
+    "attention_alibi": {"sdpa_flash": "score hook", "sdpa_cudnn": "score hook"},
+    "attention_sliding_window": {"sdpa_flash": "attn_mask"},
+    "attention_document_mask": {"sdpa_flash": "attn_mask"},
+    "attention_gqa": {},
+}
+
+
+def test_an_attention_batch_asks_for_the_baselines_issue_49_names():
+    from gpuworker.batch import KNOWN_BASELINES
+
+    fam = families.get("attention")
+    assert fam.baselines == ("torch_eager", "sdpa_flash", "sdpa_cudnn", "flex_attention")
+    assert set(fam.baselines) <= set(KNOWN_BASELINES)
+
+
+@pytest.mark.parametrize("stem", sorted(EXPECTED))
+def test_each_worker_baseline_is_made_or_unavailable_with_its_reason(stem):
+    pytest.importorskip("torch")
+    from gpuworker.baselines import Unavailable, make_torch_baseline
+
+    w = load_manifest(text_of(stem))
+    for name in families.get("attention").baselines:
+        if name in REFUSED[stem]:
+            with pytest.raises(Unavailable, match=REFUSED[stem][name]):
+                make_torch_baseline(name, w, "attention")
+            continue
+        fn, version, config = make_torch_baseline(name, w, "attention")
+        assert callable(fn) and version and config["function"]
+    # a family without these names says so instead of computing something else
+    with pytest.raises(Unavailable, match="row family has no sdpa_flash"):
+        make_torch_baseline("sdpa_flash", w, "row")
+
+
+def torch_inputs(torch, w, storage):
+    out = {}
+    for d in w.inputs:
+        x = storage[d.name]
+        out[d.name] = (
+            torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+            if d.dtype == "bf16"
+            else torch.from_numpy(x)
+        )
+    return out
+
+
+@pytest.mark.parametrize("stem", ["attention_gqa", "attention_softcap", "attention_document_mask"])
+def test_the_eager_and_sdpa_baselines_match_the_reference_on_the_cpu(stem):
+    torch = pytest.importorskip("torch")
+    from gpuworker.baselines import Unavailable, make_torch_baseline
+
+    w = load_manifest(text_of(stem))
+    dims = {n: SMALL[n] for n in ("B", "H", "HKV", "S") if n in {*w.shapes[0]}}
+    storage = random_inputs(w, dims, seed=5)
+    want = reference(w, storage, dims)["o"]
+    for name in ("torch_eager", "sdpa_cudnn", "sdpa_flash"):
+        if name in REFUSED[stem]:
+            continue
+        fn, _, _ = make_torch_baseline(name, w, "attention")
+        try:
+            got = fn(torch_inputs(torch, w, storage))["o"].double().numpy()
+        except Unavailable as e:  # the back end is absent from this CPU build: said, not hidden
+            assert "back end" in str(e)
+            continue
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-2, name
+
+
+def test_eager_attention_refuses_a_score_tensor_too_large_to_materialise():
+    torch = pytest.importorskip("torch")
+    from gpuworker.baselines import Unavailable, make_torch_baseline
+
+    w = load_manifest(text_of("attention_softcap"))
+    fn, _, _ = make_torch_baseline("torch_eager", w, "attention")
+    big = torch.empty((1, 32, 16384, 128), dtype=torch.bfloat16, device="meta")
+    with pytest.raises(Unavailable, match="32 GiB of fp32 scores"):
+        fn({"q": big, "k": big, "v": big})

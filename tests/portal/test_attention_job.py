@@ -16,10 +16,12 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from factory import families
+from factory.families.attention import baselines as attention_baselines
 from factory.spec import load_manifest
+from factory.spec.types import BaselineUnavailable
 from portal import services
 from portal.celery import app
-from portal.models import Candidate, Job
+from portal.models import Candidate, Job, Workload
 from tests.portal.results_files import results_for
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "factory" / "examples" / "attention_softcap.toml"
@@ -55,6 +57,8 @@ def test_a_softcap_attention_job_reaches_the_gpu_stage_and_its_page_charts_tflop
     w = load_manifest(job.workload.manifest)
     fam, ir = families.family_for(w)
     assert fam.name == "attention" and ir.score is not None
+    # the baselines issue 49 names: eager, SDPA flash and cuDNN, flex attention compiled
+    assert batch["baselines"] == ["torch_eager", "sdpa_flash", "sdpa_cudnn", "flex_attention"]
     queued = list(job.candidates.filter(status=Candidate.QUEUED))
     assert queued, "no candidate survived the build"
     for c in queued:
@@ -73,6 +77,15 @@ def test_a_softcap_attention_job_reaches_the_gpu_stage_and_its_page_charts_tflop
     data = results_for(batch, base_us=base_us)
     data["env"]["gpu"] = MADE_UP
     data["env"]["hostname"] = "no-gpu-test"
+    # SDPA has no score hook: the worker reports its back ends unavailable, with the reason
+    unavailable = {}
+    for name in ("sdpa_flash", "sdpa_cudnn"):
+        with pytest.raises(BaselineUnavailable) as refused:
+            attention_baselines.named(name, w)
+        unavailable[name] = str(refused.value)
+    for entry in data["baselines"]:
+        if entry["name"] in unavailable:
+            entry.update(status="unavailable", reason=unavailable[entry["name"]], timing=[])
     results = tmp_path / "results.json"
     results.write_text(json.dumps(data))
     with django_capture_on_commit_callbacks(execute=True):
@@ -90,6 +103,29 @@ def test_a_softcap_attention_job_reaches_the_gpu_stage_and_its_page_charts_tflop
     chart = charts.get("throughput")
     assert chart and not charts.get("bandwidth")
     assert "dense peak (989 TFLOP" in chart
-    for name in batch["baselines"]:
-        if name != "customer":
-            assert name in chart, name  # every baseline beside the kernels
+    for name in ("torch_eager", "flex_attention"):
+        assert name in chart, name  # every measured baseline beside the kernels
+    for name in unavailable:
+        assert name not in chart, name  # none drawn without a time
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("stem", ["attention_softcap", "attention_gqa", "attention_document_mask"])
+def test_the_upload_form_takes_an_attention_manifest_as_one_workload(
+    stem, client, customer, settings
+):
+    settings.GPU_DISPATCH = False
+    client.force_login(customer)
+    text = (EXAMPLE.parent / f"{stem}.toml").read_text()
+    # the per-row-length box ticked, as the form offers it: attention splits on nothing
+    response = client.post(
+        reverse("web-upload"),
+        {"mode": "manifest", "manifest": text, "generations": "1", "per_row_length": "on"},
+    )
+    assert response.status_code == 302, response.context["form"].errors
+    workload = Workload.objects.get()
+    assert workload.spec().name == stem
+    assert [dict(d) for d in workload.spec().shapes] == [
+        dict(d) for d in load_manifest(text).shapes
+    ]
+    assert Job.objects.filter(workload=workload).count() == 1

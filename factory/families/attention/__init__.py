@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from factory.families.attention import baselines as _baselines
 from factory.families.attention import features as _features
 from factory.families.attention import ir as _ir
 from factory.families.attention import schedule as _schedule
@@ -93,7 +94,7 @@ FAMILY = Family(
     features=_features.features,
     feature_fields=_features.FEATURE_FIELDS,
     roofline=_features.roofline,
-    baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
+    baselines=_baselines.WORKER_BASELINES,
     baselines_module="factory.families.attention.baselines",
     min_warps_per_sm=4,
     layout_fields=LAYOUT_FIELDS,

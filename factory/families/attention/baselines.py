@@ -3,16 +3,20 @@
 - `sdpa(backend)`: F.scaled_dot_product_attention under one SDPA back end ("flash", "cudnn",
   "efficient", "math"), for the plain operator (causal through is_causal); the masked variants
   pass their mask as a boolean attn_mask (flash takes none: Unavailable), a score expression
-  other than s is Unavailable (SDPA has no score hook).
+  other than s is Unavailable (SDPA has no score hook), and so is a log-sum-exp output.
 - `eager`: the textbook formula, materialised: S = Q K^T * scale in fp32, the score expression
-  and the mask as torch operators over broadcast index tensors, softmax, P V.
+  and the mask as torch operators over broadcast index tensors, softmax, P V. A shape whose
+  fp32 score tensor is over EAGER_SCORE_BYTES is Unavailable when called (a few copies of it
+  are live at once).
 - `flex`: torch's flex_attention with a score_mod and a mask_mod translated from the same
   expressions (the mask also as a BlockMask, so flex skips whole blocks); compiled by the caller.
 
-For the GPU worker's names: "torch_eager" is SDPA's default choice where SDPA can express the
-operator, else `eager`; "torch_compile" and "torch_compile_max_autotune" are `flex` (the worker
-wraps it in torch.compile). Every function takes a dict of input tensors in storage dtype and
-returns {output name: tensor}. Importing this module imports neither torch nor CUDA.
+For the GPU worker's names (`WORKER_BASELINES`, what an attention batch asks for): "torch_eager"
+is `eager`; "sdpa_flash" and "sdpa_cudnn" are `sdpa` under that back end; "flex_attention" is
+`flex` under torch.compile. "torch_compile" and "torch_compile_max_autotune" still give `flex`
+(the worker wraps it in torch.compile) for a batch that asks for them. Every function takes a
+dict of input tensors in storage dtype and returns {output name: tensor}. Importing this module
+imports neither torch nor CUDA.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from factory.spec import expr as E
 from factory.spec.types import BaselineUnavailable as Unavailable
 
 SDPA_BACKENDS = ("flash", "cudnn", "efficient", "math")
+# The baselines issue 49 names, by the GPU worker's names (gpuworker/baselines.py).
+WORKER_BASELINES = ("torch_eager", "sdpa_flash", "sdpa_cudnn", "flex_attention")
+# The largest fp32 score tensor (B x Hq x S x Skv x 4 bytes) the eager formula materialises:
+# the score, its modified copy, the softmax and its temporaries are live together.
+EAGER_SCORE_BYTES = 8 << 30
 
 
 def _ir(workload):
@@ -120,13 +129,11 @@ def _mask_tensor(torch, ir, inputs):
 
 
 def eager(workload):
-    """The materialised formula (fp32 scores)."""
+    """The materialised formula (fp32 scores); Unavailable when called at a shape whose score
+    tensor is over EAGER_SCORE_BYTES, or when the GPU runs out of memory."""
     ir = _ir(workload)
 
-    def fn(inputs: dict) -> dict:
-        import torch
-
-        q, k, v = inputs[ir.q], inputs[ir.k], inputs[ir.v]
+    def run(torch, q, k, v, inputs):
         group = q.shape[1] // k.shape[1]
         if group > 1:
             k = k.repeat_interleave(group, dim=1)
@@ -145,6 +152,22 @@ def eager(workload):
         if ir.lse:
             out[ir.lse] = lse
         return out
+
+    def fn(inputs: dict) -> dict:
+        import torch
+
+        q, k, v = inputs[ir.q], inputs[ir.k], inputs[ir.v]
+        score_bytes = 4 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2]
+        if score_bytes > EAGER_SCORE_BYTES:
+            raise Unavailable(
+                f"eager attention would materialise {score_bytes / 2**30:.0f} GiB of fp32 "
+                f"scores at {tuple(q.shape)} (at most {EAGER_SCORE_BYTES / 2**30:.0f} GiB)"
+            )
+        try:
+            return run(torch, q, k, v, inputs)
+        except torch.OutOfMemoryError as e:
+            torch.cuda.empty_cache()
+            raise Unavailable(f"eager attention ran out of GPU memory: {str(e)[:160]}") from None
 
     return fn
 
@@ -182,7 +205,14 @@ def sdpa(workload, backend: str | None = None):
                 "math": SDPBackend.MATH,
             }[backend]
             with sdpa_kernel([which]):
-                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
+                try:
+                    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kw)
+                except RuntimeError as e:
+                    # the back end is absent, or refuses these inputs (dtype, head grouping)
+                    said = str(e).lower()
+                    if "no available kernel" not in said and "no viable backend" not in said:
+                        raise
+                    raise Unavailable(f"SDPA's {backend} back end: {str(e)[:160]}") from None
         return {ir.out: o}
 
     return fn
@@ -252,14 +282,25 @@ def flex(workload, compile_flex: bool = True):
 def idiomatic(name: str, workload, compiled: bool):
     """(fn, description) for the GPU worker's torch baselines (see the module docstring)."""
     if name == "torch_eager":
-        try:
-            return sdpa(workload), "F.scaled_dot_product_attention (torch picks the back end)"
-        except Unavailable:
-            return eager(workload), "materialised attention in fp32 (the score as torch ops)"
+        return eager(workload), "materialised attention in fp32 (the score as torch ops)"
     return (
         flex(workload, compile_flex=False),
         "flex_attention with the score and mask as score_mod / mask_mod, BlockMask",
     )
+
+
+def named(name: str, workload):
+    """(fn, description) for the worker's attention baselines "sdpa_flash", "sdpa_cudnn" and
+    "flex_attention" (torch.compile'd here). Raises Unavailable, with the reason, where the
+    back end cannot express the operator."""
+    if name in ("sdpa_flash", "sdpa_cudnn"):
+        backend = name.removeprefix("sdpa_")
+        fn = sdpa(workload, backend)
+        return fn, f"F.scaled_dot_product_attention, {backend} back end only"
+    if name == "flex_attention":
+        how = "flex_attention under torch.compile, the score and mask as score_mod / mask_mod"
+        return flex(workload, compile_flex=True), how + ", BlockMask"
+    raise Unavailable(f"the attention family has no {name} baseline")
 
 
 def library(name: str, workload):
