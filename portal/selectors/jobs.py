@@ -335,7 +335,7 @@ def candidate_results(job: Job):
     the columns that answer carries (a job's PTX texts and compile reports run to megabytes)."""
     return (
         job.candidates.select_related("generation")
-        .only("code", "status", "reason", "score_us", "entry", "note", "generation__index")
+        .only("code", "job", "status", "reason", "score_us", "entry", "note", "generation__index")
         .order_by("generation__index", "id")
     )
 
