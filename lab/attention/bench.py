@@ -372,6 +372,7 @@ def time_case(
     if not flex:
         skipped["flex compiled"] = "timed in the second pass"
     elif left_s(budget) > 20:
+        torch._dynamo.reset()  # each case compiles afresh: no earlier case's graphs or limits
         fn = B.flex(w, compile_flex=True)
         try:
             t0 = time.time()

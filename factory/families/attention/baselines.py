@@ -232,32 +232,35 @@ def flex(workload, compile_flex: bool = True):
             state["flex"] = torch.compile(flex_attention) if compile_flex else flex_attention
         q, k, v = inputs[ir.q], inputs[ir.k], inputs[ir.v]
         tensors = {x.name: inputs[x.name] for x in ir.extra}
-        score_mod = mask_mod = None
-        if ir.score is not None:
+        # The mods and the BlockMask are made once per (shapes, extra tensors): torch.compile
+        # guards on the mods' identity, so a fresh closure every call would recompile every call
+        # and, past dynamo's recompile limit, fall back to the unfused (materialising) flex.
+        key = (tuple(q.shape), tuple(k.shape), q.device, *(id(t) for t in tensors.values()))
+        if state.get("key") != key:
+            score_mod = mask_mod = None
+            if ir.score is not None:
 
-            def score_mod(score, b, h, q_idx, kv_idx):
-                env = {"s": score, "b": b, "h": h, "i": q_idx, "j": kv_idx}
-                return term(ir.score, env, tensors)
+                def score_mod(score, b, h, q_idx, kv_idx):
+                    env = {"s": score, "b": b, "h": h, "i": q_idx, "j": kv_idx}
+                    return term(ir.score, env, tensors)
 
-        block_mask = None
-        if ir.mask:
+            block_mask = None
+            if ir.mask:
 
-            def mask_mod(b, h, q_idx, kv_idx):
-                env = {"b": b, "h": h, "i": q_idx, "j": kv_idx}
-                keep = None
-                for t in ir.mask:
-                    m = term(t, env, tensors)
-                    keep = m if keep is None else keep & m
-                return keep
+                def mask_mod(b, h, q_idx, kv_idx):
+                    env = {"b": b, "h": h, "i": q_idx, "j": kv_idx}
+                    keep = None
+                    for t in ir.mask:
+                        m = term(t, env, tensors)
+                        keep = m if keep is None else keep & m
+                    return keep
 
-            key = (tuple(q.shape), tuple(k.shape), q.device, *(id(t) for t in tensors.values()))
-            if state.get("key") != key:
                 per_b = q.shape[0] if any(x.batched for x in ir.extra) else None
-                state["mask"] = create_block_mask(
+                block_mask = create_block_mask(
                     mask_mod, per_b, None, q.shape[2], k.shape[2], device=q.device
                 )
-                state["key"] = key
-            block_mask = state["mask"]
+            state.update(key=key, score_mod=score_mod, mask=block_mask)
+        score_mod, block_mask = state["score_mod"], state["mask"]
         kw = {"scale": ir.scale, "enable_gqa": q.shape[1] != k.shape[1]}
         if ir.lse:
             try:  # torch >= 2.9 asks for the log-sum-exp through an AuxRequest
