@@ -51,10 +51,28 @@ def log(*a):
     print(*a, flush=True)
 
 
+def use_primary_context(cu) -> None:
+    """Make device 0's primary context current on this thread (the one torch uses) unless a
+    context is current already: loading a module needs one, and a test may run before torch
+    has touched the GPU."""
+    (err,) = cu.cuInit(0)
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+    err, ctx = cu.cuCtxGetCurrent()
+    if err == cu.CUresult.CUDA_SUCCESS and int(ctx) != 0:
+        return
+    err, dev = cu.cuDeviceGet(0)
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+    err, ctx = cu.cuDevicePrimaryCtxRetain(dev)
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+    (err,) = cu.cuCtxSetCurrent(ctx)
+    assert err == cu.CUresult.CUDA_SUCCESS, err
+
+
 class Kernel:
     def __init__(self, ir, s):
         from cuda.bindings import driver as cu
 
+        use_primary_context(cu)
         self.ir, self.s = ir, s
         e = gemm_emit.emit(ir, s)
         self.em = e
