@@ -270,6 +270,79 @@ def evaluate(records: list[dict], *, folds: int = 5, near: float = 0.0, log=None
     return out
 
 
+def held_out_shapes(records: list[dict], *, near: float = 0.0) -> list[dict]:
+    """Each shape of a family's records predicted by a model fitted on the other shapes only
+    (no candidate of the job itself in the fit: a new job's first ranking), beside the
+    family's analytic estimate alone (no fit; the matmul family's `estimate`). Spearman over
+    the shape's candidates, or over those within `near` x its fastest when `near` > 1."""
+    from factory.families.matmul import features as mm
+
+    by_shape: dict[str, list[dict]] = {}
+    for r in records:
+        by_shape.setdefault(_dims_key(r["dims"]), []).append(r)
+    out = []
+    for shape, rows in sorted(by_shape.items()):
+        r0 = rows[0]
+        test = rows
+        if near > 1.0:
+            best = min(r["median_us"] for r in rows)
+            test = [r for r in rows if r["median_us"] <= near * best]
+        train = [r for s, rs in by_shape.items() if s != shape for r in rs]
+        model = _Model(family=r0["family"], dim_order=list(r0["dims"])).fit(train)
+        measured = [r["median_us"] for r in test]
+        fitted = spearman(model.predict_records(test), measured)
+        analytic = None
+        if r0["family"] == "matmul":
+            est = []
+            for r in test:
+                m, n, k, nb = mm.gemm_dims(r["schedule"], r["dims"], list(r["dims"]))
+                est.append(mm.estimate(r["schedule"], m, n, k, nb)["us"])
+            analytic = spearman(est, measured)
+        out.append(
+            {
+                "family": r0["family"],
+                "op": r0["op"],
+                "dims": r0["dims"],
+                "n": len(test),
+                "train_other_shapes": len(train),
+                "rho": fitted,
+                "rho_estimate_alone": analytic,
+                "spread": max(measured) / min(measured),
+            }
+        )
+    return out
+
+
+def held_out_shapes_report(rows: list[dict], *, near: float = 0.0) -> str:
+    scope = "every candidate"
+    if near > 1.0:
+        scope = f"candidates within {near:g}x of the shape's fastest"
+    lines = [
+        "",
+        f"## Held-out shape ({scope})",
+        "",
+        "The model fitted on the other shapes only; the analytic estimate alone needs no fit.",
+        "",
+        "| op | shape | candidates | spread | rho fitted | rho estimate alone |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def fmt(x):
+        return "-" if x is None else f"{x:.2f}"
+
+    for r in rows:
+        shape = " ".join(f"{k}={v}" for k, v in r["dims"].items())
+        lines.append(
+            f"| {r['op']} | {shape} | {r['n']} | {r['spread']:.3f} | {fmt(r['rho'])} "
+            f"| {fmt(r['rho_estimate_alone'])} |"
+        )
+    lines.append(
+        f"| median | | | | {fmt(_median([r['rho'] for r in rows]))} "
+        f"| {fmt(_median([r['rho_estimate_alone'] for r in rows]))} |"
+    )
+    return "\n".join(lines) + "\n"
+
+
 def _median(xs):
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     return statistics.median(xs) if xs else None
@@ -350,6 +423,11 @@ def main(argv=None) -> int:
     ap.add_argument("--commit", default="")
     ap.add_argument("--near", type=float, default=0.0, help="keep candidates within this x best")
     ap.add_argument("--from-jobs", default="", help="report a jobs.json again, no refitting")
+    ap.add_argument(
+        "--held-out-shape",
+        action="store_true",
+        help="also fit on the other shapes only and score each tensor-core shape whole",
+    )
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     if args.from_jobs:
@@ -370,6 +448,11 @@ def main(argv=None) -> int:
         records, folds=args.folds, near=args.near, log=lambda m: print(m, flush=True)
     )
     text = report(results, folds=args.folds, commit=args.commit)
+    shape_rows = []
+    if args.held_out_shape:
+        mm_records = [r for r in records if r["family"] == "matmul"]
+        shape_rows = held_out_shapes(mm_records, near=args.near)
+        text += held_out_shapes_report(shape_rows, near=args.near)
     text += (
         f"\n{len(records)} records, {len(results)} jobs scored in {time.monotonic() - t0:.0f} s.\n"
     )
@@ -379,6 +462,9 @@ def main(argv=None) -> int:
             f.write(text)
         with open(os.path.join(args.out, "jobs.json"), "w") as f:
             json.dump(results, f, indent=1)
+        if shape_rows:
+            with open(os.path.join(args.out, "held_out_shapes.json"), "w") as f:
+                json.dump(shape_rows, f, indent=1)
     print(text)
     return 0
 

@@ -78,6 +78,9 @@ class Table:
     # the space (random search draws from it; any other proposal costs nothing, gives nothing
     # and is counted).
     measured_only: bool = False
+    # With the sample as the space, a proposal outside the sample would still have run on the
+    # GPU: charge_unmeasured costs it the sample's mean (it still gives no time).
+    charge_unmeasured: bool = False
 
     @property
     def name(self) -> str:
@@ -105,7 +108,9 @@ class Table:
         cell = self.cells.get(schedule_key(schedule))
         if cell is not None:
             return cell, cell.cost_s
-        return None, (0.0 if self.measured_only else self.mean_cost_s)
+        if self.measured_only and not self.charge_unmeasured:
+            return None, 0.0
+        return None, self.mean_cost_s
 
     @property
     def draw_space(self) -> list[dict]:
@@ -571,13 +576,21 @@ def main(argv=None) -> int:
     ap.add_argument("--with-compile", action="store_true")
     ap.add_argument("--no-screen", action="store_true", help="skip the agents' CPU compiles")
     ap.add_argument("--compile-cache", default="var/compile-cache")
+    ap.add_argument(
+        "--charge-unmeasured",
+        action="store_true",
+        help="a cut-short sweep: cost a proposal outside the sample at the sample's mean",
+    )
     args = ap.parse_args(argv)
+    t_start = time.monotonic()
     from factory.compile import configure_cache
 
     configure_cache(args.compile_cache)
     with open(args.sweep) as f:
         data = json.load(f)
     tables = tables_from_sweep(data, with_compile=args.with_compile)
+    for t in tables:
+        t.charge_unmeasured = args.charge_unmeasured
     result = benchmark(
         tables,
         seeds=list(range(args.seeds)),
@@ -594,6 +607,11 @@ def main(argv=None) -> int:
         "complete": data.get("complete"),
         "with_compile": args.with_compile,
         "measured_only": tables[0].measured_only if tables else None,
+        "charge_unmeasured": args.charge_unmeasured,
+        "screen": not args.no_screen,
+        "seeds": args.seeds,
+        "random_seeds": args.random_seeds,
+        "wall_s": round(time.monotonic() - t_start, 1),
     }
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "replay.json"), "w") as f:

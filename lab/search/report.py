@@ -29,7 +29,7 @@ def _s(x) -> str:
         return "-"
     if math.isinf(x):
         return "never"
-    return f"{x:.1f}"
+    return f"{x:.3f}"  # a sweep's cell costs about 0.01 GPU-second
 
 
 def _r(x) -> str:
@@ -138,7 +138,7 @@ def render(result: dict) -> str:
             cells = []
             for s in NAMES:
                 v = per[s].get(g)
-                cells.append("-" if v is None else f"{v[1]:.3f} ({v[0]:.1f} s)")
+                cells.append("-" if v is None else f"{v[1]:.3f} ({v[0]:.3f} s)")
             lines.append(f"| {g} | " + " | ".join(cells) + " |")
         lines.append("")
     unmeasured = sum(
@@ -147,7 +147,7 @@ def render(result: dict) -> str:
     if unmeasured:
         cost = (
             "cost nothing (the sweep's sample is the space)"
-            if sweep.get("measured_only")
+            if sweep.get("measured_only") and not sweep.get("charge_unmeasured")
             else "cost the table's mean"
         )
         lines.append(

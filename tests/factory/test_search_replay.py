@@ -234,3 +234,60 @@ def test_a_sweep_cut_short_replays_its_sample_as_the_space(sweep):
     assert run.steps[-1].unmeasured == 0 and run.reach_s(t.target_us) is not None
     full = R.tables_from_sweep(partial, measured_only=False)[1]
     assert full.measure(missing) == (None, pytest.approx(full.mean_cost_s))
+
+
+def test_a_sample_charged_for_proposals_outside_it_costs_them_the_mean(sweep):
+    partial = dict(sweep, complete=False)
+    keep = set(range(0, len(sweep["schedules"]), 3))
+    partial["measurements"] = [m for m in sweep["measurements"] if m["id"] in keep]
+    t = R.tables_from_sweep(partial)[1]
+    t.charge_unmeasured = True
+    missing = sweep["schedules"][1]
+    cell, cost = t.measure(missing)
+    assert cell is None and cost == pytest.approx(t.mean_cost_s) and cost > 0
+    led = R.Ledger(t, "agents_cold", 0, "j")
+    led.measure_generation(0, [missing, sweep["schedules"][0]])
+    inside = t.cells[R.schedule_key(sweep["schedules"][0])]
+    assert led.run.steps[0].gpu_s == pytest.approx(t.mean_cost_s + inside.cost_s, abs=1e-4)
+    assert led.run.steps[0].unmeasured == 1 and led.best == inside.median_us
+
+
+def test_the_report_keeps_hundredths_of_a_gpu_second():
+    from lab.search.report import _s
+
+    assert _s(0.0243) == "0.024" and _s("inf") == "never" and _s(None) == "-"
+
+
+def test_a_held_out_shape_is_ranked_by_a_model_fitted_on_the_other_shapes(sweep):
+    from lab.search.costmodel_eval import held_out_shapes, held_out_shapes_report
+
+    records = []
+    for m in sweep["measurements"]:
+        if m["status"] != "passed":
+            continue
+        d = m["dims"]
+        records.append(
+            {
+                "source": "matmul",
+                "family": "matmul",
+                "op": "t",
+                "run": "r",
+                "job": str(d),
+                "schedule": sweep["schedules"][m["id"]],
+                "dims": d,
+                "flops": 2.0 * d["M"] * d["N"] * d["K"],
+                "bytes": 2.0 * (d["M"] * d["K"] + d["N"] * d["K"] + d["M"] * d["N"]),
+                "median_us": m["median_us"],
+                "status": "passed",
+            }
+        )
+    rows = held_out_shapes(records)
+    assert len(rows) == 2
+    for r in rows:
+        n_shape = sum(1 for x in records if x["dims"] == r["dims"])
+        assert r["n"] == n_shape and r["train_other_shapes"] == len(records) - n_shape
+        # the synthetic times are the estimate times noise: the estimate alone ranks them well
+        assert r["rho_estimate_alone"] > 0.8 and r["rho"] > 0.5
+    near = held_out_shapes(records, near=1.25)
+    assert all(r["spread"] <= 1.25 and r["n"] < n for r, n in zip(near, [x["n"] for x in rows]))
+    assert "| median |" in held_out_shapes_report(rows)
