@@ -108,10 +108,81 @@ def test_the_kernel_model_matches_the_reference(variant, causal, d):
         assert err < 5e-3, (bm, bn, err)
         np.testing.assert_allclose(lse, ref["lse"], atol=1e-4, rtol=1e-4)
         total = 2 * 4 * T.ceildiv(301, bm) * T.ceildiv(301, bn)
-        if causal or variant == "window":
+        if causal or variant in ("window", "document"):
             assert visited < total  # whole tiles skipped
         else:
             assert visited == total
+
+
+@pytest.mark.parametrize(
+    "mask, matches",
+    [
+        (["doc[i] == doc[j]"], ("doc",)),
+        (["doc[j] == doc[i]", "j <= i"], ("doc",)),
+        (["doc[i] != doc[j]"], ()),
+        (["doc[i] <= doc[j]"], ()),
+        (["doc[i] == doc[i]"], ()),
+    ],
+)
+def test_an_id_match_term_is_recognised(mask, matches):
+    text = manifest("document", False, 64, lse=False).replace(
+        "mask=['doc[i] == doc[j]']", "mask=[" + ", ".join(f"'{m}'" for m in mask) + "]"
+    )
+    assert I.lower(load_manifest(text)).id_matches == matches
+
+
+def test_id_tiles_never_drop_a_matching_key():
+    rng = np.random.default_rng(3)
+    narrowed = 0
+    for case in range(300):
+        bm, bn = int(rng.choice([64, 128])), int(rng.choice([64, 128]))
+        sq = int(rng.integers(1, 600))
+        skv = int(rng.integers(1, 600))
+        n_ids = max(sq, skv) - int(rng.integers(0, 3))  # at times shorter: reads past it are 0
+        ids = rng.integers(0, int(rng.choice([2, 5, 40])), n_ids).astype(np.float32)
+        if case % 2:
+            ids = np.sort(ids)  # contiguous documents
+        if case % 7 == 0:
+            ids[rng.integers(0, n_ids)] = np.nan  # matches nothing, not even itself
+        i0 = int(rng.integers(0, T.ceildiv(sq, bm))) * bm
+        n = T.ceildiv(skv, bn)
+        first = int(rng.integers(0, n))
+        end = int(rng.integers(first, n + 1))
+        f2, e2 = T.id_tiles(first, end, i0, bm, sq, skv, bn, ids)
+        padded = np.concatenate([ids, np.zeros(1200, np.float32)])
+        rows = padded[i0 : min(i0 + bm, sq)]
+        for t in range(first, end):
+            keys = padded[t * bn : min(t * bn + bn, skv)]
+            match = bool((rows[:, None] == keys[None, :]).any())
+            if match:
+                assert f2 <= t < e2, (case, t, first, end, f2, e2)
+        if e2 > f2:
+            assert first <= f2 and e2 <= end
+        narrowed += (e2 - f2) < (end - first)
+    assert narrowed > 50  # the narrowing does skip tiles
+
+
+def test_the_model_catches_a_narrowing_that_drops_a_tile(monkeypatch):
+    w = workload("document", False, 64, {"B": 1, "H": 2, "HKV": 1, "S": 300})
+    ir = I.lower(w)
+    dims = w.shapes[0]
+    x = random_inputs(w, dims, seed=5)
+    x["doc"] = np.sort(x["doc"], axis=1).astype(np.int32)
+    ref = reference(w, x, dims)["o"]
+    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    extra = {"doc": _f64(w, x, "doc")}
+    _, mask_fn = T.ir_functions(ir)
+    good = T.id_tiles
+
+    def short(*a):
+        f, e = good(*a)
+        return f, max(f, e - 1)  # loses the last tile that holds a match
+
+    monkeypatch.setattr(T, "id_tiles", short)
+    out, _, _ = T.simulate(
+        ir, 64, 64, q, k, v, extra, mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra)
+    )
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) > 0.05
 
 
 def test_the_model_catches_a_wrong_band():

@@ -10,8 +10,9 @@ Mask bands: a mask term that is linear in j - i alone (`j <= i`, `i - j < 1024`,
 bounds the keys of query i to [i + lo, i + hi]. The intersection of every such term is the
 band; a KV tile wholly outside the band of every row of a query tile is never loaded, one wholly
 inside it needs no element masking, and the rest (the diagonal tiles) are masked element by
-element. Any other term (a document mask `doc[i] == doc[j]`) is evaluated on every element of
-every tile the band keeps.
+element. Any other term is evaluated on every element of every tile the band keeps. An id
+match `x[i] == x[j]` (a document mask) also narrows a query tile's KV tiles to those holding a
+key whose id lies within the tile's own ids' [min, max] (`id_matches`; see tiling.id_tiles).
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class AttentionIR:
     out: str
     out_dtype: str
     lse: str | None  # the log-sum-exp output's name (fp32), or None
+    id_matches: tuple[str, ...] = ()  # inputs x with a mask term x[i] == x[j]
 
     @property
     def causal_like(self) -> bool:
@@ -123,6 +125,20 @@ def band_of(term: E.Node) -> tuple[int | None, int | None] | None:
     if t != int(t):
         return (1, 0)  # never true: an empty band
     return (int(t), int(t))
+
+
+def id_match_of(term: E.Node) -> str | None:
+    """The input's name when `term` is x[i] == x[j] (either side first), else None."""
+    if not isinstance(term, E.Compare) or term.op != "eq":
+        return None
+    a, b = term.a, term.b
+    if not (isinstance(a, E.Gather) and isinstance(b, E.Gather)):
+        return None
+    if not (isinstance(a.x, E.Input) and isinstance(b.x, E.Input)) or a.x.name != b.x.name:
+        return None
+    if {getattr(a.idx, "name", None), getattr(b.idx, "name", None)} != {"i", "j"}:
+        return None
+    return a.x.name
 
 
 def lower(workload) -> AttentionIR:
@@ -201,6 +217,7 @@ def lower(workload) -> AttentionIR:
         out=o.name,
         out_dtype=o.dtype,
         lse=lse[0].name if lse else None,
+        id_matches=tuple(dict.fromkeys(n for t in elementwise if (n := id_match_of(t)))),
     )
 
 

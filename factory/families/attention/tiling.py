@@ -38,6 +38,38 @@ def kv_tiles(i0: int, rows: int, skv: int, bn: int, lo: int | None, hi: int | No
     return first, end
 
 
+def id_tiles(
+    first: int, end: int, i0: int, rows: int, sq: int, skv: int, bn: int, ids: np.ndarray
+) -> tuple[int, int]:
+    """[first, end) narrowed for a mask term x[i] == x[j], `ids` being x of this batch entry
+    (as float32, the kernel's compare; read as 0 past its end, as the kernel's predicated loads
+    do): a key can match a row of the tile only if its id lies within [min, max] of the ids of
+    the rows i < sq, so the range shrinks to the tiles from the first to the last key in
+    [first * bn, min(end * bn, skv)) whose id does. No such key: end = first."""
+    ids = np.asarray(ids, dtype=np.float32)
+
+    def at(idx):
+        idx = np.asarray(idx)
+        got = np.zeros(idx.shape, np.float32)
+        ok = idx < ids.shape[0]
+        got[ok] = ids[idx[ok]]
+        return got
+
+    if end <= first:
+        return first, end
+    q = at(np.arange(i0, min(i0 + rows, sq)))
+    q = q[~np.isnan(q)]
+    if q.size == 0:
+        return first, first
+    lo, hi = q.min(), q.max()
+    j = np.arange(first * bn, min(end * bn, skv))
+    kid = at(j)
+    hit = j[(kid >= lo) & (kid <= hi)]
+    if hit.size == 0:
+        return first, first
+    return max(first, int(hit[0]) // bn), min(end, int(hit[-1]) // bn + 1)
+
+
 def tile_is_full(
     i0: int, rows: int, j0: int, bn: int, skv: int, lo: int | None, hi: int | None
 ) -> bool:
@@ -95,6 +127,10 @@ def simulate(ir, block_m: int, block_n: int, q, k, v, extra: dict, score_fn=None
                 l_sum = np.zeros(block_m, np.float32)
                 acc = np.zeros((block_m, d), np.float32)
                 first, end = kv_tiles(i0, block_m, skv, block_n, ir.band_lo, ir.band_hi)
+                for name in getattr(ir, "id_matches", ()):
+                    x = extra[name]
+                    ids = x[b] if np.ndim(x) == 2 else x
+                    first, end = id_tiles(first, end, i0, block_m, sq, skv, block_n, ids)
                 for t in range(first, end):
                     visited += 1
                     j0 = t * block_n
