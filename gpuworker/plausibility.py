@@ -67,6 +67,21 @@ def within_mover(tbps: float, mover: float | None) -> bool:
     return bool(mover) and tbps <= mover * COPY_CEILING_MARGIN
 
 
+def repeatability_flags(verification: list[dict]) -> list[str]:
+    """A baseline's shapes whose two verification runs differed although each was within the
+    tolerance (shape_verdict with require_repeatable=False): it is timed, and this says so."""
+    flags = []
+    for v in verification:
+        if v.get("passed") and not v.get("bitwise_equal", True):
+            shape = "x".join(f"{k}={val}" for k, val in v["dims"].items())
+            flags.append(
+                f"not_bitwise_repeatable: two runs on the same inputs differed in "
+                f"{v.get('bitwise_diff_bytes', '?')} bytes at {'held-out ' if v['heldout'] else ''}"
+                f"{shape}, each within the tolerance"
+            )
+    return flags
+
+
 def flags_for(
     timing: list[dict],
     copy_ceiling_tbps: float | None,

@@ -416,7 +416,9 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
 
     # -- verification -------------------------------------------------------------------------
     t_verify = time.monotonic()
-    for rec, desc in entrants + baselines:
+    # ours must give the same bits twice; a baseline is judged by each run's tolerance alone
+    judged = [(r, d, True) for r, d in entrants] + [(r, d, False) for r, d in baselines]
+    for rec, desc, require_repeatable in judged:
         if desc is None:
             continue
         t_entrant = time.monotonic()
@@ -443,7 +445,8 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
             if info.get("ok"):
                 rec.update(version=info["version"], config=info["config"])
         records = [
-            shape_verdict(r, meta[r["shape"]][0], meta[r["shape"]][1], tol) for r in reply["shapes"]
+            shape_verdict(r, *meta[r["shape"]][:2], tol, require_repeatable)
+            for r in reply["shapes"]
         ]
         rec["verification"] = records
         bad = [r for r in records if not r["passed"]]
@@ -535,7 +538,9 @@ def _run(b: Batch, w, seed: int, child: ChildWorker, hello: dict, shared, starte
             rec["timing"], copy_ceiling_tbps, best, mover_by_shape
         )
     for rec, _ in baselines:
-        rec["flags"] = plausibility.flags_for(rec["timing"], copy_ceiling_tbps, {}, mover_by_shape)
+        rec["flags"] = plausibility.flags_for(
+            rec["timing"], copy_ceiling_tbps, {}, mover_by_shape
+        ) + plausibility.repeatability_flags(rec.get("verification", []))
 
     env = {
         k: hello.get(k)
