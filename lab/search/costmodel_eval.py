@@ -198,12 +198,33 @@ class _Model(CostModel):
         return hit
 
 
+def fast_end(rows: list[dict], factor: float) -> list[dict]:
+    """The training rows within `factor` x the fastest of their own shape (run and dims), that
+    fastest taken among `rows` only (never from held-out candidates): a fit on the fast end of
+    each shape. `factor` <= 1 keeps every row."""
+    if factor <= 1.0:
+        return rows
+    best: dict[tuple, float] = {}
+    for r in rows:
+        key = (r.get("run"), _dims_key(r["dims"]))
+        best[key] = min(best.get(key, math.inf), r["median_us"])
+    return [
+        r for r in rows if r["median_us"] <= factor * best[(r.get("run"), _dims_key(r["dims"]))]
+    ]
+
+
 def _schedule_id(r: dict) -> str:
     return json.dumps(r["schedule"], sort_keys=True, default=str)
 
 
 def evaluate_job(
-    job_rows: list[dict], pool: list[dict], *, folds: int, seed: int = 0, dim_order=None
+    job_rows: list[dict],
+    pool: list[dict],
+    *,
+    folds: int,
+    seed: int = 0,
+    dim_order=None,
+    fit_near: float = 0.0,
 ) -> dict | None:
     """Out-of-fold predictions for one job's candidates: each fold predicted by a model fitted on
     the job's other folds and `pool` (the same operator at other shapes); the Spearman
@@ -222,6 +243,7 @@ def evaluate_job(
     for f in range(k):
         test = [r for r in job_rows if fold_of[_schedule_id(r)] == f]
         train = [r for r in job_rows if fold_of[_schedule_id(r)] != f] + pool
+        train = fast_end(train, fit_near)
         model = _Model(family=family, dim_order=list(dim_order or [])).fit(train)
         predicted += model.predict_records(test)
         measured += [r["median_us"] for r in test]
@@ -230,11 +252,14 @@ def evaluate_job(
     return {"n": len(keys), "rho": rho, "spread": spread}
 
 
-def evaluate(records: list[dict], *, folds: int = 5, near: float = 0.0, log=None) -> list[dict]:
+def evaluate(
+    records: list[dict], *, folds: int = 5, near: float = 0.0, fit_near: float = 0.0, log=None
+) -> list[dict]:
     """evaluate_job for every job of `records`; with `near` > 1, each job keeps only its
     candidates within that factor of its fastest (what one job of a single row length holds:
     a suite job also times the kernels made for the other row length, which the model tells
-    apart easily)."""
+    apart easily). With `fit_near` > 1 each fit keeps only its rows within that factor of their
+    shape's fastest (fast_end)."""
     jobs: dict[str, list[dict]] = {}
     for r in records:
         jobs.setdefault(r["job"], []).append(r)
@@ -251,7 +276,7 @@ def evaluate(records: list[dict], *, folds: int = 5, near: float = 0.0, log=None
         shape = _dims_key(r0["dims"])
         pool = [r for r in by_op[(r0["family"], r0["op"])] if _dims_key(r["dims"]) != shape]
         order = list(r0["dims"])  # the record's own dim order (row: the last is the length)
-        res = evaluate_job(rows, pool, folds=folds, dim_order=order)
+        res = evaluate_job(rows, pool, folds=folds, dim_order=order, fit_near=fit_near)
         if res is None:
             continue
         out.append(
@@ -270,7 +295,7 @@ def evaluate(records: list[dict], *, folds: int = 5, near: float = 0.0, log=None
     return out
 
 
-def held_out_shapes(records: list[dict], *, near: float = 0.0) -> list[dict]:
+def held_out_shapes(records: list[dict], *, near: float = 0.0, fit_near: float = 0.0) -> list[dict]:
     """Each shape of a family's records predicted by a model fitted on the other shapes only
     (no candidate of the job itself in the fit: a new job's first ranking), beside the
     family's analytic estimate alone (no fit; the matmul family's `estimate`). Spearman over
@@ -287,7 +312,7 @@ def held_out_shapes(records: list[dict], *, near: float = 0.0) -> list[dict]:
         if near > 1.0:
             best = min(r["median_us"] for r in rows)
             test = [r for r in rows if r["median_us"] <= near * best]
-        train = [r for s, rs in by_shape.items() if s != shape for r in rs]
+        train = fast_end([r for s, rs in by_shape.items() if s != shape for r in rs], fit_near)
         model = _Model(family=r0["family"], dim_order=list(r0["dims"])).fit(train)
         measured = [r["median_us"] for r in test]
         fitted = spearman(model.predict_records(test), measured)
@@ -424,6 +449,12 @@ def main(argv=None) -> int:
     ap.add_argument("--near", type=float, default=0.0, help="keep candidates within this x best")
     ap.add_argument("--from-jobs", default="", help="report a jobs.json again, no refitting")
     ap.add_argument(
+        "--fit-near",
+        type=float,
+        default=0.0,
+        help="fit each model on its rows within this x their shape's fastest only",
+    )
+    ap.add_argument(
         "--held-out-shape",
         action="store_true",
         help="also fit on the other shapes only and score each tensor-core shape whole",
@@ -445,13 +476,22 @@ def main(argv=None) -> int:
     if args.matmul_sweep:
         records += matmul_records(args.matmul_sweep)
     results = evaluate(
-        records, folds=args.folds, near=args.near, log=lambda m: print(m, flush=True)
+        records,
+        folds=args.folds,
+        near=args.near,
+        fit_near=args.fit_near,
+        log=lambda m: print(m, flush=True),
     )
     text = report(results, folds=args.folds, commit=args.commit)
+    if args.fit_near > 1.0:
+        text += (
+            f"\nEach model was fitted only on its training rows within {args.fit_near:g}x of "
+            "their own shape's fastest (the fastest among those training rows).\n"
+        )
     shape_rows = []
     if args.held_out_shape:
         mm_records = [r for r in records if r["family"] == "matmul"]
-        shape_rows = held_out_shapes(mm_records, near=args.near)
+        shape_rows = held_out_shapes(mm_records, near=args.near, fit_near=args.fit_near)
         text += held_out_shapes_report(shape_rows, near=args.near)
     text += (
         f"\n{len(records)} records, {len(results)} jobs scored in {time.monotonic() - t0:.0f} s.\n"

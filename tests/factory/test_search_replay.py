@@ -291,3 +291,19 @@ def test_a_held_out_shape_is_ranked_by_a_model_fitted_on_the_other_shapes(sweep)
     near = held_out_shapes(records, near=1.25)
     assert all(r["spread"] <= 1.25 and r["n"] < n for r, n in zip(near, [x["n"] for x in rows]))
     assert "| median |" in held_out_shapes_report(rows)
+
+
+def test_a_fit_on_the_fast_end_keeps_rows_near_their_own_shapes_fastest():
+    from lab.search.costmodel_eval import fast_end
+
+    rows = [
+        {"run": "r", "dims": {"M": 1}, "median_us": 10.0},
+        {"run": "r", "dims": {"M": 1}, "median_us": 14.0},
+        {"run": "r", "dims": {"M": 1}, "median_us": 16.0},
+        {"run": "r", "dims": {"M": 2}, "median_us": 100.0},
+        {"run": "r", "dims": {"M": 2}, "median_us": 149.0},
+        {"run": "s", "dims": {"M": 1}, "median_us": 20.0},
+    ]
+    kept = fast_end(rows, 1.5)
+    assert [r["median_us"] for r in kept] == [10.0, 14.0, 100.0, 149.0, 20.0]
+    assert fast_end(rows, 0.0) is rows
