@@ -5,7 +5,9 @@ lab.memfamilies.bench writes them), for the run's README:
         --before bench/results/<earlier run>/raw
 
 Prints, per case: the checks counted from each entrant's verification list and timed runs;
-then a row per timed shape: the family's default candidate (c0) and the best candidate at that
+then a row per timed shape: the candidate that is the family's default at that shape (found by
+emitting the default schedule with today's code and matching its PTX hash against the run's
+candidates; "-" where none matches, e.g. a run of older code) and the best candidate at that
 shape (picked after timing, so an upper estimate of what one kernel reaches), their share of
 the run's copy ceiling, the worker's byte mover of the same bytes (one pass, computing
 nothing) as that share's bound, for two-pass row operators the bound with the row read twice,
@@ -16,6 +18,7 @@ Nothing here needs a GPU.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -77,7 +80,27 @@ def two_pass_bytes(case: str, dims: dict) -> int:
     return total
 
 
-def shape_rows(case: str, results: dict) -> list[dict]:
+def default_ids(case: str, results: dict) -> dict[str, str]:
+    """dims key -> id of the run's candidate whose PTX is the family's default at those dims
+    (as lab.memfamilies.bench emits it today); shapes with no such candidate are left out."""
+    if case not in CASES:
+        return {}
+    from factory import families
+    from factory.spec import load_manifest
+
+    w = load_manifest(CASES[case])
+    fam, ir = families.family_for(w)
+    by_sha = {c["ptx_sha256"]: c["id"] for c in results["candidates"]}
+    out = {}
+    for t in results["candidates"][0]["timing"] if results["candidates"] else []:
+        em = fam.emit(ir, fam.default_schedule(ir, dict(t["dims"])), "sm_90")
+        cid = by_sha.get(hashlib.sha256(em.ptx.encode()).hexdigest())
+        if cid:
+            out[dims_key(t["dims"])] = cid
+    return out
+
+
+def shape_rows(case: str, results: dict, defaults: bool = True) -> list[dict]:
     """One row a timed shape (see the module's docstring)."""
     ceiling = results["copy_ceiling_tbps"]
     movers = {
@@ -89,6 +112,7 @@ def shape_rows(case: str, results: dict) -> list[dict]:
     bases = [b for b in results["baselines"] if b["status"] == "passed"]
     rows = []
     shapes = [t["dims"] for t in cands[0]["timing"]] if cands else []
+    default_of = default_ids(case, results) if defaults else {}
     for dims in shapes:
         k = dims_key(dims)
 
@@ -97,7 +121,8 @@ def shape_rows(case: str, results: dict) -> list[dict]:
 
         timed = [(c["id"], at(c)) for c in cands if at(c)]
         best_id, best = min(timed, key=lambda p: p[1]["median_us"])
-        default = dict(timed).get("c0")
+        default_id = default_of.get(k)
+        default = dict(timed).get(default_id) if default_id else None
         base = {b["name"]: at(b)["median_us"] for b in bases if at(b)}
         copy_us = best["bytes"] / (ceiling * 1e6)
         mover = movers.get(k)
@@ -105,6 +130,7 @@ def shape_rows(case: str, results: dict) -> list[dict]:
         rows.append({
             "case": case,
             "dims": k,
+            "default_id": default_id,
             "default_us": default["median_us"] if default else None,
             "best_id": best_id,
             "best_us": best["median_us"],
@@ -127,6 +153,10 @@ def _x(num, den):
     return f"{num / den:5.2f}x" if num and den else "    -"
 
 
+def _us(us, cid) -> str:
+    return f"{us:7.1f} ({cid})" if us else f"{'-':>12s}"
+
+
 def _base(bb) -> str:
     if not bb:
         return "-"
@@ -135,8 +165,8 @@ def _base(bb) -> str:
 
 def table(rows: list[dict], before: dict[tuple, dict] | None = None) -> list[str]:
     head = (
-        f"{'case':24s} {'dims':>12s} {'c0 us':>7s} {'best us':>12s} {'%copy':>6s} "
-        f"{'mover%':>6s} {'2pass%':>6s} {'compile':>8s} {'vs cmp':>6s} {'c0 vs':>6s} "
+        f"{'case':24s} {'dims':>12s} {'default us':>12s} {'best us':>12s} {'%copy':>6s} "
+        f"{'mover%':>6s} {'2pass%':>6s} {'compile':>8s} {'vs cmp':>6s} {'dflt vs':>7s} "
         f"{'best baseline':>22s}"
     )
     if before is not None:
@@ -146,11 +176,11 @@ def table(rows: list[dict], before: dict[tuple, dict] | None = None) -> list[str
         bb = r["best_baseline"]
         line = (
             f"{r['case'][:24]:24s} {r['dims']:>12s} "
-            f"{r['default_us'] or float('nan'):7.1f} {r['best_us']:7.1f} ({r['best_id']}) "
+            f"{_us(r['default_us'], r['default_id'])} {_us(r['best_us'], r['best_id'])} "
             f"{_pct(r['copy_us'], r['best_us'])} {_pct(r['copy_us'], r['mover_us'])} "
             f"{_pct(r['copy_us'], r['two_pass_us'])} "
             f"{r['compile_us'] or float('nan'):8.1f} {_x(r['compile_us'], r['best_us'])} "
-            f"{_x(r['compile_us'], r['default_us'])} "
+            f" {_x(r['compile_us'], r['default_us'])} "
             f"{_base(bb):>22s}"
         )
         if before is not None:
@@ -180,7 +210,7 @@ def main(argv=None) -> int:
         before = {
             (r["case"], r["dims"]): r
             for case, res in load_run(args.before).items()
-            for r in shape_rows(case, res)
+            for r in shape_rows(case, res, defaults=False)
         }
     print("checks (verification records: passed/all, held-out among them; timed runs checked)")
     for case, res in run.items():
@@ -198,9 +228,10 @@ def main(argv=None) -> int:
     print("\n".join(table(rows, before)))
     pairs = [r for r in rows if r["compile_us"]]
     print()
-    for label, key in (("best a shape", "best_us"), ("default c0", "default_us")):
-        g = geomean([r["compile_us"] / r[key] for r in pairs if r[key]])
-        print(f"geomean over torch.compile, {label}: {g:.3f}x across {len(pairs)} shapes")
+    for label, key in (("best a shape", "best_us"), ("the default a shape", "default_us")):
+        have = [r for r in pairs if r[key]]
+        g = geomean([r["compile_us"] / r[key] for r in have])
+        print(f"geomean over torch.compile, {label}: {g:.3f}x across {len(have)} shapes")
     g_copy = geomean([r["compile_us"] / r["copy_us"] for r in pairs])
     g_mover = geomean([r["compile_us"] / r["mover_us"] for r in pairs if r["mover_us"]])
     g_two = geomean(
