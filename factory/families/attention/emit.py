@@ -33,6 +33,11 @@ that share the row), l (this thread's partial sum, reduced at the end), O scaled
 2^(m_old - m_new). A row with no key left keeps m = -inf and l = 0: its output is 0, its
 log-sum-exp -inf. Masked tiles (partial band, the sequence's tail, or any elementwise mask term)
 set x = -inf where a term is false or j >= Skv; the others apply no mask.
+
+An id match x[i] == x[j] (a document mask) narrows [first, end) before the loop (id_scan,
+id_narrow: every thread scans the ids of the band's keys against the [min, max] of the query
+tile's ids, the warps' results meet in the K ring's first bytes before any TMA writes there), so
+tiles that cannot hold a key of the tile's documents are never loaded.
 """
 
 from __future__ import annotations
@@ -230,6 +235,111 @@ class _Kernel:
         if ir.band_lo is not None and ir.band_hi is not None and ir.band_lo > ir.band_hi:
             self.op("mov.u32 %end, %first")  # an empty band: no key anywhere
 
+    def id_scan(self, name: str, k: int) -> None:
+        """Every thread: for a mask term x[i] == x[j], the [min, max] of x over this query
+        tile's rows i < S (each warp reduces it on its own), then the first key and one past
+        the last key in [first * block_n, min(end * block_n, Skv)) whose x lies within it
+        (keys strided over the CTA's threads, four loads in flight a thread); lane 0 of each
+        warp stores its (first, last + 1) at the K ring's base + 8 * (k * warps + warp).
+        tiling.id_tiles is the same arithmetic."""
+        ir, s, b = self.ir, self.s, self.b
+        x = next(e for e in ir.extra if e.name == name)
+        nthr, unroll = s.threads(), 4
+        b.comment(f"the KV tiles that can hold a key with {name}[j] == {name}[i] of this tile")
+        tx, lane, warp = self.r32(), self.r32(), self.r32()
+        self.op(f"mov.u32 {tx}, %tid.x")
+        self.op(f"and.b32 {lane}, {tx}, 31")
+        self.op(f"shr.u32 {warp}, {tx}, 5")
+        ptr = self._ptr(f"in_{name}")
+        lo, hi = self.f32(), self.f32()
+        self.op(f"mov.f32 {lo}, 0f7F800000")
+        self.op(f"mov.f32 {hi}, 0fFF800000")
+        for r in range(s.block_m // 32):
+            row, pr = self.r32(), self.pred()
+            self.op(f"add.u32 {row}, %i0, {lane}")
+            self.op(f"add.u32 {row}, {row}, {32 * r}")
+            self.op(f"setp.lt.u32 {pr}, {row}, %S")
+            idx = row
+            if x.batched:
+                idx = self.r32()
+                self.op(f"mad.lo.u32 {idx}, %bb, %S, {row}")
+            v = self._load_extra(x, ptr, idx, pr)
+            vl, vh = self.f32(), self.f32()
+            self.op(f"selp.f32 {vl}, {v}, 0f7F800000, {pr}")
+            self.op(f"selp.f32 {vh}, {v}, 0fFF800000, {pr}")
+            self.op(f"min.f32 {lo}, {lo}, {vl}")  # a NaN id gives way to the other operand
+            self.op(f"max.f32 {hi}, {hi}, {vh}")
+        for off in (16, 8, 4, 2, 1):
+            t = self.f32()
+            self.op(f"shfl.sync.bfly.b32 {t}, {lo}, {off}, 31, -1")
+            self.op(f"min.f32 {lo}, {lo}, {t}")
+            t = self.f32()
+            self.op(f"shfl.sync.bfly.b32 {t}, {hi}, {off}, 31, -1")
+            self.op(f"max.f32 {hi}, {hi}, {t}")
+        js, je, j, jmin, jend = (self.r32() for _ in range(5))
+        self.op(f"mul.lo.u32 {js}, %first, {s.block_n}")
+        self.op(f"mul.lo.u32 {je}, %end, {s.block_n}")
+        self.op(f"min.u32 {je}, {je}, %Skv")
+        self.op(f"add.u32 {j}, {js}, {tx}")
+        self.op(f"mov.u32 {jmin}, -1")
+        self.op(f"mov.u32 {jend}, 0")
+        lab, done = b.new_label("idscan"), b.new_label("idscand")
+        b.label(lab)
+        pl = self.pred()
+        self.op(f"setp.ge.u32 {pl}, {j}, {je}")
+        self.op(f"@{pl} bra {done}")
+        loads = []
+        for u in range(unroll):
+            ju, pu = self.r32(), self.pred()
+            self.op(f"add.u32 {ju}, {j}, {u * nthr}")
+            self.op(f"setp.lt.u32 {pu}, {ju}, {je}")
+            idx = ju
+            if x.batched:
+                idx = self.r32()
+                self.op(f"mad.lo.u32 {idx}, %bb, %Skv, {ju}")
+            loads.append((ju, pu, self._load_extra(x, ptr, idx, pu)))
+        for ju, pu, v in loads:
+            hit, nxt = self.pred(), self.r32()
+            self.op(f"setp.ge.and.f32 {hit}, {v}, {lo}, {pu}")
+            self.op(f"setp.le.and.f32 {hit}, {v}, {hi}, {hit}")
+            self.op(f"add.u32 {nxt}, {ju}, 1")
+            self.op(f"@{hit} min.u32 {jmin}, {jmin}, {ju}")
+            self.op(f"@{hit} max.u32 {jend}, {jend}, {nxt}")
+        self.op(f"add.u32 {j}, {j}, {unroll * nthr}")
+        self.op(f"bra {lab}")
+        b.label(done)
+        self.op(f"redux.sync.min.u32 {jmin}, {jmin}, -1")
+        self.op(f"redux.sync.max.u32 {jend}, {jend}, -1")
+        addr, p0 = self.r32(), self.pred()
+        self.op(f"mad.lo.u32 {addr}, {warp}, 8, %kb")
+        self.op(f"add.u32 {addr}, {addr}, {8 * k * (nthr // 32)}")
+        self.op(f"setp.eq.u32 {p0}, {lane}, 0")
+        self.op(f"@{p0} st.shared.v2.u32 [{addr}], {{{jmin}, {jend}}}")
+
+    def id_narrow(self, k: int) -> None:
+        """Every thread, after the barrier: the warps' (first key, last key + 1) of id_scan
+        number k combined, and [%first, %end) narrowed to their tiles (no key: end = first)."""
+        s = self.s
+        jmin, jend = self.r32(), self.r32()
+        self.op(f"mov.u32 {jmin}, -1")
+        self.op(f"mov.u32 {jend}, 0")
+        for w in range(s.threads() // 32):
+            a, c = self.r32(), self.r32()
+            self.op(f"ld.shared.v2.u32 {{{a}, {c}}}, [%kb+{8 * (k * (s.threads() // 32) + w)}]")
+            self.op(f"min.u32 {jmin}, {jmin}, {a}")
+            self.op(f"max.u32 {jend}, {jend}, {c}")
+        found, nf, ne = self.pred(), self.r32(), self.r32()
+        self.op(f"setp.ne.u32 {found}, {jend}, 0")
+        self.op(f"div.u32 {nf}, {jmin}, {s.block_n}")
+        self.op(f"max.u32 {nf}, {nf}, %first")
+        self.op(f"sub.u32 {ne}, {jend}, 1")
+        self.op(f"div.u32 {ne}, {ne}, {s.block_n}")
+        self.op(f"add.u32 {ne}, {ne}, 1")
+        self.op(f"min.u32 {ne}, {ne}, %end")
+        self.op(f"@{found} mov.u32 %first, {nf}")
+        self.op(f"@{found} mov.u32 %end, {ne}")
+        self.op(f"@!{found} mov.u32 %end, %first")
+
     # ---- the kernel ----------------------------------------------------------------------
     def render(self) -> Emitted:
         ir, s, b = self.ir, self.s, self.b
@@ -288,6 +398,8 @@ class _Kernel:
         self.op(f"add.u32 %empty, %full, {8 * s.stages}")
         self.op("mov.u32 %stage, 0")
         self.op("mov.u32 %phase, 0")
+        for k, name in enumerate(ir.id_matches):
+            self.id_scan(name, k)
 
         b.comment("thread 0 initialises the barriers")
         p0 = self.pred()
@@ -302,6 +414,13 @@ class _Kernel:
         self.op("fence.proxy.async.shared::cta")
         b.label(lab_init)
         self.op("bar.sync 0")
+        if ir.id_matches:
+            for k in range(len(ir.id_matches)):
+                self.id_narrow(k)
+            # the scratch is the K ring's first bytes: the TMA may overwrite it only after every
+            # thread has read it (and the async proxy sees these generic accesses first)
+            self.op("fence.proxy.async.shared::cta")
+            self.op("bar.sync 0")
 
         lab_cons, lab_exit = b.new_label("consumer"), b.new_label("exit")
         pw = self.pred()
