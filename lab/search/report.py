@@ -38,7 +38,7 @@ def _r(x) -> str:
         return "-"
     if math.isinf(x):
         return "inf"
-    return f"{x:.2f}"
+    return f"{x:.4f}" if x < 0.1 else f"{x:.2f}"  # an agents / random ratio can be ~0.003
 
 
 NAMES = {

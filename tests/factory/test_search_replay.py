@@ -253,9 +253,10 @@ def test_a_sample_charged_for_proposals_outside_it_costs_them_the_mean(sweep):
 
 
 def test_the_report_keeps_hundredths_of_a_gpu_second():
-    from lab.search.report import _s
+    from lab.search.report import _r, _s
 
     assert _s(0.0243) == "0.024" and _s("inf") == "never" and _s(None) == "-"
+    assert _r(0.00312) == "0.0031" and _r(0.5) == "0.50" and _r("inf") == "inf"
 
 
 def test_a_held_out_shape_is_ranked_by_a_model_fitted_on_the_other_shapes(sweep):
