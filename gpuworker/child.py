@@ -173,7 +173,7 @@ class PtxEntrant:
                     raise EntrantError(f"parameter names unknown dim {p['name']!r}")
                 args.append(gpu.scalar_arg(p["ptx_type"], sh.dims[p["name"]]))
             elif p["kind"] == "tmap":
-                args.append(self._tensor_map(p, sh, slot))
+                args.append(self._tensor_map(p, sh, slot, outs))
             else:
                 args.append(gpu.scalar_arg(p["ptx_type"], p["value"]))
         ld = self.launch_desc
@@ -203,15 +203,22 @@ class PtxEntrant:
             raise EntrantError(str(e)) from e
         return cfg, tuple(args)
 
-    def _tensor_map(self, p: dict, sh: ShapeData, slot: int):
-        """The CUtensorMap of a "tmap" parameter over this slot's copy of an input."""
+    def _tensor_map(self, p: dict, sh: ShapeData, slot: int, outs: dict | None = None):
+        """The CUtensorMap of a "tmap" parameter over this slot's copy of an input, or over an
+        output where this run writes it (a staged buffer when `outs` names one, else the guarded
+        output): the matmul family's TMA-store epilogue stores its tiles through such a map."""
         from gpuworker import tensormap
 
-        t = sh.inputs.get(p["name"])
-        if t is None:
-            raise EntrantError(f"tensor map names unknown input {p['name']!r}")
+        if p["name"] in sh.inputs:
+            t = sh.inputs[p["name"]]
+            ptr = t["slots"][slot].ptr
+        elif p["name"] in sh.outputs:
+            t = sh.outputs[p["name"]]
+            ptr = outs[p["name"]] if outs else t["out"].ptr
+        else:
+            raise EntrantError(f"tensor map names unknown tensor {p['name']!r}")
         try:
-            return tensormap.encode_param(p, t["slots"][slot].ptr, sh.dims, t["dtype"])
+            return tensormap.encode_param(p, ptr, sh.dims, t["dtype"])
         except tensormap.TensorMapError as e:
             raise EntrantError(str(e)) from e
 

@@ -133,4 +133,7 @@ def schedules() -> dict[str, GemmSchedule]:
         "w256s3t256": GemmSchedule(tile_n=256, stages=3, tma_store=256),
         "w256s4t128": GemmSchedule(tile_n=256, stages=4, tma_store=128),
         "glu128s4t128": GemmSchedule(tile_n=128, stages=4, tma_store=128),
+        # the 64-row tile (one consumer warpgroup) staged: in the search space since the H100
+        # run of 2026-12-07, not itself run on a GPU yet (tests/factory/test_matmul_tma_store.py)
+        "w128s4c1t128": GemmSchedule(tile_m=64, tile_n=128, consumers=1, stages=4, tma_store=128),
     }

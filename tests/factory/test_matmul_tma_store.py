@@ -1,8 +1,9 @@
-"""The TMA-store epilogue of the wgmma GEMM emitter (schedule.tma_store): gated until a GPU run
-verifies it, its validity rules, emission and nvJitLink compilation without spills, the emitted
-staging offsets and protocol order, and a model of the staging protocol (tiling.
-simulate_tma_store) against the values it stores, including the torn reads a wrong wait allows.
-No GPU needed."""
+"""The TMA-store epilogue of the wgmma GEMM emitter (schedule.tma_store): its gate (open since the
+H100 run of 2026-12-07), its validity rules, the search space's staged schedules compiling without
+spills, the GPU worker building the output's tensor map, emission and nvJitLink compilation
+without spills, the emitted staging offsets and protocol order, and a model of the staging
+protocol (tiling.simulate_tma_store) against the values it stores, including the torn reads a
+wrong wait allows. No GPU needed but for the GPU check (skipped without one)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,14 @@ def verified(monkeypatch):
     monkeypatch.setattr(sched_mod, "TMA_STORE_VERIFIED", True)
 
 
-def test_tma_store_is_gated_until_a_gpu_verifies_it():
+def test_tma_store_is_open_and_its_gate_still_works(monkeypatch):
+    # verified in bench/results/2026-12-07-h100-issue48 (tmastore/: 54 checks passed)
+    assert sched_mod.TMA_STORE_VERIFIED
     assert TS_NAMES
+    for sn in TS_NAMES:
+        ir = epilogue_irs()["swiglu" if sn.startswith("glu") else "plain"]
+        assert is_valid(ir, schedules()[sn]) is None
+    monkeypatch.setattr(sched_mod, "TMA_STORE_VERIFIED", False)
     for sn in TS_NAMES:
         ir = epilogue_irs()["swiglu" if sn.startswith("glu") else "plain"]
         assert "not yet verified" in is_valid(ir, schedules()[sn])
@@ -60,6 +67,10 @@ def test_tma_store_refusals(verified):
         ir, replace(s, tile_n=128, stages=5, pingpong=True, tma_store=128)
     )
     assert "bf16 or fp16" in is_valid(epilogue_irs()["rowq_fp8"], s)
+    # 128 accumulator registers staged outside the grouped persistent order: spills (residual)
+    assert "group_m > 1" in is_valid(ir, replace(s, persistent=False))
+    assert "group_m > 1" in is_valid(ir, replace(s, group_m=1))
+    assert is_valid(ir, replace(s, tile_m=64, consumers=1, group_m=1)) is None
     # the staging buffer counts against shared memory: 4 stages of 48 KB leave no 64 KB
     assert "shared memory" in is_valid(ir, replace(s, stages=4))
     assert is_valid(ir, replace(s, stages=4, tma_store=128)) is None
@@ -190,6 +201,7 @@ def test_staging_model_catches_a_wait_that_allows_one_more(slots):
         ("bias_gelu", "w256s4t128"),
         ("residual", "w256s3t256"),
         ("swiglu", "glu128s4t128"),
+        ("bias_gelu", "w128s4c1t128"),
     ],
 )
 def test_tma_store_kernels_correct_on_gpu(op, sn, verified):
@@ -203,3 +215,83 @@ def test_tma_store_kernels_correct_on_gpu(op, sn, verified):
         [(333, 248, 72), (1, 520, 4096), (4095, 4104, 1000), (130, 304, 8)]
     ):
         assert gemm_bench.check(torch, kern, op, m, n, k, seed=i), (op, sn, m, n, k)
+
+
+def _space_classes(op: str) -> dict:
+    """One staged schedule of the search space per (tile, consumers, staging, grid order, fast
+    math) at a 4096^3 shape, the deepest ring of each: what the agents can propose for `op`.
+    The grid order is grouped-persistent or not (group_m 1 or a grid of one tile a CTA): a
+    residual epilogue of the 128x256 tile spilled 24 bytes in the latter, now refused."""
+    from factory.families.matmul import space
+
+    out: dict = {}
+    for s in space.space(epilogue_irs()[op], [{"M": 4096, "N": 4096, "K": 4096, "Bt": 3}]):
+        if s.tma_store:
+            grouped = s.persistent and s.group_m > 1
+            key = (s.tile_m, s.tile_n, s.consumers, s.tma_store, grouped, s.fast_math)
+            if key not in out or s.stages > out[key].stages:
+                out[key] = s
+    return out
+
+
+def test_space_holds_staged_schedules_where_the_output_allows():
+    from factory.families.matmul import space
+
+    assert 128 in space.OPTIONS["tma_store"] and 256 in space.OPTIONS["tma_store"]
+    for op in ("plain", "bias_gelu", "residual", "swiglu"):
+        assert _space_classes(op), op
+    # fp8 outputs are not staged; N = 4097 has no 16-byte output rows
+    for op in ("rowq_fp8", "groupq_fp8"):
+        assert not _space_classes(op), op
+    odd = space.space(epilogue_irs()["plain"], [{"M": 4095, "N": 4097, "K": 4000}])
+    assert odd and not any(s.tma_store for s in odd)
+
+
+@pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
+@pytest.mark.parametrize(
+    "op", ["plain", "bias_gelu", "bias_silu", "residual", "relu2", "swiglu", "batched_row"]
+)
+def test_space_staged_schedules_compile_without_spills(op):
+    """Every staged (tile, consumers, staging, persistent) class the search can propose, at its
+    deepest ring: ptxas keeps 168 registers a thread (setmaxnreg is ignored under nvJitLink),
+    and none of them may spill."""
+    from factory.compile import compile_ptx
+
+    classes = _space_classes(op)
+    assert classes
+    for key, s in classes.items():
+        r = compile_ptx(gemm_emit.emit(epilogue_irs()[op], s).ptx, "sm_90a", cache=False)
+        assert r.ok, (key, r.log[-2000:])
+        assert r.spill_store_bytes == 0, (key, r.spill_store_bytes)
+
+
+def test_worker_builds_the_output_tensor_map_over_the_run_buffer(monkeypatch):
+    """gpuworker/child.py: a "tmap" parameter naming an output is encoded over the buffer the
+    run writes (the staged one when the run has one, else the guarded output), with the output's
+    dtype; an input's over its slot; an unknown name is the entrant's error."""
+    from types import SimpleNamespace
+
+    from gpuworker import child, tensormap
+    from gpuworker.batch import params_to_json
+
+    seen = []
+    monkeypatch.setattr(
+        tensormap, "encode_param", lambda p, ptr, dims, dtype: seen.append((ptr, dtype)) or ptr
+    )
+    sh = SimpleNamespace(
+        dims={"M": 100, "N": 248, "K": 64},
+        inputs={
+            "a": {"slots": [SimpleNamespace(ptr=1000), SimpleNamespace(ptr=2000)], "dtype": "bf16"}
+        },
+        outputs={"c": {"out": SimpleNamespace(ptr=5000), "dtype": "fp16"}},
+    )
+    e = gemm_emit.emit(plain(), schedules()["w256s4t128"])
+    params = {p["name"]: p for p in params_to_json(e.params) if p["kind"] == "tmap"}
+    assert set(params) == {"a", "b", "c"}
+    tm = child.PtxEntrant._tensor_map
+    assert tm(None, params["a"], sh, 1) == 2000
+    assert tm(None, params["c"], sh, 0) == 5000
+    assert tm(None, params["c"], sh, 1, {"c": 7000}) == 7000
+    assert seen == [(2000, "bf16"), (5000, "fp16"), (7000, "fp16")]
+    with pytest.raises(child.EntrantError, match="unknown tensor"):
+        tm(None, dict(params["c"], name="d"), sh, 0)
