@@ -431,17 +431,54 @@ def job_artifact(job: Job):
     return job.artifacts.order_by("-created").first()
 
 
-def job_timings_by_candidate(job: Job) -> dict[int, list[TimingResult]]:
-    """Every candidate timing of the job by candidate id, shapes in order, without the samples:
-    the rows of the job's results spreadsheet."""
-    out: dict[int, list[TimingResult]] = {}
-    for t in (
+def job_timings_by_candidate(job: Job) -> dict[int, list[tuple]]:
+    """Every candidate timing of the job by candidate id, shapes in order, as plain tuples
+    (dims, median_us, ci_low_us, ci_high_us, p20_us, p80_us, tbps): the rows of the job's
+    results spreadsheet. No model instances and no samples (thousands of rows a job); each
+    distinct shape's dims are decoded once and shared."""
+    rows = (
         TimingResult.objects.filter(candidate__job=job)
-        .defer("samples_us")
         .order_by("candidate_id", "dims_key")
-    ):
-        out.setdefault(t.candidate_id, []).append(t)
+        .values_list(
+            "candidate_id",
+            "dims_key",
+            "median_us",
+            "ci_low_us",
+            "ci_high_us",
+            "p20_us",
+            "p80_us",
+            "tbps",
+        )
+    )
+    dims_by_key = dict(
+        TimingResult.objects.filter(candidate__job=job)
+        .order_by()
+        .values_list("dims_key", "dims")
+        .distinct()
+    )
+    out: dict[int, list[tuple]] = {}
+    for candidate_id, dims_key, *cells in rows:
+        out.setdefault(candidate_id, []).append((dims_by_key.get(dims_key) or {}, *cells))
     return out
+
+
+def results_file_candidates(job: Job):
+    """The job's candidates for its results spreadsheet, ranked as `top_candidates` ranks them,
+    as plain tuples (id, code, generation index, status, role, backend, score_us, reason)."""
+    return (
+        Candidate.objects.filter(job=job)
+        .order_by(F("score_us").asc(nulls_last=True), "created")
+        .values_list(
+            "id",
+            "code",
+            "generation__index",
+            "status",
+            "role",
+            "backend",
+            "score_us",
+            "reason",
+        )
+    )
 
 
 # --- model use ----------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from portal import catalogue, charts, results_schema, services
 from portal import selectors as q
 from portal.delivery import decide_and_deliver
 from portal.demo_example import recording_of
-from portal.models import Candidate, Job, TimingResult
+from portal.models import Candidate, Job
 from portal.web.forms import EmailForm, RerunForm, ReviewForm, TokenForm, UploadForm
 
 log = logging.getLogger("portal.web")
@@ -501,11 +501,11 @@ def job_results_csv(request, code):
     j = q.get_job_for_user(request.user, code)
     timings = q.job_timings_by_candidate(j)
 
-    def measured(t: TimingResult | None) -> list:
+    def measured(t: tuple | None) -> list:
         if t is None:
             return [""] * 7
-        cells = [t.median_us, t.ci_low_us, t.ci_high_us, t.p20_us, t.p80_us, t.tbps]
-        return [shape_label(t.dims)] + ["" if x is None else x for x in cells]
+        dims, *cells = t
+        return [shape_label(dims)] + ["" if x is None else x for x in cells]
 
     def text(value: str) -> str:
         # A spreadsheet runs a cell that starts like a formula: a reason quoting a compiler log
@@ -515,15 +515,23 @@ def job_results_csv(request, code):
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(CSV_COLUMNS)
-    for c in q.top_candidates(j):
-        made_by = text(f"{c.role} {c.backend}".strip())
-        score = "" if c.score_us is None else c.score_us
-        for t in timings.get(c.pk) or [None]:
-            head = [str(c.code), c.generation.index, c.status, made_by, score]
-            writer.writerow(head + measured(t) + [text(c.reason)])
+    for pk, cand_code, gen_index, status, role, backend, score, reason in q.results_file_candidates(
+        j
+    ):
+        head = [
+            str(cand_code),
+            gen_index,
+            status,
+            text(f"{role} {backend}".strip()),
+            "" if score is None else score,
+        ]
+        tail = [text(reason)]
+        writer.writerows(head + measured(t) + tail for t in timings.get(pk) or [None])
     for b in q.job_baselines(j):
         for t in b.timings.values():
-            row = [text(b.name), "", b.status, "baseline", ""] + measured(t) + [text(b.reason)]
+            cells = (t.dims, t.median_us, t.ci_low_us, t.ci_high_us, t.p20_us, t.p80_us, t.tbps)
+            row = [text(b.name), "", b.status, "baseline", ""] + measured(cells)
+            row.append(text(b.reason))
             writer.writerow(row)
     response = HttpResponse(buffer.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="job-{str(j.code)[:8]}-results.csv"'

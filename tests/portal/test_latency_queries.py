@@ -1,4 +1,6 @@
-"""The API's results answer costs the same number of queries whatever the number of candidates
+"""The latency fixes of issue 51, each held by a test that fails without it.
+
+The API's results answer costs the same number of queries whatever the number of candidates
 (a deferred column read per candidate made it 2,000 queries for a 2,000-candidate job)."""
 
 from django.db import connection
@@ -39,3 +41,71 @@ def test_the_results_answer_does_not_query_per_candidate(
     assert many <= few + 2  # not one a candidate (40 more were added)
     body = client.get(url, HTTP_AUTHORIZATION=f"Bearer {key}").json()
     assert len(body["candidate_results"]) == 46
+
+
+def _count_instances(monkeypatch, model) -> list[int]:
+    """Count the model instances Django builds from query rows (Model.from_db)."""
+    built = [0]
+    original = model.from_db.__func__
+
+    def counting(cls, db, field_names, values):
+        built[0] += 1
+        return original(cls, db, field_names, values)
+
+    monkeypatch.setattr(model, "from_db", classmethod(counting))
+    return built
+
+
+def test_the_results_csv_is_built_from_plain_rows(
+    client, orgs, customer, settings, tmp_path, monkeypatch
+):
+    """The results spreadsheet of a job reads its candidates and their timings as plain rows:
+    no Candidate or TimingResult instance (thousands a job), and neither the PTX nor the raw
+    samples in any query."""
+    from portal.models import GpuBatch, TimingResult
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = make_world_for(orgs[0], customer, "acme-csv")["job"]
+    generation = Generation.objects.get(job=job, index=0)
+    batch = GpuBatch.objects.create(job=job, generation=generation, status=GpuBatch.RECORDED)
+    cands = Candidate.objects.bulk_create(
+        Candidate(
+            job=job,
+            generation=generation,
+            ptx=SIMPLE_PTX,
+            ptx_sha256=sha256_hex(f"{i}"),
+            status=Candidate.PASSED,
+            score_us=10.0 + i,
+            role="writer",
+            backend="offline",
+        )
+        for i in range(30)
+    )
+    TimingResult.objects.bulk_create(
+        TimingResult(
+            candidate=c,
+            batch=batch,
+            dims_key=f"M={m},N=4096",
+            dims={"M": m, "N": 4096},
+            median_us=c.score_us * m,
+            samples_us=[1.0, 2.0],
+        )
+        for c in cands
+        for m in (1, 8)
+    )
+    candidates_built = _count_instances(monkeypatch, Candidate)
+    timings_built = _count_instances(monkeypatch, TimingResult)
+    client.force_login(customer)
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(reverse("web-job-results-csv", args=[job.code]))
+    assert response.status_code == 200
+    assert candidates_built == [0] and timings_built == [0]
+    # (the job itself is read with its best candidate, none here: one row whatever the job)
+    reads = [x["sql"] for x in ctx.captured_queries if 'FROM "portal_job"' not in x["sql"]]
+    assert not [s for s in reads if '"ptx"' in s or '"samples_us"' in s]
+    lines = response.content.decode().splitlines()
+    assert len(lines) == 1 + 30 * 2 + 1  # header, two shapes a timed candidate, the untimed one
+    fastest = lines[1].split(",")
+    assert fastest[0] == str(cands[0].code) and fastest[4] == "10.0"
+    assert fastest[5] == "M=1 N=4096" and fastest[6] == "10.0"
+    assert lines[2].split(",")[5] == "M=8 N=4096" and lines[2].split(",")[6] == "80.0"
