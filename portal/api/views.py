@@ -411,18 +411,7 @@ def results(request, code):
     ]
     # Every candidate in a line, so that a client sees what was refused before GPU time and why
     # without a request per candidate (the PTX and the compile report stay on the candidate).
-    body["candidate_results"] = [
-        {
-            "candidate": str(c.code),
-            "generation": c.generation.index,
-            "status": c.status,
-            "reason": c.reason,
-            "score_us": c.score_us,
-            "entry": c.entry,
-            "note": c.note,
-        }
-        for c in q.candidate_results(j)
-    ]
+    body["candidate_results"] = q.candidate_results(j)
     return JsonResponse(body)
 
 

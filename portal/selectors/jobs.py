@@ -330,14 +330,24 @@ def top_candidates(job: Job):
     )
 
 
-def candidate_results(job: Job):
-    """Every candidate of the job in the order it was made, for the API's results answer: only
-    the columns that answer carries (a job's PTX texts and compile reports run to megabytes)."""
-    return (
-        job.candidates.select_related("generation")
-        .only("code", "job", "status", "reason", "score_us", "entry", "note", "generation__index")
+def candidate_results(job: Job) -> list[dict]:
+    """Every candidate of the job in the order it was made, for the API's results answer, as
+    plain rows (no model instances: thousands a job) of only the columns that answer carries
+    (a job's PTX texts and compile reports run to megabytes)."""
+    return [
+        {
+            "candidate": str(code),
+            "generation": index,
+            "status": status,
+            "reason": reason,
+            "score_us": score,
+            "entry": entry,
+            "note": note,
+        }
+        for code, index, status, reason, score, entry, note in Candidate.objects.filter(job=job)
         .order_by("generation__index", "id")
-    )
+        .values_list("code", "generation__index", "status", "reason", "score_us", "entry", "note")
+    ]
 
 
 def candidate_children(candidate: Candidate):
@@ -496,7 +506,10 @@ def job_model_usage(job: Job) -> dict:
             "ptx_sha256": sha,
             "usage": {"tokens_in": t_in, "tokens_out": t_out, "cost_usd": float(cost or 0)},
         }
+        # job_usage skips a candidate with no model use: leave those rows in the database
+        # (a search without a model backend has thousands of them).
         for gen, sha, t_in, t_out, cost in Candidate.objects.filter(job=job)
+        .filter(Q(tokens_in__gt=0) | Q(tokens_out__gt=0) | ~Q(cost_usd=0))
         .order_by()
         .values_list("generation__index", "ptx_sha256", "tokens_in", "tokens_out", "cost_usd")
     ]

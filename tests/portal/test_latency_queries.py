@@ -109,3 +109,74 @@ def test_the_results_csv_is_built_from_plain_rows(
     assert fastest[0] == str(cands[0].code) and fastest[4] == "10.0"
     assert fastest[5] == "M=1 N=4096" and fastest[6] == "10.0"
     assert lines[2].split(",")[5] == "M=8 N=4096" and lines[2].split(",")[6] == "80.0"
+
+
+def test_the_results_answer_builds_no_candidate_instances(
+    client, orgs, customer, settings, tmp_path, monkeypatch
+):
+    """The API's results answer lists every candidate from plain rows, not model instances."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = make_world_for(orgs[0], customer, "acme-rows")["job"]
+    generation = Generation.objects.get(job=job, index=0)
+    Candidate.objects.bulk_create(
+        Candidate(
+            job=job, generation=generation, ptx=SIMPLE_PTX, ptx_sha256=sha256_hex(f"{i}"), note="n"
+        )
+        for i in range(30)
+    )
+    key, _ = services.api_token_create(user=customer, name="t")
+    built = _count_instances(monkeypatch, Candidate)
+    body = client.get(
+        reverse("api-results", args=[job.code]), HTTP_AUTHORIZATION=f"Bearer {key}"
+    ).json()
+    assert built == [0]
+    assert len(body["candidate_results"]) == 31
+    first = body["candidate_results"][0]
+    assert set(first) == {
+        "candidate",
+        "generation",
+        "status",
+        "reason",
+        "score_us",
+        "entry",
+        "note",
+    }
+    assert first["generation"] == 0 and body["candidate_results"][-1]["note"] == "n"
+
+
+def test_model_use_reads_only_candidates_that_used_a_model(
+    orgs, customer, settings, tmp_path, monkeypatch
+):
+    """A job's model use passes job_usage only the candidates with tokens or a cost (a search
+    without a model backend has thousands with none), and the totals are theirs."""
+    from decimal import Decimal
+
+    import factory.agents.usage as usage
+    from portal import selectors as q
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = make_world_for(orgs[0], customer, "acme-usage")["job"]
+    generation = Generation.objects.get(job=job, index=0)
+    Candidate.objects.bulk_create(
+        Candidate(
+            job=job,
+            generation=generation,
+            ptx=SIMPLE_PTX,
+            ptx_sha256=sha256_hex(f"{i}"),
+            tokens_in=100 if i == 0 else 0,
+            cost_usd=Decimal("0.5") if i == 1 else 0,
+        )
+        for i in range(20)
+    )
+    seen = []
+    real = usage.job_usage
+
+    def spy(items, generations=None):
+        items = list(items)
+        seen.append(len(items))
+        return real(items, generations)
+
+    monkeypatch.setattr(usage, "job_usage", spy)
+    out = q.job_model_usage(job)
+    assert seen == [2]
+    assert out["tokens_in"] == 100 and out["cost_usd"] == 0.5 and out["candidates"] == 2
