@@ -81,7 +81,9 @@ LEGEND = (
 
 def moves(schedule) -> list:
     """Steps of several fields at once: a wider or narrower tile keeps the shared-memory ring
-    within its limit by trading stages; halving tile_m goes with one consumer warpgroup."""
+    within its limit by trading stages; halving tile_m goes with one consumer warpgroup; the
+    TMA-store epilogue goes with the cooperative persistent kernel (no ping-pong, split-K or
+    cluster), so a move to any of those drops it."""
     s = schedule if isinstance(schedule, Schedule) else Schedule.from_dict(dict(schedule))
     out = []
     if s.tile_n <= 128:
@@ -99,32 +101,62 @@ def moves(schedule) -> list:
         out.append(({"consumers": 1, "tile_m": 64}, "one consumer warpgroup, 64-row tiles"))
     else:
         out.append(({"consumers": 2, "tile_m": 128}, "two consumer warpgroups, 128-row tiles"))
-    out.append(
-        (
-            {"persistent": not s.persistent},
-            "persistent CTAs" if not s.persistent else "one CTA per tile",
-        )
-    )
+    grid = {"persistent": not s.persistent}
+    if s.persistent and s.tma_store and s.consumers == 2:
+        grid["tma_store"] = 0  # staged with two consumers only in the grouped persistent order
+    out.append((grid, "persistent CTAs" if not s.persistent else "one CTA per tile"))
     if getattr(s, "pingpong", None) is not None:
         if s.pingpong:
             out.append(({"pingpong": False}, "consumers share each tile"))
         else:
             out.append(
                 (
-                    {"pingpong": True, "consumers": 2, "tile_m": 128, "persistent": True},
+                    {
+                        "pingpong": True,
+                        "consumers": 2,
+                        "tile_m": 128,
+                        "persistent": True,
+                        "tma_store": 0,
+                    },
                     "consumers take turns, one's epilogue beside the other's main loop",
                 )
             )
-    out.append(({"cluster_m": 1 if s.cluster_m == 2 else 2}, "B multicast to a 2x1 cluster"))
+    out.append(
+        (
+            {"cluster_m": 1 if s.cluster_m == 2 else 2, "tma_store": 0},
+            "B multicast to a 2x1 cluster",
+        )
+    )
     if s.split_k == 1:
         out.append(
             (
-                {"split_k": 4, "persistent": False, "pingpong": False, "cluster_m": 1},
+                {
+                    "split_k": 4,
+                    "persistent": False,
+                    "pingpong": False,
+                    "cluster_m": 1,
+                    "tma_store": 0,
+                },
                 "split K over a cluster of 4 CTAs per tile (few tiles, long K)",
             )
         )
     else:
         out.append(({"split_k": 1, "persistent": True}, "one CTA per tile's whole K"))
+    if s.tma_store:
+        out.append(({"tma_store": 0}, "epilogue stored from registers"))
+    else:
+        out.append(
+            (
+                {
+                    "tma_store": 128,
+                    "pingpong": False,
+                    "split_k": 1,
+                    "cluster_m": 1,
+                    "persistent": True,
+                },
+                "epilogue staged in shared memory and stored by TMA",
+            )
+        )
     return out
 
 
