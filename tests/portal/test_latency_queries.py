@@ -180,3 +180,30 @@ def test_model_use_reads_only_candidates_that_used_a_model(
     out = q.job_model_usage(job)
     assert seen == [2]
     assert out["tokens_in"] == 100 and out["cost_usd"] == 0.5 and out["candidates"] == 2
+
+
+def test_the_evidence_view_is_computed_once_per_evidence_version(
+    orgs, customer, settings, tmp_path
+):
+    """The evidence page's view of a family is served from the cache while no evidence was
+    added (four small queries to check), and computed again once a candidate is added."""
+    from portal import selectors as q
+    from portal.models import Workload
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    world = make_world_for(orgs[0], customer, "acme-evidence")
+    Workload.objects.filter(pk=world["workload"].pk).update(family="softmax")
+    job = world["job"]
+    args = {"family": "softmax", "gpu": job.target_gpu, "dtype": None, "shape_class": None}
+    first = q.evidence_view(**args)
+    with CaptureQueriesContext(connection) as ctx:
+        again = q.evidence_view(**args)
+    assert len(ctx.captured_queries) == 4  # evidence_version's maxima, nothing else
+    assert again["records"] == first["records"]
+    Candidate.objects.create(
+        job=job,
+        generation=Generation.objects.get(job=job, index=0),
+        ptx=SIMPLE_PTX,
+        ptx_sha256=sha256_hex("one more"),
+    )
+    assert q.evidence_view(**args)["records"] == first["records"] + 1
