@@ -15,12 +15,13 @@ import math
 import statistics
 
 from django.conf import settings
-from django.db.models import Count, Exists, F, OuterRef, Q, Sum
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, Sum
 from django.utils import timezone
 
 from portal.derived import search_gains
 from portal.models import (
     AuditEvent,
+    BaselineMeasurement,
     Candidate,
     Generation,
     GpuBatch,
@@ -126,6 +127,33 @@ def costmodel_rows(job: Job, generation: Generation | None = None) -> list[dict]
         for r in rows
         if r["total"] is not None
     ]
+
+
+def charts_version(job: Job) -> str:
+    """A word that changes whenever what the job page's charts draw may have changed: the job's
+    status, best candidate and rank correlation, its generations' number and newest change,
+    its candidates' number, how many were verified or scored and the sum of their scores, and
+    its newest baseline measurement. Three small queries (the charts themselves take about ten
+    and read every candidate and timing of the job)."""
+    gens = Generation.objects.filter(job=job).aggregate(n=Count("id"), changed=Max("updated"))
+    cands = Candidate.objects.filter(job=job).aggregate(
+        n=Count("id"),
+        passed=Count("id", filter=Q(status=Candidate.PASSED)),
+        scored=Count("score_us"),
+        scores=Sum("score_us"),
+    )
+    baselines = BaselineMeasurement.objects.filter(job=job).aggregate(newest=Max("id"))
+    words = [
+        job.status,
+        job.best_candidate_id,
+        job.model_rho,
+        job.updated.timestamp() if job.updated else None,
+        gens["n"],
+        gens["changed"].timestamp() if gens["changed"] else None,
+        *(cands[k] for k in ("n", "passed", "scored", "scores")),
+        baselines["newest"],
+    ]
+    return ":".join(str(w) for w in words)
 
 
 def generation_rows(job: Job) -> list[dict]:

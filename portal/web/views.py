@@ -276,10 +276,33 @@ def workload(request, code):
     return _render(request, "web/workload.html", context, nav="home")
 
 
-def _job_charts(job: Job) -> dict:
-    """The job page's charts as HTML fragments (None when there is nothing to draw yet)."""
+# How long drawn charts are served before they are drawn again even when `charts_version` did
+# not move.
+JOB_CHARTS_TTL_S = 60
+
+
+def _job_charts(job: Job, baselines=None) -> dict:
+    """The job page's charts, drawn once per `charts_version` of the job and kept in this
+    process's cache (at most JOB_CHARTS_TTL_S seconds): drawing reads every candidate and
+    timing of the job, and the page, its chart refreshes and the review page all show them."""
+    import hashlib
+
+    from django.core.cache import cache
+
+    version = f"{job.code}:{q.charts_version(job)}"
+    key = "ptxf:job-charts:" + hashlib.sha256(version.encode()).hexdigest()
+    out = cache.get(key)
+    if out is None:
+        out = _draw_job_charts(job, baselines)
+        cache.set(key, out, JOB_CHARTS_TTL_S)
+    return out
+
+
+def _draw_job_charts(job: Job, baselines=None) -> dict:
+    """The job page's charts as HTML fragments (None when there is nothing to draw yet);
+    `baselines` as `job_baselines` reads them, when the caller has them already."""
     best = job.best_candidate
-    baselines = q.job_baselines(job)
+    baselines = q.job_baselines(job) if baselines is None else baselines
     comparison = q.comparison_rows(best, baselines)
     out = {}
     population = charts.generations_figure(q.population_rows(job))
@@ -386,7 +409,7 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         "progress": progress,
         "live": _live_tokens(j, progress),
         "steps": q.stage_steps(j),
-        "charts": _job_charts(j),
+        "charts": _job_charts(j, baselines),
         "candidates": page,
         "decision": decision,
         "artifact": artifact,

@@ -207,3 +207,33 @@ def test_the_evidence_view_is_computed_once_per_evidence_version(
         ptx_sha256=sha256_hex("one more"),
     )
     assert q.evidence_view(**args)["records"] == first["records"] + 1
+
+
+def test_the_job_charts_are_drawn_once_per_charts_version(orgs, customer, settings, tmp_path):
+    """The job page's charts are drawn once and served from the cache while the job's
+    charts_version stays (three small queries to check it), and drawn again when a candidate is
+    scored."""
+    from portal.web import views
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = make_world_for(orgs[0], customer, "acme-charts")["job"]
+    generation = Generation.objects.get(job=job, index=0)
+    Candidate.objects.filter(job=job).update(status=Candidate.PASSED, score_us=12.0)
+    first = views._job_charts(job)
+    assert first.get("generations")  # the population chart has a point to draw
+    with CaptureQueriesContext(connection) as ctx:
+        again = views._job_charts(job)
+    assert again == first
+    assert len(ctx.captured_queries) == 3
+    Candidate.objects.create(
+        job=job,
+        generation=generation,
+        ptx=SIMPLE_PTX,
+        ptx_sha256=sha256_hex("faster"),
+        status=Candidate.PASSED,
+        score_us=3.0,
+    )
+    with CaptureQueriesContext(connection) as ctx:
+        redrawn = views._job_charts(job)
+    assert len(ctx.captured_queries) > 3  # drawn again, not served from the cache
+    assert redrawn.get("generations")
