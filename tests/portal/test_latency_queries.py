@@ -237,3 +237,29 @@ def test_the_job_charts_are_drawn_once_per_charts_version(orgs, customer, settin
         redrawn = views._job_charts(job)
     assert len(ctx.captured_queries) > 3  # drawn again, not served from the cache
     assert redrawn.get("generations")
+
+
+def test_the_results_csv_is_written_once_per_charts_version(
+    client, orgs, customer, settings, tmp_path
+):
+    """The results spreadsheet is written once and served from the cache while the job's
+    charts_version stays; a candidate scored since is in the next download."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = make_world_for(orgs[0], customer, "acme-csv-cache")["job"]
+    client.force_login(customer)
+    url = reverse("web-job-results-csv", args=[job.code])
+    first = client.get(url).content
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).content == first
+    assert not [x for x in ctx.captured_queries if 'FROM "portal_timingresult"' in x["sql"]]
+    Candidate.objects.create(
+        job=job,
+        generation=Generation.objects.get(job=job, index=0),
+        ptx=SIMPLE_PTX,
+        ptx_sha256=sha256_hex("scored"),
+        status=Candidate.PASSED,
+        score_us=4.5,
+    )
+    lines = client.get(url).content.decode().splitlines()
+    assert len(lines) == len(first.decode().splitlines()) + 1
+    assert lines[1].split(",")[4] == "4.5"
