@@ -61,28 +61,30 @@ class BaselineSeries:
 
 
 def job_baselines(job: Job) -> list[BaselineSeries]:
-    """The latest measurement of every baseline for this job, with its timings by shape."""
-    latest: dict[str, BaselineMeasurement] = {}
-    for m in (
+    """The latest measurement of every baseline for this job, with its timings by shape. The
+    measurements are read as plain rows of the columns shown (a job has one a baseline and
+    generation, each with its verification document)."""
+    latest: dict[str, tuple] = {}
+    for row in (
         BaselineMeasurement.objects.filter(job=job)
-        .select_related("baseline")
         .order_by("created", "id")
+        .values_list("id", "baseline__name", "baseline__version", "status", "reason")
     ):
-        latest[m.baseline.name] = m
+        latest[row[1]] = row
     timings: dict[int, dict[str, TimingResult]] = {}
     for t in TimingResult.objects.filter(
-        baseline_measurement__in=[m.id for m in latest.values()]
+        baseline_measurement__in=[row[0] for row in latest.values()]
     ).defer("samples_us"):
         timings.setdefault(t.baseline_measurement_id, {})[t.dims_key] = t
     return [
         BaselineSeries(
             name=name,
-            version=m.baseline.version,
-            status=m.status,
-            reason=m.reason,
-            timings=timings.get(m.id, {}),
+            version=version,
+            status=status,
+            reason=reason,
+            timings=timings.get(pk, {}),
         )
-        for name, m in sorted(latest.items())
+        for name, (pk, _, version, status, reason) in sorted(latest.items())
     ]
 
 

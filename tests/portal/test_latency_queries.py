@@ -263,3 +263,33 @@ def test_the_results_csv_is_written_once_per_charts_version(
     lines = client.get(url).content.decode().splitlines()
     assert len(lines) == len(first.decode().splitlines()) + 1
     assert lines[1].split(",")[4] == "4.5"
+
+
+def test_job_baselines_reads_measurements_as_plain_rows(
+    orgs, customer, settings, tmp_path, monkeypatch
+):
+    """A job's baselines come from plain rows of their measurements (one a baseline and
+    generation, each with a verification document), the latest of each baseline winning."""
+    from portal import selectors as q
+    from portal.models import Baseline, BaselineMeasurement, GpuBatch
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = make_world_for(orgs[0], customer, "acme-baselines")["job"]
+    torch = Baseline.objects.create(name="torch_eager", version="2.11", config_sha256="a")
+    for index, status in enumerate(("failed", "passed")):
+        generation, _ = Generation.objects.get_or_create(job=job, index=index)
+        batch = GpuBatch.objects.create(job=job, generation=generation)
+        BaselineMeasurement.objects.create(
+            baseline=torch,
+            job=job,
+            batch=batch,
+            status=status,
+            reason=f"run {status}",
+            verification=[{"rel_err": 0.0}] * 50,
+        )
+    built = _count_instances(monkeypatch, BaselineMeasurement)
+    series = q.job_baselines(job)
+    assert built == [0]
+    assert [(b.name, b.version, b.status, b.reason) for b in series] == [
+        ("torch_eager", "2.11", "passed", "run passed")
+    ]
