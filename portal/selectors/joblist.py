@@ -55,7 +55,14 @@ def _status_matching(word: str) -> list[str]:
 
 
 def search_jobs(jobs: QuerySet[Job], query: JobQuery, *, engineer: bool = False):
-    """`jobs` (scoped) narrowed by `query`, newest first, with `generations_done`. Each word of
+    """`jobs` (scoped) narrowed by `query` (`filter_jobs`), newest first, with
+    `generations_done`."""
+    return with_generations_done(filter_jobs(jobs, query, engineer=engineer)).order_by("-created")
+
+
+def filter_jobs(jobs: QuerySet[Job], query: JobQuery, *, engineer: bool = False):
+    """`jobs` (scoped) narrowed by `query`, without annotations (what a count of the list
+    needs: counting the annotated list groups every job's generations first). Each word of
     the text must match the workload's name, its operator (family), the job's status (code or
     label), the start of the job's code, or (for an engineer) the organisation's name."""
     if query.show == SHOW_CURRENT:
@@ -77,7 +84,7 @@ def search_jobs(jobs: QuerySet[Job], query: JobQuery, *, engineer: bool = False)
         if engineer:
             match |= Q(workload__org__name__icontains=word)
         jobs = jobs.filter(match)
-    return with_generations_done(jobs).order_by("-created")
+    return jobs
 
 
 def with_vs_best_baseline(jobs) -> list[Job]:

@@ -75,7 +75,11 @@ def home(request):
     engineer = q.is_engineer(user)
     query = joblist.JobQuery.from_params(request.GET)
     found = joblist.search_jobs(q.job_list(user=user), query, engineer=engineer)
-    jobs_page = Paginator(found, JOBS_PER_PAGE).get_page(request.GET.get("jobs_page"))
+    paginator = Paginator(found, JOBS_PER_PAGE)
+    # counted without the list's annotations (a count of the annotated list groups every
+    # job's generations in a subquery first)
+    paginator.count = joblist.filter_jobs(q.job_list(user=user), query, engineer=engineer).count()
+    jobs_page = paginator.get_page(request.GET.get("jobs_page"))
     jobs_page.object_list = joblist.with_vs_best_baseline(jobs_page.object_list)
     params = request.GET.copy()
     params.pop("jobs_page", None)

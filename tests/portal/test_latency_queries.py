@@ -293,3 +293,18 @@ def test_job_baselines_reads_measurements_as_plain_rows(
     assert [(b.name, b.version, b.status, b.reason) for b in series] == [
         ("torch_eager", "2.11", "passed", "run passed")
     ]
+
+
+def test_the_home_job_list_is_counted_without_its_annotations(client, orgs, customer):
+    """The home page counts its job list with a plain COUNT, not over the annotated list (a
+    subquery grouping every job's generations)."""
+    world = make_world_for(orgs[0], customer, "acme-home")
+    client.force_login(customer)
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(reverse("web-home"))
+    assert response.status_code == 200
+    assert str(world["job"].code)[:8] in response.content.decode()
+    counts = [x["sql"] for x in ctx.captured_queries if "COUNT(" in x["sql"].upper()]
+    job_counts = [s for s in counts if '"portal_job"' in s and "generation" not in s]
+    assert job_counts, counts
+    assert not [s for s in counts if "SELECT COUNT(*) FROM (SELECT" in s]
