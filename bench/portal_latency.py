@@ -474,6 +474,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = parser.parse_args(argv)
 
+    load_at_start = round(os.getloadavg()[0], 2)  # before this run adds its own load
     var_dir = Path(tempfile.mkdtemp(prefix="ptxf-latency-"))
     env = server_environment(var_dir, args.database_url, secrets.token_urlsafe(48))
     fresh_database(args.database_url)
@@ -596,7 +597,11 @@ def main(argv=None) -> int:
         "web_server_argv_of_up": web_server_argv("ADDR", production=True)[1:],
         "clients": args.clients,
         "requests_per_endpoint": args.requests,
-        "machine": {**machine(), "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
+        "machine": {
+            **machine(),
+            "loadavg_1m_at_start": load_at_start,
+            "loadavg_1m_at_end": round(os.getloadavg()[0], 2),
+        },
         "versions": versions(),
         "git_commit": _git_commit(),
         "data": counts,
@@ -639,8 +644,9 @@ def markdown(report: dict) -> str:
         f"`{report['server']}` (as `up --production` starts it, PRODUCTION=1).",
         "",
         f"Machine: {m['cpu']}, {m['cpus']} CPUs, {m['memory_gib']} GiB ({m['platform']}); "
-        f"load average {m['loadavg_1m_at_end']} at the end (the clients run on the same "
-        f"machine). Python {v['python']}, Django {v['django']}, gunicorn {v['gunicorn']}, "
+        f"1-minute load average {m.get('loadavg_1m_at_start', '?')} before the run, "
+        f"{m['loadavg_1m_at_end']} at the end (the clients run on the same machine). "
+        f"Python {v['python']}, Django {v['django']}, gunicorn {v['gunicorn']}, "
         f"WhiteNoise {v['whitenoise']}, psycopg {v['psycopg']}; commit {report['git_commit']}.",
         "",
         "| endpoint | p50 ms | p95 ms | max ms |",
