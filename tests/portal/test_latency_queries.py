@@ -308,3 +308,23 @@ def test_the_home_job_list_is_counted_without_its_annotations(client, orgs, cust
     job_counts = [s for s in counts if '"portal_job"' in s and "generation" not in s]
     assert job_counts, counts
     assert not [s for s in counts if "SELECT COUNT(*) FROM (SELECT" in s]
+
+
+def test_the_candidate_lines_are_read_once_per_charts_version(orgs, customer, settings, tmp_path):
+    """The API's candidate lines are served from the cache while the job's charts_version
+    stays, and read again once a candidate is added."""
+    from portal import selectors as q
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    job = make_world_for(orgs[0], customer, "acme-lines")["job"]
+    first = q.candidate_results(job)
+    with CaptureQueriesContext(connection) as ctx:
+        assert q.candidate_results(job) == first
+    assert not [x for x in ctx.captured_queries if '"portal_candidate"."code"' in x["sql"]]
+    Candidate.objects.create(
+        job=job,
+        generation=Generation.objects.get(job=job, index=0),
+        ptx=SIMPLE_PTX,
+        ptx_sha256=sha256_hex("added"),
+    )
+    assert len(q.candidate_results(job)) == len(first) + 1
