@@ -61,7 +61,8 @@ def manifest_for(
     operator: str, shapes: list[dict[str, int]], dtype: str, *, target: str | None = None
 ) -> str:
     """The catalogue operator's manifest with `shapes` to optimise for (none: its own shapes
-    and held-out shapes), every floating tensor in `dtype`, and the GPU `target` (None: the
+    and held-out shapes), every floating tensor in `dtype` but the fp32 statistics that
+    `_fp32_statistics` names, and the GPU `target` (None: the
     catalogue's own). Raises CatalogueError(field, message)."""
     text = sample_manifest(operator)
     if text is None:
@@ -69,7 +70,10 @@ def manifest_for(
     if dtype not in FLOAT_DTYPES:
         raise CatalogueError("dtype", f"dtype must be one of {', '.join(FLOAT_DTYPES)}.")
     data = tomllib.loads(text)
+    kept = _fp32_statistics(data)
     _set_float_dtypes(data, dtype)
+    for name in kept:
+        data["outputs"][name]["dtype"] = "fp32"
     if target:
         data["target"] = target
     if shapes:
@@ -131,6 +135,18 @@ def split_by_row_length(
         (n, dumps(data | {"name": f"{name}_{row_dim}{n}"[:64], "shapes": shapes}))
         for n, shapes in groups.items()
     ]
+
+
+def _fp32_statistics(data: dict) -> list[str]:
+    """The outputs the catalogue stores in fp32 beside inputs of a narrower floating type (a
+    loss, a log-sum-exp, a bias gradient): these stay fp32 whatever dtype the customer picks, as
+    the operator's family may require (attention's log-sum-exp must be fp32)."""
+    inputs = [t.get("dtype") for t in (data.get("inputs") or {}).values() if isinstance(t, dict)]
+    floats = [d for d in inputs if d in FLOAT_DTYPES]
+    if not floats or "fp32" in floats:
+        return []
+    outputs = data.get("outputs") or {}
+    return [n for n, o in outputs.items() if isinstance(o, dict) and o.get("dtype") == "fp32"]
 
 
 def _set_float_dtypes(node, dtype: str) -> None:

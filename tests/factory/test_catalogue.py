@@ -6,6 +6,8 @@ import math
 import numpy as np
 import pytest
 
+from factory import families
+from factory.compile import compile_ptx
 from factory.spec import (
     catalogue_manifest,
     catalogue_names,
@@ -19,10 +21,31 @@ from factory.spec import (
 EXPECTED = {
     "softmax", "log_softmax", "layernorm", "rmsnorm", "add_rmsnorm", "silu_mul", "gelu_tanh",
     "gelu_erf", "cross_entropy", "row_sum", "row_max", "relu2", "l2norm", "masked_softmax",
-    "softmax_long_rows", "axpby",
+    "softmax_long_rows", "axpby", "attention_causal", "attention_softcap", "matmul_bias_gelu",
+    "swiglu_up", "bias_grad", "cumsum_rows",
 }  # fmt: skip
-# operators whose suite is not ROW_SUITE: few long rows (the split-row family)
-OWN_SUITE = {"cross_entropy", "softmax_long_rows"}
+# the family each operator lowers to (factory.families.family_for); the rest: the row family
+FAMILY = {
+    "silu_mul": "flat", "gelu_tanh": "flat", "gelu_erf": "flat", "relu2": "flat", "axpby": "flat",
+    "softmax_long_rows": "rowsplit", "attention_causal": "attention",
+    "attention_softcap": "attention", "matmul_bias_gelu": "matmul", "swiglu_up": "matmul",
+    "bias_grad": "colreduce", "cumsum_rows": "scan",
+}  # fmt: skip
+# families whose kernels use sm_90a's instructions (wgmma, TMA)
+SM90A = {"attention", "matmul"}
+# operators whose suite is not ROW_SUITE: few long rows (the split-row family), and the
+# attention, matmul and memory-bound operators with their own shapes
+OWN_SUITE = {"cross_entropy", "softmax_long_rows"} | {
+    n for n, f in FAMILY.items() if f not in ("row", "flat", "rowsplit")
+}
+# small shapes for the reference check, where the operator's dims are not M and N
+SMALL_OF = {
+    "cross_entropy": [{"M": 3, "V": 5}, {"M": 9, "V": 300}],
+    "attention_causal": [{"B": 1, "H": 2, "S": 5}, {"B": 2, "H": 1, "S": 17}],
+    "attention_softcap": [{"B": 1, "H": 2, "S": 5}, {"B": 2, "H": 1, "S": 17}],
+    "matmul_bias_gelu": [{"M": 3, "N": 5, "K": 7}, {"M": 16, "N": 9, "K": 64}],
+    "swiglu_up": [{"M": 3, "N": 5, "K": 7}, {"M": 16, "N": 9, "K": 64}],
+}
 ROW_SUITE = [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}]
 SMALL = [{"M": 3, "N": 5}, {"M": 7, "N": 64}, {"M": 1, "N": 257}]
 
@@ -92,6 +115,29 @@ def independent(name, a):
     if name == "masked_softmax":
         s = np.where(a["keep"] != 0, a["x"] * 0.125, -np.inf)
         return {"y": softmax(s)}
+    if name in ("attention_causal", "attention_softcap"):
+        q, k, v = a["q"], a["k"], a["v"]
+        s = np.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1])
+        if name == "attention_softcap":
+            s = 30 * np.tanh(s / 30)
+        n = s.shape[-1]
+        s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, -np.inf)
+        top = s.max(-1, keepdims=True)
+        total = np.exp(s - top).sum(-1, keepdims=True)
+        out = {"o": np.exp(s - top) / total @ v}
+        if name == "attention_causal":
+            out["lse"] = (top + np.log(total))[..., 0]
+        return out
+    if name == "matmul_bias_gelu":
+        h = a["x"] @ a["w"].T + a["bias"]
+        return {"y": 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))}
+    if name == "swiglu_up":
+        g = a["x"] @ a["wg"].T
+        return {"y": g / (1 + np.exp(-g)) * (a["x"] @ a["wu"].T)}
+    if name == "bias_grad":
+        return {"db": a["dy"].sum(0)}
+    if name == "cumsum_rows":
+        return {"y": np.cumsum(a["x"], axis=-1)}
     raise AssertionError(name)
 
 
@@ -124,7 +170,7 @@ def test_each_catalogue_manifest_parses_and_round_trips_its_text(name):
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_catalogue_reference_matches_an_independent_numpy_version(name):
     w = load_catalogue()[name]
-    dims_list = SMALL if name != "cross_entropy" else [{"M": 3, "V": 5}, {"M": 9, "V": 300}]
+    dims_list = SMALL_OF.get(name, SMALL)
     for seed, dims in enumerate(dims_list):
         storage = random_inputs(w, dims, seed=seed)
         got = reference(w, storage, dims)
@@ -139,6 +185,24 @@ def test_each_catalogue_reference_matches_an_independent_numpy_version(name):
 @pytest.mark.parametrize("name", sorted(EXPECTED - OWN_SUITE))
 def test_row_and_elementwise_operators_use_the_suite_shapes(name):
     assert list(load_catalogue()[name].shapes) == ROW_SUITE
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_operator_lowers_to_its_family(name):
+    assert families.name_for(load_catalogue()[name], default="none") == FAMILY.get(name, "row")
+
+
+@pytest.mark.parametrize("name", sorted(n for n, f in FAMILY.items() if f not in ("row", "flat")))
+def test_each_operator_outside_the_row_and_flat_families_emits_ptx_that_compiles(name):
+    # the row and flat families' operators are compiled by test_emit and test_fam_flat
+    w = load_catalogue()[name]
+    fam, ir = families.family_for(w)
+    arch = "sm_90a" if fam.name in SM90A else "sm_90"
+    emitted = fam.emit(ir, fam.default_schedule(ir, dict(w.shapes[0])), arch)
+    ptx = emitted if isinstance(emitted, str) else emitted.ptx
+    assert f".target {arch}" in ptx
+    report = compile_ptx(ptx, arch)
+    assert report.ok, report
 
 
 def test_softmax_long_rows_uses_few_rows_of_a_million():
@@ -160,3 +224,20 @@ def test_default_tolerances_can_never_pass_an_all_zeros_output():
     for w in load_catalogue().values():
         for tol in w.tolerance.values():
             assert 0 < tol.rel_norm < 1
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY.keys() - {"softmax_long_rows", "axpby"}))
+def test_the_upload_form_offers_each_operator_and_its_manifest_takes_the_customers_dtype(name):
+    from portal import catalogue as offered
+
+    assert name in offered.names()
+    w = load_catalogue()[name]
+    assert len(w.description) > 30, "the description says what the operator computes"
+    text = offered.manifest_for(name, [dict(w.shapes[-1])], "fp16")
+    got = load_manifest(text)
+    assert list(got.shapes) == [dict(w.shapes[-1])]
+    assert {d.dtype for d in got.inputs} <= {"fp16", "int64"}
+    # an fp32 output beside bf16 inputs (a log-sum-exp, a bias gradient) stays fp32
+    for o, own in zip(got.outputs, w.outputs, strict=True):
+        assert o.dtype == ("fp32" if own.dtype == "fp32" and name != "cumsum_rows" else "fp16")
+    assert families.name_for(got, default="none") == FAMILY[name]

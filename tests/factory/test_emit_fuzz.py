@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import pytest
 
+from factory import families
 from factory.families.row.ir import lower
 from factory.families.row.schedules import (
     COL_HINTS,
@@ -33,13 +34,24 @@ from factory.families.row.schedules import (
 from factory.spec import load_catalogue
 from tests.factory.test_emit_sim import check
 
+
+def _row_catalogue():
+    """The catalogue operators the row IR lowers (the row family's, and the flat and split-row
+    families' that refine its shape), in the catalogue's order; the draws below pick among them."""
+    return {
+        name: w
+        for name, w in load_catalogue().items()
+        if families.name_for(w, default="none") in ("row", "flat", "rowsplit")
+    }
+
+
 LENGTHS = (1, 7, 33, 64, 100, 129, 256, 264, 300, 512, 513, 700)
 
 
 def random_case(rng: random.Random, capacity: bool = True):
     """(name, schedule, dims), or None when the draw is not a valid schedule there (with
     `capacity` False, valid in all but the register capacity)."""
-    cat = load_catalogue()
+    cat = _row_catalogue()
     name = rng.choice(sorted(cat))
     ir = lower(cat[name])
     mode, online = rng.choice(_modes_for(ir))
@@ -85,7 +97,7 @@ def _sample(n: int, seed: int = 20261203):
 def _redrawn(n: int, seed: int, change):
     """Draws as above, each changed by change(rng, schedule), kept where the change is valid."""
     rng = random.Random(seed)
-    cat = load_catalogue()
+    cat = _row_catalogue()
     out = []
     while len(out) < n:
         case = random_case(rng)
@@ -109,7 +121,7 @@ def _sample_beyond(n: int, seed: int = 20261205):
     it holds: the long-row path; or under half of it: idle chunks), valid there in all else: what
     a job whose shapes have different row lengths times at its other shapes (fits_job)."""
     rng = random.Random(seed)
-    cat = load_catalogue()
+    cat = _row_catalogue()
     out = []
     while len(out) < n:
         case = random_case(rng, capacity=False)

@@ -16,6 +16,7 @@ from factory.torchimport import from_torch  # noqa: E402
 
 BF16 = torch.bfloat16
 M, N, V = 6, 64, 96  # distinct sizes: the translator names dims from the example shapes
+K = 40  # a matmul's reduced dim
 
 
 # -- the PyTorch functions, one per catalogue operator --------------------------------------------
@@ -88,14 +89,32 @@ def axpby(x, z, alpha, beta):
     return (alpha * x.float() + beta * z.float()).to(x.dtype)
 
 
+def matmul_bias_gelu(x, w, bias):
+    return F.gelu(F.linear(x, w, bias), approximate="tanh")
+
+
+def swiglu_up(x, wg, wu):
+    return F.silu(F.linear(x, wg)) * F.linear(x, wu)
+
+
+def bias_grad(dy):
+    return dy.float().sum(dim=0)
+
+
 CATALOGUE_FUNCTIONS = {
     f.__name__: f
     for f in (
         add_rmsnorm, cross_entropy, gelu_erf, gelu_tanh, l2norm, layernorm, log_softmax,
         masked_softmax, relu2, rmsnorm, row_max, row_sum, silu_mul, softmax, softmax_long_rows,
-        axpby,
+        axpby, matmul_bias_gelu, swiglu_up, bias_grad,
     )
 }  # fmt: skip
+# catalogue operators the translator has no form for yet, with the reason
+NOT_TRANSLATED = {
+    "attention_causal": "from_torch translates no scaled_dot_product_attention (or its lse)",
+    "attention_softcap": "from_torch translates no attention (flex_attention's score_mod)",
+    "cumsum_rows": "from_torch translates no cumsum",
+}
 
 
 # -- helpers --------------------------------------------------------------------------------------
@@ -159,13 +178,19 @@ def roundtrip(fn, examples, bool_inputs=(), **kw):
 
 
 def test_every_catalogue_operator_has_a_pytorch_function_here():
-    assert set(CATALOGUE_FUNCTIONS) == set(load_catalogue())
+    assert set(CATALOGUE_FUNCTIONS) | set(NOT_TRANSLATED) == set(load_catalogue())
+    assert not set(CATALOGUE_FUNCTIONS) & set(NOT_TRANSLATED)
+
+
+@pytest.mark.parametrize("op", sorted(NOT_TRANSLATED))
+def test_catalogue_operator_without_a_translation_is_skipped_with_its_reason(op):
+    pytest.skip(NOT_TRANSLATED[op])
 
 
 @pytest.mark.parametrize("op", sorted(CATALOGUE_FUNCTIONS))
 def test_catalogue_operator_round_trips(op):
     cat = load_catalogue()[op]
-    dims = {"M": M, "N": N, "V": V}
+    dims = {"M": M, "N": N, "V": V, "K": K}
     examples = [_example(d, dims, seed=i) for i, d in enumerate(cat.inputs)]
     text, w, inputs, wdims, ref = roundtrip(CATALOGUE_FUNCTIONS[op], examples)
 

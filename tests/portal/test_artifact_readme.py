@@ -51,7 +51,13 @@ def _inputs_for(w, *, ptx="// ptx\n", entry="k", manifest=None, **over) -> Artif
         ptx=ptx,
         params=[{"kind": "tensor", "ptx_type": "u64", "name": d.name} for d in w.inputs]
         + [{"kind": "tensor", "ptx_type": "u64", "name": o.name} for o in w.outputs],
-        launch={"grid": ["M", 1, 1], "block": [256, 1, 1], "smem_bytes": 0, "cluster": None},
+        # a block a row (M) for the row operators; over the first dim for the others
+        launch={
+            "grid": ["M" if "M" in w.shapes[0] else next(iter(w.shapes[0])), 1, 1],
+            "block": [256, 1, 1],
+            "smem_bytes": 0,
+            "cluster": None,
+        },
         shapes=[dict(s) for s in w.shapes],
         heldout_shapes=[dict(s) for s in w.heldout_shapes],
         inputs=[_tensor(d) for d in w.inputs],
@@ -132,15 +138,35 @@ def test_the_readme_says_what_it_is_how_to_install_and_call_it(rmsnorm_artifact)
 # -- the reference, translated back into torch ops ----------------------------------------------
 
 
-@pytest.mark.parametrize("op", sorted(load_catalogue()))
+# portal/artifacts.py writes no torch form for attention() or cumsum() yet, so the artifact of
+# these operators cannot be built; strict, so the mark must go once it can
+NO_TORCH_FORM = {"attention_causal", "attention_softcap", "cumsum_rows"}
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        pytest.param(
+            op,
+            marks=pytest.mark.xfail(
+                strict=True, raises=ValueError, reason="the artifact has no torch form for it"
+            ),
+        )
+        if op in NO_TORCH_FORM
+        else op
+        for op in sorted(load_catalogue())
+    ],
+)
 def test_the_reference_example_matches_the_manifests_float64_reference(op, tmp_path):
     torch = pytest.importorskip("torch")
     w = load_catalogue()[op]
     built = build_artifact(_inputs_for(w), compile_fn=_fake_compile)
     folder = _unpack(built, tmp_path)
     ref_module = _module(folder / "examples" / "reference.py", f"ref_{op}")
-    dims = {"M": 5, "N": 40, "V": 72}
-    dims = {k: v for k, v in dims.items() if k in w.shapes[0]}
+    # small sizes of the operator's own dims (row operators: M and N, cross entropy's V; the
+    # attention operators' B, H, S; a matmul's K)
+    small = {"M": 5, "N": 40, "V": 72, "B": 1, "H": 2, "S": 9, "K": 24}
+    dims = {k: small[k] for k in w.shapes[0]}
     inputs = random_inputs(w, dims, seed=3)
     expected = reference(w, inputs, dims)
     as_torch = {}
