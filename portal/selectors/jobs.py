@@ -132,15 +132,16 @@ def costmodel_rows(job: Job, generation: Generation | None = None) -> list[dict]
 def charts_version(job: Job) -> str:
     """A word that changes whenever what the job page's charts draw may have changed: the job's
     status, best candidate and rank correlation, its generations' number and newest change,
-    its candidates' number, how many were verified or scored and the sum of their scores, and
+    its candidates' number, how many have each status or a score and the sum of the scores, and
     its newest baseline measurement. Three small queries (the charts themselves take about ten
     and read every candidate and timing of the job)."""
     gens = Generation.objects.filter(job=job).aggregate(n=Count("id"), changed=Max("updated"))
+    by_status = {
+        f"status_{i}": Count("id", filter=Q(status=code))
+        for i, (code, _) in enumerate(Candidate.STATUS_CHOICES)
+    }
     cands = Candidate.objects.filter(job=job).aggregate(
-        n=Count("id"),
-        passed=Count("id", filter=Q(status=Candidate.PASSED)),
-        scored=Count("score_us"),
-        scores=Sum("score_us"),
+        n=Count("id"), scored=Count("score_us"), scores=Sum("score_us"), **by_status
     )
     baselines = BaselineMeasurement.objects.filter(job=job).aggregate(newest=Max("id"))
     words = [
@@ -150,7 +151,7 @@ def charts_version(job: Job) -> str:
         job.updated.timestamp() if job.updated else None,
         gens["n"],
         gens["changed"].timestamp() if gens["changed"] else None,
-        *(cands[k] for k in ("n", "passed", "scored", "scores")),
+        *(cands[k] for k in sorted(cands)),
         baselines["newest"],
     ]
     return ":".join(str(w) for w in words)
