@@ -838,10 +838,9 @@ def review(request, code):
     form = ReviewForm(request.POST or None)
     baseline_name = request.POST.get("baseline") or request.GET.get("baseline")
     checks, speed, baselines = q.review_checklist(j, best, baseline_name)
+    best_timings = q.candidate_timings(best)  # read once for the default and "measured on"
     chosen = next((r for r in baselines if r.name == baseline_name), None)
-    chosen_name = (
-        chosen.name if chosen else q.default_baseline(baselines, q.candidate_timings(best))
-    )
+    chosen_name = chosen.name if chosen else q.default_baseline(baselines, best_timings)
     all_ok = all(c.ok for c in checks)
     status = 200
     if request.method == "POST":
@@ -902,7 +901,7 @@ def review(request, code):
         "speedups": speed,
         "baselines": baselines,
         "chosen_baseline": chosen_name,
-        "measured_on": _measured_on(q.candidate_timings(best)),
+        "measured_on": _measured_on(best_timings),
         "unmeasured": _unmeasured_baselines(baselines),
         "form": form,
         "baseline_chart": charts.to_div(charts.baselines_figure(comparison))

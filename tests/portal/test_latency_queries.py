@@ -328,3 +328,25 @@ def test_the_candidate_lines_are_read_once_per_charts_version(orgs, customer, se
         ptx_sha256=sha256_hex("added"),
     )
     assert len(q.candidate_results(job)) == len(first) + 1
+
+
+def test_the_review_page_reads_the_best_kernels_timings_twice_at_most(
+    client, orgs, customer, engineer, settings, tmp_path
+):
+    """The review page reads the best kernel's timings (with their raw samples) once for the
+    checklist and once for the page, not once more for each thing the page shows."""
+    from portal.models import Job
+
+    settings.MEDIA_ROOT = tmp_path / "media"
+    world = make_world_for(orgs[0], customer, "acme-review")
+    job, best = world["job"], world["candidate"]
+    Job.objects.filter(pk=job.pk).update(status=Job.REVIEW, best_candidate=best)
+    client.force_login(engineer)
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(reverse("web-review", args=[job.code])).status_code == 200
+    reads = [
+        x["sql"]
+        for x in ctx.captured_queries
+        if 'FROM "portal_timingresult"' in x["sql"] and '"samples_us"' in x["sql"]
+    ]
+    assert len(reads) <= 2, reads
