@@ -157,12 +157,22 @@ def _prefetch_variant(ir, s: Schedule, below: int = 0) -> Schedule | None:
     return None
 
 
+ROW_IR_FAMILIES = ("row", "flat", "rowsplit")  # the families that lower through the row IR
+
+
 def _catalogue():
+    """The catalogue operators that lower through the row IR (the suite's kind), with their
+    manifest text and IR; the attention, matmul and other families have their own benches."""
+    from factory import families
     from factory.families.row.ir import lower
     from factory.spec import catalogue_manifest, load_catalogue
 
     cat = load_catalogue()
-    return {name: (w, catalogue_manifest(name), lower(w)) for name, w in cat.items()}
+    return {
+        name: (w, catalogue_manifest(name), lower(w))
+        for name, w in cat.items()
+        if families.name_for(w, default="none") in ROW_IR_FAMILIES
+    }
 
 
 def build_batch(
