@@ -362,16 +362,156 @@ _TORCH_UNARY = {
 }
 _TORCH_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**"}
 _TORCH_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_TORCH_REDUCE = {"sum": "torch.sum", "mean": "torch.mean", "max": "torch.amax", "min": "torch.amin"}
+_TORCH_REDUCE = {
+    "sum": "torch.sum",
+    "mean": "torch.mean",
+    "max": "torch.amax",
+    "min": "torch.amin",
+    "prod": "torch.prod",
+}
 _TORCH_ROUND = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
+
+
+# Helper functions reference.py carries when its expressions use them (kept out of the long
+# lines of reference() so the file stays readable).
+_HELPER_SCAN = '''
+def _scan(x, dim, prod, exclusive, reverse):
+    """cumsum (or cumprod) along dim; reverse runs from the end, exclusive shifts by one and
+    starts from the identity (0 or 1)."""
+    if reverse:
+        x = x.flip(dim)
+    r = torch.cumprod(x, dim) if prod else torch.cumsum(x, dim)
+    if exclusive:
+        first = torch.full_like(r.narrow(dim, 0, 1), 1.0 if prod else 0.0)
+        r = torch.cat([first, r.narrow(dim, 0, r.shape[dim] - 1)], dim)
+    return r.flip(dim) if reverse else r
+'''
+_HELPER_POOL = '''
+def _pool(x, window, stride, padding, op):
+    """maxpool/avgpool over the trailing len(window) axes: each axis padded on both sides with
+    -inf (max) or zeros that the average counts (avg), windows of `window` every `stride`."""
+    fill = float("-inf") if op == "max" else 0.0
+    pad = []
+    for p in reversed(padding):  # torch's pad lists the last axis first
+        pad += [p, p]
+    x = torch.nn.functional.pad(x, pad, value=fill)
+    lead = x.dim() - len(window)
+    for k, (size, step) in enumerate(zip(window, stride)):
+        x = x.unfold(lead + k, size, step)  # the window goes to a new last axis
+    axes = tuple(range(x.dim() - len(window), x.dim()))
+    return x.amax(dim=axes) if op == "max" else x.mean(dim=axes)
+'''
+_HELPER_TAKE = '''
+def _take(x, idx, b):
+    """x[idx] of a per-head or per-position input (shape (n,) or (B, n)) at broadcast indices;
+    b: the batch index, broadcast the same way."""
+    idx = idx.long()
+    return x[idx] if x.dim() == 1 else x[b, idx]
+'''
+_HELPER_ATTENTION = '''
+def _attention(q, k, v, extra, scale, score, masks, part, block=256):
+    """Scaled dot-product attention in float64, query rows `block` at a time. q (B, Hq, S, D),
+    k and v (B, Hkv, Skv, D): query head h reads key/value head h // (Hq // Hkv). score(s, i,
+    j, h, b, extra) gives the score of query i and key j from s = scale * q[i] . k[j] (None:
+    s itself); keys where a mask(...) is false take no weight. part "out": the softmax-weighted
+    sum of v (zero for a row with no key kept); "lse": the natural log-sum-exp of the kept
+    scores (-inf for such a row)."""
+    bsz, hq, sq, _ = q.shape
+    hkv, skv = k.shape[1], k.shape[2]
+    if hq % hkv:
+        raise ValueError(f"{hq} query heads are not a multiple of {hkv} key/value heads")
+    k = k.repeat_interleave(hq // hkv, dim=1)
+    v = v.repeat_interleave(hq // hkv, dim=1)
+    f64 = dict(dtype=torch.float64, device=q.device)
+    b = torch.arange(bsz, device=q.device).view(bsz, 1, 1, 1)
+    h = torch.arange(hq, **f64).view(1, hq, 1, 1)
+    j = torch.arange(skv, **f64).view(1, 1, 1, skv)
+    results = []
+    for i0 in range(0, sq, block):
+        i1 = min(sq, i0 + block)
+        i = torch.arange(i0, i1, **f64).view(1, 1, i1 - i0, 1)
+        s = (q[:, :, i0:i1] @ k.transpose(-1, -2)) * scale
+        scores = s if score is None else score(s, i, j, h, b, extra)
+        keep = torch.ones(s.shape, dtype=torch.bool, device=q.device)
+        for mask in masks:
+            keep = keep & mask(s, i, j, h, b, extra)
+        scores = torch.where(keep, scores, float("-inf"))
+        top = scores.amax(dim=-1, keepdim=True)
+        kept = torch.isfinite(top)
+        top = torch.where(kept, top, 0.0)
+        p = torch.exp(scores - top)  # 0 for a key left out
+        total = p.sum(dim=-1, keepdim=True)
+        if part == "lse":
+            results.append(torch.where(kept, top + torch.log(total), float("-inf"))[..., 0])
+        else:
+            out = (p @ v) / torch.where(total > 0, total, 1.0)
+            results.append(torch.where(kept, out, 0.0))
+    return torch.cat(results, dim=2)
+'''
+
+
+def _elementwise_rhs(n, names: dict) -> str | None:
+    """The torch expression of an elementwise or constant node over its operands' variable
+    names (None for another kind of node). Raises ValueError for an op with no torch form."""
+    from factory.spec import expr as E
+
+    try:
+        if isinstance(n, E.Const):
+            return f"torch.tensor({n.value!r}, dtype=torch.float64, device=device)"
+        if isinstance(n, E.Unary):
+            return f"{_TORCH_UNARY[n.op]}({names[n.x]})"
+        if isinstance(n, E.Binary):
+            a, b = names[n.a], names[n.b]
+            if n.op in ("max", "min"):
+                return f"torch.{'maximum' if n.op == 'max' else 'minimum'}({a}, {b})"
+            return f"{a} {_TORCH_BINARY[n.op]} {b}"
+        if isinstance(n, E.Compare):
+            return f"{names[n.a]} {_TORCH_COMPARE[n.op]} {names[n.b]}"
+        if isinstance(n, E.Where):
+            return f"torch.where({names[n.cond]}, {names[n.a]}, {names[n.b]})"
+        if isinstance(n, E.Cast):
+            return f"{names[n.x]}.to({_TORCH_ROUND[n.to]}).to(torch.float64)"
+    except KeyError as e:
+        raise ValueError(f"no torch form for {type(n).__name__} {e.args[0]}") from None
+    return None
+
+
+def _term_function(fname: str, term, extra_names: dict) -> list[str]:
+    """A score or mask term of an attention node as a function of the broadcast index tensors
+    s, i, j, h (float64), b (the batch index) and the extra inputs by name."""
+    from factory.spec import expr as E
+    from factory.spec.attention import PLACEHOLDERS
+
+    lines = ["", "", f"def {fname}(s, i, j, h, b, extra):"]
+    if any(isinstance(n, E.Const) for n in E.walk(term)):
+        lines.append("    device = s.device  # where its constants go")
+    names: dict = {}
+    for k, n in enumerate(E.walk(term)):
+        if isinstance(n, E.Input) and n in PLACEHOLDERS.values():
+            names[n] = n.name
+            continue
+        if isinstance(n, E.Input) and n.name in extra_names:
+            names[n] = f"extra[{n.name!r}]"
+            continue
+        if isinstance(n, E.Gather):
+            rhs = f"_take({names[n.x]}, {names[n.idx]}, b)"
+        else:
+            rhs = _elementwise_rhs(n, names)
+            if rhs is None:
+                raise ValueError(f"no torch form for {type(n).__name__} in an attention term")
+        names[n] = f"t{k}"
+        lines.append(f"    t{k} = {rhs}")
+    lines.append(f"    return {names[term]}")
+    return lines
 
 
 def _reference_example(w, inputs: ArtifactInputs) -> str:
     """examples/reference.py: the manifest's expressions as float64 torch ops (on any device),
-    plus the judge's comparison with the tolerances the kernel was verified with."""
+    plus the judge's comparison with the tolerances the kernel was verified with. Raises
+    ValueError("no torch form for ...") for an expression node it cannot translate."""
     from factory.spec import expr as E
 
-    lines = [
+    header = [
         '"""The workload\'s float64 reference: its manifest (workload.toml) translated back into',
         "torch ops, the same computation the factory's judge checked the kernel against. Runs on",
         'the CPU or the GPU; the loader examples import it."""',
@@ -379,12 +519,21 @@ def _reference_example(w, inputs: ArtifactInputs) -> str:
         "",
         f"TOLERANCES = {json.dumps(inputs.tolerances, sort_keys=True)}",
         f"OUTPUTS = {json.dumps({o.name: o.dtype for o in w.outputs})}",
+    ]
+    helpers: list[str] = []  # helper sources, each once, in the order first needed
+    terms: list[str] = []  # the attention nodes' score and mask functions
+    lines = [
         "",
         "",
         "def reference(inputs):",
         '    """{input name: tensor in the kernel\'s dtype} -> {output name: float64 tensor}."""',
         f"    device = inputs[{w.inputs[0].name!r}].device",
     ]
+
+    def need(helper: str) -> None:
+        if helper not in helpers:
+            helpers.append(helper)
+
     names: dict = {}
     order = []
     seen = set()
@@ -396,24 +545,15 @@ def _reference_example(w, inputs: ArtifactInputs) -> str:
     for i, n in enumerate(order):
         v = f"v{i}"
         names[n] = v
-        if isinstance(n, E.Input):
+        rhs = _elementwise_rhs(n, names)
+        if rhs is not None:
+            pass
+        elif isinstance(n, E.Input):
             conv = ".long()" if n.dtype in ("int32", "int64") else ".to(torch.float64)"
             rhs = f"inputs[{n.name!r}]{conv}"
-        elif isinstance(n, E.Const):
-            rhs = f"torch.tensor({n.value!r}, dtype=torch.float64, device=device)"
-        elif isinstance(n, E.Unary):
-            rhs = f"{_TORCH_UNARY[n.op]}({names[n.x]})"
-        elif isinstance(n, E.Binary):
-            a, b = names[n.a], names[n.b]
-            if n.op in ("max", "min"):
-                rhs = f"torch.{'maximum' if n.op == 'max' else 'minimum'}({a}, {b})"
-            else:
-                rhs = f"{a} {_TORCH_BINARY[n.op]} {b}"
-        elif isinstance(n, E.Compare):
-            rhs = f"{names[n.a]} {_TORCH_COMPARE[n.op]} {names[n.b]}"
-        elif isinstance(n, E.Where):
-            rhs = f"torch.where({names[n.cond]}, {names[n.a]}, {names[n.b]})"
         elif isinstance(n, E.Reduce):
+            if n.op not in _TORCH_REDUCE:
+                raise ValueError(f"no torch form for Reduce {n.op}")
             rhs = f"{_TORCH_REDUCE[n.op]}({names[n.x]}, dim={n.axis}, keepdim={n.keepdims})"
         elif isinstance(n, E.Gather):
             x, idx = names[n.x], names[n.idx]
@@ -421,12 +561,52 @@ def _reference_example(w, inputs: ArtifactInputs) -> str:
                 rhs = f"torch.gather({x}, -1, {idx})"
             else:
                 rhs = f"torch.gather({x}, -1, {idx}.unsqueeze(-1)).squeeze(-1)"
-        elif isinstance(n, E.Cast):
-            rhs = f"{names[n.x]}.to({_TORCH_ROUND[n.to]}).to(torch.float64)"
         elif isinstance(n, E.Transpose):
             rhs = f"{names[n.x]}.transpose(-1, -2)"
         elif isinstance(n, E.MatMul):
             rhs = f"torch.matmul({names[n.a]}, {names[n.b]})"
+        elif isinstance(n, E.Scan):
+            need(_HELPER_SCAN)
+            rhs = (
+                f"_scan({names[n.x]}, dim={n.axis}, prod={n.op == 'prod'}, "
+                f"exclusive={n.exclusive}, reverse={n.reverse})"
+            )
+        elif isinstance(n, E.ArgReduce):
+            fn = {"argmax": "torch.argmax", "argmin": "torch.argmin"}[n.op]
+            # torch, as numpy, gives the first index on ties
+            rhs = f"{fn}({names[n.x]}, dim={n.axis}, keepdim={n.keepdims})"
+        elif isinstance(n, E.Pool):
+            if n.op not in ("max", "avg"):
+                raise ValueError(f"no torch form for Pool {n.op}")
+            need(_HELPER_POOL)
+            rhs = (
+                f"_pool({names[n.x]}, window={tuple(n.window)!r}, stride={tuple(n.stride)!r}, "
+                f"padding={tuple(n.padding)!r}, op={n.op!r})"
+            )
+        elif isinstance(n, E.Attention):
+            need(_HELPER_TAKE)
+            need(_HELPER_ATTENTION)
+            extra_names = {x.name: names[x] for x in n.extra}
+            score = "None"
+            if n.score is not None:
+                score = f"_score_{i}"
+                terms += _term_function(score, n.score, extra_names)
+            masks = []
+            for m, term in enumerate(n.mask):
+                masks.append(f"_mask_{i}_{m}")
+                terms += _term_function(masks[-1], term, extra_names)
+            extra = "{" + ", ".join(f"{k!r}: {x}" for k, x in extra_names.items()) + "}"
+            rhs = "\n        ".join(
+                [
+                    "_attention(",
+                    f"{names[n.q]}, {names[n.k]}, {names[n.v]}, {extra},",
+                    f"scale={n.scale!r},",
+                    f"score={score},",
+                    f"masks=[{', '.join(masks)}],",
+                    f"part={n.part!r},",
+                ]
+            )
+            rhs += "\n    )"
         else:
             raise ValueError(f"no torch form for {type(n).__name__}")
         lines.append(f"    {v} = {rhs}")
@@ -448,7 +628,10 @@ def _reference_example(w, inputs: ArtifactInputs) -> str:
         '    print(f"{name}: {verdict} (relative error {rel:.2e}, {bad} elements out of bounds)")',
         "    return ok",
     ]
-    return "\n".join(lines) + "\n"
+    body = header
+    for helper in helpers:
+        body += ["", *helper.rstrip("\n").split("\n")]
+    return "\n".join(body + terms + lines) + "\n"
 
 
 def _random_input_lines(w, indent: str, lib: str, device_suffix: str) -> list[str]:
@@ -492,13 +675,24 @@ def _random_input_lines(w, indent: str, lib: str, device_suffix: str) -> list[st
     return lines
 
 
-def _cuda_python_example(inputs: ArtifactInputs, w=None) -> str:
+def _cuda_python_example(inputs: ArtifactInputs, w=None, reference: bool = True) -> str:
+    """examples/load_cuda_python.py; `reference`: whether examples/reference.py ships (without
+    it the example launches and prints, and imports nothing from it)."""
+    reference = reference and w is not None
     dims = _check_dims(inputs)
     launch = launch_for_shape(inputs.launch, dims)
     specs = [(t["name"], list(t["shape"]), t["dtype"]) for t in inputs.inputs]
     lines = [
-        '"""Load and launch the approved kernel with cuda-python (cuda.core), then compare with',
-        "the workload's reference (examples/reference.py, needs torch; skipped without it). Run",
+        (
+            '"""Load and launch the approved kernel with cuda-python (cuda.core), then compare with'
+            if reference
+            else '"""Load and launch the approved kernel with cuda-python (cuda.core). No PyTorch'
+        ),
+        (
+            "the workload's reference (examples/reference.py, needs torch; skipped without it). Run"
+            if reference
+            else "reference is included for this operator: the result is printed, not checked. Run"
+        ),
         "from the unpacked artifact folder:",
         "    python examples/load_cuda_python.py",
         "",
@@ -607,7 +801,7 @@ def _cuda_python_example(inputs: ArtifactInputs, w=None) -> str:
             "    assert err == driver.CUresult.CUDA_SUCCESS, err",
             f'    print("{o["name"]}", {o["name"]}.shape, {o["name"]}.ravel()[:4])',
         ]
-    if w is not None:
+    if reference:
         host = []
         for d in w.inputs:
             conv = ".view(torch.bfloat16)" if d.dtype == "bf16" else ""
@@ -635,13 +829,19 @@ def _cuda_python_example(inputs: ArtifactInputs, w=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _torch_example(inputs: ArtifactInputs, w=None) -> str:
+def _torch_example(inputs: ArtifactInputs, w=None, reference: bool = True) -> str:
+    """examples/load_torch.py; `reference` as for _cuda_python_example."""
+    reference = reference and w is not None
     specs = [(t["name"], list(t["shape"]), t["dtype"]) for t in inputs.inputs]
     in_names = [n for n, _, _ in specs]
     lines = [
         '"""Call the approved kernel on PyTorch tensors, on PyTorch\'s current stream, then',
-        "compare with the workload's reference (examples/reference.py). Run from the unpacked",
-        "artifact folder: python examples/load_torch.py",
+        "compare with the workload's reference (examples/reference.py). Run from the unpacked"
+        if reference
+        else "print the result: no PyTorch reference is included for this operator, so nothing",
+        "artifact folder: python examples/load_torch.py"
+        if reference
+        else "is compared. Run from the unpacked artifact folder: python examples/load_torch.py",
         "",
         "Or import it: `from load_torch import run` (with examples/ on sys.path). run() checks",
         "every input (dtype, shape, contiguity, device, alignment) before it launches anything:",
@@ -785,7 +985,7 @@ def _torch_example(inputs: ArtifactInputs, w=None) -> str:
         "    torch.cuda.synchronize()",
         '    print("ok", out.shape if isinstance(out, torch.Tensor) else [o.shape for o in out])',
     ]
-    if w is not None:
+    if reference:
         outs = [o.name for o in w.outputs]
         lines += [
             "    from reference import OUTPUTS, TOLERANCES, compare, reference",
@@ -813,7 +1013,15 @@ def _install_line(inputs: ArtifactInputs) -> str:
     return f"python -m pip install {pins} numpy"
 
 
-def _readme(inputs: ArtifactInputs, w, cubins: dict, checksums: dict[str, str]) -> str:
+def _readme(
+    inputs: ArtifactInputs,
+    w,
+    cubins: dict,
+    checksums: dict[str, str],
+    no_reference: str | None = None,
+) -> str:
+    """README.md. `no_reference`: why examples/reference.py is left out (None: it ships)."""
+    has_ref = w is not None and no_reference is None
     first = inputs.shapes[0] if inputs.shapes else {}
     built = [a for a, r in cubins.items() if r["ok"]]
     tensor_rows = [
@@ -855,7 +1063,8 @@ def _readme(inputs: ArtifactInputs, w, cubins: dict, checksums: dict[str, str]) 
         "",
         "```sh",
         _install_line(inputs),
-        "python -m pip install torch   # for examples/load_torch.py and the reference check",
+        "python -m pip install torch   # for examples/load_torch.py"
+        + (" and the reference check" if has_ref else ""),
         "```",
         "",
         f"Files: `kernel.ptx` (the PTX exactly as verified), cubins for {', '.join(built)} "
@@ -879,7 +1088,11 @@ def _readme(inputs: ArtifactInputs, w, cubins: dict, checksums: dict[str, str]) 
         "",
         "The kernel was verified at these shapes only. The launch geometry of any other size "
         "follows from `manifest.json` (`launch`, shape arithmetic over the dims); check such a "
-        "size against the reference (examples/reference.py) before relying on it.",
+        + (
+            "size against the reference (examples/reference.py) before relying on it."
+            if has_ref
+            else "size against your own reference of the operator before relying on it."
+        ),
         "",
         "## Call it from PyTorch",
         "",
@@ -892,21 +1105,35 @@ def _readme(inputs: ArtifactInputs, w, cubins: dict, checksums: dict[str, str]) 
         "",
         "`python examples/load_torch.py` launches it on random inputs drawn as the judge draws "
         "them and compares the result with the reference, with the tolerances the kernel was "
-        "verified with.",
+        "verified with."
+        if has_ref
+        else "`python examples/load_torch.py` launches it on random inputs and prints the result "
+        "(no reference to compare with: see below).",
         "",
         "## Call it from cuda-python",
         "",
         "`python examples/load_cuda_python.py` loads the cubin for your GPU (or the PTX), "
-        "uploads numpy arrays, launches with `cuda.core.launch` and compares with the reference. "
-        "Its `check_input()` is the check to run on your own arrays.",
+        "uploads numpy arrays, launches with `cuda.core.launch` and "
+        + ("compares with the reference. " if has_ref else "prints the result. ")
+        + "Its `check_input()` is the check to run on your own arrays.",
         "",
     ]
-    if w is not None:
+    if has_ref:
         lines += [
             "## The reference",
             "",
             "`examples/reference.py` is the workload's manifest translated back into float64 torch "
             "ops: the computation the judge compared the kernel with.",
+            "",
+        ]
+    else:
+        lines += [
+            "## The reference",
+            "",
+            "No PyTorch reference is included for this operator "
+            f"({no_reference or 'there is no manifest to translate'}), so the loader examples "
+            "launch the kernel without checking its result. The kernel itself was verified "
+            "against the factory's float64 reference (report/REPORT.md).",
             "",
         ]
     lines += [
@@ -995,14 +1222,25 @@ def build_artifact(
         "workload.toml": inputs.manifest_toml.encode(),
         "report/report.json": (json.dumps(report, indent=2) + "\n").encode(),
         "report/REPORT.md": _report_markdown(inputs, speedups, cubin_reports).encode(),
-        "examples/load_cuda_python.py": _cuda_python_example(inputs, workload).encode(),
-        "examples/load_torch.py": _torch_example(inputs, workload).encode(),
     }
+    reference_py, no_reference = None, "the workload's manifest does not load here"
     if workload is not None:
-        files["examples/reference.py"] = _reference_example(workload, inputs).encode()
+        try:
+            reference_py = _reference_example(workload, inputs)
+        except ValueError as e:  # a node kind with no torch form: the artifact ships without it
+            no_reference = str(e)
+    has_ref = reference_py is not None
+    files["examples/load_cuda_python.py"] = _cuda_python_example(inputs, workload, has_ref).encode()
+    files["examples/load_torch.py"] = _torch_example(inputs, workload, has_ref).encode()
+    if has_ref:
+        files["examples/reference.py"] = reference_py.encode()
     # The README lists the checksums of every file above; SHA256SUMS then covers the README too.
     files["README.md"] = _readme(
-        inputs, workload, cubin_reports, {p: _sha256(d) for p, d in files.items()}
+        inputs,
+        workload,
+        cubin_reports,
+        {p: _sha256(d) for p, d in files.items()},
+        no_reference=None if has_ref else no_reference,
     ).encode()
     checksums = {path: _sha256(data) for path, data in files.items()}
     files["SHA256SUMS"] = "".join(f"{h}  {p}\n" for p, h in checksums.items()).encode()

@@ -138,25 +138,9 @@ def test_the_readme_says_what_it_is_how_to_install_and_call_it(rmsnorm_artifact)
 # -- the reference, translated back into torch ops ----------------------------------------------
 
 
-# portal/artifacts.py writes no torch form for attention() or cumsum() yet, so the artifact of
-# these operators cannot be built; strict, so the mark must go once it can
-NO_TORCH_FORM = {"attention_causal", "attention_softcap", "cumsum_rows"}
-
-
-@pytest.mark.parametrize(
-    "op",
-    [
-        pytest.param(
-            op,
-            marks=pytest.mark.xfail(
-                strict=True, raises=ValueError, reason="the artifact has no torch form for it"
-            ),
-        )
-        if op in NO_TORCH_FORM
-        else op
-        for op in sorted(load_catalogue())
-    ],
-)
+# every catalogue operator, attention and cumsum included (their torch forms, and those of the
+# other node kinds on the example manifests: test_artifact_forms.py)
+@pytest.mark.parametrize("op", sorted(load_catalogue()))
 def test_the_reference_example_matches_the_manifests_float64_reference(op, tmp_path):
     torch = pytest.importorskip("torch")
     w = load_catalogue()[op]
