@@ -19,7 +19,9 @@ Layout of the zip (flat, so ``sha256sum -c SHA256SUMS`` works in the unpacked fo
                                 loaders that check their inputs (dtype, shape, contiguity,
                                 device) before launching, then compare with the reference
     examples/reference.py       the workload's float64 reference in torch ops, translated back
-                                from the manifest's expressions (when the manifest loads)
+                                from the manifest's expressions (when the manifest loads and
+                                every node has a torch form; otherwise left out, and the README
+                                and the loaders say so)
     SHA256SUMS                  sha256 of every other file, in ``sha256sum`` format
 
 Entries carry a fixed timestamp so the same evidence always gives the same bytes.
