@@ -52,17 +52,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from factory.emit import ops
+from factory.emit.hopper import TMA_LOAD, WGMMA_TYPE, HopperKernel, ptx_head
 from factory.emit.ptx import Builder, EmitError
 from factory.families.matmul.ir import ACC, ACC2, SCALE_GROUP, GemmIR
 from factory.families.matmul.schedule import NUM_SMS, PRODUCER_REGS, GemmSchedule, is_valid
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
-PTX_VERSION = "8.5"
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8e4m3": 1}
-WGMMA_TYPE = {"bf16": "bf16", "fp16": "f16"}
-# Descriptor bits that do not depend on the address: LBO = 1, SBO = 1024 >> 4, 128-byte swizzle.
-DESC_CONST = (1 << 16) | (64 << 32) | (1 << 62)
 
 
 @dataclass(frozen=True)
@@ -217,7 +214,7 @@ def emit(ir: GemmIR, s: GemmSchedule, arch: str = "sm_90a") -> Emitted:
     return _Kernel(ir, s).render()
 
 
-class _Kernel:
+class _Kernel(HopperKernel):
     def __init__(self, ir: GemmIR, s: GemmSchedule):
         self.ir, self.s = ir, s
         self.b = Builder()
@@ -242,30 +239,7 @@ class _Kernel:
         if self.ts_slots:
             self.entry += f"_ts{s.tma_store}"
 
-    # ---- helpers -------------------------------------------------------------------------
-    def op(self, t: str) -> None:
-        self.b.op(t)
-
-    def r32(self) -> str:
-        return self.b.reg("b32")
-
-    def r64(self) -> str:
-        return self.b.reg("b64")
-
-    def pred(self) -> str:
-        return self.b.reg("pred")
-
-    def wait(self, bar: str, parity: str, cluster: bool = False) -> None:
-        """Spin until the mbarrier at shared address `bar` has completed the phase of `parity`
-        (with `cluster`, acquiring what the peer CTA released before its remote arrive)."""
-        b = self.b
-        lab = b.new_label("wait")
-        p = self.pred()
-        b.label(lab)
-        sem = ".acquire.cluster" if cluster else ""
-        self.op(f"mbarrier.try_wait.parity{sem}.shared::cta.b64 {p}, [{bar}], {parity}")
-        self.op(f"@!{p} bra {lab}")
-
+    # ---- helpers (op, r32, r64, pred, wait, advance, ...: HopperKernel) -------------------
     def tile_coords(self, t: str) -> tuple[str, str]:
         """(tile row, tile column) of linear tile index t in the grouped order: tiles run down
         `group_m` tile rows, then across, so the CTAs of one wave share A rows and B columns."""
@@ -291,14 +265,6 @@ class _Kernel:
             # past the output computes zeros from the TMA's fill and stores nothing)
             self.op(f"mad.lo.u32 {tm}, {tm}, 2, %rank")
         return tm, tn
-
-    def advance(self) -> None:
-        """Next ring slot; the phase bit flips on wrap-around."""
-        p = self.pred()
-        self.op("add.u32 %stage, %stage, 1")
-        self.op(f"setp.eq.u32 {p}, %stage, {self.s.stages}")
-        self.op(f"@{p} mov.u32 %stage, 0")
-        self.op(f"@{p} xor.b32 %phase, %phase, 1")
 
     # ---- the kernel ----------------------------------------------------------------------
     def render(self) -> Emitted:
@@ -362,9 +328,7 @@ class _Kernel:
             self.op("mov.u32 %kb1, %nk")
         self.op("mov.u32 %tx, %tid.x")
         self.op("shr.u32 %wg, %tx, 7")
-        self.op("mov.u32 %base, dsmem")
-        self.op("add.u32 %base, %base, 1023")
-        self.op("and.b32 %base, %base, -1024")
+        self.smem_base()
         self.op(f"add.u32 %sb, %base, {s.stages * self.a_bytes}")  # B ring
         self.op(f"add.u32 %epi, %sb, {s.stages * self.b_bytes}")  # staging (tma_store)
         self.op(f"add.u32 %full, %epi, {s.epi_bytes()}")  # full barriers
@@ -390,19 +354,13 @@ class _Kernel:
             "thread 0 initialises the barriers: full expects the producer's one arrival "
             "plus the TMA bytes; empty one arrival per consumer warp"
         )
-        p0 = self.pred()
-        lab_init = b.new_label("init_done")
-        self.op(f"setp.ne.u32 {p0}, %tx, 0")
-        self.op(f"@{p0} bra {lab_init}")
+        releasers = 4 if self.pp else 4 * s.consumers  # warps that read each stage
+        if self.cl:
+            releasers *= 2  # a slot is refilled in both CTAs: both CTAs' readers release
+        inits = []
         for i in range(s.stages):
-            self.op(f"mbarrier.init.shared::cta.b64 [%full+{8 * i}], 1")
-            releasers = 4 if self.pp else 4 * s.consumers  # warps that read each stage
-            if self.cl:
-                releasers *= 2  # a slot is refilled in both CTAs: both CTAs' readers release
-            self.op(f"mbarrier.init.shared::cta.b64 [%empty+{8 * i}], {releasers}")
-        self.op("fence.mbarrier_init.release.cluster")
-        self.op("fence.proxy.async.shared::cta")
-        b.label(lab_init)
+            inits += [(f"%full+{8 * i}", 1), (f"%empty+{8 * i}", releasers)]
+        self.init_barriers(inits)
         if self.cl:
             # both CTAs' barriers initialised before any multicast or remote arrive
             self.op("barrier.cluster.arrive.release.aligned")
@@ -469,20 +427,13 @@ class _Kernel:
         )
         decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
         head = [
-            "//",
-            f"// {self.entry}: {s.label()} (generated by factory.families.matmul.emit)",
-            "//",
-            f".version {PTX_VERSION}",
-            ".target sm_90a",
-            ".address_size 64",
-            "",
-            ".extern .shared .align 1024 .b8 dsmem[];",
-            "",
-            f".visible .entry {self.entry}(",
-            "    " + ",\n    ".join(plist),
-            ")",
-            f".maxnreg {maxnreg}",
-            f".reqntid {s.threads()}, 1, 1",
+            *ptx_head(
+                self.entry,
+                f"{s.label()} (generated by factory.families.matmul.emit)",
+                plist,
+                maxnreg,
+                s.threads(),
+            ),
             *([".reqnctapercluster 2, 1, 1"] if self.cl else []),
             *([f".reqnctapercluster {self.sk}, 1, 1"] if self.sk > 1 else []),
             "{",
@@ -498,13 +449,7 @@ class _Kernel:
         p = self.pred()
         self.op(f"setp.ne.u32 {p}, %tx, 0")
         self.op(f"@{p} bra {lab_exit}")
-        gm = {}
-        for pname, *_ in maps:
-            r0, r1 = self.r64(), self.r64()
-            self.op(f"mov.u64 {r0}, {pname}")
-            self.op(f"cvta.param.u64 {r1}, {r0}")
-            self.op(f"prefetch.tensormap [{r1}]")
-            gm[pname] = r1
+        gm = self.prefetch_maps(m[0] for m in maps)
         lab_tile, lab_k, lab_kdone = b.new_label("ptile"), b.new_label("pk"), b.new_label("pkd")
         self.op("mov.u32 %tile, %cta")
         pt = self.pred()
@@ -526,19 +471,14 @@ class _Kernel:
         self.op(f"@{pk} bra {lab_kdone}")
         # wait until the consumers released this slot (the first pass through the ring finds
         # the "previous phase" of a fresh barrier complete)
-        par, off, full, empty = self.r32(), self.r32(), self.r32(), self.r32()
-        self.op(f"xor.b32 {par}, %phase, 1")
-        self.op(f"shl.b32 {off}, %stage, 3")
-        self.op(f"add.u32 {full}, %full, {off}")
-        self.op(f"add.u32 {empty}, %empty, {off}")
-        self.wait(empty, par, cluster=self.cl)
+        full = self.claim_slot(cluster=self.cl)
         self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{full}], {s.stage_bytes(self.ir)}")
         kc = self.r32()
         self.op(f"shl.b32 {kc}, %kb, 6")
         da, db = self.r32(), self.r32()
         self.op(f"mad.lo.u32 {da}, %stage, {self.a_bytes}, %base")
         self.op(f"mad.lo.u32 {db}, %stage, {self.b_bytes}, %sb")
-        cp = "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        cp = TMA_LOAD.format(2)
         self.op(f"{cp} [{da}], [{gm['a_map']}, {{{kc}, {row_a}}}], [{full}]")
         if self.cl:
             # this CTA's half of the B rows lands at the same offsets in both CTAs and signals
@@ -586,13 +526,7 @@ class _Kernel:
         s, b = self.s, self.b
         b.comment("consumer warpgroups: take registers, wgmma over the ring, epilogue")
         self.op(f"setmaxnreg.inc.sync.aligned.u32 {creg}")
-        cons, warp, lane = self.r32(), self.r32(), self.r32()
-        self.op(f"sub.u32 {cons}, %wg, 1")
-        self.op(f"shr.u32 {warp}, %tx, 5")
-        self.op(f"and.b32 {warp}, {warp}, 3")
-        self.op(f"and.b32 {lane}, %tx, 31")
-        plane0 = self.pred()
-        self.op(f"setp.eq.u32 {plane0}, {lane}, 0")
+        cons, warp, lane, plane0 = self.consumer_lanes()
         # descriptor of this consumer's rows of A in stage 0, and of B in stage 0
         a0, b0 = self.r32(), self.r32()
         if self.pp:
@@ -601,11 +535,7 @@ class _Kernel:
             self.op(f"mad.lo.u32 {a0}, {cons}, {64 * 128}, %base")
         self.op(f"shr.u32 {a0}, {a0}, 4")
         self.op(f"shr.u32 {b0}, %sb, 4")
-        desc_a0, desc_b0 = self.r64(), self.r64()
-        self.op(f"cvt.u64.u32 {desc_a0}, {a0}")
-        self.op(f"or.b64 {desc_a0}, {desc_a0}, {DESC_CONST}")
-        self.op(f"cvt.u64.u32 {desc_b0}, {b0}")
-        self.op(f"or.b64 {desc_b0}, {desc_b0}, {DESC_CONST}")
+        desc_a0, desc_b0 = self.desc(a0), self.desc(b0)
         # this thread's place in the accumulator fragment
         frag_row, frag_col = self.r32(), self.r32()
         self.op(f"shr.u32 {frag_row}, {lane}, 2")
@@ -841,13 +771,6 @@ class _Kernel:
         for r, ca, cb in blocks:
             self.epilogue_body(r, col0, False, ca, cb, js)
         b.label(lab_end)
-
-    def _ptr(self, pname: str) -> str:
-        r = self.r64()
-        self.op(f"ld.param.u64 {r}, [{pname}]")
-        g = self.r64()
-        self.op(f"cvta.to.global.u64 {g}, {r}")
-        return g
 
     def _elem_addr(self, base: str, row: str, col: str, size: int) -> str:
         """base + (row * N + col) * size (64-bit)."""
