@@ -32,3 +32,14 @@ def checked_emit(name: str, archs, schedule_cls, is_valid, render, ir, schedule,
     if not ok:
         raise EmitError(f"invalid {name} schedule {schedule.tag()}: {why}")
     return render(ir, schedule, arch)
+
+
+def seeds_from(default, changes, valid) -> list:
+    """`default`, then `default` with each change (a dict of fields) applied, in order, where
+    the result is new and `valid(schedule)` holds."""
+    out = [default]
+    for change in changes:
+        s = type(default)(**{**default.to_dict(), **change})
+        if s not in out and valid(s):
+            out.append(s)
+    return out

@@ -15,13 +15,11 @@ import math
 from dataclasses import dataclass
 
 from factory.device import device_for
-from factory.emit import Emitted
 from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
 from factory.families.colreduce.kernel import ESIZE
-from factory.families.common import ScheduleDict, checked_emit
+from factory.families.common import ScheduleDict, seeds_from
 from factory.families.row import ir as row_ir
-from factory.families.rowsplit import lower_kernel_ir
-from factory.families.rowsplit.kernel import SplitKernel
+from factory.families.rowsplit import elements_and_tasks, lower_kernel_ir, split_emitter, vec_of
 
 ARCHS = ("sm_90", "sm_100")
 THREADS = (128, 256, 512)
@@ -82,10 +80,6 @@ class Schedule(ScheduleDict):
         return f"t{self.threads}v{self.vec}u{self.unroll}c{self.chunk}b{self.blocks}"
 
 
-def vec_of(ir) -> int:
-    return 16 // ir.max_esize
-
-
 # blocks = ONE_A_TASK: a block for every chunk, no grid-stride loop (torch's own elementwise
 # kernels launch that way)
 ONE_A_TASK = 1 << 30
@@ -141,32 +135,23 @@ def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     sms = device_for("sm_90").sms
     loop = {"blocks": 8 * sms, "chunk": max(16384, d.chunk)}
-    out = [d]
-    for change in (
+    changes = (
         {**loop},
         {**loop, "threads": 256},
         {"threads": 256},
         {"unroll": 2},
         {**loop, "threads": 256, "unroll": 2},
         {"threads": 128},
-    ):
-        s = Schedule(**{**d.to_dict(), **change})
-        if s not in out and is_valid(ir, s, dims)[0]:
-            out.append(s)
-    return out
+    )
+    return seeds_from(d, changes, lambda s: is_valid(ir, s, dims)[0])
 
 
-def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
-    def render(ir, s, arch):
-        return SplitKernel(ir.kir, s, arch, flat=True, family="flat").render()
-
-    return checked_emit("flat", ARCHS, Schedule, is_valid, render, ir, schedule, arch)
+emit = split_emitter("flat", ARCHS, Schedule, is_valid, flat=True)
 
 
 def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
     s = Schedule.from_dict(schedule)
-    elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
-    tasks = max(1.0, elements / s.chunk)
+    elements, tasks = elements_and_tasks(s, dims, dim_order)
     return [log2(elements), log2(s.threads), float(s.unroll), log2(s.chunk),
             tasks / min(max(s.blocks, 1), tasks)]  # fmt: skip
 

@@ -18,7 +18,7 @@ from factory.device import device_for
 from factory.emit import Emitted
 from factory.families.base import Family, Roofline, Unsupported, io_bytes, log2
 from factory.families.colreduce.kernel import ESIZE
-from factory.families.common import ScheduleDict, checked_emit
+from factory.families.common import ScheduleDict, checked_emit, seeds_from
 from factory.families.row import ir as row_ir
 from factory.families.rowsplit.kernel import (
     MAX_ROWS,
@@ -110,6 +110,7 @@ class Schedule(ScheduleDict):
 
 
 def vec_of(ir) -> int:
+    """Elements a 16-byte load of the IR's widest dtype holds (the flat family's too)."""
     return 16 // ir.max_esize
 
 
@@ -184,32 +185,43 @@ def default_schedule(ir, dims) -> Schedule:
 
 def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
-    out = [d]
-    for change in (
+    changes = (
         {"chunk": d.chunk * 2},
         {"chunk": d.chunk // 2},
         {"unroll": 4},
         {"threads": 512},
         {"blocks": d.blocks * 2},
         {"group": 1},
-    ):
-        s = Schedule(**{**d.to_dict(), **change})
-        if s not in out and is_valid(ir, s, dims)[0]:
-            out.append(s)
-    return out
+    )
+    return seeds_from(d, changes, lambda s: is_valid(ir, s, dims)[0])
 
 
-def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
-    def render(ir, s, arch):
-        return SplitKernel(ir.kir, s, arch, flat=False, family="rowsplit").render()
+def split_emitter(family: str, archs, schedule_cls, is_valid, flat: bool):
+    """The `emit(ir, schedule, arch)` of a family whose kernel is SplitKernel over `ir.kir`:
+    with `flat`, the whole tensor as one row (the flat family), else rows cut into chunks."""
 
-    return checked_emit("rowsplit", ARCHS, Schedule, is_valid, render, ir, schedule, arch)
+    def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
+        def render(ir, s, arch):
+            return SplitKernel(ir.kir, s, arch, flat=flat, family=family).render()
+
+        return checked_emit(family, archs, schedule_cls, is_valid, render, ir, schedule, arch)
+
+    return emit
+
+
+emit = split_emitter("rowsplit", ARCHS, Schedule, is_valid, flat=False)
+
+
+def elements_and_tasks(s, dims: dict, dim_order: list) -> tuple[int, float]:
+    """The elements over `dim_order` (1 with none) and the tasks of `s.chunk` they make (at
+    least 1): the feature inputs both SplitKernel families share."""
+    elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
+    return elements, max(1.0, elements / s.chunk)
 
 
 def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
     s = Schedule.from_dict(schedule)
-    elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
-    tasks = max(1.0, elements / s.chunk)
+    elements, tasks = elements_and_tasks(s, dims, dim_order)
     return [
         log2(elements),
         log2(s.threads),
