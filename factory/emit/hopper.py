@@ -8,6 +8,10 @@ descriptors, and the entry's header lines.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
 PTX_VERSION = "8.5"
 WGMMA_TYPE = {"bf16": "bf16", "fp16": "f16"}
 # Descriptor bits of a K-major operand with 128-byte swizzle that do not depend on the address:
@@ -15,6 +19,24 @@ WGMMA_TYPE = {"bf16": "bf16", "fp16": "f16"}
 DESC_CONST = (1 << 16) | (64 << 32) | (1 << 62)
 # The 2D / 3D TMA tile load into shared memory that completes bytes on an mbarrier.
 TMA_LOAD = "cp.async.bulk.tensor.{}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+
+
+@lru_cache(maxsize=256)
+def _compiled(ptx: str):
+    from factory.compile import compile_ptx
+
+    return compile_ptx(ptx, "sm_90a")
+
+
+def compile_reports(ptxs: list[str]) -> list:
+    """The compile report (factory.compile.CompileReport) of each PTX text for sm_90a, compiled
+    side by side (nvJitLink releases the GIL); each text once while it stays among the last 256
+    (one cache for every family that renders through these helpers)."""
+    todo = list(dict.fromkeys(ptxs))
+    if len(todo) > 1:
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, len(todo))) as pool:
+            list(pool.map(_compiled, todo))
+    return [_compiled(p) for p in ptxs]
 
 
 def ptx_head(entry: str, comment: str, plist: list[str], maxnreg: int, threads: int) -> list[str]:

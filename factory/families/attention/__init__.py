@@ -13,8 +13,7 @@ The emitter is imported when first used.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+from factory.emit.hopper import compile_reports
 from factory.families.attention import baselines as _baselines
 from factory.families.attention import features as _features
 from factory.families.attention import ir as _ir
@@ -35,17 +34,6 @@ def emit_kernel(ir, schedule, arch: str = ARCH):
     if isinstance(schedule, dict):
         schedule = AttentionSchedule.from_dict(schedule)
     return _emit(ir, schedule, ARCH)
-
-
-@lru_cache(maxsize=128)
-def _compiled(ptx: str):
-    from factory.compile import compile_ptx
-
-    return compile_ptx(ptx, ARCH)
-
-
-def compile_reports(ptxs: list[str]) -> list:
-    return [_compiled(p) for p in ptxs]
 
 
 def canonical(schedule: dict) -> dict:

@@ -12,10 +12,7 @@ The emitter is imported when first used, so the record loads while it is being w
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
-
+from factory.emit.hopper import compile_reports
 from factory.families.base import Family
 from factory.families.matmul import features as _features
 from factory.families.matmul import lower as _lower_mod
@@ -40,23 +37,6 @@ def emit_kernel(ir, schedule, arch: str = ARCH):
     if isinstance(schedule, dict):
         schedule = Schedule.from_dict(schedule)
     return _emit(ir, schedule, ARCH)
-
-
-@lru_cache(maxsize=256)
-def _compiled(ptx: str):
-    from factory.compile import compile_ptx
-
-    return compile_ptx(ptx, ARCH)
-
-
-def compile_reports(ptxs: list[str]) -> list:
-    """The compile report (factory.compile.CompileReport) of each PTX text for sm_90a, compiled
-    side by side (nvJitLink releases the GIL); each text once while it stays among the last 256."""
-    todo = list(dict.fromkeys(ptxs))
-    if len(todo) > 1:
-        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, len(todo))) as pool:
-            list(pool.map(_compiled, todo))
-    return [_compiled(p) for p in ptxs]
 
 
 # Fields that name the problem, not the layout: left out of evidence keys.
