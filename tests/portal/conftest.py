@@ -121,6 +121,31 @@ def make_world_for(org, user, name):
 
 
 @pytest.fixture
+def submit_to_gpu_stage(customer, orgs, settings, django_capture_on_commit_callbacks):
+    """submit(manifest_text, seed=7) -> the job, once its pipeline has run (tasks eager) as far
+    as it goes without a GPU: its batch waits for a results file."""
+    from portal import services
+    from portal.celery import app
+
+    settings.GPU_DISPATCH = False  # no GPU here: the batch waits for a results file
+    app.conf.task_always_eager = True
+
+    def submit(manifest: str, seed: int = 7):
+        with django_capture_on_commit_callbacks(execute=True):
+            workload = services.workload_create(org=orgs[0], user=customer, manifest=manifest)
+            job = services.job_create(
+                workload=workload, user=customer, max_generations=1, population=3, seed=seed
+            )
+        job.refresh_from_db()
+        return job
+
+    try:
+        yield submit
+    finally:
+        app.conf.task_always_eager = False
+
+
+@pytest.fixture
 def acme_world(customer, orgs, settings, tmp_path):
     settings.MEDIA_ROOT = tmp_path / "media"
     return make_world_for(orgs[0], customer, "acme-softmax")

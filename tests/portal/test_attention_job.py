@@ -19,8 +19,6 @@ from factory import families
 from factory.families.attention import baselines as attention_baselines
 from factory.spec import load_manifest
 from factory.spec.types import BaselineUnavailable
-from portal import services
-from portal.celery import app
 from portal.models import Candidate, Job, Workload
 from tests.portal.results_files import results_for
 
@@ -29,21 +27,8 @@ MADE_UP = "made up by tests/portal/test_attention_job.py, no GPU"
 
 
 @pytest.fixture
-def attention_job(customer, orgs, settings, django_capture_on_commit_callbacks):
-    settings.GPU_DISPATCH = False  # no GPU here: the batch waits for a results file
-    app.conf.task_always_eager = True
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            workload = services.workload_create(
-                org=orgs[0], user=customer, manifest=EXAMPLE.read_text()
-            )
-            job = services.job_create(
-                workload=workload, user=customer, max_generations=1, population=3, seed=7
-            )
-        job.refresh_from_db()
-        yield job
-    finally:
-        app.conf.task_always_eager = False
+def attention_job(submit_to_gpu_stage):
+    return submit_to_gpu_stage(EXAMPLE.read_text())
 
 
 def test_a_softcap_attention_job_reaches_the_gpu_stage_and_its_page_charts_tflops(

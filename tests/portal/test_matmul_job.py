@@ -14,8 +14,6 @@ from django.urls import reverse
 
 from factory import families
 from factory.spec import load_manifest
-from portal import services
-from portal.celery import app
 from portal.models import Candidate, Job
 from tests.portal.results_files import results_for
 
@@ -23,21 +21,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "factory" / "examples" / "matmul
 
 
 @pytest.fixture
-def matmul_job(customer, orgs, settings, django_capture_on_commit_callbacks):
-    settings.GPU_DISPATCH = False  # no GPU here: the batch waits for a results file
-    app.conf.task_always_eager = True
-    try:
-        with django_capture_on_commit_callbacks(execute=True):
-            workload = services.workload_create(
-                org=orgs[0], user=customer, manifest=EXAMPLE.read_text()
-            )
-            job = services.job_create(
-                workload=workload, user=customer, max_generations=1, population=3, seed=7
-            )
-        job.refresh_from_db()
-        yield job
-    finally:
-        app.conf.task_always_eager = False
+def matmul_job(submit_to_gpu_stage):
+    return submit_to_gpu_stage(EXAMPLE.read_text())
 
 
 def test_a_fused_matmul_job_reaches_the_gpu_stage_and_its_page_charts_tflops(

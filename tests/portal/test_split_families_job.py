@@ -9,32 +9,15 @@ import pytest
 
 from factory import families, ptxsim
 from factory.spec import load_manifest, random_inputs, reference, to_float64
-from portal import services
-from portal.celery import app
 from portal.models import Candidate, Job
 from tests.factory.test_fam_workspace_paths import run_twice, workspace_ops  # noqa: F401
 
 
 @pytest.fixture
-def submit(customer, orgs, settings, django_capture_on_commit_callbacks):
-    settings.GPU_DISPATCH = False  # no GPU here: the batch waits for a results file
-    app.conf.task_always_eager = True
+def submit(submit_to_gpu_stage):
+    from factory.spec import catalogue_manifest
 
-    def submit(name):
-        from factory.spec import catalogue_manifest
-
-        with django_capture_on_commit_callbacks(execute=True):
-            workload = services.workload_create(
-                org=orgs[0], user=customer, manifest=catalogue_manifest(name)
-            )
-            job = services.job_create(
-                workload=workload, user=customer, max_generations=1, population=3, seed=5
-            )
-        job.refresh_from_db()
-        return job
-
-    yield submit
-    app.conf.task_always_eager = False
+    return lambda name: submit_to_gpu_stage(catalogue_manifest(name), seed=5)
 
 
 def outputs_of(w, dims, arrays_in, run):
