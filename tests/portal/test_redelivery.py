@@ -89,6 +89,25 @@ def wait_for(predicate, timeout_s):
     return False
 
 
+def building_candidate(workload: Workload) -> Candidate:
+    """A queued build of SIMPLE_PTX in generation 0 of a new running job of `workload`."""
+    job = Job.objects.create(workload=workload, status=Job.RUNNING, current_generation=0)
+    generation = Generation.objects.create(job=job, index=0, status=Generation.BUILDING)
+    return Candidate.objects.create(
+        job=job,
+        generation=generation,
+        ptx=SIMPLE_PTX,
+        ptx_sha256=sha256_hex(SIMPLE_PTX),
+        entry="copy_k",
+        params=[
+            {"kind": "tensor", "ptx_type": "u64", "name": "x"},
+            {"kind": "tensor", "ptx_type": "u64", "name": "y"},
+            {"kind": "dim", "ptx_type": "u32", "name": "N"},
+        ],
+        launch={"grid": ["ceildiv(N, 256)", 1, 1], "block": [256, 1, 1], "smem_bytes": 0},
+    )
+
+
 def test_a_task_of_a_worker_killed_mid_task_is_redelivered_and_nothing_is_duplicated(
     acme_world, tmp_path
 ):
@@ -102,21 +121,8 @@ def test_a_task_of_a_worker_killed_mid_task_is_redelivered_and_nothing_is_duplic
     marker.write_text("")
     env = worker_env(marker)
     workload: Workload = acme_world["workload"]
-    job = Job.objects.create(workload=workload, status=Job.RUNNING, current_generation=0)
-    generation = Generation.objects.create(job=job, index=0, status=Generation.BUILDING)
-    candidate = Candidate.objects.create(
-        job=job,
-        generation=generation,
-        ptx=SIMPLE_PTX,
-        ptx_sha256=sha256_hex(SIMPLE_PTX),
-        entry="copy_k",
-        params=[
-            {"kind": "tensor", "ptx_type": "u64", "name": "x"},
-            {"kind": "tensor", "ptx_type": "u64", "name": "y"},
-            {"kind": "dim", "ptx_type": "u32", "name": "N"},
-        ],
-        launch={"grid": ["ceildiv(N, 256)", 1, 1], "block": [256, 1, 1], "smem_bytes": 0},
-    )
+    candidate = building_candidate(workload)
+    job = candidate.job
     with app.connection_for_write() as conn:
         conn.default_channel.queue_purge("build")
 

@@ -10,9 +10,14 @@ import pytest
 from django.utils import timezone
 
 from portal import pipeline
-from portal.models import Candidate, Generation, Job, Workload, sha256_hex
-from tests.portal.conftest import SIMPLE_PTX
-from tests.portal.test_redelivery import start_worker, stop_worker, wait_for, worker_env
+from portal.models import Candidate, Job, Workload
+from tests.portal.test_redelivery import (
+    building_candidate,
+    start_worker,
+    stop_worker,
+    wait_for,
+    worker_env,
+)
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -33,21 +38,8 @@ def test_a_compile_whose_worker_was_killed_is_sent_again_by_the_heartbeat_sweep(
         "HEARTBEAT_EVERY_S": "1",
     }
     workload: Workload = acme_world["workload"]
-    job = Job.objects.create(workload=workload, status=Job.RUNNING, current_generation=0)
-    generation = Generation.objects.create(job=job, index=0, status=Generation.BUILDING)
-    candidate = Candidate.objects.create(
-        job=job,
-        generation=generation,
-        ptx=SIMPLE_PTX,
-        ptx_sha256=sha256_hex(SIMPLE_PTX),
-        entry="copy_k",
-        params=[
-            {"kind": "tensor", "ptx_type": "u64", "name": "x"},
-            {"kind": "tensor", "ptx_type": "u64", "name": "y"},
-            {"kind": "dim", "ptx_type": "u32", "name": "N"},
-        ],
-        launch={"grid": ["ceildiv(N, 256)", 1, 1], "block": [256, 1, 1], "smem_bytes": 0},
-    )
+    candidate = building_candidate(workload)
+    job = candidate.job
     with app.connection_for_write() as conn:
         conn.default_channel.queue_purge("build")
 
