@@ -137,7 +137,7 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS(f"\nPTX Kernel Factory is up: {url}"))
             if settings.DEMO_ACCOUNTS:
                 username, password = DEMO_USERS[0][:2]
-                self.stdout.write(f"log in as {username} / {password} (customer of Acme)")
+                self.stdout.write(f"log in as {username} / {password} (customer and admin of Acme)")
                 self.stdout.write(f"engineers: {DEMO_USERS[1][0]} / {DEMO_USERS[1][1]}")
             self.stdout.write("Ctrl-C stops everything\n")
         self.stdout.flush()
