@@ -6,6 +6,10 @@
     ptxf status JOB
     ptxf results JOB [--candidates]
     ptxf download JOB -o kernel.zip
+    ptxf jobs [--archived | --all] [--status S] [WORDS]
+    ptxf archive JOB  /  ptxf unarchive JOB
+    ptxf invite EMAIL [--role customer|admin|engineer] [--org ORG]   (admins and engineers)
+    ptxf invitations [--org ORG]  /  ptxf withdraw-invitation INVITATION
     ptxf import model.py:rmsnorm --example-shapes "x=16384x4096:bf16,w=4096:bf16" -o rmsnorm.toml
 
 `ptxf import` runs on your machine only: it loads your Python file, traces the function with
@@ -311,6 +315,95 @@ def cmd_download(client: Client, args, out) -> int:
     return 0
 
 
+def _print_job_line(info: dict, out) -> None:
+    archived = "  (archived)" if info.get("archived") else ""
+    created = (info.get("created") or "")[:16].replace("T", " ")
+    print(f"{info['job'][:8]}  {info['status']:<11} {created}  {info['name']}{archived}", file=out)
+
+
+def cmd_jobs(client: Client, args, out) -> int:
+    params = {}
+    if args.all:
+        params["show"] = "all"
+    elif args.archived:
+        params["show"] = "archived"
+    if args.status:
+        params["status"] = args.status
+    if args.words:
+        params["q"] = " ".join(args.words)
+    path = "jobs/" + ("?" + urllib.parse.urlencode(params) if params else "")
+    info = client.json("GET", path)
+    if args.json:
+        json.dump(info, out, indent=2)
+        print(file=out)
+        return 0
+    for row in info["jobs"]:
+        _print_job_line(row, out)
+    if not info["jobs"]:
+        print("no jobs" + (" match" if params else ""), file=out)
+    return 0
+
+
+def cmd_archive(client: Client, args, out) -> int:
+    info = client.json("POST", _job_path(args.job) + "archive/")
+    print(f"archived {info['job']} ({info['name']}): ptxf jobs --archived lists it", file=out)
+    return 0
+
+
+def cmd_unarchive(client: Client, args, out) -> int:
+    info = client.json("POST", _job_path(args.job) + "unarchive/")
+    print(f"{info['job']} ({info['name']}) is back on the job list", file=out)
+    return 0
+
+
+def _print_invitation(info: dict, out) -> None:
+    until = (info.get("expires") or "")[:16].replace("T", " ")
+    when = f"until {until}" if info["state"] == "open" else info["state"]
+    print(
+        f"{info['invitation'][:8]}  {info['state']:<8} {info['role']:<8} {info['email']}  "
+        f"({info['org_name']}; {when})",
+        file=out,
+    )
+
+
+def cmd_invite(client: Client, args, out) -> int:
+    body = {"email": args.email, "role": args.role}
+    if args.org:
+        body["org"] = args.org
+    info = client.json("POST", "invitations/", body)
+    print(f"invitation {info['invitation']}: {info['email']} as {info['role']} of "
+          f"{info['org_name']}, valid until {info['expires'][:16].replace('T', ' ')} UTC",
+          file=out)  # fmt: skip
+    if info.get("emailed"):
+        print(f"emailed to {info['email']}; the link, shown this once:", file=out)
+    else:
+        print("the email could not be sent: pass this link on yourself (shown once):", file=out)
+    print(info["link"], file=out)
+    return 0
+
+
+def cmd_invitations(client: Client, args, out) -> int:
+    path = "invitations/" + ("?" + urllib.parse.urlencode({"org": args.org}) if args.org else "")
+    info = client.json("GET", path)
+    if args.json:
+        json.dump(info, out, indent=2)
+        print(file=out)
+        return 0
+    print(f"invitations to {info['org_name']} ({info['org']})", file=out)
+    for row in info["invitations"]:
+        _print_invitation(row, out)
+    if not info["invitations"]:
+        print("none sent yet", file=out)
+    return 0
+
+
+def cmd_withdraw_invitation(client: Client, args, out) -> int:
+    info = client.json("POST", _code_path("invitations", args.invitation) + "withdraw/")
+    print(f"withdrawn: the invitation of {info['email']} to {info['org_name']} opens nothing now",
+          file=out)  # fmt: skip
+    return 0
+
+
 # -- ptxf import: PyTorch -> manifest, on the customer's machine ---------------------------------
 
 IMPORT_HELP = """Translate a PyTorch function or nn.Module into a workload manifest.
@@ -494,7 +587,13 @@ def from_torch(fn_or_module, *example_inputs, **options) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ptxf", description="PTX Kernel Factory command-line client."
+        prog="ptxf",
+        description="PTX Kernel Factory command-line client.",
+        epilog="Set PTXF_URL (the portal's address) and PTXF_TOKEN (an API token, made on the "
+        "portal's Tokens page); ptxf import needs neither. JOB, WORKLOAD and INVITATION are "
+        "ids as the pages and ptxf show them: the full id or its first 8 characters. "
+        "'ptxf COMMAND --help' tells more. Exit codes: 0 done, 1 refused by the server, "
+        "2 bad usage or configuration, 3 the server could not be reached.",
     )
     parser.add_argument("--url", default=os.environ.get("PTXF_URL", "http://127.0.0.1:8000"))
     sub = parser.add_subparsers(dest="command", required=True)
@@ -537,6 +636,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     p.add_argument("-o", "--output")
     p.set_defaults(run=cmd_download)
+    p = sub.add_parser("jobs", help="your organisation's latest jobs (archived ones hidden)")
+    p.add_argument("words", nargs="*", help="search: name, operator, status or id")
+    show = p.add_mutually_exclusive_group()
+    show.add_argument("--archived", action="store_true", help="only the archived jobs")
+    show.add_argument("--all", action="store_true", help="archived jobs too")
+    p.add_argument("--status", help="one status: active, queued, running, review, approved, ...")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_jobs)
+    p = sub.add_parser("archive", help="hide a finished job from the job list (nothing is lost)")
+    p.add_argument("job")
+    p.set_defaults(run=cmd_archive)
+    p = sub.add_parser("unarchive", help="put an archived job back on the job list")
+    p.add_argument("job")
+    p.set_defaults(run=cmd_unarchive)
+    p = sub.add_parser(
+        "invite",
+        help="invite someone to your organisation by email (admins and engineers)",
+        description="Invite someone by email. They get a one-time link, valid for 7 days, to "
+        "make an account (or join with theirs). Admins invite customers and admins to their "
+        "organisation; engineers invite to any organisation.",
+    )
+    p.add_argument("email")
+    p.add_argument(
+        "--role",
+        default="customer",
+        help="customer (default), admin (also manages the team), engineer (staff only)",
+    )
+    p.add_argument("--org", help="the organisation's id (default: your own)")
+    p.set_defaults(run=cmd_invite)
+    p = sub.add_parser("invitations", help="an organisation's invitations and their state")
+    p.add_argument("--org", help="the organisation's id (default: your own)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=cmd_invitations)
+    p = sub.add_parser(
+        "withdraw-invitation",
+        aliases=["revoke-invitation"],
+        help="withdraw an open invitation (its link stops working)",
+    )
+    p.add_argument("invitation", help="the invitation's id (ptxf invitations shows it)")
+    p.set_defaults(run=cmd_withdraw_invitation)
     p = sub.add_parser(
         "import",
         help="translate your PyTorch function into a manifest (runs your code, locally)",

@@ -15,9 +15,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from portal import catalogue, services
+from portal import accounts, catalogue, services
 from portal import selectors as q
-from portal.models import ApiToken, Job
+from portal.models import ApiToken, Invitation, Job, Membership, Organisation
+from portal.selectors import joblist
 from portal.uploads import BASELINE_EXTENSIONS, BASELINE_MAX_BYTES, MANIFEST_MAX_BYTES, check_text
 
 log = logging.getLogger("portal.api")
@@ -140,6 +141,7 @@ def job_json(request, job: Job, progress: dict | None = None) -> dict:
         "best_score_us": progress["best_score_us"],
         "usage": _usage_json(q.job_model_usage(job)),
         "stop_reason": job.stop_reason,
+        "archived": _iso(job.archived),
         "created": _iso(job.created),
         "finished": _iso(job.finished),
         "decision": (
@@ -186,7 +188,9 @@ def root(request):
             # What a script can do, relative to this root; JOB, WORKLOAD and CANDIDATE are the
             # ids the other answers carry.
             "endpoints": {
-                "GET jobs/": "your organisation's latest jobs",
+                "GET jobs/": (
+                    "your organisation's latest jobs: ?show=archived|all, ?status=S, ?q=words"
+                ),
                 "POST jobs/": "submit a manifest: {manifest, generations?, per_row_length?, "
                 "baseline_source?, baseline_filename?}",
                 "GET jobs/JOB/": "a job's progress",
@@ -197,9 +201,14 @@ def root(request):
                 "GET jobs/JOB/artifact/": "the approved artifact (a zip)",
                 "POST jobs/JOB/stop/": "end the search: the best verified kernel to review",
                 "POST jobs/JOB/cancel/": "stop the job for good",
+                "POST jobs/JOB/archive/": "hide a finished job from the job list",
+                "POST jobs/JOB/unarchive/": "put an archived job back on the job list",
                 "GET workloads/WORKLOAD/": "a workload and its jobs",
                 "POST workloads/WORKLOAD/jobs/": "another job on it: {generations?}",
                 "GET candidates/CANDIDATE/": "one candidate's evidence",
+                "GET invitations/": "an organisation's invitations (admins, engineers): ?org=ORG",
+                "POST invitations/": "invite someone by email: {email, role?, org?}",
+                "POST invitations/INVITATION/withdraw/": "withdraw an open invitation",
             },
         }
     )
@@ -283,10 +292,32 @@ def _read_submission(request) -> dict:
     }
 
 
+def _job_query(params) -> joblist.JobQuery:
+    """The job list's filters from the query string, as on the home page, except that an
+    unknown value is refused (400) instead of read as no filter."""
+    errors = []
+    show = params.get("show", "")
+    if show not in joblist.SHOW_CHOICES:
+        errors.append(["show", "archived or all (leave it out for the jobs not archived)"])
+    status = params.get("status", "")
+    if status and status != joblist.STATUS_ACTIVE and status not in dict(Job.STATUS_CHOICES):
+        known = ", ".join([joblist.STATUS_ACTIVE, *dict(Job.STATUS_CHOICES)])
+        errors.append(["status", f"one of {known}"])
+    if len(params.get("q", "")) > 100:
+        errors.append(["q", "at most 100 characters"])
+    if errors:
+        raise ApiError(400, "The job list's filters were refused.", errors)
+    return joblist.JobQuery.from_params(params)
+
+
 @api_view(("GET", "POST"))
 def jobs(request):
     if request.method == "GET":
-        rows = q.recent_jobs(q.job_list(user=request.user), limit=50)
+        query = _job_query(request.GET)
+        found = joblist.filter_jobs(
+            q.job_list(user=request.user), query, engineer=q.is_engineer(request.user)
+        )
+        rows = q.recent_jobs(found, limit=50)
         return JsonResponse(
             {
                 "jobs": [
@@ -295,6 +326,7 @@ def jobs(request):
                         "name": j.workload.name,
                         "status": j.status,
                         "created": _iso(j.created),
+                        "archived": _iso(j.archived),
                     }
                     for j in rows
                 ]
@@ -356,6 +388,30 @@ def job_stop(request, code):
         j = services.job_stop_early(job=j, user=request.user)
     except services.JobControlRefused as exc:
         return error(409, str(exc))
+    return JsonResponse(job_json(request, j))
+
+
+@api_view(("POST",))
+def job_archive(request, code):
+    """Hide a finished job from the default job list (it stays whole: pages, results,
+    artifact); 409 while it is still searching or when it is archived already."""
+    j = q.get_job_for_user(request.user, code)
+    if j.archived is not None:
+        return error(409, "The job is archived already.")
+    try:
+        j = accounts.job_archive(user=request.user, job=j)
+    except accounts.ArchiveRefused as exc:
+        return error(409, str(exc))
+    return JsonResponse(job_json(request, j))
+
+
+@api_view(("POST",))
+def job_unarchive(request, code):
+    """Put an archived job back on the default job list; 409 when it is not archived."""
+    j = q.get_job_for_user(request.user, code)
+    if j.archived is None:
+        return error(409, "The job is not archived.")
+    j = accounts.job_restore(user=request.user, job=j)
     return JsonResponse(job_json(request, j))
 
 
@@ -502,3 +558,119 @@ def candidate(request, code):
             "timing": [_timing_json(t) for t in q.candidate_timings(c)],
         }
     )
+
+
+# --- invitations --------------------------------------------------------------------------------
+# The Team page's rules (portal.accounts): an organisation's admins invite customers and admins
+# to it; engineers invite to any organisation, and staff engineers may invite engineers too.
+
+
+def invitation_json(invitation: Invitation) -> dict:
+    inviter = invitation.invited_by
+    return {
+        "invitation": str(invitation.code),
+        "org": str(invitation.org.code),
+        "org_name": invitation.org.name,
+        "email": invitation.email,
+        "role": invitation.role,
+        "state": invitation.state,
+        "invited_by": inviter.get_username() if inviter else None,
+        "created": _iso(invitation.created),
+        "expires": _iso(invitation.expires),
+        "accepted": _iso(invitation.accepted),
+        "revoked": _iso(invitation.revoked),
+    }
+
+
+def _managed_orgs(user) -> list[Organisation]:
+    orgs = accounts.invitable_orgs(user)
+    if not orgs:
+        raise ApiError(
+            403,
+            "Only an organisation's admins (and engineers) manage its invitations; ask one of "
+            "your organisation's admins.",
+        )
+    return orgs
+
+
+def _managed_org(user, orgs: list[Organisation], code) -> Organisation:
+    """The organisation `code` names among those the user manages (a full code or a prefix of
+    8 or more hex digits); without a code, the user's own, as on the Team page."""
+    if code is None or code == "":
+        own = {m.org_id for m in q.memberships(user)}
+        return next((o for o in orgs if o.id in own), orgs[0])
+    if not isinstance(code, str):
+        raise ApiError(400, "The request was refused.", [["org", "an organisation's id"]])
+    from portal.selectors.scope import _one
+
+    return _one(Organisation.objects.filter(id__in=[o.id for o in orgs]), code)
+
+
+@api_view(("GET", "POST"))
+def invitations(request):
+    orgs = _managed_orgs(request.user)
+    if request.method == "GET":
+        org = _managed_org(request.user, orgs, request.GET.get("org"))
+        return JsonResponse(
+            {
+                "org": str(org.code),
+                "org_name": org.name,
+                "roles": accounts.invitable_roles(request.user),
+                "invitations": [invitation_json(i) for i in accounts.team_invitations(org)],
+            }
+        )
+    body = _json_body(request, 4096)
+    errors = []
+    email = body.get("email")
+    if not isinstance(email, str) or not email.strip():
+        errors.append(["email", "required: the address to invite"])
+    else:
+        from django.core.validators import validate_email
+
+        email = email.strip()
+        try:
+            validate_email(email)
+        except ValidationError:
+            errors.append(["email", "not a valid email address"])
+        if len(email) > 254:
+            errors.append(["email", "at most 254 characters"])
+    role = body.get("role", Membership.ROLE_CUSTOMER)
+    allowed = accounts.invitable_roles(request.user)
+    if role not in allowed:
+        errors.append(["role", f"one of {', '.join(allowed)}"])
+    if errors:
+        raise ApiError(400, "The invitation was refused.", errors)
+    org = _managed_org(request.user, orgs, body.get("org"))
+    try:
+        invitation, secret = accounts.invitation_create(
+            user=request.user, org=org, email=email, role=role
+        )
+    except ValidationError as exc:
+        return error(409, "; ".join(exc.messages))
+    link = request.build_absolute_uri(reverse("web-invitation-accept", args=[secret]))
+    sent = accounts.invitation_email(invitation=invitation, link=link)
+    answer = invitation_json(invitation)
+    # The link is in the answer this once (only its hash is kept), in case the email goes astray.
+    answer["link"] = link
+    answer["emailed"] = sent
+    return JsonResponse(answer, status=201)
+
+
+@api_view(("POST",))
+def invitation_withdraw(request, code):
+    """Withdraw an open invitation: its link opens nothing from now on; 409 when it was
+    accepted, withdrawn or expired already."""
+    orgs = _managed_orgs(request.user)
+    from portal.selectors.scope import _one
+
+    found = _one(
+        Invitation.objects.select_related("org", "invited_by").filter(
+            org_id__in=[o.id for o in orgs]
+        ),
+        code,
+    )
+    try:
+        invitation = accounts.invitation_revoke(user=request.user, code=found.code)
+    except ValidationError as exc:
+        return error(409, "; ".join(exc.messages))
+    return JsonResponse(invitation_json(invitation))
