@@ -159,3 +159,49 @@ CASES = [
 def test_pooling_computes_the_reference(expr, dt, odt, dims, s):
     wl = w(expr, dt, odt)
     run_and_check(F.FAMILY, wl, s, with_pooled_dims(wl.outputs, dims), seed=2)
+
+
+def ST(t, ln, v, u):  # noqa: N802 - a strip schedule, briefly
+    return F.Schedule(threads=t, lanes=ln, vec=v, layout="strip", unroll=u)
+
+
+# The strip layout: vector path where W is a multiple of vec * stride_w (W = 40, 24, 32), the
+# element path at odd W, several column segments a row (lanes x vec < OW), bands that end
+# inside a step (unroll), the carried rows (kh > sh), gaps between windows (kh < sh), 1-D.
+STRIP_CASES = [
+    ("maxpool(x, window=(3, 3), stride=2, padding=1)", "bf16", "bf16",
+     {"N": 1, "C": 3, "H": 13, "W": 40}, ST(64, 8, 2, 2)),
+    ("maxpool(x, window=(3, 3), stride=2, padding=1)", "bf16", "bf16",
+     {"N": 2, "C": 1, "H": 9, "W": 11}, ST(64, 8, 4, 2)),
+    ("maxpool(x, window=(3, 3), stride=2, padding=1)", "fp32", "fp32",
+     {"N": 1, "C": 2, "H": 10, "W": 24}, ST(128, 8, 2, 4)),
+    ("avgpool(x, window=(2, 2))", "bf16", "bf16", {"N": 1, "C": 2, "H": 7, "W": 32},
+     ST(64, 8, 4, 1)),
+    ("maxpool(x, window=3, stride=1, padding=1)", "fp16", "fp32",
+     {"N": 1, "C": 3, "H": 2, "W": 48}, ST(64, 8, 8, 2)),
+    ("avgpool(x * x, window=(3, 2), stride=(1, 2), padding=(1, 0))", "fp32", "fp32",
+     {"N": 1, "C": 2, "H": 6, "W": 16}, ST(64, 8, 2, 2)),
+    ("maxpool(where(x > 0, x, -inf), window=(2, 3), stride=(3, 1))", "fp32", "fp32",
+     {"N": 1, "C": 1, "H": 11, "W": 20}, ST(64, 8, 4, 2)),
+    ("maxpool(x, window=(5, 5), stride=2, padding=2)", "bf16", "fp32",
+     {"N": 1, "C": 1, "H": 12, "W": 36}, ST(64, 8, 2, 4)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("expr, dt, odt, dims, s", STRIP_CASES, ids=str)
+def test_strip_layout_computes_the_reference(expr, dt, odt, dims, s):
+    wl = w(expr, dt, odt)
+    run_and_check(F.FAMILY, wl, s, with_pooled_dims(wl.outputs, dims), seed=3)
+
+
+def test_strip_is_the_default_where_it_fits_and_compiles_without_spills():
+    from factory.compile import compile_ptx
+
+    wl = w("maxpool(x, window=(3, 3), stride=2, padding=1)", dt="bf16", odt="bf16")
+    ir = F.lower(wl)
+    big = with_pooled_dims(wl.outputs, {"N": 168, "C": 64, "H": 112, "W": 112})
+    d = F.default_schedule(ir, big)
+    assert d.layout == "strip" and d.vec * 2 * 2 == 16
+    for s in F.seeds(ir, big)[:3]:
+        r = compile_ptx(F.emit(ir, s).ptx, "sm_90a", cache=False)
+        assert r.ok and "0 bytes spill" in r.log, r.log[:2000]

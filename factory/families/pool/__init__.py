@@ -2,11 +2,14 @@
 last axis, or 2-D over the last two: NCHW max pooling), of an elementwise expression of inputs of
 the pooled tensor's shape.
 
-A block takes one plane (the pooled axes of one index of the others; grid-stride over planes):
-thread rows walk the output rows, lanes `vec` adjacent outputs of a row each; every window
-element is read under its own predicate (out of the axis it is the padding: -inf for max, a
-counted zero for avg, as torch's count_include_pad), the overlapping windows' reuse left to the
-L1 and L2 caches. A first layout: no shared-memory tiles of the window's reuse yet."""
+Two layouts (the schedule's `layout`). "strip" (the default where it fits; pool/strip.py): a
+lane owns `vec` adjacent outputs of a row and walks a band of consecutive output rows, loading
+each input row once as one vector (plus the window's halo columns) and carrying the rows two
+windows share in registers, `unroll` output rows' loads in flight at once. "window": a block
+takes one plane (grid-stride over planes), thread rows walk the output rows, lanes `vec`
+adjacent outputs each, and every window element is read under its own predicate, the
+overlapping windows' reuse left to the L1 and L2 caches. In both, a window element outside the
+axis is the padding: -inf for max, a counted zero for avg (torch's count_include_pad)."""
 
 from __future__ import annotations
 
@@ -21,13 +24,16 @@ from factory.families.base import Family, Roofline, Unsupported, log2
 from factory.families.colreduce import operand_inputs
 from factory.families.colreduce.kernel import ESIZE, ColumnKernel, ident, shape_product
 from factory.families.common import ScheduleDict, checked_emit
+from factory.families.pool.strip import StripKernel, strip_ok
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
 ARCHS = ("sm_90", "sm_100")
 THREADS = (64, 128, 256, 512)
 LANES = (8, 16, 32, 64, 128)
-VECS = (1, 2, 4)
+VECS = (1, 2, 4, 8)
+UNROLLS = (1, 2, 4)
+LAYOUTS = ("window", "strip")
 MAX_BLOCKS = 65535
 
 
@@ -91,15 +97,19 @@ def lower(workload) -> PoolIR:
 
 @dataclass(frozen=True)
 class Schedule(ScheduleDict):
-    """threads per block = lanes (along an output row, vec outputs each) x thread rows."""
+    """threads per block = lanes (along an output row, vec outputs each) x thread rows; the
+    strip layout's thread rows walk bands of output rows, `unroll` rows a step."""
 
     family: str = "pool"
     threads: int = 256
     lanes: int = 32
     vec: int = 2
+    layout: str = "window"
+    unroll: int = 1
 
     def tag(self) -> str:
-        return f"t{self.threads}l{self.lanes}v{self.vec}"
+        t = f"t{self.threads}l{self.lanes}v{self.vec}"
+        return t if self.layout == "window" else f"{t}s{self.unroll}"
 
 
 def _dim(d, dims) -> int:
@@ -117,6 +127,14 @@ def is_valid(ir: PoolIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "threads/lanes outside the space"
     if s.lanes > s.threads or s.vec not in VECS:
         return False, "lanes/vec outside the space"
+    if s.layout not in LAYOUTS or s.unroll not in UNROLLS:
+        return False, "layout/unroll outside the space"
+    if s.layout == "window" and (s.vec > 4 or s.unroll != 1):
+        return False, "the window layout takes vec <= 4 and no unroll"
+    if s.layout == "strip":
+        ok, why = strip_ok(ir, s.vec, s.unroll)
+        if not ok:
+            return False, why
     if dims is not None:
         oh, ow = _out_hw(ir, dims)
         if oh * ow >= 1024:  # (smaller planes fill no layout)
@@ -129,14 +147,43 @@ def is_valid(ir: PoolIR, s: Schedule, dims) -> tuple[bool, str]:
 
 def space(ir, dims_list) -> list[Schedule]:
     out = []
-    for t, ln, v in itertools.product(THREADS, LANES, VECS):
-        s = Schedule(threads=t, lanes=ln, vec=v)
+    shapes = [("window", 1)] + [("strip", u) for u in UNROLLS]
+    for t, ln, v, (lay, u) in itertools.product(THREADS, LANES, VECS, shapes):
+        s = Schedule(threads=t, lanes=ln, vec=v, layout=lay, unroll=u)
         if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
             out.append(s)
     return out
 
 
+def strip_default(ir, dims) -> Schedule | None:
+    """16 bytes of input a lane a row (vec = 16 / (stride_w x the widest input's size)), the
+    fewest lanes that cover an output row (at least 8, at most 32), 256 threads, two output
+    rows a step; None where the strip layout does not fit."""
+    oh, ow = _out_hw(ir, dims)
+    es = max(ESIZE[d] for _, d in ir.inputs)
+    v = 16 // (ir.stride[1] * es) if 16 % (ir.stride[1] * es) == 0 else 0
+    while v > 1 and LANES[0] * v >= 2 * ow:
+        v //= 2
+    if v not in VECS:
+        return None
+    lanes = LANES[0]
+    while lanes < 32 and lanes * v < ow:
+        lanes *= 2
+    threads = 256
+    while threads > THREADS[0] and threads // lanes > 2 * oh:
+        threads //= 2
+    s = Schedule(threads=max(threads, lanes), lanes=lanes, vec=v, layout="strip", unroll=2)
+    return s if is_valid(ir, s, dims)[0] else None
+
+
 def default_schedule(ir, dims) -> Schedule:
+    strip = strip_default(ir, dims)
+    if strip is not None:
+        return strip
+    return window_default(ir, dims)
+
+
+def window_default(ir, dims) -> Schedule:
     oh, ow = _out_hw(ir, dims)
     v = 2
     while v > 1 and LANES[0] * v >= 2 * ow:
@@ -154,7 +201,13 @@ def default_schedule(ir, dims) -> Schedule:
 def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     out = [d]
-    for ch in ({"vec": 1}, {"vec": 4}, {"threads": 128}, {"threads": 512}, {"lanes": 64}):
+    changes = [{"unroll": 4}, {"threads": 128}, {"unroll": 1}, {"threads": 512},
+               {"vec": d.vec // 2 or 1}]  # fmt: skip
+    if d.layout == "strip":
+        changes.append(window_default(ir, dims).to_dict())
+    else:
+        changes += [{"vec": 1}, {"vec": 4}, {"threads": 128}, {"threads": 512}, {"lanes": 64}]
+    for ch in changes:
         s = Schedule(**{**d.to_dict(), **ch})
         if s not in out and is_valid(ir, s, dims)[0]:
             out.append(s)
@@ -292,6 +345,8 @@ class PoolKernel(ColumnKernel):
 
 def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
     def render(ir, s, arch):
+        if s.layout == "strip":
+            return StripKernel(PoolKernel(ir, s, arch)).render()
         return PoolKernel(ir, s, arch).render()
 
     return checked_emit("pool", ARCHS, Schedule, is_valid, render, ir, schedule, arch)
@@ -308,11 +363,17 @@ def roofline(workload, dims) -> Roofline:
 def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
     s = Schedule.from_dict(schedule)
     elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
-    return [log2(elements), log2(s.threads), log2(s.lanes), float(s.vec)]
+    return [log2(elements), log2(s.threads), log2(s.lanes), float(s.vec),
+            float(s.layout == "strip"), float(s.unroll)]  # fmt: skip
 
 
 def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
+    if s.layout == "strip":
+        return (
+            f"pool strip: a plane a block of {s.threads} threads = {s.lanes} lanes x {s.vec} "
+            f"outputs, {s.threads // s.lanes} bands of output rows, {s.unroll} rows a step"
+        )
     return (
         f"pool: a plane a block of {s.threads} threads = {s.lanes} lanes x {s.vec} outputs, "
         f"{s.threads // s.lanes} output rows at a time"
@@ -333,11 +394,11 @@ FAMILY = Family(
     label=label,
     legend="pool: lanes along an output row x outputs a lane, thread rows over output rows",
     features=features,
-    feature_fields=("threads", "lanes", "vec"),
+    feature_fields=("threads", "lanes", "vec", "layout", "unroll"),
     roofline=roofline,
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.colreduce.baselines",
-    layout_fields=("threads", "lanes", "vec"),
+    layout_fields=("threads", "lanes", "vec", "layout", "unroll"),
 )
 
 __all__ = ["FAMILY", "PoolIR", "Schedule", "lower"]
