@@ -30,12 +30,11 @@ from factory.families.colreduce.kernel import (
     COMBINE,
     ESIZE,
     IDENTITY,
-    MAX_CLUSTERS,
     ColumnKernel,
     ident,
-    shape_product,
 )
 from factory.families.common import ScheduleDict, checked_emit
+from factory.families.scan.columns import render_rounds, smem_words
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
@@ -44,6 +43,9 @@ THREADS = (32, 64, 128, 256, 512, 1024)
 MODES = ("row", "lookback", "columns")
 SPLITS = (1, 2, 4, 8)
 CHUNKS = (1, 2, 4)
+LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+ROWS = (1, 2, 4, 8, 16)
+SMEM_BYTES = 48 * 1024
 LOOKBACK_TILES = 1 << 16  # the module's workspace: an aggregate and a flag per tile of a launch
 SMS = 132
 
@@ -108,19 +110,24 @@ def lower(workload) -> ScanIR:
 class Schedule(ScheduleDict):
     """threads: a block; vec: adjacent elements a thread scans in registers a chunk; mode:
     "row" (a row a block, chunk after chunk) or "lookback" (a row's tiles of chunks x threads
-    x vec elements over many blocks, each waiting for the aggregates of the tiles before it);
-    chunks: chunks a lookback tile (held in registers between its two passes)."""
+    x vec elements over many blocks, each waiting for the aggregates of the tiles before it)
+    or "columns" (a leading or middle axis: factory.families.scan.columns); chunks: chunks a
+    lookback tile (held in registers between its two passes). Columns only: lanes (threads
+    along the contiguous axis), rows (rows a thread holds in registers a round) and split
+    (blocks of a cluster sharing a strip of columns)."""
 
     family: str = "scan"
     threads: int = 256
     vec: int = 4
     mode: str = "row"
     chunks: int = 1
-    split: int = 1  # columns: a cluster of blocks sharing the scanned axis in contiguous parts
+    split: int = 1
+    lanes: int = 32
+    rows: int = 1
 
     def tag(self) -> str:
         if self.mode == "columns":
-            return f"t{self.threads}v{self.vec}c{self.split}"
+            return f"t{self.threads}v{self.vec}l{self.lanes}k{self.rows}c{self.split}"
         if self.mode == "lookback":
             return f"t{self.threads}v{self.vec}lb{self.chunks}"
         return f"t{self.threads}v{self.vec}"
@@ -151,15 +158,27 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "columns scan a leading or middle axis; rows and lookback the last"
     if s.split not in SPLITS or (s.mode != "columns" and s.split != 1):
         return False, "a split is a columns layout's cluster"
+    if s.mode != "columns" and (s.lanes != 32 or s.rows != 1):
+        return False, "lanes and rows are a columns layout's"
     if ir.columns:
+        if s.lanes not in LANES or s.lanes > s.threads or s.rows not in ROWS:
+            return False, "lanes/rows outside the space"
+        if s.threads // s.lanes > 32:
+            return False, "at most 32 thread rows"
+        if s.rows * s.vec > 64:
+            return False, "at most 64 elements a thread in registers"
+        if 4 * smem_words(s.threads, s.lanes, s.vec) > SMEM_BYTES:
+            return False, "the round's totals past 48 KiB of shared memory"
         if dims is not None:
             q = math.prod(int(dims[d]) if isinstance(d, str) else d
                           for d in ir.shape[ir.axis + 1 :])  # fmt: skip
             r = _row(ir, dims)
-            if s.threads > 32 and s.threads * s.vec >= 2 * q:
-                return False, f"{s.threads} x {s.vec} for {q} columns: half idle"
-            if s.split > 1 and 2 * s.split > r:
-                return False, f"split {s.split} for {r} rows"
+            if s.lanes > 1 and s.lanes * s.vec >= 2 * q:
+                return False, f"{s.lanes} lanes x {s.vec} for {q} columns: half idle"
+            per_round = s.split * (s.threads // s.lanes) * s.rows
+            least = s.threads == 32 and s.rows == 1 and s.split == 1  # a warp: the least
+            if per_round > 1 and per_round >= 2 * r and not least:
+                return False, f"{per_round} rows a round for {r} rows: half idle"
         return True, ""
     if s.mode == "lookback" and not 128 <= s.threads <= 512:
         return False, "a lookback tile is a block of 128 to 512 threads"
@@ -183,7 +202,11 @@ def space(ir, dims_list) -> list[Schedule]:
     out = []
     layouts = [("row", 1, 1)] + [("lookback", c, 1) for c in CHUNKS]
     if ir.columns:
-        layouts = [("columns", 1, sp) for sp in SPLITS]
+        for t, v, ln, k, sp in itertools.product(THREADS, vecs(ir), LANES, ROWS, SPLITS):
+            s = Schedule(threads=t, vec=v, mode="columns", split=sp, lanes=ln, rows=k)
+            if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
+                out.append(s)
+        return out
     for t, v, (mode, c, sp) in itertools.product(THREADS, vecs(ir), layouts):
         s = Schedule(threads=t, vec=v, mode=mode, chunks=c, split=sp)
         if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
@@ -195,18 +218,7 @@ def default_schedule(ir, dims) -> Schedule:
     v = max(vecs(ir))
     n = _row(ir, dims)
     if ir.columns:
-        size = lambda shape: math.prod(int(dims[d]) if isinstance(d, str) else d for d in shape)  # noqa: E731
-        q, p = size(ir.shape[ir.axis + 1 :]), size(ir.shape[: ir.axis])
-        while v > 1 and 32 * v >= 2 * q:
-            v //= 2
-        t = 32
-        while t < 256 and 2 * t * v < q:
-            t *= 2
-        split = 1
-        while split < 8 and p * math.ceil(q / (t * v)) * split < 4 * SMS and 4 * split <= n:
-            split *= 2
-        s = Schedule(threads=t, vec=v, mode="columns", split=split)
-        return s if is_valid(ir, s, dims)[0] else Schedule(threads=32, vec=1, mode="columns")
+        return default_columns(ir, dims, v)
     rows = math.prod(int(dims[d]) if isinstance(d, str) else d for d in ir.shape[:-1])
     if rows < 2 * SMS:  # too few rows to fill the GPU a row a block
         for t, c in ((512, 4), (256, 4), (256, 2), (128, 1)):  # the largest tile that fits
@@ -220,8 +232,56 @@ def default_schedule(ir, dims) -> Schedule:
     return s if is_valid(ir, s, dims)[0] else Schedule(threads=32, vec=1)
 
 
+def default_columns(ir, dims, v: int) -> Schedule:
+    """A warp (or fewer lanes, for narrow Q) along Q with 16-byte vectors, 256 threads, rows
+    a thread in registers up to 64 elements, and a cluster split until the grid has about
+    1.5 blocks an SM (so that every SM has a block and most two)."""
+    size = lambda shape: math.prod(int(dims[d]) if isinstance(d, str) else d for d in shape)  # noqa: E731
+    q, p, r = size(ir.shape[ir.axis + 1 :]), size(ir.shape[: ir.axis]), _row(ir, dims)
+    while v > 1 and v > q:
+        v //= 2
+    lanes = 1
+    while lanes < 32 and lanes * v < q:
+        lanes *= 2
+    t = 256
+    g = t // lanes
+    while g > 32:
+        t //= 2
+        g //= 2
+    k = min(16, 64 // v)
+    while k > 1 and g * k >= 2 * r:
+        k //= 2
+    while t > max(lanes, 32) and g * k >= 2 * r:
+        t //= 2
+        g //= 2
+    strips = p * math.ceil(q / (lanes * v))
+    split = 1
+    while split < 8 and strips * split * 2 < 3 * SMS and 2 * split * g * k < 2 * r:
+        split *= 2
+    s = Schedule(threads=t, vec=v, mode="columns", split=split, lanes=lanes, rows=k)
+    if is_valid(ir, s, dims)[0]:
+        return s
+    return Schedule(threads=32, vec=1, mode="columns", lanes=32 if q >= 32 else 1)
+
+
 def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
+    if ir.columns:  # rows a round, then the cluster, then the block
+        out = [d]
+        changes = (
+            {"rows": d.rows // 2}, {"split": d.split * 2}, {"split": d.split // 2},
+            {"threads": d.threads * 2}, {"rows": d.rows * 2}, {"vec": d.vec // 2},
+        )  # fmt: skip
+        for ch in changes:
+            f = {**d.to_dict(), **ch}
+            if f["rows"] not in ROWS or f["split"] not in SPLITS or f["threads"] not in THREADS:
+                continue
+            if f["vec"] not in vecs(ir):
+                continue
+            s = Schedule.from_dict(f)
+            if s not in out and is_valid(ir, s, dims)[0]:
+                out.append(s)
+        return out
     out = [d]
     for t, v in ((d.threads * 2, d.vec), (d.threads // 2, d.vec), (d.threads, d.vec // 2)):
         s = Schedule(threads=t, vec=v, mode=d.mode, chunks=d.chunks, split=d.split)
@@ -415,7 +475,7 @@ class ScanKernel(ColumnKernel):
 
     def render(self) -> Emitted:
         if self.s.mode == "columns":
-            return self.render_columns()
+            return render_rounds(self)
         params = self.setup()
         if self.s.mode == "lookback":
             globals_, grid = self.lookback_body()
@@ -596,204 +656,6 @@ class ScanKernel(ColumnKernel):
         rows = "(" + "*".join(str(d) for d in ir.shape[:-1]) + ")" if ir.shape[:-1] else "1"
         n_text = str(ir.shape[-1])
         return globals_, f"{rows}*ceildiv({n_text}, {tile})"
-
-    def render_columns(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
-        """(P, R, Q) with R scanned: a thread owns vec columns and walks its cluster rank's
-        contiguous part of R; with a split, the parts' totals first (pass one), exchanged
-        through distributed shared memory in rank order, then the scan from that offset."""
-        ir, s, b = self.ir, self.s, self.b
-        V, T, S = self.V, s.threads, s.split
-        o = ir.outputs[0]
-        op = self.op
-        params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
-        params += [KernelParam("tensor", "u64", o.name)]
-        params += [KernelParam("dim", "u32", d) for d in ir.dims]
-        P = self.product(ir.shape[: ir.axis])
-        R = self.product(ir.shape[ir.axis : ir.axis + 1])
-        Q = self.product(ir.shape[ir.axis + 1 :])
-        base = {}
-        for name, _ in [*ir.inputs, (o.name, o.dtype)]:
-            r = b.reg("b64")
-            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
-            b.op(f"cvta.to.global.u64 {r}, {r}")
-            base[name] = r
-        tid = self.u32("%tid.x")
-        cl, ncl = self.u32("%ctaid.x"), self.u32("%nctaid.x")
-        lg = int(math.log2(S))
-        b.op(f"shr.u32 {cl}, {cl}, {lg}")
-        b.op(f"shr.u32 {ncl}, {ncl}, {lg}")
-        rank = self.u32("%cluster_ctarank") if S > 1 else self.u32(0)
-        part = b.reg("b32")  # rows a rank: ceildiv(R, S)
-        b.op(f"add.u32 {part}, {R}, {S - 1}")
-        b.op(f"shr.u32 {part}, {part}, {lg}")
-        l0, l1 = b.reg("b32"), b.reg("b32")
-        b.op(f"mul.lo.u32 {l0}, {rank}, {part}")
-        b.op(f"add.u32 {l1}, {l0}, {part}")
-        b.op(f"min.u32 {l1}, {l1}, {R}")
-        nqb = b.reg("b32")
-        b.op(f"add.u32 {nqb}, {Q}, {T * V - 1}")
-        b.op(f"shr.u32 {nqb}, {nqb}, {int(math.log2(T * V))}")
-        p, qb = self.u32(0), b.reg("b32")
-        b.op(f"mov.u32 {qb}, {cl}")
-
-        def carry_into_p():
-            top, done_ = b.new_label("norm"), b.new_label("norm_done")
-            b.label(top)
-            pn = b.reg("pred")
-            b.op(f"setp.lt.u32 {pn}, {qb}, {nqb}")
-            b.op(f"@{pn} bra.uni {done_}")
-            b.op(f"sub.u32 {qb}, {qb}, {nqb}")
-            b.op(f"add.u32 {p}, {p}, 1")
-            b.op(f"bra.uni {top}")
-            b.label(done_)
-
-        carry_into_p()
-        qmod = b.reg("b32")
-        b.op(f"and.b32 {qmod}, {Q}, {V - 1}")
-        qaligned = b.reg("pred")
-        b.op(f"setp.eq.u32 {qaligned}, {qmod}, 0")
-        RQ = b.reg("b32")
-        b.op(f"mul.lo.u32 {RQ}, {R}, {Q}")
-        smem = self.u32("red_smem")
-        mine = b.reg("b32")
-        b.op(f"mad.lo.u32 {mine}, {tid}, {4 * V}, {smem}")
-        item, done = b.new_label("item"), b.new_label("done")
-        b.label(item)
-        pd = b.reg("pred")
-        b.op(f"setp.ge.u32 {pd}, {p}, {P}")
-        b.op(f"@{pd} bra.uni {done}")
-        q0 = b.reg("b32")
-        b.op(f"mad.lo.u32 {q0}, {qb}, {T * V}, 0")
-        b.op(f"mad.lo.u32 {q0}, {tid}, {V}, {q0}")
-        qend = b.reg("b32")
-        b.op(f"add.u32 {qend}, {q0}, {V}")
-        whole = b.reg("pred")
-        b.op(f"setp.le.u32 {whole}, {qend}, {Q}")
-        b.op(f"and.pred {whole}, {whole}, {qaligned}")
-        preds = []
-        for j in range(V):
-            qj, pj = b.reg("b32"), b.reg("pred")
-            b.op(f"add.u32 {qj}, {q0}, {j}")
-            b.op(f"setp.lt.u32 {pj}, {qj}, {Q}")
-            preds.append(pj)
-        pbase = b.reg("b32")  # element (p, 0, q0)
-        b.op(f"mad.lo.u32 {pbase}, {p}, {RQ}, {q0}")
-
-        def row_elems(lrow: str) -> tuple[str, list[str]]:
-            """The element index of (p, physical row of logical row lrow, q0), the V operand
-            values there (identity past Q), and that index."""
-            phys = b.reg("b32")
-            if ir.reverse:
-                b.op(f"sub.u32 {phys}, {R}, {lrow}")
-                b.op(f"sub.u32 {phys}, {phys}, 1")
-            else:
-                b.op(f"mov.u32 {phys}, {lrow}")
-            at = b.reg("b32")
-            b.op(f"mad.lo.u32 {at}, {phys}, {Q}, {pbase}")
-            vals = [b.reg("f32") for _ in range(V)]
-            el, ld = b.new_label("elems"), b.new_label("loaded")
-            b.op(f"@!{whole} bra {el}")
-            per = {}
-            for name, dtype in ir.inputs:
-                addr = b.reg("b64")
-                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
-                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
-                per[name] = self.load_vector(addr, dtype)
-            for j in range(V):
-                ev = self.evaluate({name: per[name][j] for name, _ in ir.inputs})[0]
-                b.op(f"mov.f32 {vals[j]}, {ev}")
-            b.op(f"bra {ld}")
-            b.label(el)
-            for j in range(V):
-                ins = {}
-                for name, dtype in ir.inputs:
-                    addr = b.reg("b64")
-                    b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
-                    b.op(f"add.u64 {addr}, {addr}, {base[name]}")
-                    ins[name] = self.load_scalar(self.plus(addr, j * ESIZE[dtype]), dtype,
-                                                 preds[j])  # fmt: skip
-                ev = self.evaluate(ins)[0]
-                b.op(f"selp.f32 {vals[j]}, {ev}, {self.ident}, {preds[j]}")
-            b.label(ld)
-            return at, vals
-
-        run = [b.reg("f32") for _ in range(V)]
-        for r_ in run:
-            b.op(f"mov.f32 {r_}, {self.ident}")
-        if S > 1:
-            # pass one: this rank's part's totals, then the parts before it, in rank order
-            tot = [b.reg("f32") for _ in range(V)]
-            for t_ in tot:
-                b.op(f"mov.f32 {t_}, {self.ident}")
-            lrow = b.reg("b32")
-            b.op(f"mov.u32 {lrow}, {l0}")
-            top, end = b.new_label("totals"), b.new_label("totals_end")
-            b.label(top)
-            pe = b.reg("pred")
-            b.op(f"setp.ge.u32 {pe}, {lrow}, {l1}")
-            b.op(f"@{pe} bra.uni {end}")
-            _, vals = row_elems(lrow)
-            for t_, v in zip(tot, vals, strict=True):
-                self.combine(t_, v, op)
-            b.op(f"add.u32 {lrow}, {lrow}, 1")
-            b.op(f"bra.uni {top}")
-            b.label(end)
-            for j, t_ in enumerate(tot):
-                b.op(f"st.shared.f32 [{mine}+{4 * j}], {t_}")
-            b.op("barrier.cluster.arrive.release.aligned")
-            b.op("barrier.cluster.wait.acquire.aligned")
-            for k in range(S - 1):
-                remote = b.reg("b32")
-                b.op(f"mapa.shared::cluster.u32 {remote}, {mine}, {k}")
-                before = b.reg("pred")
-                b.op(f"setp.gt.u32 {before}, {rank}, {k}")
-                for j, r_ in enumerate(run):
-                    t_, c_ = b.reg("f32"), b.reg("f32")
-                    b.op(f"ld.shared::cluster.f32 {t_}, [{remote}+{4 * j}]")
-                    b.op(f"{COMBINE[op]} {c_}, {r_}, {t_}")
-                    b.op(f"selp.f32 {r_}, {c_}, {r_}, {before}")
-            b.op("barrier.cluster.arrive.release.aligned")
-            b.op("barrier.cluster.wait.acquire.aligned")
-        # pass two: the scan of this part from `run`, stored row by row
-        lrow = b.reg("b32")
-        b.op(f"mov.u32 {lrow}, {l0}")
-        top, end = b.new_label("scan"), b.new_label("scan_end")
-        b.label(top)
-        pe = b.reg("pred")
-        b.op(f"setp.ge.u32 {pe}, {lrow}, {l1}")
-        b.op(f"@{pe} bra.uni {end}")
-        at, vals = row_elems(lrow)
-        outs = []
-        for r_, v in zip(run, vals, strict=True):
-            w_ = b.reg("f32")
-            if ir.exclusive:
-                b.op(f"mov.f32 {w_}, {r_}")
-                self.combine(r_, v, op)
-            else:
-                self.combine(r_, v, op)
-                b.op(f"mov.f32 {w_}, {r_}")
-            outs.append(w_)
-        self.store_columns(o.dtype, base[o.name], at, outs, whole, preds)
-        b.op(f"add.u32 {lrow}, {lrow}, 1")
-        b.op(f"bra.uni {top}")
-        b.label(end)
-        b.op(f"add.u32 {qb}, {qb}, {ncl}")
-        carry_into_p()
-        b.op(f"bra.uni {item}")
-        b.label(done)
-        b.op("ret")
-        entry = f"{ident(ir.name)}_scan_{s.tag()}"
-        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{T * V}];"]
-        ptx = module_text(
-            family="scan", workload=ir.name, schedule=s.to_dict(), arch=self.arch,
-            entry=entry, params=params, threads=T, body=body, lines=b.lines, cluster=S,
-        )  # fmt: skip
-        outer = shape_product(ir.shape[: ir.axis])
-        inner = shape_product(ir.shape[ir.axis + 1 :])
-        clusters = f"min({outer}*ceildiv({inner}, {T * V}), {MAX_CLUSTERS})"
-        grid = f"{S}*{clusters}" if S > 1 else clusters
-        launch = Launch((grid, 1, 1), (T, 1, 1), cluster=(S, 1, 1) if S > 1 else None)
-        return Emitted(ptx, entry, tuple(params), launch)
 
     def store_columns(self, dtype, obase, at, outs, whole, preds) -> None:
         """V results at element `at`: one vector store where the columns are whole and

@@ -1,0 +1,352 @@
+"""The scan family's column kernel: a scan along a leading or middle axis, the tensor viewed as
+(P, R, Q) with R scanned and Q contiguous, in one pass over HBM.
+
+A block is `lanes` threads along Q (each owning `vec` adjacent columns: one 16-byte load a row
+where Q allows) times G = threads / lanes thread rows; a cluster of `split` blocks shares one
+strip of lanes x vec columns. The strip's rows go in rounds of split x G x `rows` rows: thread
+row g of cluster rank c holds rows (c G + g) rows ... + rows - 1 of the round in registers
+(all its loads issued before any is used) and scans them there, column by column. The thread
+rows' totals meet in shared memory, where one pass folds them in order (each slot left holding
+the exclusive fold of the thread rows before it, and the block's total beside them); the
+cluster's blocks read each other's totals through distributed shared memory in rank order; each
+thread then adds carry + ranks before + thread rows before to its rows and stores them, and
+every thread of the cluster takes the same new carry (the same combinations in the same order).
+So every element is read once and written once, every combination has a fixed order (the same
+bits each run), and the only waits are two barriers a round (shared memory double-buffered by
+the round's parity, so no third)."""
+
+from __future__ import annotations
+
+import math
+
+from factory.emit import Emitted
+from factory.emit.module import module_text
+from factory.families.colreduce.kernel import COMBINE, ESIZE, MAX_CLUSTERS, ident, shape_product
+from factory.spec.types import KernelParam, Launch
+
+
+def smem_words(threads: int, lanes: int, vec: int) -> int:
+    """Shared f32 words: two parities of (thread rows' totals, the block's totals)."""
+    return 2 * (threads + lanes) * vec
+
+
+def load_vector_if(k, ptr: str, dtype: str, pred: str) -> list[str]:
+    """k.V elements at ptr as f32 registers, loaded only under pred (0 otherwise)."""
+    b, V, es = k.b, k.V, ESIZE[dtype]
+    if es == 2 and V == 1:
+        h = b.reg("b16")
+        b.op(f"mov.b16 {h}, 0")
+        b.op(f"@{pred} ld.global.nc.b16 {h}, [{ptr}]")
+        return [k.widen16(h, dtype)]
+    words = [b.reg("b32") for _ in range(max(1, V * es // 4))]
+    for w in words:
+        b.op(f"mov.b32 {w}, 0")
+    if len(words) == 1:
+        b.op(f"@{pred} ld.global.nc.b32 {words[0]}, [{ptr}]")
+    else:
+        b.op(f"@{pred} ld.global.nc.v{len(words)}.b32 {{{', '.join(words)}}}, [{ptr}]")
+    out = []
+    for w in words:
+        if es == 4:
+            f = b.reg("f32")
+            b.op(f"mov.b32 {f}, {w}")
+            out.append(f)
+        else:
+            out += k.unpack16(w, dtype)
+    return out
+
+
+def store_vector_if(k, addr: str, dtype: str, vals: list[str], pred: str) -> None:
+    """Adjacent f32 results stored at addr under pred (16-bit ones packed two a word)."""
+    b, es = k.b, ESIZE[dtype]
+    cvt1 = "bf16" if dtype == "bf16" else "f16"
+    if es == 2 and len(vals) == 1:
+        h = b.reg("b16")
+        b.op(f"cvt.rn.{cvt1}.f32 {h}, {vals[0]}")
+        b.op(f"@{pred} st.global.b16 [{addr}], {h}")
+        return
+    if es == 4:
+        words, ty = vals, "f32"
+    else:
+        words, ty = [], "b32"
+        for e in range(0, len(vals), 2):
+            w = b.reg("b32")
+            b.op(f"cvt.rn.{cvt1}x2.f32 {w}, {vals[e + 1]}, {vals[e]}")
+            words.append(w)
+    for g in range(0, len(words), 4):
+        group = words[g : g + 4]
+        where = f"[{addr}+{4 * g}]" if g else f"[{addr}]"
+        if len(group) == 1:
+            b.op(f"@{pred} st.global.{ty} {where}, {group[0]}")
+        else:
+            b.op(f"@{pred} st.global.v{len(group)}.{ty} {where}, {{{', '.join(group)}}}")
+
+
+def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
+    """The column scan of the module docstring, for a ScanKernel `k` (its builder, ir, schedule
+    and the column family's load/evaluate helpers)."""
+    ir, s, b = k.ir, k.s, k.b
+    V, T, S, L, K = k.V, s.threads, s.split, s.lanes, s.rows
+    G, C = T // L, s.lanes * k.V
+    o = ir.outputs[0]
+    op, idn = k.op, k.ident
+    comb = COMBINE[op]
+    params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
+    params += [KernelParam("tensor", "u64", o.name)]
+    params += [KernelParam("dim", "u32", d) for d in ir.dims]
+    P = k.product(ir.shape[: ir.axis])
+    R = k.product(ir.shape[ir.axis : ir.axis + 1])
+    Q = k.product(ir.shape[ir.axis + 1 :])
+    base = {}
+    for name, _ in [*ir.inputs, (o.name, o.dtype)]:
+        r = b.reg("b64")
+        b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+        b.op(f"cvta.to.global.u64 {r}, {r}")
+        base[name] = r
+    tid = k.u32("%tid.x")
+    lane, grow = b.reg("b32"), b.reg("b32")  # this thread's lane along Q, thread row along R
+    b.op(f"and.b32 {lane}, {tid}, {L - 1}")
+    b.op(f"shr.u32 {grow}, {tid}, {int(math.log2(L))}")
+    cl, ncl = k.u32("%ctaid.x"), k.u32("%nctaid.x")
+    lg = int(math.log2(S))
+    if S > 1:
+        b.op(f"shr.u32 {cl}, {cl}, {lg}")
+        b.op(f"shr.u32 {ncl}, {ncl}, {lg}")
+    rank = k.u32("%cluster_ctarank") if S > 1 else k.u32(0)
+    seg = b.reg("b32")  # the first of this thread's rows in a round
+    b.op(f"mad.lo.u32 {seg}, {rank}, {G}, {grow}")
+    b.op(f"mul.lo.u32 {seg}, {seg}, {K}")
+    nqb = b.reg("b32")
+    b.op(f"add.u32 {nqb}, {Q}, {C - 1}")
+    b.op(f"shr.u32 {nqb}, {nqb}, {int(math.log2(C))}")
+    p, qb = k.u32(0), b.reg("b32")
+    b.op(f"mov.u32 {qb}, {cl}")
+
+    def carry_into_p():
+        top, done_ = b.new_label("norm"), b.new_label("norm_done")
+        b.label(top)
+        pn = b.reg("pred")
+        b.op(f"setp.lt.u32 {pn}, {qb}, {nqb}")
+        b.op(f"@{pn} bra.uni {done_}")
+        b.op(f"sub.u32 {qb}, {qb}, {nqb}")
+        b.op(f"add.u32 {p}, {p}, 1")
+        b.op(f"bra.uni {top}")
+        b.label(done_)
+
+    carry_into_p()
+    qmod = b.reg("b32")
+    b.op(f"and.b32 {qmod}, {Q}, {V - 1}")
+    qaligned = b.reg("pred")
+    b.op(f"setp.eq.u32 {qaligned}, {qmod}, 0")
+    RQ = b.reg("b32")
+    b.op(f"mul.lo.u32 {RQ}, {R}, {Q}")
+    smem = k.u32("red_smem")
+    half = 4 * (T + L) * V  # bytes of one parity
+    par = k.u32(0)  # this round's parity: 0 or `half`
+    mytot = b.reg("b32")  # slot (j = 0, tid) of the thread rows' totals, laid out [j][tid]
+    b.op(f"mad.lo.u32 {mytot}, {tid}, 4, {smem}")
+    myblk = b.reg("b32")  # slot (j = 0, lane) of the block's totals, laid out [j][lane]
+    b.op(f"mad.lo.u32 {myblk}, {lane}, 4, {smem}")
+    b.op(f"add.u32 {myblk}, {myblk}, {4 * T * V}")
+    item, done = b.new_label("item"), b.new_label("done")
+    b.label(item)
+    pd = b.reg("pred")
+    b.op(f"setp.ge.u32 {pd}, {p}, {P}")
+    b.op(f"@{pd} bra.uni {done}")
+    q0 = b.reg("b32")
+    b.op(f"mul.lo.u32 {q0}, {qb}, {C}")
+    b.op(f"mad.lo.u32 {q0}, {lane}, {V}, {q0}")
+    qend = b.reg("b32")
+    b.op(f"add.u32 {qend}, {q0}, {V}")
+    whole = b.reg("pred")
+    b.op(f"setp.le.u32 {whole}, {qend}, {Q}")
+    b.op(f"and.pred {whole}, {whole}, {qaligned}")
+    cpred = []
+    for j in range(V):
+        qj, pj = b.reg("b32"), b.reg("pred")
+        b.op(f"add.u32 {qj}, {q0}, {j}")
+        b.op(f"setp.lt.u32 {pj}, {qj}, {Q}")
+        cpred.append(pj)
+    pbase = b.reg("b32")  # element (p, 0, q0)
+    b.op(f"mad.lo.u32 {pbase}, {p}, {RQ}, {q0}")
+    carry = [b.reg("f32") for _ in range(V)]
+    for c_ in carry:
+        b.op(f"mov.f32 {c_}, {idn}")
+    r0 = k.u32(0)
+    rnd, rnd_end = b.new_label("round"), b.new_label("round_end")
+    b.label(rnd)
+    pr = b.reg("pred")
+    b.op(f"setp.ge.u32 {pr}, {r0}, {R}")
+    b.op(f"@{pr} bra.uni {rnd_end}")
+    # this thread's K rows: (in-R predicate, element index of (p, row, q0))
+    rows = []
+    for kk in range(K):
+        lr, rp, at = b.reg("b32"), b.reg("pred"), b.reg("b32")
+        b.op(f"add.u32 {lr}, {r0}, {seg}")
+        if kk:
+            b.op(f"add.u32 {lr}, {lr}, {kk}")
+        b.op(f"setp.lt.u32 {rp}, {lr}, {R}")
+        if ir.reverse:
+            b.op(f"sub.u32 {lr}, {R}, {lr}")
+            b.op(f"sub.u32 {lr}, {lr}, 1")
+        b.op(f"mad.lo.u32 {at}, {lr}, {Q}, {pbase}")
+        rows.append((rp, at))
+    vals = [[b.reg("f32") for _ in range(V)] for _ in range(K)]
+    el, ld = b.new_label("elems"), b.new_label("loaded")
+    b.op(f"@!{whole} bra {el}")
+    per = []
+    for rp, at in rows:  # every row's loads first, then the arithmetic
+        got = {}
+        for name, dtype in ir.inputs:
+            addr = b.reg("b64")
+            b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+            b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+            got[name] = load_vector_if(k, addr, dtype, rp)
+        per.append(got)
+    for kk, (rp, _) in enumerate(rows):
+        for j in range(V):
+            ev = k.evaluate({name: per[kk][name][j] for name, _ in ir.inputs})[0]
+            b.op(f"selp.f32 {vals[kk][j]}, {ev}, {idn}, {rp}")
+    b.op(f"bra {ld}")
+    b.label(el)
+    for kk, (rp, at) in enumerate(rows):
+        for j in range(V):
+            pj = b.reg("pred")
+            b.op(f"and.pred {pj}, {rp}, {cpred[j]}")
+            ins = {}
+            for name, dtype in ir.inputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                ins[name] = k.load_scalar(k.plus(addr, j * ESIZE[dtype]), dtype, pj)
+            ev = k.evaluate(ins)[0]
+            b.op(f"selp.f32 {vals[kk][j]}, {ev}, {idn}, {pj}")
+    b.label(ld)
+    # the thread's rows scanned in registers: vals[kk] = rows 0..kk combined
+    for kk in range(1, K):
+        for j in range(V):
+            b.op(f"{comb} {vals[kk][j]}, {vals[kk - 1][j]}, {vals[kk][j]}")
+    tot = b.reg("b32")
+    b.op(f"add.u32 {tot}, {mytot}, {par}")
+    for j in range(V):
+        b.op(f"st.shared.f32 [{tot}+{4 * j * T}], {vals[K - 1][j]}")
+    b.op("bar.sync 0")
+    # one pass over the thread rows' totals, a column (lane, j) a thread: each slot takes the
+    # exclusive fold of the thread rows before it, the block's total goes beside them
+    for it in range(math.ceil(C / T)):
+        c = b.reg("b32")
+        b.op(f"add.u32 {c}, {tid}, {it * T}")
+        skip = b.new_label("folded")
+        if C % T:
+            pc = b.reg("pred")
+            b.op(f"setp.ge.u32 {pc}, {c}, {C}")
+            b.op(f"@{pc} bra {skip}")
+        cl_, cj = b.reg("b32"), b.reg("b32")
+        b.op(f"and.b32 {cl_}, {c}, {L - 1}")
+        b.op(f"shr.u32 {cj}, {c}, {int(math.log2(L))}")
+        a0 = b.reg("b32")  # slot (j, g = 0, lane) = j*T + lane
+        b.op(f"mad.lo.u32 {a0}, {cj}, {T}, {cl_}")
+        b.op(f"mad.lo.u32 {a0}, {a0}, 4, {smem}")
+        b.op(f"add.u32 {a0}, {a0}, {par}")
+        run = b.reg("f32")
+        b.op(f"mov.f32 {run}, {idn}")
+        for g0 in range(0, G, 8):  # eight loads in flight, then their folds
+            ts = []
+            for gg in range(g0, min(G, g0 + 8)):
+                t = b.reg("f32")
+                b.op(f"ld.shared.f32 {t}, [{a0}+{4 * gg * L}]")
+                ts.append((gg, t))
+            for gg, t in ts:
+                b.op(f"st.shared.f32 [{a0}+{4 * gg * L}], {run}")
+                b.op(f"{comb} {run}, {run}, {t}")
+        bt = b.reg("b32")  # the block's total at (j, lane): 4*T*V + (j*L + lane)*4
+        b.op(f"mad.lo.u32 {bt}, {cj}, {L}, {cl_}")
+        b.op(f"mad.lo.u32 {bt}, {bt}, 4, {smem}")
+        b.op(f"add.u32 {bt}, {bt}, {par}")
+        b.op(f"st.shared.f32 [{bt}+{4 * T * V}], {run}")
+        b.label(skip)
+    if S > 1:
+        b.op("barrier.cluster.arrive.release.aligned")
+        b.op("barrier.cluster.wait.acquire.aligned")
+    else:
+        b.op("bar.sync 0")
+    # carry + the ranks before this one, then the thread rows before this one
+    blk = b.reg("b32")
+    b.op(f"add.u32 {blk}, {myblk}, {par}")
+    before = [b.reg("f32") for _ in range(V)]
+    for j in range(V):
+        b.op(f"mov.f32 {before[j]}, {carry[j]}")
+    for sr in range(S):
+        if S > 1:
+            remote = b.reg("b32")
+            b.op(f"mapa.shared::cluster.u32 {remote}, {blk}, {sr}")
+            space = "shared::cluster"
+            ahead = b.reg("pred")
+            b.op(f"setp.gt.u32 {ahead}, {rank}, {sr}")
+        else:
+            remote, space, ahead = blk, "shared", None
+        for j in range(V):
+            t = b.reg("f32")
+            b.op(f"ld.{space}.f32 {t}, [{remote}+{4 * j * L}]")
+            if ahead is not None:
+                t2 = b.reg("f32")
+                b.op(f"{comb} {t2}, {before[j]}, {t}")
+                b.op(f"selp.f32 {before[j]}, {t2}, {before[j]}, {ahead}")
+            b.op(f"{comb} {carry[j]}, {carry[j]}, {t}")
+    outs = [[b.reg("f32") for _ in range(V)] for _ in range(K)]
+    for j in range(V):
+        ex = b.reg("f32")
+        b.op(f"ld.shared.f32 {ex}, [{tot}+{4 * j * T}]")
+        pre = b.reg("f32")
+        b.op(f"{comb} {pre}, {before[j]}, {ex}")
+        for kk in range(K):
+            if ir.exclusive:
+                if kk == 0:
+                    b.op(f"mov.f32 {outs[kk][j]}, {pre}")
+                else:
+                    b.op(f"{comb} {outs[kk][j]}, {pre}, {vals[kk - 1][j]}")
+            else:
+                b.op(f"{comb} {outs[kk][j]}, {pre}, {vals[kk][j]}")
+    es = ESIZE[o.dtype]
+    sel, stored = b.new_label("st_elems"), b.new_label("stored")
+    addrs = []
+    for _, at in rows:
+        addr = b.reg("b64")
+        b.op(f"mul.wide.u32 {addr}, {at}, {es}")
+        b.op(f"add.u64 {addr}, {addr}, {base[o.name]}")
+        addrs.append(addr)
+    b.op(f"@!{whole} bra {sel}")
+    for kk, (rp, _) in enumerate(rows):
+        store_vector_if(k, addrs[kk], o.dtype, outs[kk], rp)
+    b.op(f"bra {stored}")
+    b.label(sel)
+    for kk, (rp, _) in enumerate(rows):
+        for j in range(V):
+            pj = b.reg("pred")
+            b.op(f"and.pred {pj}, {rp}, {cpred[j]}")
+            store_vector_if(k, k.plus(addrs[kk], j * es), o.dtype, [outs[kk][j]], pj)
+    b.label(stored)
+    b.op(f"xor.b32 {par}, {par}, {half}")
+    b.op(f"add.u32 {r0}, {r0}, {S * G * K}")
+    b.op(f"bra.uni {rnd}")
+    b.label(rnd_end)
+    b.op(f"add.u32 {qb}, {qb}, {ncl}")
+    carry_into_p()
+    b.op(f"bra.uni {item}")
+    b.label(done)
+    if S > 1:  # no block leaves while the cluster may still read its shared memory
+        b.op("barrier.cluster.arrive.release.aligned")
+        b.op("barrier.cluster.wait.acquire.aligned")
+    b.op("ret")
+    entry = f"{ident(ir.name)}_scan_{s.tag()}"
+    body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{smem_words(T, L, V)}];"]
+    ptx = module_text(
+        family="scan", workload=ir.name, schedule=s.to_dict(), arch=k.arch,
+        entry=entry, params=params, threads=T, body=body, lines=b.lines, cluster=S,
+    )  # fmt: skip
+    outer = shape_product(ir.shape[: ir.axis])
+    inner = shape_product(ir.shape[ir.axis + 1 :])
+    clusters = f"min({outer}*ceildiv({inner}, {C}), {MAX_CLUSTERS})"
+    grid = f"{S}*{clusters}" if S > 1 else clusters
+    launch = Launch((grid, 1, 1), (T, 1, 1), cluster=(S, 1, 1) if S > 1 else None)
+    return Emitted(ptx, entry, tuple(params), launch)
