@@ -141,3 +141,42 @@ W = 16
     assert fam.name == "segnorm" and ir.first == 2
     dims = {"N": 2, "G": 3, "Cg": 2, "H": 3, "W": 5}
     run_and_check(F.FAMILY, wl, F.default_schedule(ir, dims), dims, seed=1)
+
+
+def SH(t, v, h):  # noqa: N802 - a held schedule, briefly
+    return F.Schedule(threads=t, vec=v, hold=h)
+
+
+# The held path (segment in registers) where N <= threads x vec x hold and N % vec == 0, with
+# slots past the segment's end (N = 40 of 64 x 1 x 2 ... ); the streaming fallback where the
+# segment is longer (N = 400 > 64 x 4 x 1) or not a multiple of the vector (N = 63).
+IN = "(x - mu) * rsqrt(var + eps)"
+HELD_CASES = [
+    (IN, "bf16", "bf16", {"N": 2, "C": 3, "H": 8, "W": 40}, SH(64, 8, 1)),
+    (IN, "fp32", "fp32", {"N": 1, "C": 3, "H": 5, "W": 8}, SH(64, 1, 1)),
+    (IN, "fp32", "fp32", {"N": 2, "C": 2, "H": 6, "W": 30}, SH(64, 4, 2)),
+    (IN, "bf16", "fp32", {"N": 1, "C": 2, "H": 20, "W": 20}, SH(64, 4, 1)),
+    (IN, "bf16", "bf16", {"N": 1, "C": 2, "H": 7, "W": 9}, SH(64, 8, 4)),
+    ("x * rsqrt(mean(x * x, axis=(-2, -1), keepdims=True) + eps)", "fp16", "fp16",
+     {"N": 2, "C": 2, "H": 3, "W": 50}, SH(128, 2, 1)),
+    ("exp(x - max(x, axis=(2, 3), keepdims=True))", "fp32", "fp32",
+     {"N": 1, "C": 2, "H": 4, "W": 4}, SH(64, 1, 8)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("expr, dt, odt, dims, s", HELD_CASES, ids=str)
+def test_held_segments_compute_the_reference(expr, dt, odt, dims, s):
+    run_and_check(F.FAMILY, w(expr, dt, odt), s, dims, seed=4)
+
+
+def test_instance_norm_default_holds_the_plane_and_compiles_without_spills():
+    from factory.compile import compile_ptx
+
+    wl = w("(x - mu) * rsqrt(var + eps)", dt="bf16", odt="bf16")
+    ir = F.lower(wl)
+    dims = {"N": 128, "C": 256, "H": 64, "W": 64}
+    d = F.default_schedule(ir, dims)
+    assert d.hold and d.threads * d.vec * d.hold >= 64 * 64
+    for s in F.seeds(ir, dims)[:3]:
+        r = compile_ptx(F.emit(ir, s).ptx, "sm_90a", cache=False)
+        assert r.ok and "0 bytes spill" in r.log, r.log[:2000]

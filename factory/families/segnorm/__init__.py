@@ -3,10 +3,13 @@ NCHW tensor; any operator whose reductions all run over the same trailing run of
 axes, kept with keepdims, and whose outputs are per element): each segment (the trailing axes of
 one index of the leading ones, contiguous) is a block's, one at a time (grid-stride).
 
-The reductions run in stages (a variance after the mean it subtracts): one pass over the segment
-a stage, every reduction of the stage at once, 16-byte loads; each meets in a fixed order (a
-thread's elements, the warp's lanes by butterfly, the warps in order) and every thread gets the
-result through shared memory; a last pass computes the outputs and stores them. Inputs are of
+The reductions run in stages (a variance after the mean it subtracts), every reduction of a
+stage at once; each meets in a fixed order (a thread's elements, the warp's lanes by butterfly,
+the warps in order) and every thread gets the result through shared memory. Where the segment
+fits the schedule's `hold` 16-byte vectors a thread (and its length is a multiple of the vector)
+it is read once into registers, all of a block's loads in flight at once, and the stages and
+the outputs are computed from the registers; otherwise one pass over the segment a stage and a
+last pass that computes the outputs and stores them. Inputs are of
 the operand's shape or scalars (a per-channel weight, which would need the channel of a
 segment, is refused yet)."""
 
@@ -36,6 +39,7 @@ from factory.spec.types import KernelParam, Launch
 ARCHS = ("sm_90", "sm_100")
 THREADS = (64, 128, 256, 512, 1024)
 VECS = (1, 2, 4, 8)
+HOLDS = (0, 1, 2, 4, 8)
 MAX_BLOCKS = 65535
 
 
@@ -145,14 +149,17 @@ def lower(workload) -> SegNormIR:
 
 @dataclass(frozen=True)
 class Schedule(ScheduleDict):
-    """threads: a segment's block; vec: adjacent elements a load."""
+    """threads: a segment's block; vec: adjacent elements a load; hold: vectors a thread keeps
+    in registers (0: every stage reads the segment again)."""
 
     family: str = "segnorm"
     threads: int = 256
     vec: int = 4
+    hold: int = 0
 
     def tag(self) -> str:
-        return f"t{self.threads}v{self.vec}"
+        t = f"t{self.threads}v{self.vec}"
+        return f"{t}h{self.hold}" if self.hold else t
 
 
 def vecs(ir) -> tuple[int, ...]:
@@ -166,6 +173,8 @@ def _segment(ir, dims) -> int:
 def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
     if s.family != "segnorm" or s.threads not in THREADS or s.vec not in vecs(ir):
         return False, "threads/vec outside the space"
+    if s.hold not in HOLDS:
+        return False, "hold outside the space"
     if dims is not None:
         n = _segment(ir, dims)
         if n >= 4096 and s.threads * s.vec >= 2 * n:
@@ -176,12 +185,15 @@ def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
 def space(ir, dims_list) -> list[Schedule]:
     return [
         s
-        for t, v in itertools.product(THREADS, vecs(ir))
-        if all(is_valid(ir, s := Schedule(threads=t, vec=v), d)[0] for d in (dims_list or [None]))
+        for t, v, h in itertools.product(THREADS, vecs(ir), HOLDS)
+        if all(
+            is_valid(ir, s := Schedule(threads=t, vec=v, hold=h), d)[0]
+            for d in (dims_list or [None])
+        )
     ]
 
 
-def default_schedule(ir, dims) -> Schedule:
+def streaming_default(ir, dims) -> Schedule:
     v = max(vecs(ir))
     n = _segment(ir, dims)
     t = 64
@@ -191,11 +203,32 @@ def default_schedule(ir, dims) -> Schedule:
     return s if is_valid(ir, s, dims)[0] else Schedule(threads=64, vec=1)
 
 
+def default_schedule(ir, dims) -> Schedule:
+    """Where a segment fits 16-byte vectors of 128-1024 threads, at most 4 a thread: the
+    segment held in registers (one read of it, every load of the block in flight at once);
+    else a pass over it a stage."""
+    v = max(vecs(ir))
+    n = _segment(ir, dims)
+    t = 128
+    while t < 1024 and 4 * t * v < n:
+        t *= 2
+    h = 1
+    while h < 4 and h * t * v < n:
+        h *= 2
+    s = Schedule(threads=t, vec=v, hold=h)
+    if h * t * v >= n and is_valid(ir, s, dims)[0]:
+        return s
+    return streaming_default(ir, dims)
+
+
 def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     out = [d]
-    for t, v in ((d.threads * 2, d.vec), (d.threads // 2, d.vec), (d.threads, max(1, d.vec // 2))):
-        s = Schedule(threads=t, vec=v)
+    t, v, h = d.threads, d.vec, d.hold
+    changes = [(2 * t, v, h // 2), (t // 2, v, 2 * h), (t, v, 0), (2 * t, v, h), (t // 2, v, h),
+               (t, max(1, v // 2), 2 * h)]  # fmt: skip
+    for t, v, h in changes:
+        s = Schedule(threads=t, vec=v, hold=h if h in HOLDS else 0)
         if t in THREADS and s not in out and is_valid(ir, s, dims)[0]:
             out.append(s)
     return out
@@ -335,6 +368,127 @@ class SegNormKernel(ColumnKernel):
         b.op("bar.sync 0")
         return r
 
+    def held_segment(self, sbase, N, nf) -> None:
+        """The segment read once into registers (vector i of this thread: elements
+        (i * threads + tid) * vec .. + vec, each vector whole or outside the segment: N is a
+        multiple of vec), every load issued before the first is used; then each stage folds
+        the held values and the outputs are computed from them and stored."""
+        b, V, T, ir = self.b, self.V, self.s.threads, self.ir
+        j0 = b.reg("b32")
+        b.op(f"mul.lo.u32 {j0}, {self.tid}, {V}")
+        slots = []  # (predicate, element index, {input: raw words})
+        for i in range(self.s.hold):
+            j, p = b.reg("b32"), b.reg("pred")
+            b.op(f"add.u32 {j}, {j0}, {i * T * V}")
+            b.op(f"setp.lt.u32 {p}, {j}, {N}")
+            at = b.reg("b32")
+            b.op(f"add.u32 {at}, {sbase}, {j}")
+            raw = {}
+            for name, dtype in ir.inputs:
+                if name in self.scalar_vals:
+                    continue
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {self.base[name]}")
+                raw[name] = self.load_raw(addr, dtype, p)
+            slots.append((p, at, raw))
+        elems = []  # per slot: V dicts of f32 values
+        for _, _, raw in slots:
+            per = {name: self.unpack_raw(words, dtype) for (name, dtype) in ir.inputs
+                   if name in raw for words in [raw[name]]}  # fmt: skip
+            elems.append([{**{n: per[n][e] for n in per}, **self.scalar_vals} for e in range(V)])
+        seg: dict = {}
+        for reds in ir.stages:
+            accs = {r: [b.reg("f32") for _ in range(V)] for r in reds}
+            for r, row in accs.items():
+                for a in row:
+                    b.op(f"mov.f32 {a}, {f32_literal(IDENTITY[r.op])}")
+            for (p, _, _), slot in zip(slots, elems, strict=True):
+                for e, loaded in enumerate(slot):
+                    memo: dict = {}
+                    for r, row in accs.items():
+                        v = self.reg_of(self.element(ir.operand[r][1], loaded, seg, memo))
+                        t = b.reg("f32")
+                        b.op(f"selp.f32 {t}, {v}, {f32_literal(IDENTITY[r.op])}, {p}")
+                        b.op(f"{COMBINE[r.op]} {row[e]}, {row[e]}, {t}")
+            for r, row in accs.items():
+                for a in row[1:]:
+                    b.op(f"{COMBINE[r.op]} {row[0]}, {row[0]}, {a}")
+                v = self.block_fold(row[0], r.op)
+                if r.op == "mean":
+                    m = b.reg("f32")
+                    b.op(f"div.rn.f32 {m}, {v}, {nf}")
+                    v = m
+                seg[r] = v
+        for (p, at, _), slot in zip(slots, elems, strict=True):
+            for o in ir.outputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[o.dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {self.base[o.name]}")
+                outs = []
+                for loaded in slot:
+                    memo = {}
+                    outs.append(self.reg_of(self.element(o.expr, loaded, seg, memo)))
+                self.store_pred(addr, o.dtype, outs, p)
+
+    def load_raw(self, addr: str, dtype: str, pred: str) -> list[str]:
+        """vec elements at addr under `pred`, as loaded (b16 or b32 registers, zero if not)."""
+        b, es = self.b, ESIZE[dtype]
+        nbytes = self.V * es
+        if nbytes == 2:
+            h = b.reg("b16")
+            b.op(f"mov.b16 {h}, 0")
+            b.op(f"@{pred} ld.global.nc.b16 {h}, [{addr}]")
+            return [h]
+        words = [b.reg("b32") for _ in range(nbytes // 4)]
+        for w in words:
+            b.op(f"mov.b32 {w}, 0")
+        if len(words) == 1:
+            b.op(f"@{pred} ld.global.nc.b32 {words[0]}, [{addr}]")
+        else:
+            b.op(f"@{pred} ld.global.nc.v{len(words)}.b32 {{{', '.join(words)}}}, [{addr}]")
+        return words
+
+    def unpack_raw(self, words: list[str], dtype: str) -> list[str]:
+        b = self.b
+        if ESIZE[dtype] == 2 and self.V == 1:
+            return [self.widen16(words[0], dtype)]
+        out = []
+        for w in words:
+            if ESIZE[dtype] == 4:
+                f = b.reg("f32")
+                b.op(f"mov.b32 {f}, {w}")
+                out.append(f)
+            else:
+                out += self.unpack16(w, dtype)
+        return out
+
+    def store_pred(self, addr: str, dtype: str, vals: list[str], pred: str) -> None:
+        """Adjacent elements stored at addr (aligned to their size) under `pred`."""
+        b, es = self.b, ESIZE[dtype]
+        if es == 2 and len(vals) == 1:
+            h = b.reg("b16")
+            b.op(f"cvt.rn.{'bf16' if dtype == 'bf16' else 'f16'}.f32 {h}, {vals[0]}")
+            b.op(f"@{pred} st.global.b16 [{addr}], {h}")
+            return
+        if es == 4:
+            words = vals
+        else:
+            cvt = "bf16x2" if dtype == "bf16" else "f16x2"
+            words = []
+            for e in range(0, len(vals), 2):
+                w = b.reg("b32")
+                b.op(f"cvt.rn.{cvt}.f32 {w}, {vals[e + 1]}, {vals[e]}")
+                words.append(w)
+        ty = "f32" if es == 4 else "b32"
+        for g in range(0, len(words), 4):
+            group = words[g : g + 4]
+            where = f"[{addr}+{4 * g}]" if g else f"[{addr}]"
+            if len(group) == 1:
+                b.op(f"@{pred} st.global.{ty} {where}, {group[0]}")
+            else:
+                b.op(f"@{pred} st.global.v{len(group)}.{ty} {where}, {{{', '.join(group)}}}")
+
     def render(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
         ir, s, b = self.ir, self.s, self.b
         V = self.V
@@ -364,6 +518,10 @@ class SegNormKernel(ColumnKernel):
         b.op(f"setp.eq.u32 {aligned}, {nmod}, 0")
         nf = b.reg("f32")
         b.op(f"cvt.rn.f32.u32 {nf}, {N}")
+        if s.hold:  # the segment fits the held vectors: N <= threads x vec x hold, aligned
+            held = b.reg("pred")
+            b.op(f"setp.le.u32 {held}, {N}, {s.threads * V * s.hold}")
+            b.op(f"and.pred {held}, {held}, {aligned}")
         k, nk = self.u32("%ctaid.x"), self.u32("%nctaid.x")
         top, done = b.new_label("segment"), b.new_label("done")
         b.label(top)
@@ -372,6 +530,9 @@ class SegNormKernel(ColumnKernel):
         b.op(f"@{pd} bra.uni {done}")
         sbase = b.reg("b32")
         b.op(f"mul.lo.u32 {sbase}, {k}, {N}")
+        if s.hold:
+            held_l, next_l = b.new_label("held"), b.new_label("next")
+            b.op(f"@{held} bra.uni {held_l}")
         seg: dict = {}
         for reds in ir.stages:
             accs = {r: [b.reg("f32") for _ in range(V)] for r in reds}
@@ -424,6 +585,11 @@ class SegNormKernel(ColumnKernel):
                         b.op(f"{g}st.global.b16 [{addr}+{2 * j}], {h}")
 
         self.walk_segment(sbase, N, aligned, store)
+        if s.hold:
+            b.op(f"bra.uni {next_l}")
+            b.label(held_l)
+            self.held_segment(sbase, N, nf)
+            b.label(next_l)
         b.op(f"add.u32 {k}, {k}, {nk}")
         b.op(f"bra.uni {top}")
         b.label(done)
@@ -452,12 +618,13 @@ def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
 def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
     s = Schedule.from_dict(schedule)
     elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
-    return [log2(elements), log2(s.threads), float(s.vec)]
+    return [log2(elements), log2(s.threads), float(s.vec), float(s.hold)]
 
 
 def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
-    return f"segment norm: a segment a block of {s.threads} threads x {s.vec} a load"
+    held = f", held in registers ({s.hold} loads a thread)" if s.hold else ""
+    return f"segment norm: a segment a block of {s.threads} threads x {s.vec} a load{held}"
 
 
 FAMILY = Family(
@@ -474,11 +641,11 @@ FAMILY = Family(
     label=label,
     legend="segment norm: threads of a segment's block x elements a load",
     features=features,
-    feature_fields=("threads", "vec"),
+    feature_fields=("threads", "vec", "hold"),
     roofline=lambda workload, dims: Roofline(bytes=io_bytes(workload, dims)),
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.colreduce.baselines",
-    layout_fields=("threads", "vec"),
+    layout_fields=("threads", "vec", "hold"),
 )
 
 __all__ = ["FAMILY", "SegNormIR", "Schedule", "lower"]
