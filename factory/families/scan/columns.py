@@ -293,20 +293,27 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
                 b.op(f"{comb} {t2}, {before[j]}, {t}")
                 b.op(f"selp.f32 {before[j]}, {t2}, {before[j]}, {ahead}")
             b.op(f"{comb} {carry[j]}, {carry[j]}, {t}")
-    outs = [[b.reg("f32") for _ in range(V)] for _ in range(K)]
+    pre = []
     for j in range(V):
         ex = b.reg("f32")
         b.op(f"ld.shared.f32 {ex}, [{tot}+{4 * j * T}]")
-        pre = b.reg("f32")
-        b.op(f"{comb} {pre}, {before[j]}, {ex}")
-        for kk in range(K):
-            if ir.exclusive:
-                if kk == 0:
-                    b.op(f"mov.f32 {outs[kk][j]}, {pre}")
-                else:
-                    b.op(f"{comb} {outs[kk][j]}, {pre}, {vals[kk - 1][j]}")
-            else:
-                b.op(f"{comb} {outs[kk][j]}, {pre}, {vals[kk][j]}")
+        pj = b.reg("f32")
+        b.op(f"{comb} {pj}, {before[j]}, {ex}")
+        pre.append(pj)
+
+    def out_row(kk: int) -> list[str]:
+        """Row kk's results: the prefix combined with the thread's rows up to kk (before kk,
+        exclusive); made where they are stored, so that a row's results live briefly."""
+        outs = []
+        for j in range(V):
+            if ir.exclusive and kk == 0:
+                outs.append(pre[j])
+                continue
+            r = b.reg("f32")
+            b.op(f"{comb} {r}, {pre[j]}, {vals[kk - 1 if ir.exclusive else kk][j]}")
+            outs.append(r)
+        return outs
+
     es = ESIZE[o.dtype]
     sel, stored = b.new_label("st_elems"), b.new_label("stored")
     addrs = []
@@ -317,14 +324,15 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
         addrs.append(addr)
     b.op(f"@!{whole} bra {sel}")
     for kk, (rp, _) in enumerate(rows):
-        store_vector_if(k, addrs[kk], o.dtype, outs[kk], rp)
+        store_vector_if(k, addrs[kk], o.dtype, out_row(kk), rp)
     b.op(f"bra {stored}")
     b.label(sel)
     for kk, (rp, _) in enumerate(rows):
+        outs = out_row(kk)
         for j in range(V):
             pj = b.reg("pred")
             b.op(f"and.pred {pj}, {rp}, {cpred[j]}")
-            store_vector_if(k, k.plus(addrs[kk], j * es), o.dtype, [outs[kk][j]], pj)
+            store_vector_if(k, k.plus(addrs[kk], j * es), o.dtype, [outs[j]], pj)
     b.label(stored)
     b.op(f"xor.b32 {par}, {par}, {half}")
     b.op(f"add.u32 {r0}, {r0}, {S * G * K}")
@@ -344,6 +352,9 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
         family="scan", workload=ir.name, schedule=s.to_dict(), arch=k.arch,
         entry=entry, params=params, threads=T, body=body, lines=b.lines, cluster=S,
     )  # fmt: skip
+    if T < 512:  # at least 512 threads an SM: registers held to 128 a thread
+        head = f".maxntid {T}, 1, 1"
+        ptx = ptx.replace(head, f"{head}\n.minnctapersm {512 // T}", 1)
     outer = shape_product(ir.shape[: ir.axis])
     inner = shape_product(ir.shape[ir.axis + 1 :])
     clusters = f"min({outer}*ceildiv({inner}, {C}), {MAX_CLUSTERS})"
