@@ -34,7 +34,7 @@ LONG_ROW = 32768  # of at least this many elements
 THREADS = (128, 256, 512)
 UNROLLS = (1, 2, 4)
 CHUNKS = tuple(1 << p for p in range(10, 18))  # 1K .. 128K elements a task
-GROUPS = (1, 4, 16, 64)  # rows whose passes run together (ticket order)
+GROUPS = (1, 2, 4)  # the lag: rows between a row's passes in the ticket order
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,8 @@ def lower(workload) -> RowSplitIR:
 class Schedule(ScheduleDict):
     """threads: a block; vec: adjacent elements a load (16 bytes of the widest dtype);
     unroll: vectors a thread has in flight; chunk: elements a task (a power of two); blocks:
-    the grid; group: rows whose passes are handed out together (tasks with a reduction)."""
+    the grid; group: with reductions, the lag in rows between a row's passes in the ticket
+    order (pass k of row r is handed out beside pass 0 of row r + k x group)."""
 
     family: str = "rowsplit"
     threads: int = 256
@@ -154,22 +155,26 @@ def space(ir, dims_list) -> list[Schedule]:
 
 def default_schedule(ir, dims) -> Schedule:
     """Two blocks an SM of 256 threads with four 16-byte vectors in flight each (32 KiB an SM,
-    about what Little's law asks of HBM3: ~3.3 TB/s x ~700 ns / 132 SMs is ~18 KiB); rows
-    handed out in groups that fit L2 (~16 MiB), so the output pass re-reads from L2; a chunk
-    giving about two tasks a block for each (group, pass), at least 8K elements (shorter
-    tasks lost to their fixed cost on the H100, bench/results/2026-12-07-h100-memfamilies);
-    where a group holds less than 8K elements an SM, about a task an SM (fewer threads and
-    vectors in flight where the chunk is short)."""
+    about what Little's law asks of HBM3: ~3.3 TB/s x ~700 ns / 132 SMs is ~18 KiB).
+    With reductions, a row's passes two rows apart where two rows fit L2 with room (the
+    output pass re-reads the row from L2 and never waits on its statistics), else one; tasks
+    of 8K-32K elements, about two a block for each row pass (a block's fixed cost a task,
+    its ticket and block fold, shared by more bytes); a single row's pass is about a task an
+    SM (the output pass waits for the whole row). Without reductions one pass over every
+    row: tasks of at least 8K elements, about two a block (shorter tasks lost to their fixed
+    cost on the H100, bench/results/2026-12-07-h100-memfamilies); where that is less than 8K
+    elements an SM, about a task an SM (fewer threads and vectors in flight where the chunk
+    is short)."""
     v = vec_of(ir)
     sms = device_for("sm_90").sms
     blocks = 2 * sms
     rows, n = rows_and_length(ir.kir, dims)
-    g = 1 if ir.passes == 1 else min((x for x in GROUPS if x >= min(rows, 64)), default=64)
     row_bytes = n * ir.max_esize
-    while g > 1 and g * row_bytes > 16 * 1024 * 1024:
-        g = GROUPS[GROUPS.index(g) - 1]
-    per = (rows if ir.passes == 1 else min(g, rows)) * n  # elements of a (group, pass)
-    if per >= sms * 8192:
+    g = 2 if ir.passes > 1 and rows > 1 and 2 * row_bytes <= 16 * 1024 * 1024 else 1
+    per = rows * n if ir.passes == 1 else n
+    if ir.passes > 1 and rows > 1:
+        chunk = min(32768, max(8192, 1 << round(math.log2(rows * n / (2 * blocks)))))
+    elif per >= sms * 8192:
         chunk = max(8192, 1 << round(math.log2(per / (2 * blocks))))
     else:
         chunk = 1 << round(math.log2(max(per / sms, 1)))
@@ -236,7 +241,7 @@ def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
     return (
         f"split rows: tasks of {s.chunk} elements over {s.blocks} blocks of {s.threads} "
-        f"threads x {s.vec} a load, {s.unroll} in flight, {s.group} rows a round"
+        f"threads x {s.vec} a load, {s.unroll} in flight, passes {s.group} rows apart"
     )
 
 

@@ -4,20 +4,26 @@ few long rows (or one flat tensor) spread over every SM instead of one block a r
 A task is (pass k, row r, chunk c). Pass k < P - 1 computes, over its chunk, the partial value
 of each reduction whose operand needs k earlier reductions (the row IR's stages: LayerNorm's
 mean, then its variance); pass P - 1 writes the outputs. Partials meet in a workspace the module
-owns (module-scope `.global` arrays, zeroed when the module loads): each chunk's block writes
-its partial, then counts itself in the (row, pass) counter (a release fence, then atom.add); the
-block that counts last folds the row's partials in chunk order (thread i takes chunks i, i + T,
-...; then the block's fixed-order fold), stores the row's final values and raises the (row,
-pass) flag. A task of a later pass spins on that flag (ld.acquire, thread 0) before it reads
-the finals. Every fold is in a fixed order: the same bits every run.
+owns (module-scope `.global` arrays, zeroed when the module loads): thread 0 of the chunk's
+block stores its partial, then counts it in the (row, pass) counter with a released atom.add
+whose result nobody waits for. A task of the next pass (the first of its block for that row)
+reads the row's finals where the (row, pass) flag is up; otherwise thread 0 spins (ld.acquire)
+until all C chunks have counted in, and the block folds the C partials in chunk order (thread
+i takes chunks i, i + T, ...; then the block's fixed-order fold) and publishes the finals and
+the flag. Every fold is in a fixed order, so every block that folds a row gets the same bits,
+and every run too.
 
 Two ways to hand out tasks:
-- "ticket" (passes with reductions): tasks in order (row group, pass, row of the group, chunk;
-  odd passes backwards, so that they start on what L2 still holds) from a module-scope ticket
-  counter, the next ticket taken while the current task runs. A task
-  waits only on tasks of smaller tickets, each taken by a block that is running, so the grid
-  needs no co-residency: the smallest unfinished ticket can always proceed. The last block out
-  (a second counter) resets the counters and flags for the next launch.
+- "ticket" (passes with reductions): tasks from a module-scope ticket counter, the next ticket
+  taken while the current task runs, in steps tau = 0, 1, ...: step tau holds pass k of row
+  tau - k x group for each k where that row exists, their chunks interleaved (odd passes walk
+  the row backwards, starting on what the previous pass read last). So a row's output pass
+  runs `group` rows after its statistics pass, beside the statistics of later rows: no grid
+  drains between passes, and the second read of a row comes from L2 where `group` rows fit.
+  A task waits only on tasks of earlier steps, so of smaller tickets, each taken by a block
+  that is running: the grid needs no co-residency, the smallest unfinished ticket can always
+  proceed. The last block out (a second counter) resets the counters and flags for the next
+  launch.
 - "static" (no reduction: one pass): task = block index + i x grid, no workspace.
 
 Within a task each thread walks the chunk `unroll` vectors of `vec` elements at a time (every
@@ -357,11 +363,14 @@ class SplitKernel(SegNormKernel):
             b.op("bar.sync 0")
             b.op(f"ld.shared.b32 {t}, [{self.smem}+{slot_ticket}]")
             b.op("bar.sync 0")
-            # tasks in order (row group, pass, row of the group, chunk): a group's rows are
-            # read again by its later passes while they may still be in L2
-            G = s.group
-            group_tasks = b.reg("b32")
-            b.op(f"mul.lo.u32 {group_tasks}, {C}, {G * P}")
+            # the ticket order (module docstring): a cursor over the steps tau; a block's
+            # tickets only grow, so its cursor only moves forward
+            tau, tb, tn, klo, nv = (b.reg("b32") for _ in range(5))
+            b.op(f"mov.u32 {tau}, 0")
+            b.op(f"mov.u32 {tb}, 0")
+            b.op(f"mov.u32 {tn}, {C}")
+            b.op(f"mov.u32 {klo}, 0")
+            b.op(f"mov.u32 {nv}, 1")
         else:
             b.op(f"mov.u32 {t}, %ctaid.x")
             grid = self.u32("%nctaid.x")
@@ -376,36 +385,7 @@ class SplitKernel(SegNormKernel):
         k, r, c = b.reg("b32"), b.reg("b32"), b.reg("b32")
         if self.mode == "ticket":
             b.op(f"@{t0} atom.relaxed.gpu.global.add.u32 {nxt}, [{wr['ticket']}], 1")
-            grp, within, rows_g, left = b.reg("b32"), b.reg("b32"), b.reg("b32"), b.reg("b32")
-            b.op(f"div.u32 {grp}, {t}, {group_tasks}")
-            b.op(f"mul.lo.u32 {within}, {grp}, {group_tasks}")
-            b.op(f"sub.u32 {within}, {t}, {within}")
-            b.op(f"mul.lo.u32 {r}, {grp}, {G}")
-            b.op(f"sub.u32 {left}, {R}, {r}")
-            b.op(f"min.u32 {rows_g}, {left}, {G}")
-            per_pass = b.reg("b32")
-            b.op(f"mul.lo.u32 {per_pass}, {rows_g}, {C}")
-            b.op(f"div.u32 {k}, {within}, {per_pass}")
-            rem = b.reg("b32")
-            b.op(f"mul.lo.u32 {rem}, {k}, {per_pass}")
-            b.op(f"sub.u32 {rem}, {within}, {rem}")
-            rr = b.reg("b32")
-            b.op(f"div.u32 {rr}, {rem}, {C}")
-            b.op(f"mul.lo.u32 {c}, {rr}, {C}")
-            b.op(f"sub.u32 {c}, {rem}, {c}")
-            # odd passes walk the group backwards: the chunks the previous pass read last are
-            # the likeliest still in L2
-            odd = b.reg("pred")
-            b.op(f"and.b32 {rem}, {k}, 1")
-            b.op(f"setp.ne.u32 {odd}, {rem}, 0")
-            back = b.reg("b32")
-            b.op(f"sub.u32 {back}, {rows_g}, 1")
-            b.op(f"sub.u32 {back}, {back}, {rr}")
-            b.op(f"selp.b32 {rr}, {back}, {rr}, {odd}")
-            b.op(f"sub.u32 {back}, {C}, 1")
-            b.op(f"sub.u32 {back}, {back}, {c}")
-            b.op(f"selp.b32 {c}, {back}, {c}, {odd}")
-            b.op(f"add.u32 {r}, {r}, {rr}")
+            self.decode_ticket(t, tau, tb, tn, klo, nv, R, C, k, r, c)
         elif self.flat:
             b.op(f"mov.u32 {k}, 0")
             b.op(f"mov.u32 {r}, 0")
@@ -450,16 +430,7 @@ class SplitKernel(SegNormKernel):
                 b.op(f"setp.eq.u32 {same}, {key}, {last_key}")
                 have = b.new_label("have_finals")
                 b.op(f"@{same} bra.uni {have}")
-                self.wait_ready(wr, r, kk - 1, t0)
-                a = b.reg("b64")
-                b.op(f"mul.wide.u32 {a}, {r}, {4 * nred}")
-                b.op(f"add.u64 {a}, {a}, {wr['final']}")
-                for u in self.units:
-                    if self.stage[u.nodes[0]] <= kk:
-                        for i, node in enumerate(u.nodes):
-                            v = b.reg("f32")
-                            b.op(f"ld.relaxed.gpu.global.f32 {v}, [{a}+{4 * (u.slot + i)}]")
-                            finals[node] = v
+                self.acquire_finals(wr, r, C, kk, nred, nf, t0, slot_last, finals)
                 b.op(f"mov.u32 {last_key}, {key}")
                 b.label(have)
             seg = self.seg_of(finals)
@@ -467,7 +438,7 @@ class SplitKernel(SegNormKernel):
             if kk < P - 1:
                 mine = [u for u in self.units if self.stage[u.operand] == kk]
                 self.partial_pass(mine, seg, start, end, rowbase, aligned, wr, r, c, C, kk,
-                                  nred, nf, t0, slot_last)  # fmt: skip
+                                  nred, t0)  # fmt: skip
             else:
 
                 def out(elems, preds, js, seg=seg):
@@ -508,28 +479,177 @@ class SplitKernel(SegNormKernel):
         grid = f"min({tasks}, {s.blocks})" if self.mode == "static" else f"{s.blocks}"
         return Emitted(ptx, entry, tuple(params), Launch((grid, 1, 1), (T, 1, 1)))
 
-    def wait_ready(self, wr, r, kk, t0) -> None:
-        """Thread 0 spins until pass kk of row r is folded; then the block goes on."""
-        b = self.b
-        a = b.reg("b64")
-        b.op(f"mul.wide.u32 {a}, {r}, {4 * self.P}")
-        b.op(f"add.u64 {a}, {a}, {wr['ready']}")
-        spin, go = b.new_label("spin"), b.new_label("ready")
-        b.op(f"@!{t0} bra {go}")
-        b.label(spin)
+    def decode_ticket(self, t, tau, tb, tn, klo, nv, R, C, k, r, c) -> None:
+        """Ticket t -> (pass k, row r, chunk c). Step tau holds the passes k with
+        0 <= tau - k * group < R (row r = tau - k * group), their chunks interleaved (the
+        step's i-th ticket: pass klo + i mod nv, chunk i / nv); the cursor (tau, its first
+        ticket tb, its tickets tn, klo, nv) moves forward until it holds t."""
+        b, L, P = self.b, self.s.group, self.P
+        adv, found = b.new_label("advance"), b.new_label("found")
+        b.label(adv)
+        nxt_tb = b.reg("b32")
+        b.op(f"add.u32 {nxt_tb}, {tb}, {tn}")
+        pin = b.reg("pred")
+        b.op(f"setp.lt.u32 {pin}, {t}, {nxt_tb}")
+        b.op(f"@{pin} bra.uni {found}")
+        b.op(f"mov.u32 {tb}, {nxt_tb}")
+        b.op(f"add.u32 {tau}, {tau}, 1")
+        # the passes at tau: klo = tau < R ? 0 : ceil((tau - R + 1) / L), khi = min(P - 1,
+        # tau / L); none where klo > khi (a lag longer than the rows)
+        khi, x = b.reg("b32"), b.reg("b32")
+        b.op(f"div.u32 {khi}, {tau}, {L}")
+        b.op(f"min.u32 {khi}, {khi}, {P - 1}")
+        b.op(f"add.u32 {khi}, {khi}, 1")
+        b.op(f"sub.u32 {x}, {tau}, {R}")
+        b.op(f"add.u32 {x}, {x}, {L}")
+        b.op(f"div.u32 {x}, {x}, {L}")
+        plo = b.reg("pred")
+        b.op(f"setp.lt.u32 {plo}, {tau}, {R}")
+        b.op(f"selp.b32 {klo}, 0, {x}, {plo}")
+        b.op(f"max.u32 {nv}, {khi}, {klo}")
+        b.op(f"sub.u32 {nv}, {nv}, {klo}")
+        b.op(f"mul.lo.u32 {tn}, {nv}, {C}")
+        b.op(f"bra.uni {adv}")
+        b.label(found)
+        i, q = b.reg("b32"), b.reg("b32")
+        b.op(f"sub.u32 {i}, {t}, {tb}")
+        b.op(f"div.u32 {q}, {i}, {nv}")
+        b.op(f"mul.lo.u32 {x}, {q}, {nv}")
+        b.op(f"sub.u32 {x}, {i}, {x}")
+        b.op(f"add.u32 {k}, {klo}, {x}")
+        b.op(f"mul.lo.u32 {r}, {k}, {L}")
+        b.op(f"sub.u32 {r}, {tau}, {r}")
+        # odd passes walk the row backwards: they start on the chunks the previous pass read
+        # last, the likeliest still in L2
+        odd = b.reg("pred")
+        b.op(f"and.b32 {x}, {k}, 1")
+        b.op(f"setp.ne.u32 {odd}, {x}, 0")
+        b.op(f"sub.u32 {x}, {C}, 1")
+        b.op(f"sub.u32 {x}, {x}, {q}")
+        b.op(f"selp.b32 {c}, {x}, {q}, {odd}")
+
+    def acquire_finals(self, wr, r, C, kk, nred, nf, t0, slot_last, finals) -> None:
+        """The finals pass kk reads for row r, into registers (`finals`, node -> register).
+        Units of earlier passes are read from the workspace. Those of pass kk - 1: read where
+        the (row, pass) flag is up; else, once all C chunks have counted their partials in,
+        folded here in chunk order (the same bits in every block that folds) and published
+        (thread 0: the finals, then the flag, released)."""
+        b, P = self.b, self.P
+        ia = b.reg("b64")
+        b.op(f"mul.wide.u32 {ia}, {r}, {4 * P}")
+        ra, ca = b.reg("b64"), b.reg("b64")
+        b.op(f"add.u64 {ra}, {ia}, {wr['ready']}")
+        b.op(f"add.u64 {ca}, {ia}, {wr['count']}")
+        mode = b.reg("b32")
+        b.op(f"mov.u32 {mode}, 1")
+        told, spin = b.new_label("told"), b.new_label("spin")
+        decided = b.new_label("decided")
+        b.op(f"@!{t0} bra {told}")
         f = b.reg("b32")
-        b.op(f"ld.acquire.gpu.global.b32 {f}, [{a}+{4 * kk}]")
-        pw = b.reg("pred")
-        b.op(f"setp.eq.u32 {pw}, {f}, 0")
-        b.op(f"@{pw} bra {spin}")
-        b.label(go)
+        b.op(f"ld.acquire.gpu.global.b32 {f}, [{ra}+{4 * (kk - 1)}]")
+        pf = b.reg("pred")
+        b.op(f"setp.ne.u32 {pf}, {f}, 0")
+        b.op(f"@{pf} bra {decided}")
+        b.op(f"mov.u32 {mode}, 0")
+        b.label(spin)
+        b.op(f"ld.acquire.gpu.global.b32 {f}, [{ca}+{4 * (kk - 1)}]")
+        b.op(f"setp.lt.u32 {pf}, {f}, {C}")
+        b.op(f"@{pf} bra {spin}")
+        b.label(decided)
+        b.op(f"st.shared.b32 [{self.smem}+{slot_last}], {mode}")
+        b.label(told)
+        b.op("bar.sync 0")
+        b.op(f"ld.shared.b32 {mode}, [{self.smem}+{slot_last}]")
         b.op("bar.sync 0")
         b.op("fence.acq_rel.gpu")
+        fa = b.reg("b64")
+        b.op(f"mul.wide.u32 {fa}, {r}, {4 * nred}")
+        b.op(f"add.u64 {fa}, {fa}, {wr['final']}")
+        earlier = [u for u in self.units if self.stage[u.nodes[0]] < kk]
+        last = [u for u in self.units if self.stage[u.nodes[0]] == kk]
+        for u in earlier:
+            for i, node in enumerate(u.nodes):
+                v = b.reg("f32")
+                b.op(f"ld.relaxed.gpu.global.f32 {v}, [{fa}+{4 * (u.slot + i)}]")
+                finals[node] = v
+        regs = {u: [b.reg("f32") for _ in u.nodes] for u in last}
+        for u in last:
+            finals.update(zip(u.nodes, regs[u], strict=True))
+        fold, done = b.new_label("fold_finals"), b.new_label("finals_done")
+        pm = b.reg("pred")
+        b.op(f"setp.eq.u32 {pm}, {mode}, 0")
+        b.op(f"@{pm} bra.uni {fold}")
+        for u in last:
+            for i, v in enumerate(regs[u]):
+                b.op(f"ld.relaxed.gpu.global.f32 {v}, [{fa}+{4 * (u.slot + i)}]")
+        b.op(f"bra.uni {done}")
+        b.label(fold)
+        for u in last:
+            out = self.fold_unit(u, r, C, nred, nf, wr)
+            for v, o in zip(regs[u], out, strict=True):
+                b.op(f"mov.f32 {v}, {o}")
+            self.store_words(f"[{fa}+{4 * u.slot}]", regs[u], f"@{t0} ")
+        one = b.reg("b32")
+        b.op(f"mov.u32 {one}, 1")
+        b.op(f"@{t0} st.release.gpu.global.b32 [{ra}+{4 * (kk - 1)}], {one}")
+        b.label(done)
 
-    def partial_pass(self, mine, seg, start, end, rowbase, aligned, wr, r, c, C, kk, nred, nf,
-                     t0, slot_last) -> None:  # fmt: skip
-        """Pass kk over the chunk: partials of its units to the workspace; the row's last chunk
-        to finish folds them and raises the flag."""
+    def fold_unit(self, u: Unit, r, C, nred, nf, wr) -> list[str]:
+        """Row r's C partials of unit u folded by the block in a fixed order (thread i takes
+        chunks i, i + T, ... in order, then the block's fixed-order fold): its finals, the
+        same in every thread (a mean divided by the row length, moments -> mean, variance)."""
+        b = self.b
+        if u.kind == "plain":
+            acc = [b.const_f32(IDENTITY[u.nodes[0].op])]
+        elif u.kind == "online":
+            acc = [b.const_f32(-math.inf), b.const_f32(0.0)]
+        else:
+            acc = [b.const_f32(0.0) for _ in range(3)]
+        base = b.reg("b32")
+        b.op(f"mul.lo.u32 {base}, {r}, {C}")
+        i = b.reg("b32")
+        b.op(f"mov.u32 {i}, {self.tid}")
+        loop, done = b.new_label("fold"), b.new_label("fold_end")
+        b.label(loop)
+        pi = b.reg("pred")
+        b.op(f"setp.ge.u32 {pi}, {i}, {C}")
+        b.op(f"@{pi} bra {done}")
+        q = b.reg("b32")
+        b.op(f"add.u32 {q}, {base}, {i}")
+        qa = b.reg("b64")
+        b.op(f"mul.wide.u32 {qa}, {q}, {4 * nred}")
+        b.op(f"add.u64 {qa}, {qa}, {wr['part']}")
+        got = []
+        for w in range(3 if u.kind == "moments" else u.words):
+            v = b.reg("f32")
+            b.op(f"ld.relaxed.gpu.global.f32 {v}, [{qa}+{4 * (u.slot + w)}]")
+            got.append(v)
+        if u.kind == "plain":
+            b.op(f"{COMBINE[u.nodes[0].op]} {acc[0]}, {acc[0]}, {got[0]}")
+        elif u.kind == "online":
+            R.pair_combine(b, acc[0], acc[1], got[0], got[1])
+        else:
+            R.chan_merge(b, acc, got)
+        b.op(f"add.u32 {i}, {i}, {self.T}")
+        b.op(f"bra {loop}")
+        b.label(done)
+        if u.kind == "plain":
+            tot = self.block_fold(acc[0], u.nodes[0].op)
+            if u.nodes[0].op == "mean":
+                m = b.reg("f32")
+                b.op(f"div.rn.f32 {m}, {tot}, {nf}")
+                tot = m
+            return [tot]
+        if u.kind == "online":
+            return self.block_fold_unit(u, acc)
+        _, mean, m2 = self.block_fold_unit(u, acc)
+        var = b.reg("f32")
+        b.op(f"div.rn.f32 {var}, {m2}, {nf}")
+        return [mean, var]
+
+    def partial_pass(self, mine, seg, start, end, rowbase, aligned, wr, r, c, C, kk, nred,
+                     t0) -> None:  # fmt: skip
+        """Pass kk over the chunk: the partials of its units to the workspace, counted in."""
         b, V, U = self.b, self.V, self.U
         width = U * V
         accs = {}
@@ -574,7 +694,8 @@ class SplitKernel(SegNormKernel):
                 words[u] = [self.block_fold(acc[0], u.nodes[0].op)]
             else:
                 words[u] = self.block_fold_unit(u, acc)
-        # thread 0: the chunk's partials, then count the chunk in
+        # thread 0: the chunk's partials, then count the chunk in (released after them); nothing
+        # waits on the count here: the next pass's blocks fold (acquire_finals)
         slot = b.reg("b32")
         b.op(f"mad.lo.u32 {slot}, {r}, {C}, {c}")
         pa = b.reg("b64")
@@ -588,88 +709,9 @@ class SplitKernel(SegNormKernel):
         ca = b.reg("b64")
         b.op(f"mul.wide.u32 {ca}, {r}, {4 * self.P}")
         b.op(f"add.u64 {ca}, {ca}, {wr['count']}")
-        old = b.reg("b32")
-        b.op("fence.acq_rel.gpu")
-        b.op(f"atom.acq_rel.gpu.global.add.u32 {old}, [{ca}+{4 * kk}], 1")
-        cm1 = b.reg("b32")
-        b.op(f"sub.u32 {cm1}, {C}, 1")
-        pl = b.reg("pred")
-        b.op(f"setp.eq.u32 {pl}, {old}, {cm1}")
-        islast = b.reg("b32")
-        b.op(f"selp.u32 {islast}, 1, 0, {pl}")
-        b.op(f"st.shared.b32 [{self.smem}+{slot_last}], {islast}")
+        old = b.reg("b32")  # never read: the count's add goes on while the block does
+        b.op(f"atom.release.gpu.global.add.u32 {old}, [{ca}+{4 * kk}], 1")
         b.label(counted)
-        b.op("bar.sync 0")
-        flag = b.reg("b32")
-        b.op(f"ld.shared.b32 {flag}, [{self.smem}+{slot_last}]")
-        b.op("bar.sync 0")
-        pz = b.reg("pred")
-        b.op(f"setp.eq.u32 {pz}, {flag}, 0")
-        folded = b.new_label("folded")
-        b.op(f"@{pz} bra.uni {folded}")
-        b.op("fence.acq_rel.gpu")
-        base = b.reg("b32")
-        b.op(f"mul.lo.u32 {base}, {r}, {C}")
-        fa = b.reg("b64")
-        b.op(f"mul.wide.u32 {fa}, {r}, {4 * nred}")
-        b.op(f"add.u64 {fa}, {fa}, {wr['final']}")
-        for u in mine:
-            if u.kind == "plain":
-                acc = [b.const_f32(IDENTITY[u.nodes[0].op])]
-            elif u.kind == "online":
-                acc = [b.const_f32(-math.inf), b.const_f32(0.0)]
-            else:
-                acc = [b.const_f32(0.0) for _ in range(3)]
-            # thread i folds chunks i, i + T, ... in order
-            i = b.reg("b32")
-            b.op(f"mov.u32 {i}, {self.tid}")
-            loop, done = b.new_label("fold"), b.new_label("fold_end")
-            b.label(loop)
-            pi = b.reg("pred")
-            b.op(f"setp.ge.u32 {pi}, {i}, {C}")
-            b.op(f"@{pi} bra {done}")
-            q = b.reg("b32")
-            b.op(f"add.u32 {q}, {base}, {i}")
-            qa = b.reg("b64")
-            b.op(f"mul.wide.u32 {qa}, {q}, {4 * nred}")
-            b.op(f"add.u64 {qa}, {qa}, {wr['part']}")
-            got = []
-            for w in range(3 if u.kind == "moments" else u.words):
-                v = b.reg("f32")
-                b.op(f"ld.relaxed.gpu.global.f32 {v}, [{qa}+{4 * (u.slot + w)}]")
-                got.append(v)
-            if u.kind == "plain":
-                b.op(f"{COMBINE[u.nodes[0].op]} {acc[0]}, {acc[0]}, {got[0]}")
-            elif u.kind == "online":
-                R.pair_combine(b, acc[0], acc[1], got[0], got[1])
-            else:
-                R.chan_merge(b, acc, got)
-            b.op(f"add.u32 {i}, {i}, {self.T}")
-            b.op(f"bra {loop}")
-            b.label(done)
-            if u.kind == "plain":
-                tot = self.block_fold(acc[0], u.nodes[0].op)
-                if u.nodes[0].op == "mean":
-                    m = b.reg("f32")
-                    b.op(f"div.rn.f32 {m}, {tot}, {nf}")
-                    tot = m
-                out = [tot]
-            elif u.kind == "online":
-                out = self.block_fold_unit(u, acc)
-            else:
-                n, mean, m2 = self.block_fold_unit(u, acc)
-                var = b.reg("f32")
-                b.op(f"div.rn.f32 {var}, {m2}, {nf}")
-                out = [mean, var]
-            self.store_words(f"[{fa}+{4 * u.slot}]", out, f"@{t0} ")
-        ra = b.reg("b64")
-        b.op(f"mul.wide.u32 {ra}, {r}, {4 * self.P}")
-        b.op(f"add.u64 {ra}, {ra}, {wr['ready']}")
-        b.op("fence.acq_rel.gpu")
-        one = b.reg("b32")
-        b.op(f"mov.u32 {one}, 1")
-        b.op(f"@{t0} st.release.gpu.global.b32 [{ra}+{4 * kk}], {one}")
-        b.label(folded)
 
     def store_words(self, where: str, vals: list[str], guard: str) -> None:
         """One store of 1, 2 or 4 f32 words at `where` (aligned to their size)."""

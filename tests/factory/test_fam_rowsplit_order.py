@@ -1,0 +1,75 @@
+"""The split-row family's ticket order: pass k of row r runs in step r + k * group beside
+pass 0 of later rows, chunks interleaved. Run in factory.ptxsim (blocks one at a time, in
+block order, so a task whose ticket came before its inputs' would spin for ever: the timeout
+catches that) at row counts below, at and above the lag, with two and three passes, and
+compared with the float64 reference twice on one memory."""
+
+from __future__ import annotations
+
+import pytest
+from test_fam_rowsplit import check, few_rows
+from test_fam_workspace_paths import workspace_ops  # noqa: F401 - the fixture
+
+from factory.compile import compile_ptx
+from factory.families import rowsplit as RS
+from factory.spec import eval_dim_expr, load_manifest
+
+CATALOGUE = "factory/catalogue"
+
+# three passes: the mean, then the mean absolute deviation from it, then the output
+MAD_NORM = """
+name = "mad_norm"
+[inputs.x]
+shape = ["M", "N"]
+dtype = "fp32"
+[let]
+d = "x - mean(x, axis=-1, keepdims=True)"
+[outputs.y]
+expr = "d / (mean(abs(d), axis=-1, keepdims=True) + 1.0)"
+dtype = "fp32"
+[[shapes]]
+M = 4
+N = 65536
+"""
+
+
+def schedule(ir, **kw):
+    base = dict(threads=128, vec=RS.vec_of(ir), unroll=1, chunk=1024, blocks=3, group=1)
+    return RS.Schedule(**{**base, **kw})
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "name, dims, kw",
+    [
+        ("softmax", {"M": 5, "N": 2500}, {"group": 1}),
+        ("softmax", {"M": 5, "N": 2500}, {"group": 2, "blocks": 4}),
+        ("softmax", {"M": 1, "N": 3001}, {"group": 2}),
+        ("layernorm", {"M": 3, "N": 2049}, {"group": 1, "unroll": 2, "chunk": 2048}),
+        ("rmsnorm", {"M": 7, "N": 1500}, {"group": 4, "blocks": 5}),
+        ("mad_norm", {"M": 4, "N": 2100}, {"group": 1}),
+        ("mad_norm", {"M": 5, "N": 1025}, {"group": 2, "blocks": 2}),
+    ],
+    ids=str,
+)
+def test_lagged_passes_compute_the_reference_twice(workspace_ops, name, dims, kw):  # noqa: F811
+    text = MAD_NORM if name == "mad_norm" else few_rows(f"{CATALOGUE}/{name}.toml")
+    w = load_manifest(text)
+    ir = RS.lower(w)
+    assert ir.passes == (3 if name == "mad_norm" else 2)
+    s = schedule(ir, **kw)
+    assert RS.is_valid(ir, s, dims)[0]
+    em = RS.emit(ir, s)
+    assert int(eval_dim_expr(em.launch.grid[0], dims)) == s.blocks
+    check(w, em, dims)
+
+
+@pytest.mark.parametrize("group", RS.GROUPS)
+def test_every_lag_compiles_without_spills(group):
+    w = load_manifest(MAD_NORM)
+    ir = RS.lower(w)
+    s = RS.default_schedule(ir, w.shapes[0])
+    s = RS.Schedule(**{**s.to_dict(), "group": group})
+    rep = compile_ptx(RS.emit(ir, s).ptx, "sm_90a")
+    assert rep.ok, rep.log
+    assert rep.spill_store_bytes == 0
