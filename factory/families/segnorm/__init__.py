@@ -175,6 +175,8 @@ def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "threads/vec outside the space"
     if s.hold not in HOLDS:
         return False, "hold outside the space"
+    if s.hold * s.vec > min(64, 65536 // s.threads - 40):
+        return False, f"{s.hold} x {s.vec} held values a thread: more registers than fit"
     if dims is not None:
         n = _segment(ir, dims)
         if n >= 4096 and s.threads * s.vec >= 2 * n:
