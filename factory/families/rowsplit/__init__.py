@@ -154,34 +154,42 @@ def space(ir, dims_list) -> list[Schedule]:
 
 
 def default_schedule(ir, dims) -> Schedule:
-    """Two blocks an SM of 256 threads with four 16-byte vectors in flight each (32 KiB an SM,
-    about what Little's law asks of HBM3: ~3.3 TB/s x ~700 ns / 132 SMs is ~18 KiB).
-    With reductions, a row's passes two rows apart where two rows fit L2 with room (the
-    output pass re-reads the row from L2 and never waits on its statistics), else one; tasks
-    of 8K-32K elements, about two a block for each row pass (a block's fixed cost a task,
-    its ticket and block fold, shared by more bytes); a single row's pass is about a task an
-    SM (the output pass waits for the whole row). Without reductions one pass over every
-    row: tasks of at least 8K elements, about two a block (shorter tasks lost to their fixed
-    cost on the H100, bench/results/2026-12-07-h100-memfamilies); where that is less than 8K
-    elements an SM, about a task an SM (fewer threads and vectors in flight where the chunk
-    is short)."""
+    """Blocks of 256 threads with four 16-byte vectors in flight each: two an SM (32 KiB an
+    SM, about what Little's law asks of HBM3 at an unloaded latency: ~3.3 TB/s x ~700 ns /
+    132 SMs is ~18 KiB); with reductions four an SM (64 KiB, held to 64 registers by
+    `.minnctapersm`: a task's block fold, ticket and waits leave its loads idle a while, and
+    the latency grows under load).
+    With reductions: a row's passes two rows apart where two rows fit L2 with room (the
+    output pass re-reads the row from L2 and does not wait on its statistics), else one;
+    tasks of 8K-32K elements, about two for every two blocks an SM over a row pass (a task's
+    fixed cost, its ticket and block fold, shared by more bytes); a single row's pass about
+    a task an SM (the output pass waits for the whole row).
+    Without reductions, one pass over every row: tasks of at least 8K elements, about two a
+    block (shorter tasks lost to their fixed cost on the H100,
+    bench/results/2026-12-07-h100-memfamilies); where that is less than 8K elements an SM,
+    about a task an SM (fewer threads and vectors in flight where the chunk is short)."""
     v = vec_of(ir)
     sms = device_for("sm_90").sms
-    blocks = 2 * sms
+    blocks = 4 * sms if ir.passes > 1 else 2 * sms
     rows, n = rows_and_length(ir.kir, dims)
     row_bytes = n * ir.max_esize
     g = 2 if ir.passes > 1 and rows > 1 and 2 * row_bytes <= 16 * 1024 * 1024 else 1
     per = rows * n if ir.passes == 1 else n
+    pairs = 2 * sms  # tasks are sized by two blocks an SM, whatever the grid
     if ir.passes > 1 and rows > 1:
-        chunk = min(32768, max(8192, 1 << round(math.log2(rows * n / (2 * blocks)))))
+        chunk = min(32768, max(8192, 1 << round(math.log2(rows * n / (2 * pairs)))))
     elif per >= sms * 8192:
-        chunk = max(8192, 1 << round(math.log2(per / (2 * blocks))))
+        chunk = max(8192, 1 << round(math.log2(per / (2 * pairs))))
     else:
         chunk = 1 << round(math.log2(max(per / sms, 1)))
     chunk = max(CHUNKS[0], min(CHUNKS[-1], chunk), 128 * v)
     threads, unroll = (
         (256, 4) if chunk >= 256 * v * 4 else (256, 2) if chunk >= 256 * v * 2 else (128, 1)
     )
+    if ir.passes > 1:
+        # 64 registers: the same bytes in flight a thread with more row inputs, in fewer steps
+        row_inputs = sum(t.role == row_ir.ROLE_ROW for t in ir.kir.inputs)
+        unroll = max(1, min(unroll, 4 // max(row_inputs, 1)))
     s = Schedule(threads=threads, vec=v, unroll=unroll, chunk=chunk, blocks=blocks, group=g)
     if not is_valid(ir, s, dims)[0]:
         s = Schedule(threads=256, vec=v, unroll=2, chunk=CHUNKS[-1], blocks=blocks, group=g)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from factory.device import device_for
 from factory.emit import Emitted
 from factory.emit import reduce as R
 from factory.emit.module import module_text
@@ -471,6 +472,7 @@ class SplitKernel(SegNormKernel):
             family=self.family, workload=kir.name, schedule=s.to_dict(), arch=self.arch,
             entry=entry, params=params, threads=T, body=body, lines=lines, globals_=globals_,
         )  # fmt: skip
+        ptx = self.with_residency(ptx)
         if self.flat:
             tasks = f"ceildiv({'*'.join(dims)}, {s.chunk})"
         else:
@@ -478,6 +480,21 @@ class SplitKernel(SegNormKernel):
             tasks = f"({rows})*ceildiv({kir.row_dim}, {s.chunk})"
         grid = f"min({tasks}, {s.blocks})" if self.mode == "static" else f"{s.blocks}"
         return Emitted(ptx, entry, tuple(params), Launch((grid, 1, 1), (T, 1, 1)))
+
+    def with_residency(self, ptx: str) -> str:
+        """Split rows with a grid of three or more blocks an SM: `.minnctapersm` asks ptxas to
+        fit that many (at most 2048 threads an SM), so that they are all resident and keep
+        their loads in flight together (256 threads with four 16-byte vectors each: 64
+        registers for 4 blocks an SM, no spills for softmax, LayerNorm, RMSNorm). The flat
+        family's PTX is left as it is."""
+        if self.flat:
+            return ptx
+        per_sm = min(self.s.blocks // device_for(self.arch).sms, 2048 // self.T)
+        if per_sm < 3:
+            return ptx
+        head = f".maxntid {self.T}, 1, 1"
+        assert ptx.count(head) == 1
+        return ptx.replace(head, f"{head}\n.minnctapersm {per_sm}")
 
     def decode_ticket(self, t, tau, tb, tn, klo, nv, R, C, k, r, c) -> None:
         """Ticket t -> (pass k, row r, chunk c). Step tau holds the passes k with
