@@ -2,9 +2,9 @@
 products, online softmax in registers (see schedule.py for the CTA's plan, tiling.py for the
 tile arithmetic and a numpy model of this loop).
 
-One CTA = (query head h, batch entry b, query tile qt of block_m rows): ctaid.x is h, ctaid.y
-is b, ctaid.z walks the query tiles (last first with a causal-like band: the longest rows start
-in the first waves of every head).
+One CTA = (query tile qt of block_m rows, query head h, batch entry b): ctaid.x walks the query
+tiles (last first with a causal-like band: the longest rows of a head start first), ctaid.y is
+h, ctaid.z is b, so the CTAs that run together share K and V in L2.
 Key/value head: h / (Hq / Hkv).
 
 Shared memory from a 1024-byte aligned base; every tile is stored as D / 64 column chunks of
@@ -46,7 +46,12 @@ from factory.emit.hopper import TMA_LOAD, WGMMA_TYPE, HopperKernel, ptx_head
 from factory.emit.ptx import LOG2E, Builder, EmitError, f32_literal
 from factory.emit.types import Emitted
 from factory.families.attention.ir import AttentionIR
-from factory.families.attention.schedule import PRODUCER_REGS, AttentionSchedule, is_valid
+from factory.families.attention.schedule import (
+    PRODUCER_REGS,
+    AttentionSchedule,
+    entry_regs,
+    is_valid,
+)
 from factory.families.matmul.emit import _Epilogue
 from factory.spec import expr as E
 from factory.spec.attention import PLACEHOLDERS
@@ -109,11 +114,13 @@ class _Score(_Epilogue):
 
 
 def launch_for(ir: AttentionIR, s: AttentionSchedule) -> Launch:
-    # heads fastest, then batch entries, query tiles slowest: the hardware starts CTAs in
-    # linear order, so every head's first (with a causal band: longest) tile runs in the first
-    # waves, and the query heads of one kv head run side by side (K and V shared in L2)
+    # query tiles fastest, then heads, batch entries slowest: the hardware starts CTAs in
+    # linear order, so the CTAs running together are the query tiles of one or a few (batch,
+    # head) pairs, whose K and V then come from L2 instead of memory; the query heads of one
+    # kv head are adjacent (GQA shares K and V across them too). Under a causal band each
+    # head's tiles start longest first (tile_range reverses the index).
     return Launch(
-        grid=(_dim(ir.hq), _dim(ir.b), f"ceildiv({_dim(ir.s)}, {s.block_m})"),
+        grid=(f"ceildiv({_dim(ir.s)}, {s.block_m})", _dim(ir.hq), _dim(ir.b)),
         block=(s.threads(), 1, 1),
         smem_bytes=s.smem_bytes(ir.head_dim),
     )
@@ -138,6 +145,7 @@ class _Kernel(HopperKernel):
             f"{ir.name}_fa_{s.block_m}x{s.block_n}_s{s.stages}"
             + ("_pv64" if s.pv_split else "")
             + ("_ov" if s.overlap else "")
+            + ("_pp" if s.pingpong else "")
         )
         self.q_bytes = s.block_m * self.d * 2
         self.kv_bytes = s.block_n * self.d * 2  # one K (or V) tile
@@ -171,7 +179,7 @@ class _Kernel(HopperKernel):
         """%qt (this CTA's query tile), %i0, %first, %end (KV tiles [first, end)): the
         formulas of tiling.kv_tiles and tiling.query_tile_order."""
         ir, s = self.ir, self.s
-        self.op("mov.u32 %qt, %ctaid.z")
+        self.op("mov.u32 %qt, %ctaid.x")
         if ir.band_hi is not None:
             n = self.r32()
             self.op(f"add.u32 {n}, %S, {s.block_m - 1}")
@@ -351,8 +359,8 @@ class _Kernel(HopperKernel):
         self.load_dim("%Skv", ir.skv, "dim_skv")
         self.load_dim("%Hq", ir.hq, "dim_hq")
         self.load_dim("%Hkv", ir.hkv, "dim_hkv")
-        self.op("mov.u32 %head, %ctaid.x")
-        self.op("mov.u32 %bb, %ctaid.y")
+        self.op("mov.u32 %head, %ctaid.y")
+        self.op("mov.u32 %bb, %ctaid.z")
         g = self.r32()
         self.op(f"div.u32 {g}, %Hq, %Hkv")
         self.op(f"div.u32 %hk, %head, {g}")
@@ -402,8 +410,11 @@ class _Kernel(HopperKernel):
         decls.append(f"    .reg .b32 %pp<{self.n_p}>;")
         decls.append("    .reg .f32 %m<2>, %l<2>, %al<2>;")
         if s.overlap:
-            decls.append(f"    .reg .b32 %pn<{self.n_p}>, %poff;")
+            decls.append("    .reg .b32 %poff;")
             decls.append("    .reg .b64 %pdv;")
+        if s.pingpong:
+            decls.append("    .reg .b32 %bmine, %bother;")
+            decls.append("    .reg .pred %pcons0;")
         named = (
             "S Skv Hq Hkv head bb hk bhq bhk qt i0 nkv first end tx wg base kb vb qfull full "
             "empty stage phase t j0"
@@ -411,7 +422,7 @@ class _Kernel(HopperKernel):
         decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
         # at launch every thread may hold this many; setmaxnreg then moves registers from the
         # producer to the consumers (never below the launch count: .inc only grows)
-        maxnreg = min(s.consumer_regs(), 65536 // s.threads() // 8 * 8)
+        maxnreg = entry_regs(s)
         head = [
             *ptx_head(
                 self.entry,
@@ -536,6 +547,13 @@ class _Kernel(HopperKernel):
         self.wait("%qfull", "0")
 
         self.dq, self.dk0, self.dv0, self.plane0 = dq, dk0, dv0, plane0
+        if s.pingpong:
+            b.comment("ping-pong: named barrier 1 + c is consumer c's turn; consumer 1 gives")
+            b.comment("consumer 0 the first turn")
+            self.op(f"add.u32 %bmine, {cons}, 1")
+            self.op(f"sub.u32 %bother, 2, {cons}")
+            self.op(f"setp.eq.u32 %pcons0, {cons}, 0")
+            self.op("@!%pcons0 bar.arrive 1, 256")
         if s.overlap:
             self.overlapped_loop(rows, colb)
         else:
@@ -608,7 +626,8 @@ class _Kernel(HopperKernel):
 
     def softmax_tile(self, rows, colb: str, defer: bool) -> None:
         """The score, masks and online softmax of tile %t (masked or not, as the tile needs),
-        P into %pp (or %pn with `defer`, the O rescale then left to rescale_o)."""
+        P into %pp (with `defer` the probabilities stay in %sa for pack_p, and the O rescale
+        is left to rescale_o)."""
         b = self.b
         self.op(f"mul.lo.u32 %j0, %t, {self.s.block_n}")
         lab_masked, lab_join = b.new_label("masked"), b.new_label("join")
@@ -651,10 +670,32 @@ class _Kernel(HopperKernel):
         self.op(f"bra {lab_k}")
         b.label(lab_kdone)
 
+    def turn_wait(self) -> None:
+        """Ping-pong: wait for this warpgroup's turn to issue wgmmas (named barrier 1 + cons
+        completes when the other consumer warpgroup has passed the turn)."""
+        if self.s.pingpong:
+            self.op("bar.sync %bmine, 256")
+
+    def turn_pass(self) -> None:
+        """Ping-pong: this warpgroup's wgmmas are issued; the other one's turn."""
+        if self.s.pingpong:
+            self.op("bar.arrive %bother, 256")
+
+    def pack_p(self) -> None:
+        """P = the probabilities left in %sa by a deferred softmax, packed to 16-bit pairs."""
+        cvt = CVT_PAIR[self.ir.dtype]
+        for h in range(2):
+            for jj in range(self.s.block_n // 8):
+                lo, hi = f"%sa{4 * jj + 2 * h}", f"%sa{4 * jj + 2 * h + 1}"
+                self.op(f"cvt.rn.{cvt}.f32 %pp{2 * jj + h}, {hi}, {lo}")
+
     def overlapped_loop(self, rows, colb: str) -> None:
         """S of tile t issued, then P V of tile t - 1 issued behind it; the softmax of tile t
-        runs while that P V is on the tensor cores. P of tile t goes to %pn (P V of t - 1 still
-        reads %pp) and O is rescaled once that P V is done, then %pn moves to %pp."""
+        runs while that P V is on the tensor cores. The probabilities of tile t stay in %sa
+        (fp32; P V of t - 1 still reads %pp); once that P V is done O is rescaled and they are
+        packed into %pp. With `pingpong` each group of issues waits for this warpgroup's
+        turn and passes it on (both warpgroups issue the same number of groups; consumer 1
+        gives the first turn to consumer 0, which takes the last one back after its loop)."""
         b = self.b
         lab_k, lab_kdone, lab_none = b.new_label("ok"), b.new_label("okd"), b.new_label("onone")
         pk = self.pred()
@@ -664,7 +705,9 @@ class _Kernel(HopperKernel):
         self.op("mov.u32 %t, %first")
         off, dk, dv = self.stage_descs()
         self.wait_full(off)
+        self.turn_wait()
         self.issue_s(dk)
+        self.turn_pass()
         self.op("wgmma.wait_group.sync.aligned 0")
         self.softmax_tile(rows, colb, defer=False)
         self.op(f"mov.u32 %poff, {off}")
@@ -677,15 +720,16 @@ class _Kernel(HopperKernel):
         self.op(f"@{pk2} bra {lab_kdone}")
         off, dk, dv = self.stage_descs()
         self.wait_full(off)
+        self.turn_wait()
         self.issue_s(dk)
         self.issue_pv("%pdv")
+        self.turn_pass()
         self.op("wgmma.wait_group.sync.aligned 1")  # S of tile t is done; P V may run on
         self.softmax_tile(rows, colb, defer=True)
         self.op("wgmma.wait_group.sync.aligned 0")
         self.release("%poff")
         self.rescale_o()
-        for i in range(self.n_p):
-            self.op(f"mov.b32 %pp{i}, %pn{i}")
+        self.pack_p()
         self.op(f"mov.u32 %poff, {off}")
         self.op(f"mov.u64 %pdv, {dv}")
         self.advance()
@@ -693,10 +737,16 @@ class _Kernel(HopperKernel):
         self.op(f"bra {lab_k}")
         b.label(lab_kdone)
         b.comment("the last tile's P V")
+        self.turn_wait()
         self.issue_pv("%pdv")
+        self.turn_pass()
         self.op("wgmma.wait_group.sync.aligned 0")
         self.release("%poff")
         b.label(lab_none)
+        if self.s.pingpong:
+            # consumer 0 takes back the turn consumer 1 passed last (or gave first), so every
+            # arrival on a named barrier meets its wait before the CTA ends
+            self.op("@%pcons0 bar.sync 1, 256")
 
     def tile_full_pred(self) -> str:
         """Whether tile %t needs no element mask: tiling.tile_is_full."""
@@ -837,7 +887,8 @@ class _Kernel(HopperKernel):
             self.op(f"mov.f32 {total}, 0f00000000")
             ps = {}
             for i in idxs:
-                d, p = self.f32(), self.f32()
+                d = self.f32()
+                p = f"%sa{i}" if defer else self.f32()
                 self.op(f"sub.f32 {d}, {xs[i]}, {muse}")
                 self.op(f"ex2.approx.ftz.f32 {p}, {d}")
                 self.op(f"add.f32 {total}, {total}, {p}")
@@ -850,11 +901,12 @@ class _Kernel(HopperKernel):
                     for e in range(2):
                         r = f"%oa{4 * jd + 2 * h + e}"
                         self.op(f"mul.f32 {r}, {r}, {alpha}")
-            dst = "%pn" if defer else "%pp"
+            if defer:
+                continue  # the probabilities wait in %sa for pack_p
             for jj in range(s.block_n // 8):
                 lo, hi = ps[4 * jj + 2 * h], ps[4 * jj + 2 * h + 1]
                 # the upper half takes the first operand: the odd column goes high
-                self.op(f"cvt.rn.{CVT_PAIR[ir.dtype]}.f32 {dst}{2 * jj + h}, {hi}, {lo}")
+                self.op(f"cvt.rn.{CVT_PAIR[ir.dtype]}.f32 %pp{2 * jj + h}, {hi}, {lo}")
 
     def epilogue(self, rows, colb: str, lane: str) -> None:
         ir, b = self.ir, self.b

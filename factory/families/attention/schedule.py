@@ -9,7 +9,9 @@ registers, O += P V by wgmma with P from registers. `pv_split`: O += P V is issu
 wgmmas of n64 (one 128-byte swizzle atom of V's columns each) instead of one of n = D (which
 steps between atoms by the descriptor's leading byte offset). `overlap`: S of tile t is issued,
 then P V of tile t - 1 behind it, and the softmax of tile t runs while the tensor cores work
-(FlashAttention-3's intra-warpgroup overlap).
+(FlashAttention-3's intra-warpgroup overlap). `pingpong` (with `overlap` and two consumer
+warpgroups): the two take turns issuing their products (two named barriers pass the turn), so
+one's softmax runs while the other's wgmmas use the tensor cores.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ OPTIONS: dict[str, tuple] = {
     "stages": (2, 3, 4),
     "pv_split": (False, True),
     "overlap": (False, True),
+    "pingpong": (False, True),
 }
 LAYOUT_FIELDS = ("block_m", "block_n", "stages")
 
@@ -43,6 +46,7 @@ class AttentionSchedule:
     stages: int = 2  # K+V buffers in the ring
     pv_split: bool = False
     overlap: bool = False  # the softmax of tile t beside P V of tile t - 1 (see emit.py)
+    pingpong: bool = False  # the consumer warpgroups take turns on the tensor cores
     problem: str = ""  # "B,Hq,Hkv,S,Skv,D" dim names (features read the shape through it)
     family: str = "attention"
 
@@ -71,16 +75,35 @@ class AttentionSchedule:
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def label(self) -> str:
-        return f"fa {self.block_m}x{self.block_n} s{self.stages} c{self.consumers}" + (
-            " pv64" if self.pv_split else ""
+        return (
+            f"fa {self.block_m}x{self.block_n} s{self.stages} c{self.consumers}"
+            + (" pv64" if self.pv_split else "")
+            + (" ov" if self.overlap else "")
+            + (" pp" if self.pingpong else "")
         )
 
 
 def fragment_regs(s: AttentionSchedule, head_dim: int) -> int:
     """Registers of one consumer thread's fragments: S (block_n / 2 fp32), O (head_dim / 2
-    fp32), P as bf16 pairs (block_n / 4; twice with `overlap`: the next tile's P is made while
-    the last one's P V reads its registers)."""
-    return s.block_n // 2 + head_dim // 2 + s.block_n // 4 * (2 if s.overlap else 1)
+    fp32), P as bf16 pairs (block_n / 4). With `overlap` the next tile's probabilities wait in
+    S's registers (fp32) until the last tile's P V is done, then are packed into P's."""
+    return s.block_n // 2 + head_dim // 2 + s.block_n // 4
+
+
+def entry_regs(s: AttentionSchedule) -> int:
+    """The register count every thread gets at launch (the entry's .maxnreg): all a thread
+    may use where setmaxnreg is ignored (nvJitLink's relocatable compile)."""
+    return min(s.consumer_regs(), REGS_PER_SM // s.threads() // 8 * 8)
+
+
+def fits_relocatable(ir: AttentionIR, s: AttentionSchedule) -> bool:
+    """Whether a compile that ignores setmaxnreg (nvJitLink's relocatable one: every thread
+    keeps the launch count) needs no spills. An empirical rule (nvJitLink 13.0, every
+    schedule of the space compiled): the fragments, plus a second P's worth with `overlap`
+    (what stays live beside the in-flight P V), within the launch count. is_valid assumes
+    setmaxnreg is honoured (ptxas compiling the PTX as a whole program: wholeprog.py)."""
+    extra = s.block_n // 4 if s.overlap else 0
+    return fragment_regs(s, ir.head_dim) + extra <= entry_regs(s)
 
 
 def is_valid(ir: AttentionIR, s: AttentionSchedule, dims: dict | None = None) -> str | None:
@@ -91,6 +114,8 @@ def is_valid(ir: AttentionIR, s: AttentionSchedule, dims: dict | None = None) ->
         return f"block_n {s.block_n} not in {OPTIONS['block_n']}"
     if s.stages not in OPTIONS["stages"]:
         return f"stages {s.stages} not in {OPTIONS['stages']}"
+    if s.pingpong and not (s.overlap and s.consumers == 2):
+        return "pingpong needs the overlapped loop and two consumer warpgroups"
     if s.smem_bytes(ir.head_dim) > SMEM_LIMIT:
         return f"shared memory {s.smem_bytes(ir.head_dim)} B over {SMEM_LIMIT}"
     need = fragment_regs(s, ir.head_dim) + OVERHEAD_REGS
@@ -103,9 +128,9 @@ def is_valid(ir: AttentionIR, s: AttentionSchedule, dims: dict | None = None) ->
         if dim_value(ir.s, dims) < 1 or dim_value(ir.skv, dims) < 1:
             return "empty sequence"
         if dim_value(ir.b, dims) > 65535:
-            return "batch above 65535 (grid y)"
-        if -(-dim_value(ir.s, dims) // s.block_m) > 65535:
-            return "query tiles above 65535 (grid z)"
+            return "batch above 65535 (grid z)"
+        if hq > 65535:
+            return "query heads above 65535 (grid y)"
     return None
 
 
