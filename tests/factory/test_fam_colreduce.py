@@ -175,6 +175,9 @@ CASES = [
     ("prod(1.0 + 0.01 * x, axis=0)", "fp32", "fp32", {"N": 30, "C": 12}, S(128, 8, 2, 1, 2)),
     ("mean(x * x, axis=0)", "bf16", "fp32", {"N": 33, "C": 16}, S(256, 8, 2, 8, 4)),
     ("sum(where(x > 0, x, 0.0), axis=0)", "fp32", "bf16", {"N": 29, "C": 9}, S(128, 8, 1, 4, 2)),
+    # eight rows in flight: the unrolled loop, then the rows left one at a time
+    ("sum(x, axis=0)", "bf16", "fp32", {"N": 203, "C": 64}, S(128, 8, 8, 2, 8)),
+    ("mean(x * x, axis=0)", "fp32", "fp32", {"N": 77, "C": 13}, S(128, 16, 4, 1, 8)),
 ]
 
 

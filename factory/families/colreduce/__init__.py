@@ -27,7 +27,7 @@ ARCHS = ("sm_90", "sm_100")
 THREADS = (128, 256, 512)
 LANES = (8, 16, 32, 64, 128, 256)
 SPLITS = (1, 2, 4, 8)
-UNROLLS = (1, 2, 4)
+UNROLLS = (1, 2, 4, 8)
 SMS = 132  # an H100's SMs: the seeds aim at two blocks on each
 MAX_SMEM_BYTES = 48 * 1024
 ELEMENTWISE = (E.Input, E.Const, E.Unary, E.Binary, E.Compare, E.Where, E.Cast)
@@ -244,9 +244,11 @@ def _pow2_at_least(x: int) -> int:
 
 def default_schedule(ir: ColReduceIR, dims) -> Schedule:
     """16-byte loads; lanes to cover the columns (up to a warp), narrower where the column
-    blocks are too few to give each SM four blocks even split eight ways; 256 threads; a split
-    that brings the blocks to about four a SM (32 warps: loads in flight, Little's law), and
-    four rows in flight a thread where the blocks stay fewer."""
+    blocks are too few to give each SM four blocks even split four ways; 256 threads; a split
+    of at most 4 that brings the blocks to about four a SM, and four rows in flight a thread.
+    H100, 2026-12-07 (bench/results/2026-12-07-h100-memfamilies): clusters of 4 beat clusters
+    of 8 at four rows in flight (bias grad bf16 92.8 against 110.5 us, NHWC statistics fp32
+    105.4 against 122.8), and four rows beat two (bias grad fp32 96.4 against 107.2)."""
     v = max(vecs(ir))
     q, r, p = _size(ir.inner, dims), _size(ir.reduced, dims), _size(ir.outer, dims)
     while v > 1 and LANES[0] * v >= 2 * q:
@@ -255,31 +257,32 @@ def default_schedule(ir: ColReduceIR, dims) -> Schedule:
     while lanes > LANES[0] and lanes * v >= 2 * q:
         lanes //= 2
     want = 4 * SMS
-    while lanes > LANES[0] and p * math.ceil(q / (lanes * v)) * SPLITS[-1] < want:
+    while lanes > LANES[0] and p * math.ceil(q / (lanes * v)) * 4 < want:
         lanes //= 2
     rows = 256 // lanes
     clusters = p * math.ceil(q / (lanes * v))
     split = 1
-    while split < SPLITS[-1] and clusters * split < want and 2 * split * rows <= r:
+    while split < 4 and clusters * split < want and 2 * split * rows <= r:
         split *= 2
-    unroll = 4 if clusters * split < want and r >= 4 * split * rows else 2
+    unroll = 4 if r >= 4 * split * rows else 2
     s = Schedule(threads=256, lanes=lanes, vec=v, split=split, unroll=unroll)
     ok, _ = is_valid(ir, s, dims)
     return s if ok else Schedule(threads=256, lanes=LANES[0], vec=1, split=1, unroll=1)
 
 
 def seeds(ir: ColReduceIR, dims) -> list[Schedule]:
-    """The default, then its neighbours in split, unroll, threads and lanes; all valid."""
+    """The default, then its neighbours in threads, unroll, split and lanes; all valid."""
     d = default_schedule(ir, dims)
     cands = [d]
     for change in (
-        {"unroll": 4},
+        {"threads": 512},
+        {"unroll": 8},
         {"split": min(8, d.split * 2)},
         {"split": max(1, d.split // 2)},
-        {"threads": 512},
-        {"threads": 128},
+        {"threads": 512, "split": max(1, d.split // 2)},
         {"lanes": min(d.threads, d.lanes * 2)},
-        {"unroll": 1},
+        {"unroll": 2},
+        {"threads": 128},
     ):
         s = Schedule(**{**d.to_dict(), **change})
         if s not in cands and is_valid(ir, s, dims)[0]:
