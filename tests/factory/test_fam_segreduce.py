@@ -42,8 +42,8 @@ def w(e1, e2, dt="fp32", odt="fp32"):
     return load_manifest(M.format(e1=e1, e2=e2, dt=dt, odt=odt))
 
 
-def S(t, ln, v, sp):  # noqa: N802 - a schedule, briefly
-    return F.Schedule(threads=t, lanes=ln, vec=v, split=sp)
+def S(t, ln, v, sp, u=1):  # noqa: N802 - a schedule, briefly
+    return F.Schedule(threads=t, lanes=ln, vec=v, split=sp, unroll=u)
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: Path(p).stem)
@@ -103,7 +103,7 @@ def test_space_validity_defaults_and_seeds():
         assert all(F.is_valid(ir, s, d)[0] for s in F.seeds(ir, d))
     s = S(256, 64, 4, 2)
     assert F.Schedule.from_dict(s.to_dict()) == s and "cluster of 2" in families.label(s.to_dict())
-    assert len(F.FAMILY.features(s.to_dict(), rows[0], ["N", "C", "H", "W"])) == 5
+    assert len(F.FAMILY.features(s.to_dict(), rows[0], ["N", "C", "H", "W"])) == 6
 
 
 CASES = [
@@ -117,6 +117,14 @@ CASES = [
      {"N": 3, "C": 3, "H": 3, "W": 8}, S(128, 32, 4, 4)),
     ("prod(1.0 + 0.01 * x, axis=(0, 3))", "sum(x, axis=(0, 3))", "fp32", "fp32",
      {"N": 7, "C": 2, "H": 3, "W": 5}, S(64, 8, 1, 8)),
+    # vectors in flight: whole sweeps of two or four, then the rest one at a time (B = 72 and
+    # 104, 32 elements a sweep), and an odd B that takes the element path throughout
+    ("mean(x, axis=(0, 2, 3))", "mean(x * x, axis=(0, 2, 3))", "bf16", "fp32",
+     {"N": 3, "C": 3, "H": 8, "W": 9}, S(64, 8, 4, 2, 2)),
+    ("sum(x, axis=(2, 3))", "max(x, axis=(2, 3))", "fp32", "fp32",
+     {"N": 2, "C": 3, "H": 13, "W": 8}, S(64, 8, 4, 1, 4)),
+    ("mean(x, axis=(0, 2, 3))", "sum(x, axis=(0, 2, 3))", "fp32", "fp32",
+     {"N": 2, "C": 2, "H": 5, "W": 7}, S(64, 8, 2, 2, 4)),
 ]  # fmt: skip
 
 

@@ -6,7 +6,8 @@ N, H, W per channel), instance-norm statistics (mean over H, W per (n, c)), a lo
 The operand is viewed as (A, K, B): A the reduced axes before the kept run K (possibly none), B
 the reduced axes after it (contiguous, at least one). A cluster of `split` blocks takes one k at
 a time (grid-stride over K): thread rows walk A (split over the cluster's blocks), lanes walk B
-with 16-byte loads; every thread's partial meets the block's in a fixed order (warp butterflies,
+with 16-byte loads (`unroll` of them in flight a thread where a segment row holds them); every
+thread's partial meets the block's in a fixed order (warp butterflies,
 then warps in order), the blocks' in rank order through distributed shared memory."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ ARCHS = ("sm_90", "sm_100")
 THREADS = (64, 128, 256, 512)
 LANES = (8, 16, 32, 64, 128, 256, 512)
 SPLITS = (1, 2, 4, 8)
+UNROLLS = (1, 2, 4)
 MAX_CLUSTERS = 2048
 SMS = 132
 
@@ -110,20 +112,23 @@ def lower(workload) -> SegIR:
 @dataclass(frozen=True)
 class Schedule(ScheduleDict):
     """threads per block: lanes along B (vec elements a load) x thread rows along A; split:
-    the blocks of a cluster sharing one kept index, A split over them."""
+    the blocks of a cluster sharing one kept index, A split over them; unroll: vectors of a
+    segment a thread loads at once (all issued before the first is used)."""
 
     family: str = "segreduce"
     threads: int = 256
     lanes: int = 64
     vec: int = 4
     split: int = 1
+    unroll: int = 1
 
     @property
     def rows(self) -> int:
         return self.threads // self.lanes
 
     def tag(self) -> str:
-        return f"t{self.threads}l{self.lanes}v{self.vec}s{self.split}"
+        t = f"t{self.threads}l{self.lanes}v{self.vec}s{self.split}"
+        return f"{t}u{self.unroll}" if self.unroll > 1 else t
 
 
 def vecs(ir) -> tuple[int, ...]:
@@ -139,7 +144,9 @@ def is_valid(ir: SegIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "threads/lanes outside the space"
     if s.lanes > s.threads or s.vec not in vecs(ir) or s.split not in SPLITS:
         return False, "lanes/vec/split outside the space"
-    if s.vec * len(ir.outputs) > 32 or s.vec * len(ir.inputs) > 32:
+    if s.unroll not in UNROLLS:
+        return False, "unroll outside the space"
+    if s.vec * len(ir.outputs) > 32 or s.vec * s.unroll * len(ir.inputs) > 64:
         return False, "too many registers a thread"
     if dims is not None and _size(ir.before, dims) * _size(ir.after, dims) >= 4096:
         # (smaller segments fill no layout: every one is as good as another there)
@@ -148,13 +155,15 @@ def is_valid(ir: SegIR, s: Schedule, dims) -> tuple[bool, str]:
             return False, f"{s.lanes} lanes x {s.vec} for segments of {b}: half idle"
         if s.rows > 1 and s.split * s.rows > 2 * a:
             return False, f"{s.split} x {s.rows} thread rows for {a} segments"
+        if s.unroll > 1 and (s.unroll - 1) * s.lanes * s.vec + s.vec > b:
+            return False, f"{s.unroll} vectors in flight never fit segments of {b}"
     return True, ""
 
 
 def space(ir, dims_list) -> list[Schedule]:
     out = []
-    for t, ln, v, sp in itertools.product(THREADS, LANES, vecs(ir), SPLITS):
-        s = Schedule(threads=t, lanes=ln, vec=v, split=sp)
+    for t, ln, v, sp, u in itertools.product(THREADS, LANES, vecs(ir), SPLITS, UNROLLS):
+        s = Schedule(threads=t, lanes=ln, vec=v, split=sp, unroll=u)
         if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
             out.append(s)
     return out
@@ -177,6 +186,11 @@ def default_schedule(ir, dims) -> Schedule:
     split = 1
     while split < SPLITS[-1] and k * split < 2 * SMS and 2 * split * (threads // lanes) <= a:
         split *= 2
+    # two vectors in flight a thread where a segment row holds two lanes' sweeps
+    unroll = 2 if b >= 2 * lanes * v else 1
+    s = Schedule(threads=threads, lanes=lanes, vec=v, split=split, unroll=unroll)
+    if is_valid(ir, s, dims)[0]:
+        return s
     s = Schedule(threads=threads, lanes=lanes, vec=v, split=split)
     return s if is_valid(ir, s, dims)[0] else Schedule(threads=64, lanes=8, vec=1, split=1)
 
@@ -184,8 +198,9 @@ def default_schedule(ir, dims) -> Schedule:
 def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     out = [d]
-    for ch in ({"split": min(8, d.split * 2)}, {"split": max(1, d.split // 2)},
-               {"threads": min(512, d.threads * 2)}, {"lanes": max(8, d.lanes // 2)}):  # fmt: skip
+    for ch in ({"unroll": 4}, {"split": min(8, d.split * 2)}, {"unroll": 1},
+               {"split": max(1, d.split // 2)}, {"threads": min(512, d.threads * 2)},
+               {"lanes": max(8, d.lanes // 2)}):  # fmt: skip
         s = Schedule(**{**d.to_dict(), **ch})
         if s not in out and is_valid(ir, s, dims)[0]:
             out.append(s)
@@ -270,6 +285,8 @@ class SegKernel(ColumnKernel):
         j = b.reg("b32")
         b.op(f"mul.lo.u32 {j}, {lane}, {V}")
         cols, cols_end = b.new_label("cols"), b.new_label("cols_end")
+        if s.unroll > 1:
+            self.wide_sweeps(j, B, seg, aligned, base, accs, cols)
         b.label(cols)
         pj = b.reg("pred")
         b.op(f"setp.ge.u32 {pj}, {j}, {B}")
@@ -407,6 +424,43 @@ class SegKernel(ColumnKernel):
         return Emitted(ptx, entry, tuple(params), launch)
 
 
+def _wide_sweeps(self, j, B, seg, aligned, base, accs, cols) -> None:
+    """While `unroll` whole vectors of this thread (L x V apart) lie inside the segment row
+    (B a multiple of V): load them all, then fold them in order; the vectors left go one at a
+    time (the loop at `cols`)."""
+    b, U, L, V = self.b, self.s.unroll, self.L, self.V
+    ir = self.ir
+    wide = b.new_label("wide")
+    b.op(f"@!{aligned} bra {cols}")
+    b.label(wide)
+    last = b.reg("b32")
+    b.op(f"add.u32 {last}, {j}, {(U - 1) * L * V + V}")
+    pw = b.reg("pred")
+    b.op(f"setp.gt.u32 {pw}, {last}, {B}")
+    b.op(f"@{pw} bra {cols}")
+    at = b.reg("b32")
+    b.op(f"add.u32 {at}, {seg}, {j}")
+    loaded = []
+    for u in range(U):
+        per = {}
+        for name, dtype in ir.inputs:
+            addr = b.reg("b64")
+            b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+            b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+            per[name] = self.load_vector(self.plus(addr, u * L * V * ESIZE[dtype]), dtype)
+        loaded.append(per)
+    for per in loaded:
+        for jj in range(V):
+            vals = self.evaluate({name: per[name][jj] for name, _ in ir.inputs})
+            for o, row, v in zip(ir.outputs, accs, vals, strict=True):
+                self.combine(row[jj], v, o.op)
+    b.op(f"add.u32 {j}, {j}, {U * L * V}")
+    b.op(f"bra {wide}")
+
+
+SegKernel.wide_sweeps = _wide_sweeps
+
+
 def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
     def render(ir, s, arch):
         return SegKernel(ir, s, arch).render()
@@ -417,7 +471,8 @@ def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
 def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
     s = Schedule.from_dict(schedule)
     elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
-    return [log2(elements), log2(s.threads), log2(s.lanes), float(s.vec * 4), float(s.split)]
+    return [log2(elements), log2(s.threads), log2(s.lanes), float(s.vec * 4), float(s.split),
+            float(s.unroll)]  # fmt: skip
 
 
 def label(schedule: dict) -> str:
@@ -443,7 +498,7 @@ FAMILY = Family(
     legend="segments: cluster size, lanes along the contiguous reduced axes x elements a load, "
     "thread rows along the reduced axes before the kept ones",
     features=features,
-    feature_fields=("threads", "lanes", "vec", "split"),
+    feature_fields=("threads", "lanes", "vec", "split", "unroll"),
     roofline=lambda workload, dims: Roofline(bytes=io_bytes(workload, dims)),
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.colreduce.baselines",
