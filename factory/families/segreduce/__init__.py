@@ -479,7 +479,7 @@ def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
     return (
         f"segments: a kept index a cluster of {s.split}, {s.threads} threads = {s.lanes} lanes "
-        f"x {s.vec} along the segment, {s.rows} thread rows"
+        f"x {s.vec} along the segment, {s.rows} thread rows, {s.unroll} loads in flight"
     )
 
 

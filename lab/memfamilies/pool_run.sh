@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# pool's GPU run (issue 50: pooling, segment norms, column and segment reductions), <= 150 s,
+# from the repository root:  OUT=<dir> bash lab/memfamilies/pool_run.sh
+# One `lab.memfamilies.bench` invocation: each case one worker batch (the family's seeds, the
+# default first, torch eager and torch.compile; no max-autotune: it does not fit the time),
+# verified at the timed and held-out shapes before timing; raw results in $OUT/raw for
+# lab/memfamilies/report.py. Cases in the order given; a case starts only if 1.3 x the longest
+# so far still fits the budget (the bench's rule), so the last ones may be skipped (said so).
+set -uo pipefail
+: "${OUT:?set OUT}"
+mkdir -p "$OUT/raw"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \
+  --format=csv > "$OUT/gpu.csv" 2>&1
+git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
+git status --short -- factory lab > "$OUT/tree-status.txt" 2>/dev/null || true
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
+  > "$OUT/versions.txt" 2>&1
+timeout 145 python3 -m lab.memfamilies.bench --out "$OUT/raw" --budget-s 128 \
+  --autotune-until 0 --seeds 4 \
+  --case maxpool_nchw_bf16 --case instancenorm_bf16 --case bn_stats_nhwc_fp32 \
+  --case bias_grad_fp32 --case bn_stats_nchw_bf16 --case bias_grad_bf16 \
+  > "$OUT/run.log" 2>&1
+echo "exit $?" >> "$OUT/run.log"
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv >> "$OUT/gpu.csv" 2>&1
+tail -n 30 "$OUT/run.log"
