@@ -157,8 +157,9 @@ def space(ir, dims_list) -> list[Schedule]:
 
 def strip_default(ir, dims) -> Schedule | None:
     """16 bytes of input a lane a row (vec = 16 / (stride_w x the widest input's size)), the
-    fewest lanes that cover an output row (at least 8, at most 32), 256 threads, two output
-    rows a step; None where the strip layout does not fit."""
+    fewest lanes that cover an output row (at least 8, at most 32; 128 where a plane has one
+    output row), 256 threads (fewer where thread rows would outnumber output rows), two
+    output rows a step; None where the strip layout does not fit."""
     oh, ow = _out_hw(ir, dims)
     es = max(ESIZE[d] for _, d in ir.inputs)
     v = 16 // (ir.stride[1] * es) if 16 % (ir.stride[1] * es) == 0 else 0
@@ -167,10 +168,11 @@ def strip_default(ir, dims) -> Schedule | None:
     if v not in VECS:
         return None
     lanes = LANES[0]
-    while lanes < 32 and lanes * v < ow:
+    widest = 32 if oh > 1 else LANES[-1]  # one output row a plane (1-D): lanes are the block
+    while lanes < widest and lanes * v < ow:
         lanes *= 2
     threads = 256
-    while threads > THREADS[0] and threads // lanes > 2 * oh:
+    while threads > THREADS[0] and threads // lanes > oh:
         threads //= 2
     s = Schedule(threads=max(threads, lanes), lanes=lanes, vec=v, layout="strip", unroll=2)
     return s if is_valid(ir, s, dims)[0] else None
