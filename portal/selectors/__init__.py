@@ -29,6 +29,7 @@ from portal.selectors.evidence import (
 )
 from portal.selectors.jobs import (
     STAGES,
+    JobCounts,
     batch_codes,
     candidate_children,
     candidate_model_usage,
@@ -39,6 +40,7 @@ from portal.selectors.jobs import (
     generation_rows,
     gpu_queue,
     job_artifact,
+    job_counts,
     job_decisions,
     job_history,
     job_model_usage,
@@ -77,6 +79,7 @@ from portal.selectors.scope import (
 
 __all__ = [
     "STAGES",
+    "JobCounts",
     "AmbiguousCode",
     "BaselineSeries",
     "Check",
@@ -111,6 +114,7 @@ __all__ = [
     "job_artifact",
     "job_baselines",
     "job_decisions",
+    "job_counts",
     "job_history",
     "job_model_usage",
     "job_list",

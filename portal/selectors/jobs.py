@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Count, Exists, F, Max, OuterRef, Q, Sum
+from django.db.models import Count, Exists, F, Max, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from portal.derived import search_gains
@@ -69,9 +70,10 @@ def _stage_key(job: Job) -> str:
     )
 
 
-def stage_steps(job: Job) -> list[dict]:
+def stage_steps(job: Job, progress: dict | None = None) -> list[dict]:
     """The stage timeline: steps before the current one are done; the current one is current,
-    or failed when the job failed, was cancelled or was rejected there."""
+    or failed when the job failed, was cancelled or was rejected there. With the job's
+    `job_progress`, its GPU queue says whether the batch is on a GPU (no query of its own)."""
     keys = [k for k, _ in STAGES]
     reached = keys.index(_stage_key(job))
     stopped = job.status in (Job.FAILED, Job.CANCELLED, Job.REJECTED)
@@ -84,21 +86,23 @@ def stage_steps(job: Job) -> list[dict]:
         else:
             state = ""
         if key == "gpu" and state == "current":
-            label = _gpu_step_label(job)
+            on_gpu = progress["gpu_queue"]["mine_running"] if progress is not None else None
+            label = _gpu_step_label(job, on_gpu)
         steps.append({"key": key, "label": label, "state": state})
     return steps
 
 
-def _gpu_step_label(job: Job) -> str:
+def _gpu_step_label(job: Job, on_gpu: bool | None = None) -> str:
     """The GPU step says what the GPU queue card says: on a GPU only while a worker runs the
-    job's batch."""
+    job's batch (`on_gpu` when the caller knows it from `gpu_queue`)."""
     if job.stage == Job.STAGE_RECORDING:
         return "Recording GPU results"
     if job.pk is None:
         return "Waiting for a GPU"
-    on_gpu = GpuBatch.objects.filter(
-        job=job, status=GpuBatch.DISPATCHED, started__isnull=False
-    ).exists()
+    if on_gpu is None:
+        on_gpu = GpuBatch.objects.filter(
+            job=job, status=GpuBatch.DISPATCHED, started__isnull=False
+        ).exists()
     return "On the GPU" if on_gpu else "Waiting for a GPU"
 
 
@@ -129,59 +133,137 @@ def costmodel_rows(job: Job, generation: Generation | None = None) -> list[dict]
     ]
 
 
-def charts_version(job: Job) -> str:
-    """A word that changes whenever what the job page's charts draw may have changed: the job's
-    status, best candidate and rank correlation, its generations' number and newest change,
-    its candidates' number, how many have each status or a score and the sum of the scores, and
-    its newest baseline measurement. Three small queries (the charts themselves take about ten
-    and read every candidate and timing of the job)."""
-    gens = Generation.objects.filter(job=job).aggregate(n=Count("id"), changed=Max("updated"))
-    by_status = {
-        f"status_{i}": Count("id", filter=Q(status=code))
-        for i, (code, _) in enumerate(Candidate.STATUS_CHOICES)
-    }
-    cands = Candidate.objects.filter(job=job).aggregate(
-        n=Count("id"), scored=Count("score_us"), scores=Sum("score_us"), **by_status
+@dataclass(frozen=True)
+class JobCounts:
+    """What a job's pages count, read once per request: the job's candidates grouped by
+    generation and status (with how many have a score and the sum of the scores), its
+    generations as plain rows, and its newest baseline measurement. `charts_version`,
+    `generation_rows` and `job_progress` are all computed from one of these, so a page that
+    shows several of them reads the counts once (two queries whatever the candidates)."""
+
+    # generation id -> status -> number of candidates
+    by_generation: dict[int, dict[str, int]]
+    scored: int
+    scores: float
+    # Generation rows: id, index, status, best_score_us, model_rho, created, updated, finished
+    generations: list[dict]
+    baselines_newest: int | None
+
+    @property
+    def by_status(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for counts in self.by_generation.values():
+            for status, n in counts.items():
+                out[status] = out.get(status, 0) + n
+        return out
+
+    @property
+    def candidates(self) -> int:
+        return sum(self.by_status.values())
+
+
+GENERATION_COLUMNS = (
+    "id",
+    "index",
+    "status",
+    "best_score_us",
+    "model_rho",
+    "created",
+    "updated",
+    "finished",
+)
+
+
+def job_counts(job: Job) -> JobCounts:
+    """The job's `JobCounts`: one grouped query over its candidates, one over its generations
+    (with the newest baseline measurement)."""
+    by_generation: dict[int, dict[str, int]] = {}
+    scored, scores = 0, 0.0
+    for gen_id, status, n, n_scored, total in (
+        Candidate.objects.filter(job=job)
+        .values_list("generation_id", "status")
+        .annotate(n=Count("id"), scored=Count("score_us"), scores=Sum("score_us"))
+        .order_by()
+    ):
+        by_generation.setdefault(gen_id, {})[status] = n
+        scored += n_scored
+        scores += total or 0.0
+    # The newest baseline measurement rides along on every generation row (one subquery the
+    # database runs once): a job has a measurement only once a generation reached a GPU.
+    newest_baseline = (
+        BaselineMeasurement.objects.filter(job=job).order_by().values("job").annotate(m=Max("id"))
     )
-    baselines = BaselineMeasurement.objects.filter(job=job).aggregate(newest=Max("id"))
+    generations = list(
+        Generation.objects.filter(job=job)
+        .annotate(baselines_newest=Subquery(newest_baseline.values("m")))
+        .order_by("index")
+        .values(*GENERATION_COLUMNS, "baselines_newest")
+    )
+    newest = generations[0]["baselines_newest"] if generations else None
+    return JobCounts(
+        by_generation=by_generation,
+        scored=scored,
+        scores=scores,
+        generations=generations,
+        baselines_newest=newest,
+    )
+
+
+def charts_version(job: Job, counts: JobCounts | None = None) -> str:
+    """A word that changes whenever what the job page's charts, its candidate table or its
+    best-kernel card draw may have changed: the job's status, best candidate and rank
+    correlation, its generations' number and newest change, its candidates' number, how many
+    have each status or a score and the sum of the scores, and its newest baseline
+    measurement. Computed from `counts` when the caller has read them (`job_counts`, two
+    small queries otherwise; the charts themselves take about ten and read every candidate and
+    timing of the job)."""
+    counts = job_counts(job) if counts is None else counts
+    changed = max((g["updated"] for g in counts.generations if g["updated"]), default=None)
+    by_status = counts.by_status
     words = [
         job.status,
         job.best_candidate_id,
         job.model_rho,
         job.updated.timestamp() if job.updated else None,
-        gens["n"],
-        gens["changed"].timestamp() if gens["changed"] else None,
-        *(cands[k] for k in sorted(cands)),
-        baselines["newest"],
+        len(counts.generations),
+        changed.timestamp() if changed else None,
+        counts.candidates,
+        counts.scored,
+        # 12 digits: a changed score moves it, the order the sums were added in does not
+        f"{counts.scores:.12g}",
+        *(by_status.get(code, 0) for code, _ in Candidate.STATUS_CHOICES),
+        counts.baselines_newest,
     ]
     return ":".join(str(w) for w in words)
 
 
-def generation_rows(job: Job) -> list[dict]:
+def generation_rows(job: Job, counts: JobCounts | None = None) -> list[dict]:
     """One row per generation: status, candidate counts by status, best time, duration, the
     cost model's rank correlation with the measured times (stored when the generation finished),
     the GPU-seconds its batch took, and the search's best so far, its gain over generation 0 and
-    the GPU-seconds spent to date (portal.derived.search_gains)."""
+    the GPU-seconds spent to date (portal.derived.search_gains). From `counts` when the caller
+    has read them (`job_counts`)."""
     from portal.selectors.evidence import generation_gpu_seconds
 
+    counts = job_counts(job) if counts is None else counts
     gpu_s = generation_gpu_seconds(job)
-    counts: dict[int, dict[str, int]] = {}
-    for gen_id, status, n in (
-        Candidate.objects.filter(job=job)
-        .values_list("generation_id", "status")
-        .annotate(n=Count("id"))
-        .order_by()
-    ):
-        counts.setdefault(gen_id, {})[status] = n
+    on_gpu = _generations_on_gpu(counts.generations)
+    labels = dict(Generation.STATUS_CHOICES)
+    now = timezone.now()
     rows = []
-    for gen in Generation.objects.filter(job=job).order_by("index"):
-        c = counts.get(gen.id, {})
-        end = gen.finished or (timezone.now() if gen.status != Generation.DONE else gen.updated)
+    for gen in counts.generations:
+        c = counts.by_generation.get(gen["id"], {})
+        end = gen["finished"] or (now if gen["status"] != Generation.DONE else gen["updated"])
+        if gen["status"] == Generation.GPU:
+            # "on the GPU" only while a worker runs its batch (what the GPU queue card says)
+            label = "On the GPU" if gen["id"] in on_gpu else "Waiting for a GPU"
+        else:
+            label = labels.get(gen["status"], gen["status"])
         rows.append(
             {
-                "index": gen.index,
-                "status": gen.status,
-                "status_label": _generation_label(gen),
+                "index": gen["index"],
+                "status": gen["status"],
+                "status_label": label,
                 "total": sum(c.values()),
                 "passed": c.get(Candidate.PASSED, 0),
                 "failed": c.get(Candidate.FAILED, 0),
@@ -190,24 +272,26 @@ def generation_rows(job: Job) -> list[dict]:
                     c.get(s, 0) for s in (Candidate.PROPOSED, Candidate.COMPILED, Candidate.QUEUED)
                 ),
                 "by_status": c,
-                "best_score_us": gen.best_score_us,
-                "model_rho": gen.model_rho,
-                "duration_s": max(0.0, (end - gen.created).total_seconds()),
-                "gpu_s": gpu_s.get(gen.index),
+                "best_score_us": gen["best_score_us"],
+                "model_rho": gen["model_rho"],
+                "duration_s": max(0.0, (end - gen["created"]).total_seconds()),
+                "gpu_s": gpu_s.get(gen["index"]),
             }
         )
     return search_gains(rows)
 
 
-def _generation_label(gen: Generation) -> str:
-    """A generation's stage in words; one out to a GPU is "on the GPU" only while a worker runs
-    its batch (what the GPU queue card says)."""
-    if gen.status != Generation.GPU:
-        return gen.get_status_display()
-    on_gpu = GpuBatch.objects.filter(
-        generation=gen, status=GpuBatch.DISPATCHED, started__isnull=False
-    ).exists()
-    return "On the GPU" if on_gpu else "Waiting for a GPU"
+def _generations_on_gpu(generations: list[dict]) -> set[int]:
+    """Ids of the generations (of those at the GPU stage) whose batch a GPU worker has taken;
+    no query when none is at that stage."""
+    at_gpu = [g["id"] for g in generations if g["status"] == Generation.GPU]
+    if not at_gpu:
+        return set()
+    return set(
+        GpuBatch.objects.filter(
+            generation_id__in=at_gpu, status=GpuBatch.DISPATCHED, started__isnull=False
+        ).values_list("generation_id", flat=True)
+    )
 
 
 def gpu_queue(job: Job) -> dict:
@@ -255,8 +339,11 @@ def gpu_queue(job: Job) -> dict:
     }
 
 
-def job_progress(job: Job) -> dict:
-    gens = generation_rows(job)
+def job_progress(job: Job, counts: JobCounts | None = None) -> dict:
+    """The job's progress for its page, its live poll and the API: generations done, the
+    estimate of the time left, candidate totals, the GPU queue. From `counts` when the caller
+    has read them (`job_counts`)."""
+    gens = generation_rows(job, counts)
     done = sum(1 for g in gens if g["status"] == Generation.DONE)
     budget = max(job.max_generations, 1)
     finished = job.status not in Job.ACTIVE
@@ -336,26 +423,25 @@ def population_rows(job: Job) -> list[dict]:
 
 def top_candidates(job: Job):
     """Candidates ranked for the job page's table and the results file: timed ones by score,
-    then the rest."""
+    then the rest. Plain rows (dicts) of the columns the table shows, the generation's index
+    as `generation__index`: a page of the table builds no model instances."""
     return (
         Candidate.objects.filter(job=job)
-        .select_related("generation")
-        .only(
+        .values(
+            "id",
             "code",
             "status",
             "score_us",
             "role",
             "backend",
             "reason",
-            "gpu_status",
             "entry",
             "note",
             "schedule_label",
             "generation__index",
-            "created",
         )
         # Timed candidates first, fastest first; nulls last on every database.
-        .order_by(F("score_us").asc(nulls_last=True), "created")
+        .order_by(F("score_us").asc(nulls_last=True), "created", "id")
     )
 
 

@@ -17,7 +17,9 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal import catalogue, charts, results_schema, services
@@ -31,7 +33,9 @@ log = logging.getLogger("portal.web")
 
 # HTTP 286 tells htmx to stop polling (and still swap the content it got).
 HTMX_STOP_POLLING = 286
-CANDIDATES_PER_PAGE = 50
+# The job page's candidate table: the fastest first, a page at a time (a pager to the rest, and
+# the whole list as CSV).
+CANDIDATES_PER_PAGE = 25
 
 
 def _render(request, template: str, context: dict, *, nav: str = "", status: int = 200):
@@ -257,12 +261,13 @@ def workload(request, code):
     wl = q.get_workload_for_user(request.user, code)
     jobs = q.workload_jobs(wl)
     latest = jobs[0] if jobs else None
+    progress = q.job_progress(latest) if latest else None
     context = {
         "workload": wl,
         "jobs": jobs,
         "latest": latest,
-        "progress": q.job_progress(latest) if latest else None,
-        "steps": q.stage_steps(latest) if latest else [],
+        "progress": progress,
+        "steps": q.stage_steps(latest, progress) if latest else [],
         "spec": q.spec_or_none(wl),
         "row_lengths": wl.row_lengths,
         "default_generations": settings.FACTORY_GENERATIONS,
@@ -288,12 +293,19 @@ def workload(request, code):
 JOB_CHARTS_TTL_S = 60
 
 
-def _job_charts(job: Job, baselines=None) -> dict:
+def _version_key(kind: str, job: Job, version: str | None) -> str:
+    """The cache key of something derived from a job per `charts_version` (`version` when the
+    caller computed it already)."""
+    version = q.charts_version(job) if version is None else version
+    digest = hashlib.sha256(f"{job.code}:{version}".encode()).hexdigest()
+    return f"ptxf:{kind}:{digest}"
+
+
+def _job_charts(job: Job, baselines=None, *, version: str | None = None) -> dict:
     """The job page's charts, drawn once per `charts_version` of the job and kept in this
     process's cache (at most JOB_CHARTS_TTL_S seconds): drawing reads every candidate and
     timing of the job, and the page, its chart refreshes and the review page all show them."""
-    version = f"{job.code}:{q.charts_version(job)}"
-    key = "ptxf:job-charts:" + hashlib.sha256(version.encode()).hexdigest()
+    key = _version_key("job-charts", job, version)
     out = cache.get(key)
     if out is None:
         out = _draw_job_charts(job, baselines)
@@ -349,8 +361,42 @@ def job(request, code):
     return _job_page(request, q.get_job_for_user(request.user, code))
 
 
-def _candidates_page(request, j: Job):
-    return Paginator(q.top_candidates(j), CANDIDATES_PER_PAGE).get_page(request.GET.get("page"))
+def _candidates_html(request, j: Job, counts: q.JobCounts, version: str) -> str:
+    """One page of the job's candidate table (best first, CANDIDATES_PER_PAGE a page, the page
+    the request asks for), rendered once per `charts_version` and page and kept in this
+    process's cache (at most JOB_CHARTS_TTL_S seconds): the job page and the table's refreshes
+    show it. Counted from `counts`, read as plain rows: no query per row."""
+    paginator = Paginator(q.top_candidates(j), CANDIDATES_PER_PAGE)
+    paginator.count = counts.candidates  # counted already: no COUNT query
+    number = paginator.validate_number(_page_number(request.GET.get("page"), paginator))
+    key = f"{_version_key('job-candidates', j, version)}:{number}"
+    html = cache.get(key)
+    if html is None:
+        page = paginator.page(number)
+        labels = dict(Candidate.STATUS_CHOICES)
+        page.object_list = [
+            {
+                **row,
+                "status_label": labels.get(row["status"], row["status"]),
+                "settled": row["status"] in Candidate.SETTLED,
+            }
+            for row in page.object_list
+        ]
+        html = render_to_string(
+            "web/partials/candidates.html", {"job": j, "candidates": page}, request=None
+        )
+        cache.set(key, html, JOB_CHARTS_TTL_S)
+    return mark_safe(html)  # noqa: S308 - rendered by our own template, escaped there
+
+
+def _page_number(value, paginator: Paginator) -> int:
+    """The page a `?page=` parameter asks for, as Paginator.get_page reads it: the first page
+    for anything that is not a number, the last for a number past the end."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return 1
+    return min(max(number, 1), max(paginator.num_pages, 1))
 
 
 def _live_tokens(j: Job, progress: dict) -> dict[str, str]:
@@ -391,10 +437,15 @@ def _measured_on(timings) -> str:
     return "; ".join(seen)
 
 
-def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
-    page = _candidates_page(request, j)
-    decision = q.latest_decision(j)
-    artifact = q.job_artifact(j)
+def _job_summary(j: Job, version: str) -> dict:
+    """What the job page shows that changes only with `charts_version`: the decision and the
+    artifact, the best kernel's speedups over the default baseline, the baselines asked for,
+    model use, the recording it was replayed from. Plain data, worked out once per version and
+    kept in this process's cache (at most JOB_CHARTS_TTL_S seconds)."""
+    key = _version_key("job-summary", j, version)
+    out = cache.get(key)
+    if out is not None:
+        return out
     best = j.best_candidate
     baselines = q.job_baselines(j)
     speed = []
@@ -405,29 +456,42 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         chosen = q.default_baseline(baselines, timings)
         speed = q.speedups(timings, next((b for b in baselines if b.name == chosen), None))
         measured_on = _measured_on(timings)
-    progress = q.job_progress(j)
-    context = {
-        "job": j,
-        "workload": j.workload,
-        "progress": progress,
-        "live": _live_tokens(j, progress),
-        "steps": q.stage_steps(j),
-        "charts": _job_charts(j, baselines),
-        "candidates": page,
-        "decision": decision,
-        "artifact": artifact,
-        "baselines": baselines,
+    out = {
+        "decision": q.latest_decision(j),
+        "artifact": q.job_artifact(j),
+        # the names only: the page lists which were asked for
+        "baselines": [{"name": b.name} for b in baselines],
         "speedups": speed,
         "timed_shapes": sum(1 for s in speed if not s["missing"]),
         "slower_shapes": sum(1 for s in speed if not s["missing"] and s["speedup"] < 1),
         "chosen_baseline": chosen,
         "measured_on": measured_on,
         "unmeasured": _unmeasured_baselines(baselines) if not speed else [],
+        "recording": recording_of(j),
+        "usage": q.job_model_usage(j),
+    }
+    cache.set(key, out, JOB_CHARTS_TTL_S)
+    return out
+
+
+def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
+    # The counts are read once (three queries) and give the version every cached part of the
+    # page is kept under; the progress card is live and drawn every time.
+    counts = q.job_counts(j)
+    version = q.charts_version(j, counts)
+    progress = q.job_progress(j, counts)
+    context = {
+        "job": j,
+        "workload": j.workload,
+        "progress": progress,
+        "live": _live_tokens(j, progress),
+        "steps": q.stage_steps(j, progress),
+        "charts": _job_charts(j, version=version),
+        "candidates_html": _candidates_html(request, j, counts, version),
+        **_job_summary(j, version),
         "open_batch": q.open_batch(j) if q.is_engineer(request.user) else None,
         "import_error": import_error,
         "gpu_dispatch": settings.GPU_DISPATCH,
-        "recording": recording_of(j),
-        "usage": q.job_model_usage(j),
     }
     return _render(request, "web/job.html", context, nav="home", status=status)
 
@@ -640,8 +704,8 @@ def job_charts(request, code):
 def job_candidates(request, code):
     """The job page's candidate table (one page of it), fetched again when candidates change."""
     j = q.get_job_for_user(request.user, code)
-    context = {"job": j, "candidates": _candidates_page(request, j)}
-    return _render(request, "web/partials/candidates.html", context)
+    counts = q.job_counts(j)
+    return HttpResponse(_candidates_html(request, j, counts, q.charts_version(j, counts)))
 
 
 @login_required
@@ -654,7 +718,7 @@ def job_progress(request, code):
     context = {
         "job": j,
         "progress": progress,
-        "steps": q.stage_steps(j),
+        "steps": q.stage_steps(j, progress),
         "live": live,
     }
     response = _render(request, "web/partials/progress.html", context)

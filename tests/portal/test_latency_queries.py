@@ -211,7 +211,7 @@ def test_the_evidence_view_is_computed_once_per_evidence_version(
 
 def test_the_job_charts_are_drawn_once_per_charts_version(orgs, customer, settings, tmp_path):
     """The job page's charts are drawn once and served from the cache while the job's
-    charts_version stays (three small queries to check it), and drawn again when a candidate is
+    charts_version stays (two small queries to check it), and drawn again when a candidate is
     scored."""
     from portal.web import views
 
@@ -224,7 +224,7 @@ def test_the_job_charts_are_drawn_once_per_charts_version(orgs, customer, settin
     with CaptureQueriesContext(connection) as ctx:
         again = views._job_charts(job)
     assert again == first
-    assert len(ctx.captured_queries) == 3
+    assert len(ctx.captured_queries) == 2
     Candidate.objects.create(
         job=job,
         generation=generation,
@@ -235,7 +235,7 @@ def test_the_job_charts_are_drawn_once_per_charts_version(orgs, customer, settin
     )
     with CaptureQueriesContext(connection) as ctx:
         redrawn = views._job_charts(job)
-    assert len(ctx.captured_queries) > 3  # drawn again, not served from the cache
+    assert len(ctx.captured_queries) > 2  # drawn again, not served from the cache
     assert redrawn.get("generations")
 
 
