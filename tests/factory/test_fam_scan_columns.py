@@ -60,7 +60,7 @@ CASES = [
      cs(32, 2, 2, 4, 8)),
     ("cumsum(x * z, axis=0)", "bf16", "fp32", {"B": 21, "S": 3, "D": 8}, cs(32, 8, 1, 4)),
     ("cumsum(x - z, axis=1)", "fp32", "fp32", {"B": 2, "S": 33, "D": 40}, cs(128, 4, 16, 1)),
-    ("cumsum(x, axis=1)", "fp32", "fp32", {"B": 2, "S": 5, "D": 3}, cs(32, 4, 1, 16)),  # R < round
+    ("cumsum(x, axis=1)", "fp32", "fp32", {"B": 2, "S": 5, "D": 3}, cs(32, 2, 1, 16)),  # R < round
 ]  # fmt: skip
 
 
@@ -130,3 +130,27 @@ def test_column_space_is_well_formed():
     rows = SC.lower(load_manifest(M3.format(expr="cumsum(x)", dt="fp32", odt="fp32")))
     assert "lanes and rows" in SC.is_valid(rows, SC.Schedule(mode="row", rows=2), None)[1]
     assert "64 elements" in SC.is_valid(ir, cs(256, 8, 32, 16), None)[1]
+
+
+@pytest.mark.parametrize(
+    "dt, s",
+    [
+        ("bf16", cs(512, 8, 32, 8, 4)),
+        ("bf16", cs(256, 4, 32, 16, 8)),
+        ("fp32", cs(512, 4, 32, 8, 4)),
+        ("fp32", cs(512, 2, 16, 16, 1)),
+        ("fp32", cs(32, 4, 1, 8, 2)),
+    ],
+    ids=str,
+)
+def test_the_largest_register_tiles_compile_without_spills(dt, s):
+    """The space's bounds (64 elements and 128 bytes a thread, at most 512 threads, at least
+    512 threads an SM) are where ptxas for sm_90a still needs no local memory."""
+    from factory.compile import compile_ptx
+
+    ir = SC.lower(wl("cumprod(1.0 + 0.01 * x, axis=1, reverse=True, exclusive=True)", dt, dt))
+    assert SC.is_valid(ir, s, None)[0]
+    r = compile_ptx(SC.emit(ir, s).ptx, "sm_90a", cache=False)
+    assert r.ok and r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (r.registers, r.log[:500])
+    wider = SC.Schedule.from_dict({**s.to_dict(), "rows": 2 * s.rows})
+    assert not SC.is_valid(ir, wider, None)[0]

@@ -165,8 +165,10 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
             return False, "lanes/rows outside the space"
         if s.threads // s.lanes > 32:
             return False, "at most 32 thread rows"
-        if s.rows * s.vec > 64:
-            return False, "at most 64 elements a thread in registers"
+        if s.rows * s.vec > 64 or s.rows * s.vec * ir.max_esize > 128:
+            return False, "at most 64 elements and 128 bytes a thread in registers"
+        if s.threads > 512:
+            return False, "at most 512 threads (128 registers a thread)"
         if 4 * smem_words(s.threads, s.lanes, s.vec) > SMEM_BYTES:
             return False, "the round's totals past 48 KiB of shared memory"
         if dims is not None:
@@ -708,6 +710,13 @@ class ScanKernel(ColumnKernel):
             entry=entry, params=params, threads=s.threads, body=body, lines=b.lines,
             globals_=globals_,
         )  # fmt: skip
+        narrow = s.threads == 512 and s.vec * ir.max_esize < 16  # spills at 64 registers
+        if s.mode == "lookback" and not narrow:
+            # 1024 threads an SM (registers held to 64): a tile's ticket, look-back and
+            # barriers are latency that only other blocks' loads hide (one 512-thread block
+            # an SM at 70 registers reached 54% of copy on an H100)
+            head = f".maxntid {s.threads}, 1, 1"
+            ptx = ptx.replace(head, f"{head}\n.minnctapersm {1024 // s.threads}", 1)
         return Emitted(ptx, entry, tuple(params), Launch((grid, 1, 1), (s.threads, 1, 1)))
 
 
