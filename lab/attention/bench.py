@@ -18,12 +18,17 @@ lab/attention/run_device.sh runs the check phase and then the time phase in sepa
 2. Timings at the issue's shapes (4x32x4096x128, 1x32x16384x128, 8x32x2048x64, GQA
    4x32(8)x8192x128; causal and not): ours (each kernel that passed), SDPA flash and cuDNN (plain
    operator), flex_attention compiled (same score and mask), eager where its fp32 score matrix
-   fits in 4 GiB. CUDA events around each run, a 256 MiB read flushing L2 before each, runners
-   interleaved, median and p20/p80 over the reps; TFLOP/s of the unmasked work (the band's pairs,
-   the document mask's pairs counted from the ids). Flex compiles are skipped (recorded) once the
-   time budget runs low (a first pass times everything but flex; a second pass, soft cap first,
-   times flex beside ours while the budget lasts). JSON is written after every case to
+   fits in 4 GiB (with --eager). CUDA events around each run, a 256 MiB read flushing L2 before
+   each, runners interleaved, median and p20/p80 over the reps; TFLOP/s of the unmasked work
+   (the band's pairs, the document mask's pairs counted from the ids). One pass: plain first
+   (beside SDPA), then ALiBi, window, document and soft cap beside flex; once the budget runs
+   low, ours alone (recorded), then nothing. JSON is written after every case to
    OUT/attention_<phase>.json; a table is printed last.
+
+Our kernels are compiled by ptxas as a whole program where the CUDA toolkit is present
+(setmaxnreg honoured; wholeprog.py), a "jit" label by nvJitLink (setmaxnreg ignored, as in run 1
+and in the GPU worker). The check phase runs the overlapped and ping-pong kernels last, so a hang
+there (the watchdog ends the process) leaves the other kernels checked.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import ctypes
 import json
 import os
 import sys
+import tempfile
 import time
 import traceback
 
@@ -45,6 +51,11 @@ from factory.families.attention import emit as attn_emit  # noqa: E402
 from factory.families.attention import features as F  # noqa: E402
 from factory.families.attention.ir import lower  # noqa: E402
 from factory.families.attention.schedule import AttentionSchedule, is_valid  # noqa: E402
+from factory.families.attention.wholeprog import (  # noqa: E402
+    compile_whole,
+    find_ptxas,
+    setmaxnreg_ignored,
+)
 from factory.spec import eval_dim_expr, load_manifest  # noqa: E402
 from factory.spec.reference import reference, to_storage  # noqa: E402
 from gpuworker import tensormap  # noqa: E402
@@ -54,20 +65,28 @@ RESULTS: dict = {"env": {}, "checks": [], "timings": [], "compile": {}, "errors"
 OUT = "."
 T0 = time.time()
 
-# the schedules checked (and, where they pass, timed) per head dim
+# the schedules checked (and, where they pass, timed) per head dim, each with its compiler:
+# "whole" = ptxas on the PTX as a whole program (setmaxnreg honoured: producer 40 registers,
+# consumers 232), "jit" = nvJitLink (relocatable: setmaxnreg ignored, every thread at the
+# launch count), the compiler of run 1 and of the GPU worker
+OV, PP = {"overlap": True}, {"overlap": True, "pingpong": True}
 CHECK_SCHEDULES = {
     128: {
-        "128x128s2": AttentionSchedule(128, 128, 2),
-        "128x128s2pv64": AttentionSchedule(128, 128, 2, pv_split=True),
-        "64x64s3": AttentionSchedule(64, 64, 3),
-        "128x64s3ov": AttentionSchedule(128, 64, 3, overlap=True),
+        "128x128s2": (AttentionSchedule(128, 128, 2), "whole"),
+        "128x128s2jit": (AttentionSchedule(128, 128, 2), "jit"),
+        "128x128s3ov": (AttentionSchedule(128, 128, 3, **OV), "whole"),
+        "128x128s3ovpp": (AttentionSchedule(128, 128, 3, **PP), "whole"),
+        "128x64s3ovpp": (AttentionSchedule(128, 64, 3, **PP), "whole"),
     },
     64: {
-        "128x128s3": AttentionSchedule(128, 128, 3),
-        "64x64s3": AttentionSchedule(64, 64, 3),
-        "128x128s3ov": AttentionSchedule(128, 128, 3, overlap=True),
+        "128x128s3": (AttentionSchedule(128, 128, 3), "whole"),
+        "128x128s3ov": (AttentionSchedule(128, 128, 3, **OV), "whole"),
+        "128x128s3ovpp": (AttentionSchedule(128, 128, 3, **PP), "whole"),
+        "128x128s4ovpp": (AttentionSchedule(128, 128, 4, **PP), "whole"),
     },
 }
+# the jit build of a schedule is timed on plain attention only (the compiler's effect)
+JIT_VARIANTS = ("plain",)
 # (B, H, HKV, S, D): small, odd held-out lengths (a partial last tile; one shorter than a tile),
 # GQA (4 query heads a kv head), longer than the 1024 window, head dims 128 and 64
 CHECK_SHAPES = [
@@ -126,15 +145,50 @@ def workload(variant: str, causal: bool, shape, window: int = 1024):
     return load_manifest(manifest(variant, causal, d, shape_dims(shape), window=window))
 
 
-class Kernel:
-    """One emitted kernel, compiled here with nvJitLink and launched through the driver."""
+# compiled kernels kept on the GPU host between the check and the time process (the same PTX
+# and compiler give the same cubin; the time phase then skips a minute of ptxas on busy cores)
+CUBIN_CACHE = os.environ.get("ATTN_CUBIN_CACHE", os.path.join(tempfile.gettempdir(), "attn_cubins"))
 
-    def __init__(self, ir, sched: AttentionSchedule, em=None, report=None):
+
+def compile_with(ptx: str, compiler: str):
+    """The CompileReport of `ptx` for sm_90a by ptxas as a whole program ("whole") or by
+    nvJitLink ("jit"), kept in CUBIN_CACHE under the hash of both."""
+    import hashlib
+    import pickle
+
+    use_whole = compiler == "whole" and find_ptxas() is not None
+    key = hashlib.sha256(f"{use_whole}\0{ptx}".encode()).hexdigest()
+    path = os.path.join(CUBIN_CACHE, key + ".pkl")
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)  # noqa: S301 - written by this bench on this host
+    except (OSError, pickle.PickleError, EOFError):
+        pass
+    if use_whole:
+        rep = compile_whole(ptx, "sm_90a")
+    else:
+        rep = compile_ptx(ptx, "sm_90a", cache=False)  # "jit", or no toolkit here (recorded)
+    try:
+        os.makedirs(CUBIN_CACHE, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(rep, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return rep
+
+
+class Kernel:
+    """One emitted kernel, compiled here (ptxas whole program or nvJitLink) and launched
+    through the driver."""
+
+    def __init__(self, ir, sched: AttentionSchedule, em=None, report=None, compiler="whole"):
         from cuda.bindings import driver as cu
 
         self.ir, self.s = ir, sched
         self.em = em or attn_emit.emit(ir, sched)
-        r = report or compile_ptx(self.em.ptx, "sm_90a", cache=False)
+        r = report or compile_with(self.em.ptx, compiler)
         if not r.ok:
             raise RuntimeError(r.log[-2000:])
         self.report = r
@@ -280,24 +334,33 @@ def compile_all(variants, only) -> dict:
         for causal in (False, True):
             for d, scheds in CHECK_SCHEDULES.items():
                 ir = lower(workload(variant, causal, (1, 2, 1, 64, d)))
-                for lab, sched in scheds.items():
+                for lab, (sched, compiler) in scheds.items():
                     if only is not None and (variant, causal, d, lab) not in only:
+                        continue
+                    if compiler == "jit" and variant not in JIT_VARIANTS:
                         continue
                     if is_valid(ir, sched) is None:
                         em = attn_emit.emit(ir, sched)
-                        todo.append(((variant, causal, d, lab), ir, sched, em))
+                        todo.append(((variant, causal, d, lab), ir, sched, em, compiler))
+    RESULTS["env"]["ptxas"] = find_ptxas()
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
-        reports = list(pool.map(lambda x: compile_ptx(x[3].ptx, "sm_90a", cache=False), todo))
+        reports = list(pool.map(lambda x: compile_with(x[3].ptx, x[4]), todo))
     log(f"compiled {len(todo)} kernels at {time.time() - T0:.1f} s")
     out = {}
-    for (key, ir, sched, em), rep in zip(todo, reports, strict=True):
+    for (key, ir, sched, em, compiler), rep in zip(todo, reports, strict=True):
         name = "/".join(str(x) for x in key)
         RESULTS["compile"][name] = {
             "ok": rep.ok,
+            "compiler": compiler,
+            "compiler_version": rep.nvjitlink_version,
             "spill_bytes": rep.spill_store_bytes,
+            "stack_bytes": rep.stack_bytes,
             "registers": rep.registers,
+            "setmaxnreg_ignored": setmaxnreg_ignored(rep),
         }
         try:
+            if rep.spill_store_bytes or rep.spill_load_bytes or rep.stack_bytes:
+                raise RuntimeError(f"spills or stack: {rep.spill_store_bytes} B, not run")
             kern = Kernel(ir, sched, em, rep)
             kern.sha = hashlib.sha256(em.ptx.encode()).hexdigest()
             out[key] = kern
@@ -326,9 +389,19 @@ def unmasked_pairs(w, ir, dims: dict, tensors: dict) -> float:
 
 
 def time_case(
-    torch, kerns: dict, w, variant: str, causal: bool, shape, reps: int, budget: float, flex: bool
+    torch,
+    kerns: dict,
+    w,
+    variant: str,
+    causal: bool,
+    shape,
+    reps: int,
+    budget: float,
+    flex: bool,
+    eager: bool = False,
 ):
-    """Ours (every passing kernel), SDPA flash/cuDNN (plain only), flex compiled, eager."""
+    """Ours (every passing kernel) beside SDPA flash/cuDNN (plain only), flex compiled (with
+    `flex`, while the budget lasts) and eager (with `eager`, where its fp32 scores fit)."""
     from factory.families.attention import baselines as B
 
     dims = shape_dims(shape)
@@ -370,7 +443,7 @@ def time_case(
         for backend in ("flash", "cudnn"):
             fns[f"sdpa {backend}"] = B.sdpa(wp, backend)
     if not flex:
-        skipped["flex compiled"] = "timed in the second pass"
+        skipped["flex compiled"] = "not asked (plain: SDPA) or no budget"
     elif left_s(budget) > 20:
         torch._dynamo.reset()  # each case compiles afresh: no earlier case's graphs or limits
         fn = B.flex(w, compile_flex=True)
@@ -384,8 +457,8 @@ def time_case(
             skipped["flex compiled"] = f"error: {str(e)[:300]}"
     else:
         skipped["flex compiled"] = "time budget"
-    if flex:
-        pass  # the first pass timed eager and SDPA
+    if not eager:
+        pass  # not a criterion of the issue; costs seconds a case
     elif bsz * h * s * s * 4 <= 4 * 2**30:
         fns["eager"] = B.eager(w)
     else:
@@ -395,7 +468,7 @@ def time_case(
     for lab, f in list(runners.items()):
         try:
             f()
-            wait_or_die(torch, lab, 60.0)
+            wait_or_die(torch, lab, 20.0)  # a kernel that hangs ends the phase
         except Exception as e:  # noqa: BLE001
             skipped[lab] = f"error: {str(e)[:300]}"
             runners.pop(lab)
@@ -452,7 +525,7 @@ def time_case(
         "unmasked_flops": flops,
         "rows": rows,
         "skipped": skipped,
-        "pass": "flex" if flex else "first",
+        "pass": "one",
     }
     RESULTS["timings"].append(rec)
     save()
@@ -468,6 +541,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="plain and soft cap, two shapes")
     ap.add_argument("--swap-v-offsets", action="store_true")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--eager", action="store_true", help="time materialised attention too")
     ap.add_argument(
         "--phase",
         default="all",
@@ -512,7 +586,13 @@ def main():
     passed: dict = {}  # (variant, causal, d) -> {label: Kernel}
     if args.phase in ("all", "check"):
         kernels = compile_all(variants, only=None)
-        for (variant, causal, d, lab), kern in kernels.items():
+
+        def risk(key):  # the newest loop structures last: a hang there ends the phase
+            lab = key[3]
+            return ("pp" in lab, "ov" in lab)
+
+        for variant, causal, d, lab in sorted(kernels, key=risk):
+            kern = kernels[(variant, causal, d, lab)]
             good = passed.setdefault((variant, causal, d), {})
             if kern is None:
                 continue
@@ -546,35 +626,42 @@ def main():
     if args.phase == "check":
         return
 
-    # 2. timings. First pass: every case, ours beside SDPA and eager (cheap); second pass:
-    # flex_attention compiled beside ours, soft cap first, while the budget lasts.
+    # 2. timings, one pass: plain beside SDPA flash and cuDNN first, then each variant beside
+    # flex_attention compiled (ALiBi, window and document first: they had no valid flex
+    # number yet); when the budget runs low, ours alone (no flex compile), then nothing.
     shapes = TIME_SHAPES[:2] if args.quick else TIME_SHAPES
     table = []
-    cases = [(v, sh, c) for v in variants for sh in shapes for c in (True, False)]
-    order = ("softcap", "alibi", "window", "document", "plain")
-    flex_cases = sorted(cases, key=lambda x: order.index(x[0]) if x[0] in order else 9)
-    for flex, todo in ((False, cases), (True, flex_cases)):
-        for variant, shape, causal in todo:
-            if left_s(args.budget_s) < 20:
-                RESULTS["errors"].append(
-                    f"time budget: {variant} {shape} causal={causal} untimed"
-                    + (" with flex" if flex else "")
-                )
-                continue
-            d = shape[4]
-            w = workload(variant, causal, shape)
-            kerns = passed.get((variant, causal, d), {})
-            try:
-                rec = time_case(
-                    torch, kerns, w, variant, causal, shape, args.reps, args.budget_s, flex
-                )
-            except Exception as e:  # noqa: BLE001
-                RESULTS["errors"].append(f"time {variant} {shape} {causal}: {str(e)[:500]}")
-                traceback.print_exc()
-                save()
-                continue
-            for lab, row in rec["rows"].items():
-                table.append((variant, causal, shape, lab, row["median_us"], row["tflops"]))
+    order = ("plain", "alibi", "window", "document", "softcap")
+    ordered = sorted(variants, key=lambda v: order.index(v) if v in order else 9)
+    cases = [(v, sh, c) for v in ordered for sh in shapes for c in (True, False)]
+    for variant, shape, causal in cases:
+        if left_s(args.budget_s) < 6:
+            RESULTS["errors"].append(f"time budget: {variant} {shape} causal={causal} untimed")
+            continue
+        flex = variant != "plain" and left_s(args.budget_s) > 25
+        d = shape[4]
+        w = workload(variant, causal, shape)
+        kerns = passed.get((variant, causal, d), {})
+        try:
+            rec = time_case(
+                torch,
+                kerns,
+                w,
+                variant,
+                causal,
+                shape,
+                args.reps,
+                args.budget_s,
+                flex,
+                args.eager,
+            )
+        except Exception as e:  # noqa: BLE001
+            RESULTS["errors"].append(f"time {variant} {shape} {causal}: {str(e)[:500]}")
+            traceback.print_exc()
+            save()
+            continue
+        for lab, row in rec["rows"].items():
+            table.append((variant, causal, shape, lab, row["median_us"], row["tflops"]))
     RESULTS["wall_s"] = round(time.time() - T0, 1)
     save()
     n_ok = sum(1 for c in RESULTS["checks"] if c["ok"])

@@ -298,3 +298,33 @@ def test_tensor_maps_and_grid_fit_the_hardware_at_the_issue_shapes(variant):
             assert grid[1] == dims["H"] and grid[2] == dims["B"]
             assert grid[0] * s.block_m >= dims["S"] > (grid[0] - 1) * s.block_m
             assert max(grid[1:]) <= 65535
+
+
+@pytest.mark.parametrize("variant, d", [("softcap", 128), ("document", 128), ("alibi", 64)])
+def test_schedules_only_a_whole_program_compile_fits_compile_clean_with_ptxas(
+    variant, d, monkeypatch
+):
+    # the overlapped 128x128 tiles at head dim 128 need setmaxnreg honoured: outside the space
+    # the GPU worker (nvJitLink) searches, inside it once WHOLE_PROGRAM says ptxas compiles
+    from factory.families.attention.wholeprog import (
+        compile_whole,
+        find_ptxas,
+        setmaxnreg_ignored,
+    )
+
+    if find_ptxas() is None:
+        pytest.skip("no CUDA toolkit ptxas here")
+    w = workload(variant, True, d)
+    fam, ir = families.family_for(w)
+    narrow = fam.space(ir, list(w.shapes))
+    monkeypatch.setattr(S, "WHOLE_PROGRAM", True)
+    wide = fam.space(ir, list(w.shapes))
+    only_whole = [s for s in wide if s not in narrow]
+    assert all(not S.fits_relocatable(ir, s) for s in only_whole)
+    if d == 128:
+        assert any(s.pingpong and s.block_n == 128 for s in only_whole)
+    for s in only_whole[::3]:
+        r = compile_whole(fam.emit(ir, s, "sm_90a").ptx, "sm_90a")
+        assert r.ok, r.log[:2000]
+        assert r.spill_store_bytes == 0 and r.stack_bytes == 0, s
+        assert not setmaxnreg_ignored(r) and "C7509" not in r.log

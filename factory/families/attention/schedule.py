@@ -27,6 +27,11 @@ PRODUCER_REGS = 40
 MAX_CONSUMER_REGS = 240
 # Extra registers a consumer thread holds beside its fragments (indices, row state, addresses).
 OVERHEAD_REGS = 56
+# Whether the kernels are compiled by a compiler that honours setmaxnreg (ptxas on the PTX as a
+# whole program, wholeprog.py). The GPU worker compiles with nvJitLink, which ignores it, so
+# the space keeps only schedules that fit the launch register count (fits_relocatable); the
+# bench (lab/attention) compiles with ptxas and may emit any valid schedule.
+WHOLE_PROGRAM = False
 
 OPTIONS: dict[str, tuple] = {
     "block_m": (128, 64),
@@ -157,7 +162,9 @@ def space(ir: AttentionIR, dims_list: list[dict]) -> list[AttentionSchedule]:
     return [
         s
         for s in candidates(ir)
-        if is_valid(ir, s) is None and all(is_valid(ir, s, d) is None for d in dims_list)
+        if is_valid(ir, s) is None
+        and all(is_valid(ir, s, d) is None for d in dims_list)
+        and (WHOLE_PROGRAM or fits_relocatable(ir, s))
     ]
 
 
