@@ -136,4 +136,20 @@ def schedules() -> dict[str, GemmSchedule]:
         # the 64-row tile (one consumer warpgroup) staged: in the search space since the H100
         # run of 2026-12-07, not itself run on a GPU yet (tests/factory/test_matmul_tma_store.py)
         "w128s4c1t128": GemmSchedule(tile_m=64, tile_n=128, consumers=1, stages=4, tma_store=128),
+        # skinny shapes (few output tiles): 128 x 128 staged (128 tiles at 512 x 4096), the
+        # 64-row tile 256 wide (128 tiles there, the wide tile's wgmma with one consumer), the
+        # 64-row tile 128 wide with a deep ring (M = 128: memory bound on B), and split-K of
+        # 128 x 128 (2: 128 CTAs at 128 x 8192) and 128 x 256 (4: 128 CTAs there)
+        "w128s5t128": GemmSchedule(tile_n=128, stages=5, tma_store=128),
+        "w128s6t128": GemmSchedule(tile_n=128, stages=6, tma_store=128),
+        "w256s5c1": GemmSchedule(tile_m=64, tile_n=256, consumers=1, stages=5),
+        "w256s5c1t128": GemmSchedule(tile_m=64, tile_n=256, consumers=1, stages=5, tma_store=128),
+        "w128s8c1": GemmSchedule(tile_m=64, tile_n=128, consumers=1, stages=8),
+        "w128s7c1t128": GemmSchedule(tile_m=64, tile_n=128, consumers=1, stages=7, tma_store=128),
+        "sk2w128s4": GemmSchedule(tile_n=128, stages=4, split_k=2, persistent=False),
+        "sk2w128s6": GemmSchedule(tile_n=128, stages=6, split_k=2, persistent=False),
+        "sk2c1w256s4": GemmSchedule(
+            tile_m=64, tile_n=256, consumers=1, stages=4, split_k=2, persistent=False
+        ),
+        "sk4w256s4": GemmSchedule(tile_n=256, stages=4, split_k=4, persistent=False),
     }

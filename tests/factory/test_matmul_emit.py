@@ -65,6 +65,10 @@ def test_every_schedule_emits_and_compiles(op, sn):
     # group-scaled fp8 at 128 accumulators in a cluster, which do)
     assert r.spill_store_bytes <= (256 if s.pingpong else 0)
     assert r.registers <= 255
+    # ptxas serialises every wgmma of a kernel with a call in it (C7509: div.rn.f32 was one), with
+    # too few registers for the wgmma pipeline (C7511) or with accumulators written by other
+    # instructions while wgmmas may be in flight (C7515: split-K's reduction once was)
+    assert not re.search(r"\(C75(09|11|15)\)", r.log), r.log[-2000:]
 
 
 def test_cases_cover_every_epilogue():
@@ -218,12 +222,13 @@ def test_validity_refuses_what_does_not_fit(monkeypatch):
     monkeypatch.setattr(sched_mod, "SPLITK_VERIFIED", True)
     monkeypatch.setattr(sched_mod, "CLUSTER_VERIFIED", True)
     assert is_valid(ir, sk2) is None
-    # what spills is refused with the reason (ptxas at 168 registers a thread)
-    assert "spills" in is_valid(ir, replace(sk2, split_k=4))
+    # split 4 of the 128 x 256 tile does not spill (the reduction has no way back into the
+    # main loop); what spills is refused with the reason (ptxas at 168 registers a thread)
+    assert is_valid(ir, replace(sk2, split_k=4)) is None
     grp = epilogue_irs()["groupq_fp8"]
     assert is_valid(grp, GemmSchedule()) is None
     assert "spills" in is_valid(grp, GemmSchedule(cluster_m=2))
-    assert "spills" in is_valid(grp, sk2)
+    assert is_valid(grp, sk2) is None
     assert is_valid(replace(ir, a=replace(ir.a, dtype="fp32")), GemmSchedule())
     # the accumulators of a 64 x 256 tile per consumer need most of the register file
     assert is_valid(ir, GemmSchedule(tile_m=64, consumers=1)) is None

@@ -102,8 +102,8 @@ def test_tma_store_schedules_emit_and_compile_without_spills(op, sn, verified):
     ir, s = epilogue_irs()[op], schedules()[sn]
     why = is_valid(ir, s)
     if why is not None:
-        # the only refusals among these: a second weight with a 256-wide tile
-        assert ir.b2 is not None and "256" in why, why
+        # the only refusals among these: a second weight with a 256-wide tile or a deep ring
+        assert ir.b2 is not None and ("256" in why or "shared memory" in why), why
         return
     e = gemm_emit.emit(ir, s)
     r = compile_ptx(e.ptx, "sm_90a", cache=False)

@@ -49,6 +49,7 @@ Accumulator fragment of m64nNk16 (f32), thread t of a warpgroup (warp w = t / 32
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from factory.emit import ops
@@ -645,9 +646,15 @@ class _Kernel(HopperKernel):
         if self.pp:
             self.op("add.u32 %ci, %ci, 2")
             self.op("mad.lo.u32 %tile, %ci, %ncta, %cta")
+        elif self.sk > 1:
+            # split-K: one tile per cluster (the grid has one cluster per tile), so no loop back.
+            # Without the back edge ptxas sees no wgmma after the reduction writes the
+            # accumulators; with it, it serialises every wgmma of the main loop (C7515).
+            self.op(f"bra {lab_done}")
         else:
             self.op("add.u32 %tile, %tile, %ncta")
-        self.op(f"bra {lab_tile}")
+        if self.sk == 1:
+            self.op(f"bra {lab_tile}")
         b.label(lab_done)
         if self.ts_slots:
             # the staging buffers stay allocated until the last box stores are done
@@ -675,9 +682,11 @@ class _Kernel(HopperKernel):
         b.comment(f"split-K: {sk} partial tiles summed through distributed shared memory")
         pe = self.pred()
         lab_zero, lab_red = b.new_label("skzero"), b.new_label("skred")
+        # every wgmma done before any branch: on a path where the accumulators are written by
+        # other instructions while wgmmas may be in flight, ptxas serialises every wgmma (C7515)
+        self.op("wgmma.wait_group.sync.aligned 0")
         self.op(f"setp.eq.u32 {pe}, %kb0, %kb1")
         self.op(f"@{pe} bra {lab_zero}")
-        self.op("wgmma.wait_group.sync.aligned 0")
         eaddr2 = self.r32()
         self.op(f"add.u32 {eaddr2}, %empty, {prev}")
         self.release(eaddr2, plane0)
@@ -837,13 +846,6 @@ class _Kernel(HopperKernel):
                     in_ptr[i.name], r, col0, DTYPE_BYTES[i.dtype]
                 )
         grouped = [o for o in ir.outputs if o.group_scale]
-        plead = None
-        if grouped:
-            # lane % 4 == 0 stores the scales (its col0 is the tile's first column)
-            fc = self.r32()
-            self.op(f"and.b32 {fc}, {col0}, 7")
-            plead = self.pred()
-            self.op(f"setp.eq.u32 {plead}, {fc}, 0")
         colbase = {}
         for i in ir.inputs:
             if i.role == "col":
@@ -853,16 +855,21 @@ class _Kernel(HopperKernel):
                 self.op(f"mad.lo.u64 {a}, {c}, {DTYPE_BYTES[i.dtype]}, {in_ptr[i.name]}")
                 colbase[i.name] = a
 
+        last_pcol: list[str] = []  # the column predicates of the last compute (tails)
+        left_n = self.r32()
+        if not fast:
+            self.op(f"sub.u32 {left_n}, %N, {col0}")
+
         def compute(j: int):
             """The outputs' values at column block j: {(name, h): [v0, v1]} and the store
             predicates of each h (None for a whole tile)."""
             pcol = []
             if not fast:
+                # column col0 + 8j + e < N as N - col0 > 8j + e (signed: a tile's column may
+                # lie past N), one register for the whole tile
                 for e in range(2):
-                    c = self.r32()
-                    self.op(f"add.u32 {c}, {col0}, {8 * j + e}")
                     p = self.pred()
-                    self.op(f"setp.lt.u32 {p}, {c}, %N")
+                    self.op(f"setp.gt.s32 {p}, {left_n}, {8 * j + e}")
                     pcol.append(p)
             colv = {}
             for i in ir.inputs:
@@ -878,7 +885,8 @@ class _Kernel(HopperKernel):
                     preds = []
                     for e in range(2):
                         p = self.pred()
-                        self.op(f"and.pred {p}, {prow[h]}, {pcol[e]}")
+                        # row < M evaluated again here rather than kept live in a predicate
+                        self.op(f"setp.lt.and.u32 {p}, {rows[h]}, %M, {pcol[e]}")
                         preds.append(p)
                 hpreds.append(preds)
                 fullv = {}
@@ -902,10 +910,11 @@ class _Kernel(HopperKernel):
                     memo: dict = {}
                     for o in ir.outputs:
                         results[(o.name, h)].append(ev.value(o.expr, env, memo))
+            last_pcol[:] = pcol
             return results, hpreds
 
-        def store(j: int, results, hpreds, inv=None) -> None:
-            for h in range(2):
+        def store(j: int, results, hpreds, inv=None, hs=(0, 1)) -> None:
+            for h in hs:
                 for o in ir.outputs:
                     vals = results[(o.name, h)]
                     if o.group_scale:
@@ -942,37 +951,36 @@ class _Kernel(HopperKernel):
         # amax (kept in no register: only the running maximum), the scale, then the values
         # again, quantised and stored (recomputing is cheaper than 64 more live registers)
         per = SCALE_GROUP // 8
-        for g0 in range(0, len(blocks), per):
+        for g0, hs in itertools.product(range(0, len(blocks), per), [(0, 1)]):
             group = blocks[g0 : g0 + per]
             amax = {}
             for o in grouped:
-                for h in (0, 1):
+                for h in hs:
                     amax[(o.name, h)] = b.reg("f32")
                     self.op(f"mov.f32 {amax[(o.name, h)]}, 0f00000000")
             for j in group:
                 results, hpreds = compute(j)
                 for o in grouped:
-                    for h in (0, 1):
+                    for h in hs:
                         for e, v in enumerate(results[(o.name, h)]):
                             a = b.reg("f32")
                             self.op(f"abs.f32 {a}, {v}")
-                            if hpreds[h] is not None:  # columns past N (rows past M: unused)
-                                self.op(f"selp.f32 {a}, {a}, 0f00000000, {hpreds[h][e]}")
+                            if last_pcol:  # columns past N (a row past M stores nothing)
+                                self.op(f"selp.f32 {a}, {a}, 0f00000000, {last_pcol[e]}")
                             self.op(f"max.f32 {amax[(o.name, h)]}, {amax[(o.name, h)]}, {a}")
             inv = {}
             for o in grouped:
-                for h in (0, 1):
+                for h in hs:
                     inv[(o.name, h)] = self._group_scale(
                         amax[(o.name, h)],
                         o.group_scale,
                         rows[h],
                         group[0],
-                        plead,
-                        None if fast else prow[h],
+                        not fast,
                         col0,
                     )
             for j in group:
-                store(j, *compute(j), inv)
+                store(j, *compute(j), inv, hs)
 
     # ---- TMA-store epilogue ------------------------------------------------------------------
     def _issuer(self) -> str:
@@ -1057,7 +1065,7 @@ class _Kernel(HopperKernel):
         )
         self.op(f"@{p} cp.async.bulk.commit_group")
 
-    def _group_scale(self, amax, scales, row, j0, plead, prow, col0) -> str:
+    def _group_scale(self, amax, scales, row, j0, tail, col0) -> str:
         """The scale amax / 448 of one row's 128-column group, from this thread's maximum
         and the 3 other lanes of its quad (they hold the row's other columns); lane % 4 == 0
         stores it in `scales` [rows, ceil(N / 128)] at (row, (col0 >> 7) + j0 / 16) (tiling.
@@ -1079,17 +1087,24 @@ class _Kernel(HopperKernel):
             self.op(f"shfl.sync.bfly.b32 {other}, {amax}, {lanes}, 31, -1")
             self.op(f"max.f32 {amax}, {amax}, {other}")
         scale, inv = b.reg("f32"), b.reg("f32")
-        self.op(f"div.rn.f32 {scale}, {amax}, {b.const_f32(448.0)}")
-        self.op(f"div.rn.f32 {inv}, {b.const_f32(448.0)}, {amax}")
+        # amax times 1/448 rounded, and 448 times rcp.approx (1 ulp): div.rn is a call to a
+        # subroutine, and any call in the kernel makes ptxas serialise every wgmma of the main
+        # loop (C7509)
+        self.op(f"mul.rn.f32 {scale}, {amax}, {b.const_f32(1.0 / 448.0)}")
+        self.op(f"rcp.approx.f32 {inv}, {amax}")
+        self.op(f"mul.rn.f32 {inv}, {inv}, {b.const_f32(448.0)}")
         pz = self.pred()
         self.op(f"setp.gt.f32 {pz}, {amax}, 0f00000000")
         self.op(f"selp.f32 {inv}, {inv}, 0f00000000, {pz}")
-        pst = self.pred()
-        self.op(f"mov.pred {pst}, {plead}")
-        if prow is not None:
+        # the quad's lead lane (col0 % 8 == 0) stores; predicates evaluated here rather than
+        # kept live through the group's values (the tail path is short of registers)
+        fc, pst = self.r32(), self.pred()
+        self.op(f"and.b32 {fc}, {col0}, 7")
+        self.op(f"setp.eq.u32 {pst}, {fc}, 0")
+        if tail:
             # a tail tile: the row below M and the group's first column (col0 + 8 j0 in the
             # quad's lead lane) below N
-            self.op(f"and.pred {pst}, {pst}, {prow}")
+            self.op(f"setp.lt.and.u32 {pst}, {row}, %M, {pst}")
             gc = self.r32()
             self.op(f"add.u32 {gc}, {col0}, {8 * j0}")
             self.op(f"setp.lt.and.u32 {pst}, {gc}, %N, {pst}")
