@@ -68,18 +68,75 @@ def use_primary_context(cu) -> None:
     assert err == cu.CUresult.CUDA_SUCCESS, err
 
 
+def ptxas_path() -> str | None:
+    """A standalone ptxas: on PATH, the CUDA toolkit's, or the one Triton ships."""
+    import shutil
+
+    found = shutil.which("ptxas")
+    if found:
+        return found
+    cands = ["/usr/local/cuda/bin/ptxas"]
+    import importlib.util
+
+    spec = importlib.util.find_spec("triton")  # Triton is only one more place to look
+    if spec is not None and spec.origin:
+        cands.append(os.path.join(os.path.dirname(spec.origin), "backends/nvidia/bin/ptxas"))
+    return next((c for c in cands if os.path.exists(c)), None)
+
+
+def compile_whole_program(ptx: str):
+    """The PTX compiled as a whole program (ptxas without -c), where ptxas honours setmaxnreg;
+    nvJitLink compiles every PTX input relocatable (-c) and ignores it (C7504). Returns a
+    factory.compile.CompileReport-like object (ok, cubin, log, registers, spill_store_bytes)."""
+    import subprocess
+    import tempfile
+    from types import SimpleNamespace
+
+    from factory.compile import parse_resource_log
+
+    tool = ptxas_path()
+    if tool is None:
+        return SimpleNamespace(ok=False, log="no ptxas found", cubin=None)
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        p = subprocess.run(
+            [tool, "-arch=sm_90a", "-v", src, "-o", dst], capture_output=True, text=True
+        )
+        log = p.stdout + p.stderr
+        if p.returncode != 0:
+            return SimpleNamespace(ok=False, log=log, cubin=None)
+        with open(dst, "rb") as f:
+            cubin = f.read()
+    ents = parse_resource_log(log)
+    e0 = ents[0] if ents else None
+    return SimpleNamespace(
+        ok=True,
+        cubin=cubin,
+        log=log,
+        tool=tool,
+        registers=e0.registers if e0 else 0,
+        spill_store_bytes=e0.spill_store_bytes if e0 else 0,
+    )
+
+
 class Kernel:
-    def __init__(self, ir, s):
+    def __init__(self, ir, s, compiler: str = "nvjitlink"):
         from cuda.bindings import driver as cu
 
         use_primary_context(cu)
-        self.ir, self.s = ir, s
+        self.ir, self.s, self.compiler = ir, s, compiler
         e = gemm_emit.emit(ir, s)
         self.em = e
-        r = compile_ptx(e.ptx, "sm_90a", cache=False)
+        if compiler == "ptxas":
+            r = compile_whole_program(e.ptx)
+        else:
+            r = compile_ptx(e.ptx, "sm_90a", cache=False)
         if not r.ok:
             raise RuntimeError(r.log[-2000:])
         self.report = r
+        self.setmaxnreg_ignored = "C7504" in r.log
         err, self.mod = cu.cuModuleLoadData(r.cubin)
         assert err == cu.CUresult.CUDA_SUCCESS, err
         err, self.fn = cu.cuModuleGetFunction(self.mod, e.entry.encode())
@@ -372,15 +429,15 @@ def check(torch, kern, name, m, n, k, seed):
         if "cs" in t:
             t["cs"].fill_(float("nan"))
         kern.launch(stream)
-        wait_or_die(torch, f"{name} {kern.s.label()} {m}x{n}x{k}")
+        wait_or_die(torch, f"{name} {label_of(kern)} {m}x{n}x{k}")
         outs.append(t["c"].clone())
     ref = reference(torch, name, t)
-    rec = {"op": name, "schedule": kern.s.label(), "shape": [m, n, k]}
+    rec = {"op": name, "schedule": label_of(kern), "shape": [m, n, k]}
     rec.update(compare(torch, name, outs, t, ref, m, n, k))
     RESULTS["checks"].append(rec)
     save()
     log(
-        f"check {name:9s} {kern.s.label():28s} {m}x{n}x{k}: rel {rec['rel_norm']:.2e} "
+        f"check {name:9s} {label_of(kern):28s} {m}x{n}x{k}: rel {rec['rel_norm']:.2e} "
         f"bad {rec['n_bad']} same {rec['repeat_equal']} -> {'OK' if rec['ok'] else 'FAIL'}"
     )
     return rec["ok"]
@@ -430,6 +487,12 @@ def sm_clock():
         return int(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM))
     except Exception:  # noqa: BLE001
         return None
+
+
+def label_of(kern) -> str:
+    """The schedule's label, and the compiler when it is not nvJitLink."""
+    lab = kern.s.label()
+    return lab if kern.compiler == "nvjitlink" else f"{lab} [{kern.compiler}]"
 
 
 def time_pair(torch, kerns: dict, name, m, n, k, reps):
@@ -574,16 +637,22 @@ def main():
     for op, snames in plan:
         kerns = {}
         for sn in snames:
-            ir, s = irs[op], scheds[sn]
+            # "name@ptxas": the same schedule compiled as a whole program by ptxas (setmaxnreg
+            # honoured) instead of by nvJitLink
+            base, _, compiler = sn.partition("@")
+            ir, s = irs[op], scheds[base]
             why = is_valid(ir, s)
             if why:
                 log(f"skip {op} {sn}: {why}")
                 continue
             try:
-                kern = Kernel(ir, s)
+                kern = Kernel(ir, s, compiler or "nvjitlink")
                 RESULTS["compile"][f"{op}/{sn}"] = {
                     "registers": kern.report.registers,
                     "spills": kern.report.spill_store_bytes,
+                    "compiler": compiler or "nvjitlink",
+                    "setmaxnreg_ignored": kern.setmaxnreg_ignored,
+                    "tool": getattr(kern.report, "tool", "nvJitLink"),
                 }
                 ok = True
                 for i, (m, n, k) in enumerate(parse(args.check_shapes)):
@@ -622,7 +691,7 @@ def main():
                     (
                         op,
                         f"{m}x{n}x{k}",
-                        lab if lab == "torch" else good[lab].s.label(),
+                        lab if lab == "torch" else label_of(good[lab]),
                         r["tflops"],
                         r["median_us"],
                         r["p20_us"],

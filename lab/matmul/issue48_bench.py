@@ -111,12 +111,19 @@ def _candidates(op, m, n, k, allow_splitk, extra) -> list:
         return out + [x for x in extra if x.startswith(("glu", "cl2glu"))]
     wide = math.ceil(m / 128) * math.ceil(n / 256)
     out = ["w256s4"]
-    if wide < 2 * SMS:  # fewer than two waves of wide tiles: narrower tiles fill more SMs
-        out += ["w128s5", "w128s4c1"]
+    if wide < 2 * SMS:
+        # fewer than two waves of wide tiles: narrower or 64-row tiles fill more SMs (staged
+        # where the output allows; the validity check drops what does not fit)
+        out += ["w128s5", "w128s5t128", "w128s4c1", "w128s4c1t128", "w128s8c1"]
+        out += ["w256s5c1", "w256s5c1t128"]
     else:
         out += ["w128s5"]
     if allow_splitk and wide * 2 <= SMS:
-        out += ["sk2w256s4"]  # split 4 of this tile spills (schedule.is_valid)
+        out += ["sk2w256s4"]
+        if wide * 4 <= SMS:
+            out.append("sk4w256s4")
+        if math.ceil(m / 128) * math.ceil(n / 128) * 2 <= SMS:
+            out.append("sk2w128s4")
         if math.ceil(m / 64) * math.ceil(n / 128) * 4 <= 2 * SMS:
             out.append("sk4c1w128s4")
     return out + [x for x in extra if not x.startswith(("glu", "cl2glu"))]

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Issue 48, second round on the GPU (one device call, at most 235 s). Each step is its own
+# process with its own time cap (a hang or a sticky CUDA error ends only that step) and its own
+# folder under $OUT; every kernel is checked against the float64 reference (fresh inputs, output
+# poisoned first, two runs bitwise equal) before it is timed.
+#   1. verify/:  the changed code paths, checks only, with M, N, K tails, one row, K of one
+#                k-block (split-K CTAs without k-blocks): split-K without the wgmma
+#                serialisation (C7515), 4-way split of the 128x256 tile, the group-scaled fp8
+#                scale without the div.rn call (C7509), the tail path's column predicates
+#   2. skinny/:  the plain GEMM's candidates for 512x4096x4096 and 128x8192x8192, timed
+#                interleaved with cuBLAS (torch.matmul)
+#   3. maxnreg/: the same kernels compiled by nvJitLink (setmaxnreg ignored, C7504) and by
+#                ptxas as a whole program (setmaxnreg honoured), at 4096^3 and 8192^3
+#   4. fused/:   issue48_bench for bias+GELU and the fp8 outputs at 4096^3 and 8192^3 against
+#                eager and max-autotune
+#   5. plain/:   issue48_bench for the plain GEMM at the issue's shapes and the held-out ones
+# The last lines printed are each step's table.
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-.}
+END=235
+mkdir -p "$OUT/verify" "$OUT/skinny" "$OUT/maxnreg" "$OUT/fused" "$OUT/plain"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv \
+    >"$OUT/gpu.csv" 2>&1
+
+cap() {  # the smaller of $1 seconds and what is left of END
+    local left=$((END - SECONDS))
+    if [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+
+OUT="$OUT/verify" timeout "$(cap 35)" python3 -m lab.matmul.gemm_bench \
+    --allow-splitk --allow-tma-store \
+    --plan "plain:w256s4t128+sk2w256s4+sk4w256s4+sk2w128s4;bias_gelu:w256s4t128+sk4w256s4;residual:w128s5t128+sk2w128s4;rowq_fp8:w256s4+sk2w256s4;groupq_fp8:w256s4+w128s5+sk2w256s4;swiglu:glu128s4t128+sk2glu128s4;batched_row:w256s4t128" \
+    --check-shapes 333x248x72,1x4096x4096,777x4104x1032,130x304x8,1000x1032x1000 \
+    --time-shapes "" --timeout 30 >"$OUT/verify/log.txt" 2>&1
+echo "verify: $(grep -c -- '-> OK' "$OUT/verify/log.txt") OK, $(grep -c -- '-> FAIL' "$OUT/verify/log.txt") FAIL, $(grep -c '^ERROR\|HANG' "$OUT/verify/log.txt") errors ($SECONDS s)"
+
+OUT="$OUT/skinny" timeout "$(cap 65)" python3 -m lab.matmul.gemm_bench \
+    --allow-splitk --allow-tma-store \
+    --plan "plain:w128s5+w128s5t128+w128s6t128+w256s5c1+w256s5c1t128+w128s4c1+w128s4c1t128+w128s8c1+w128s7c1t128+sk2w256s4+sk4w256s4+sk2w128s4+sk2w128s6+sk2c1w256s4" \
+    --check-shapes 333x248x72,777x4104x1032 \
+    --time-shapes 512x4096x4096,128x8192x8192 --reps 20 --timeout 50 \
+    >"$OUT/skinny/log.txt" 2>&1
+echo "skinny: done ($SECONDS s)"
+
+OUT="$OUT/maxnreg" timeout "$(cap 30)" python3 -m lab.matmul.gemm_bench \
+    --allow-splitk --allow-tma-store \
+    --plan "plain:w256s4t128+w256s4t128@ptxas+w256s4+w256s4@ptxas" \
+    --check-shapes 333x248x72,777x4104x1032 \
+    --time-shapes 4096x4096x4096,8192x8192x8192 --reps 10 --timeout 22 \
+    >"$OUT/maxnreg/log.txt" 2>&1
+echo "maxnreg: done ($SECONDS s)"
+
+LEFT=$(cap 55)
+OUT="$OUT/fused" timeout "$LEFT" python3 -m lab.matmul.issue48_bench --allow-splitk \
+    --allow-tma-store --ops bias_gelu,rowq_fp8,groupq_fp8 \
+    --shapes 4096x4096x4096,8192x8192x8192 --heldout "" \
+    --budget $((LEFT - 15)) --compile-budget 30 >"$OUT/fused/log.txt" 2>&1
+echo "fused: done ($SECONDS s)"
+
+LEFT=$(cap 60)
+OUT="$OUT/plain" timeout "$LEFT" python3 -m lab.matmul.issue48_bench --allow-splitk \
+    --allow-tma-store --ops plain --no-compile --budget $((LEFT - 12)) \
+    >"$OUT/plain/log.txt" 2>&1
+echo "plain: done ($SECONDS s)"
+
+for step in verify skinny maxnreg; do
+    echo "== $step"
+    grep -v "^check\|^child\|^{" "$OUT/$step/log.txt" | tail -n 32
+done
+for step in fused plain; do
+    echo "== $step"
+    grep -v "^check\|^done\|^E1207\|^ \|^AUTOTUNE\|^strides\|^dtypes\|^{" "$OUT/$step/log.txt" |
+        tail -n 30
+done
