@@ -445,32 +445,11 @@ def top_candidates(job: Job):
     )
 
 
-# How long a job's candidate lines are served from the cache before they are read again even
-# when `charts_version` did not move.
-CANDIDATE_RESULTS_TTL_S = 60
-
-
 def candidate_results(job: Job) -> list[dict]:
-    """`candidate_results_uncached`, kept in this process's cache per `charts_version` (it
-    moves whenever a candidate is added, verified or scored), at most CANDIDATE_RESULTS_TTL_S
-    seconds: thousands of lines a job, and API clients poll the results answer."""
-    import hashlib
-
-    from django.core.cache import cache
-
-    version = f"{job.code}:{charts_version(job)}"
-    key = "ptxf:candidate-results:" + hashlib.sha256(version.encode()).hexdigest()
-    rows = cache.get(key)
-    if rows is None:
-        rows = candidate_results_uncached(job)
-        cache.set(key, rows, CANDIDATE_RESULTS_TTL_S)
-    return rows
-
-
-def candidate_results_uncached(job: Job) -> list[dict]:
-    """Every candidate of the job in the order it was made, for the API's results answer, as
-    plain rows (no model instances: thousands a job) of only the columns that answer carries
-    (a job's PTX texts and compile reports run to megabytes)."""
+    """Every candidate of the job in the order it was made, for the API's results answer (which
+    keeps them serialised per `charts_version`), as plain rows (no model instances: thousands a
+    job) of only the columns that answer carries (a job's PTX texts and compile reports run to
+    megabytes)."""
     return [
         {
             "candidate": str(code),

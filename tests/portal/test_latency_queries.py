@@ -310,24 +310,33 @@ def test_the_home_job_list_is_counted_without_its_annotations(client, orgs, cust
     assert not [s for s in counts if "SELECT COUNT(*) FROM (SELECT" in s]
 
 
-def test_the_candidate_lines_are_read_once_per_charts_version(orgs, customer, settings, tmp_path):
-    """The API's candidate lines are served from the cache while the job's charts_version
-    stays, and read again once a candidate is added."""
-    from portal import selectors as q
-
+def test_the_results_answers_evidence_is_read_once_per_charts_version(
+    client, orgs, customer, settings, tmp_path
+):
+    """The API's results answer serves its evidence (the candidate lines, the baselines, the
+    best kernel's timings) from the cache while the job's charts_version stays, and reads it
+    again once a candidate is added; the live part is read every time."""
     settings.MEDIA_ROOT = tmp_path / "media"
     job = make_world_for(orgs[0], customer, "acme-lines")["job"]
-    first = q.candidate_results(job)
+    key, _ = services.api_token_create(user=customer, name="t")
+    url = reverse("api-results", args=[job.code])
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {key}"}
+    first = client.get(url, **auth).json()
     with CaptureQueriesContext(connection) as ctx:
-        assert q.candidate_results(job) == first
-    assert not [x for x in ctx.captured_queries if '"portal_candidate"."code"' in x["sql"]]
+        again = client.get(url, **auth).json()
+    assert again == first
+    reads = [x["sql"] for x in ctx.captured_queries]
+    assert not [s for s in reads if 'FROM "portal_candidate"' in s and '."code"' in s]
+    assert not [s for s in reads if '"baseline__name"' in s]  # job_baselines
+    assert [s for s in reads if 'FROM "portal_gpubatch"' in s]  # the GPU queue, live
     Candidate.objects.create(
         job=job,
         generation=Generation.objects.get(job=job, index=0),
         ptx=SIMPLE_PTX,
         ptx_sha256=sha256_hex("added"),
     )
-    assert len(q.candidate_results(job)) == len(first) + 1
+    lines = client.get(url, **auth).json()["candidate_results"]
+    assert len(lines) == len(first["candidate_results"]) + 1
 
 
 def test_the_review_page_reads_the_best_kernels_timings_twice_at_most(
