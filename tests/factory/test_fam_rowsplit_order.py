@@ -1,8 +1,8 @@
-"""The split-row family's ticket order: pass k of row r runs in step r + k * group beside
-pass 0 of later rows, chunks interleaved. Run in factory.ptxsim (blocks one at a time, in
-block order, so a task whose ticket came before its inputs' would spin for ever: the timeout
-catches that) at row counts below, at and above the lag, with two and three passes, and
-compared with the float64 reference twice on one memory."""
+"""The split-row family's ticket order: pass k of row group g runs in step g + k x lag
+beside pass 0 of later groups, the step's rows chunk-major. Run in factory.ptxsim (blocks one
+at a time, in block order, so a task whose ticket came before its inputs' would spin for
+ever: the timeout catches that) at row counts below, at and above the group and the lag, with
+two and three passes, and compared with the float64 reference twice on one memory."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ N = 65536
 
 
 def schedule(ir, **kw):
-    base = dict(threads=128, vec=RS.vec_of(ir), unroll=1, chunk=1024, blocks=3, group=1)
+    base = dict(threads=128, vec=RS.vec_of(ir), unroll=1, chunk=1024, blocks=3, group=1, lag=1)
     return RS.Schedule(**{**base, **kw})
 
 
@@ -42,13 +42,17 @@ def schedule(ir, **kw):
 @pytest.mark.parametrize(
     "name, dims, kw",
     [
-        ("softmax", {"M": 5, "N": 2500}, {"group": 1}),
-        ("softmax", {"M": 5, "N": 2500}, {"group": 2, "blocks": 4}),
-        ("softmax", {"M": 1, "N": 3001}, {"group": 2}),
-        ("layernorm", {"M": 3, "N": 2049}, {"group": 1, "unroll": 2, "chunk": 2048}),
+        ("softmax", {"M": 5, "N": 2500}, {}),
+        ("softmax", {"M": 5, "N": 2500}, {"lag": 2, "blocks": 4}),
+        ("softmax", {"M": 1, "N": 3001}, {"lag": 2}),
+        ("softmax", {"M": 5, "N": 2500}, {"group": 2}),
+        ("layernorm", {"M": 3, "N": 2049}, {"unroll": 2, "chunk": 2048}),
+        ("layernorm", {"M": 5, "N": 1999}, {"group": 4, "lag": 2}),
         ("rmsnorm", {"M": 7, "N": 1500}, {"group": 4, "blocks": 5}),
-        ("mad_norm", {"M": 4, "N": 2100}, {"group": 1}),
-        ("mad_norm", {"M": 5, "N": 1025}, {"group": 2, "blocks": 2}),
+        ("mad_norm", {"M": 4, "N": 2100}, {}),
+        ("mad_norm", {"M": 5, "N": 1025}, {"lag": 2, "blocks": 2}),
+        ("mad_norm", {"M": 5, "N": 1500}, {"group": 8}),
+        ("mad_norm", {"M": 6, "N": 1300}, {"group": 4, "lag": 2, "blocks": 4}),
     ],
     ids=str,
 )
@@ -65,11 +69,12 @@ def test_lagged_passes_compute_the_reference_twice(workspace_ops, name, dims, kw
 
 
 @pytest.mark.parametrize("group", RS.GROUPS)
-def test_every_lag_compiles_without_spills(group):
+@pytest.mark.parametrize("lag", RS.LAGS)
+def test_every_group_and_lag_compiles_without_spills(group, lag):
     w = load_manifest(MAD_NORM)
     ir = RS.lower(w)
     s = RS.default_schedule(ir, w.shapes[0])
-    s = RS.Schedule(**{**s.to_dict(), "group": group})
+    s = RS.Schedule(**{**s.to_dict(), "group": group, "lag": lag})
     rep = compile_ptx(RS.emit(ir, s).ptx, "sm_90a")
     assert rep.ok, rep.log
     assert rep.spill_store_bytes == 0

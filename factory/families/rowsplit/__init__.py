@@ -34,7 +34,8 @@ LONG_ROW = 32768  # of at least this many elements
 THREADS = (128, 256, 512)
 UNROLLS = (1, 2, 4)
 CHUNKS = tuple(1 << p for p in range(10, 18))  # 1K .. 128K elements a task
-GROUPS = (1, 2, 4)  # the lag: rows between a row's passes in the ticket order
+GROUPS = (1, 2, 4, 8, 16, 64)  # rows a step of the ticket order (kernel.py)
+LAGS = (1, 2)  # steps between a row's passes
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,10 @@ def lower(workload) -> RowSplitIR:
 class Schedule(ScheduleDict):
     """threads: a block; vec: adjacent elements a load (16 bytes of the widest dtype);
     unroll: vectors a thread has in flight; chunk: elements a task (a power of two); blocks:
-    the grid; group: with reductions, the lag in rows between a row's passes in the ticket
-    order (pass k of row r is handed out beside pass 0 of row r + k x group)."""
+    the grid; with reductions, group: rows a step of the ticket order (their chunks handed
+    out chunk-major, so a per-column input's chunk serves them together) and lag: steps
+    between a row's passes (pass k of group g is handed out beside pass 0 of group
+    g + k x lag)."""
 
     family: str = "rowsplit"
     threads: int = 256
@@ -104,10 +107,14 @@ class Schedule(ScheduleDict):
     unroll: int = 2
     chunk: int = 8192
     blocks: int = 264
-    group: int = 4
+    group: int = 1
+    lag: int = 1
 
     def tag(self) -> str:
-        return f"t{self.threads}v{self.vec}u{self.unroll}c{self.chunk}b{self.blocks}g{self.group}"
+        return (
+            f"t{self.threads}v{self.vec}u{self.unroll}c{self.chunk}b{self.blocks}"
+            f"g{self.group}l{self.lag}"
+        )
 
 
 def vec_of(ir) -> int:
@@ -127,8 +134,10 @@ def is_valid(ir: RowSplitIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "threads/unroll/chunk outside the space"
     if s.vec != vec_of(ir):
         return False, f"vec is {vec_of(ir)} for these dtypes (16-byte loads)"
-    if s.group not in GROUPS or s.blocks < 1:
-        return False, "group/blocks outside the space"
+    if s.group not in GROUPS or s.lag not in LAGS or s.blocks < 1:
+        return False, "group/lag/blocks outside the space"
+    if ir.passes == 1 and (s.group, s.lag) != (1, 1):
+        return False, "one pass: no row groups, no lag"
     if s.chunk < s.threads * s.vec * s.unroll:
         return False, "a chunk smaller than one step of the block"
     if dims is not None:
@@ -144,10 +153,12 @@ def is_valid(ir: RowSplitIR, s: Schedule, dims) -> tuple[bool, str]:
 def space(ir, dims_list) -> list[Schedule]:
     v = vec_of(ir)
     out = []
-    for t, u, c, blk, g in itertools.product(THREADS, UNROLLS, CHUNKS, block_counts(), GROUPS):
-        if ir.passes == 1 and g != GROUPS[0]:
+    for t, u, c, blk, g, lag in itertools.product(
+        THREADS, UNROLLS, CHUNKS, block_counts(), GROUPS, LAGS
+    ):
+        if ir.passes == 1 and (g, lag) != (1, 1):
             continue
-        s = Schedule(threads=t, vec=v, unroll=u, chunk=c, blocks=blk, group=g)
+        s = Schedule(threads=t, vec=v, unroll=u, chunk=c, blocks=blk, group=g, lag=lag)
         if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
             out.append(s)
     return out
@@ -173,7 +184,13 @@ def default_schedule(ir, dims) -> Schedule:
     blocks = 4 * sms if ir.passes > 1 else 2 * sms
     rows, n = rows_and_length(ir.kir, dims)
     row_bytes = n * ir.max_esize
-    g = 2 if ir.passes > 1 and rows > 1 and 2 * row_bytes <= 16 * 1024 * 1024 else 1
+    g, lag = 1, 1
+    if ir.passes > 1 and rows > 1:
+        per_column = any(t.role == row_ir.ROLE_COL for t in ir.kir.inputs)
+        if 2 * row_bytes <= 16 * 1024 * 1024:
+            lag = 2  # two rows apart: the second read from L2, never a wait
+        elif per_column:
+            g = max(x for x in GROUPS if x <= rows)  # the per-column input read once a chunk
     per = rows * n if ir.passes == 1 else n
     pairs = 2 * sms  # tasks are sized by two blocks an SM, whatever the grid
     if ir.passes > 1 and rows > 1:
@@ -187,12 +204,17 @@ def default_schedule(ir, dims) -> Schedule:
         (256, 4) if chunk >= 256 * v * 4 else (256, 2) if chunk >= 256 * v * 2 else (128, 1)
     )
     if ir.passes > 1:
-        # 64 registers: the same bytes in flight a thread with more row inputs, in fewer steps
-        row_inputs = sum(t.role == row_ir.ROLE_ROW for t in ir.kir.inputs)
-        unroll = max(1, min(unroll, 4 // max(row_inputs, 1)))
-    s = Schedule(threads=threads, vec=v, unroll=unroll, chunk=chunk, blocks=blocks, group=g)
+        # in 64 registers: at most 128 bytes of loads a thread a step, over the row and
+        # per-column inputs (LayerNorm fp32 with four steps of x, w, b spills)
+        vectors = sum(t.role in (row_ir.ROLE_ROW, row_ir.ROLE_COL) for t in ir.kir.inputs)
+        unroll = max(u for u in UNROLLS if u <= max(1, min(unroll, 8 // max(vectors, 1))))
+    s = Schedule(
+        threads=threads, vec=v, unroll=unroll, chunk=chunk, blocks=blocks, group=g, lag=lag
+    )
     if not is_valid(ir, s, dims)[0]:
-        s = Schedule(threads=256, vec=v, unroll=2, chunk=CHUNKS[-1], blocks=blocks, group=g)
+        s = Schedule(
+            threads=256, vec=v, unroll=2, chunk=CHUNKS[-1], blocks=blocks, group=g, lag=lag
+        )
     return s
 
 
@@ -203,7 +225,8 @@ def seeds(ir, dims) -> list[Schedule]:
         {"chunk": d.chunk // 2},
         {"unroll": 4},
         {"threads": 512},
-        {"blocks": d.blocks * 2},
+        {"blocks": d.blocks // 2},
+        {"lag": 3 - d.lag},
         {"group": 1},
     )
     return seeds_from(d, changes, lambda s: is_valid(ir, s, dims)[0])
@@ -242,6 +265,7 @@ def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
         log2(s.chunk),
         tasks / max(s.blocks, 1),
         log2(s.group),
+        float(s.lag),
     ]
 
 
@@ -249,7 +273,8 @@ def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
     return (
         f"split rows: tasks of {s.chunk} elements over {s.blocks} blocks of {s.threads} "
-        f"threads x {s.vec} a load, {s.unroll} in flight, passes {s.group} rows apart"
+        f"threads x {s.vec} a load, {s.unroll} in flight, {s.group} rows a step, passes "
+        f"{s.lag} steps apart"
     )
 
 
@@ -275,7 +300,7 @@ FAMILY = Family(
     label=label,
     legend="split rows: elements a task, blocks, threads x elements a load, loads in flight",
     features=features,
-    feature_fields=("threads", "unroll", "chunk", "blocks", "group"),
+    feature_fields=("threads", "unroll", "chunk", "blocks", "group", "lag"),
     roofline=roofline,
     # the row family's torch baselines (F.softmax, F.rms_norm, ...); its Triton and Liger
     # kernels take a row a program, a block of the whole row: not for rows of millions

@@ -178,12 +178,31 @@ class SplitKernel(SegNormKernel):
         b.op(f"add.u64 {addr}, {addr}, {self.base[name]}")
         return addr
 
-    def walk(self, start: str, end: str, rowbase: str, aligned: str, per_vectors) -> None:
+    def inputs_of(self, nodes, seg: dict) -> set:
+        """The names of the inputs these nodes read at an element; what `seg` holds (a row's
+        finals and per-row values) is not descended into."""
+        seen, out, stack = set(), set(), list(nodes)
+        while stack:
+            n = stack.pop()
+            if n in seen or n in seg:
+                continue
+            seen.add(n)
+            if isinstance(n, E.Input):
+                out.add(n.name)
+            stack.extend(E.children(n))
+        return out
+
+    def walk(self, start, end, rowbase, aligned, per_vectors, needs=None) -> None:
         """per_vectors(elems, preds, js) over this thread's elements of [start, end): elems a
         list of dicts (input name -> f32 register) one an element, preds None (all in range)
-        or one predicate an element, js the column of each vector's first element."""
+        or one predicate an element, js the column of each vector's first element. `needs`:
+        the inputs to load (None: every row and per-column input)."""
         b, V, U, T = self.b, self.V, self.U, self.T
-        vecs_in = [(t.name, t.dtype) for t in self.kir.inputs if t.role in (ROLE_ROW, ROLE_COL)]
+        vecs_in = [
+            (t.name, t.dtype)
+            for t in self.kir.inputs
+            if t.role in (ROLE_ROW, ROLE_COL) and (needs is None or t.name in needs)
+        ]
         j = b.reg("b32")
         b.op(f"mad.lo.u32 {j}, {self.tid}, {V}, {start}")
         if U > 1:
@@ -366,12 +385,13 @@ class SplitKernel(SegNormKernel):
             b.op("bar.sync 0")
             # the ticket order (module docstring): a cursor over the steps tau; a block's
             # tickets only grow, so its cursor only moves forward
-            tau, tb, tn, klo, nv = (b.reg("b32") for _ in range(5))
+            tau, tb, tn, NG = (b.reg("b32") for _ in range(4))
+            b.op(f"add.u32 {NG}, {R}, {s.group - 1}")
+            b.op(f"div.u32 {NG}, {NG}, {s.group}")  # row groups
             b.op(f"mov.u32 {tau}, 0")
             b.op(f"mov.u32 {tb}, 0")
-            b.op(f"mov.u32 {tn}, {C}")
-            b.op(f"mov.u32 {klo}, 0")
-            b.op(f"mov.u32 {nv}, 1")
+            slots, _ = self.step_slots(tau, R, NG)
+            b.op(f"mul.lo.u32 {tn}, {slots}, {C}")
         else:
             b.op(f"mov.u32 {t}, %ctaid.x")
             grid = self.u32("%nctaid.x")
@@ -386,16 +406,17 @@ class SplitKernel(SegNormKernel):
         k, r, c = b.reg("b32"), b.reg("b32"), b.reg("b32")
         if self.mode == "ticket":
             b.op(f"@{t0} atom.relaxed.gpu.global.add.u32 {nxt}, [{wr['ticket']}], 1")
-            self.decode_ticket(t, tau, tb, tn, klo, nv, R, C, k, r, c)
+            self.decode_ticket(t, tau, tb, tn, R, NG, C, k, r, c)
         elif self.flat:
             b.op(f"mov.u32 {k}, 0")
             b.op(f"mov.u32 {r}, 0")
             b.op(f"mov.u32 {c}, {t}")
         else:
+            # chunk-major: the tasks in flight together share a per-column input's chunks
             b.op(f"mov.u32 {k}, 0")
-            b.op(f"div.u32 {r}, {t}, {C}")
-            b.op(f"mul.lo.u32 {c}, {r}, {C}")
-            b.op(f"sub.u32 {c}, {t}, {c}")
+            b.op(f"div.u32 {c}, {t}, {R}")
+            b.op(f"mul.lo.u32 {r}, {c}, {R}")
+            b.op(f"sub.u32 {r}, {t}, {r}")
         rowbase, start, end = b.reg("b32"), b.reg("b32"), b.reg("b32")
         b.op(f"mul.lo.u32 {rowbase}, {r}, {N}")
         b.op(f"shl.b32 {start}, {c}, {lc}")
@@ -445,7 +466,8 @@ class SplitKernel(SegNormKernel):
                 def out(elems, preds, js, seg=seg):
                     self.store_outputs(elems, preds, js, rowbase, seg)
 
-                self.walk(start, end, rowbase, aligned, out)
+                outs = [o.node for o in kir.outputs if o.role == ROLE_ROW]
+                self.walk(start, end, rowbase, aligned, out, self.inputs_of(outs, seg))
                 self.store_row_values(seg, r, c, t0)
             if P > 1:
                 b.op(f"bra.uni {task_end}")
@@ -483,25 +505,55 @@ class SplitKernel(SegNormKernel):
 
     def with_residency(self, ptx: str) -> str:
         """Split rows with a grid of three or more blocks an SM: `.minnctapersm` asks ptxas to
-        fit that many (at most 2048 threads an SM), so that they are all resident and keep
-        their loads in flight together (256 threads with four 16-byte vectors each: 64
-        registers for 4 blocks an SM, no spills for softmax, LayerNorm, RMSNorm). The flat
-        family's PTX is left as it is."""
+        fit that many (at most 4), so that they are resident and keep their loads in flight
+        together, where the registers that leaves a thread cover an estimate of what a step
+        needs without spilling: 32 + a word for each 4 bytes a thread loads a step, 8 more
+        past 128 bytes (measured with nvJitLink: softmax and RMSNorm bf16 with 4 x 16 bytes
+        of each input fit 64 registers; LayerNorm fp32 with 4 x 16 bytes of x, w and b
+        spills in 80, fits 88). The flat family's PTX is left as it is."""
         if self.flat:
             return ptx
-        per_sm = min(self.s.blocks // device_for(self.arch).sms, 2048 // self.T)
+        vectors = sum(t.role in (ROLE_ROW, ROLE_COL) for t in self.kir.inputs)
+        step = self.U * 16 * max(vectors, 1)  # bytes a thread loads a step
+        need = 32 + step // 4 + (8 if step > 128 else 0)
+        per_sm = min(self.s.blocks // device_for(self.arch).sms, 4, 65536 // (self.T * need))
         if per_sm < 3:
             return ptx
         head = f".maxntid {self.T}, 1, 1"
         assert ptx.count(head) == 1
         return ptx.replace(head, f"{head}\n.minnctapersm {per_sm}")
 
-    def decode_ticket(self, t, tau, tb, tn, klo, nv, R, C, k, r, c) -> None:
-        """Ticket t -> (pass k, row r, chunk c). Step tau holds the passes k with
-        0 <= tau - k * group < R (row r = tau - k * group), their chunks interleaved (the
-        step's i-th ticket: pass klo + i mod nv, chunk i / nv); the cursor (tau, its first
-        ticket tb, its tickets tn, klo, nv) moves forward until it holds t."""
-        b, L, P = self.b, self.s.group, self.P
+    def step_slots(self, tau, R, NG) -> tuple[str, list]:
+        """The (pass, row) slots of step tau: for each pass k whose row group g = tau - k x lag
+        exists (0 <= g < NG), the rows of g (group rows, fewer in the last group). Returns the
+        slot count and, a pass each, (valid, g, rows of g) registers."""
+        b, G, L = self.b, self.s.group, self.s.lag
+        count = b.reg("b32")
+        b.op(f"mov.u32 {count}, 0")
+        per = []
+        for kk in range(self.P):
+            g, rows, x = b.reg("b32"), b.reg("b32"), b.reg("b32")
+            ok, inr = b.reg("pred"), b.reg("pred")
+            b.op(f"sub.u32 {g}, {tau}, {kk * L}")
+            b.op(f"setp.ge.u32 {ok}, {tau}, {kk * L}")
+            b.op(f"setp.lt.u32 {inr}, {g}, {NG}")
+            b.op(f"and.pred {ok}, {ok}, {inr}")
+            b.op(f"mul.lo.u32 {x}, {g}, {G}")
+            b.op(f"sub.u32 {rows}, {R}, {x}")
+            b.op(f"min.u32 {rows}, {rows}, {G}")
+            b.op(f"selp.b32 {rows}, {rows}, 0, {ok}")
+            b.op(f"add.u32 {count}, {count}, {rows}")
+            per.append((ok, g, rows))
+        return count, per
+
+    def decode_ticket(self, t, tau, tb, tn, R, NG, C, k, r, c) -> None:
+        """Ticket t -> (pass k, row r, chunk c). Step tau holds, for each pass k, the rows of
+        group tau - k x lag (where that group exists), as slots in order (pass, row); the
+        step's chunks go chunk-major over its slots (its i-th ticket: slot i mod slots, chunk
+        i / slots), so a per-column input's chunk is read by the step's rows one after the
+        other. The cursor (tau, its first ticket tb, its tickets tn) moves forward until it
+        holds t."""
+        b, G = self.b, self.s.group
         adv, found = b.new_label("advance"), b.new_label("found")
         b.label(adv)
         nxt_tb = b.reg("b32")
@@ -511,31 +563,32 @@ class SplitKernel(SegNormKernel):
         b.op(f"@{pin} bra.uni {found}")
         b.op(f"mov.u32 {tb}, {nxt_tb}")
         b.op(f"add.u32 {tau}, {tau}, 1")
-        # the passes at tau: klo = tau < R ? 0 : ceil((tau - R + 1) / L), khi = min(P - 1,
-        # tau / L); none where klo > khi (a lag longer than the rows)
-        khi, x = b.reg("b32"), b.reg("b32")
-        b.op(f"div.u32 {khi}, {tau}, {L}")
-        b.op(f"min.u32 {khi}, {khi}, {P - 1}")
-        b.op(f"add.u32 {khi}, {khi}, 1")
-        b.op(f"sub.u32 {x}, {tau}, {R}")
-        b.op(f"add.u32 {x}, {x}, {L}")
-        b.op(f"div.u32 {x}, {x}, {L}")
-        plo = b.reg("pred")
-        b.op(f"setp.lt.u32 {plo}, {tau}, {R}")
-        b.op(f"selp.b32 {klo}, 0, {x}, {plo}")
-        b.op(f"max.u32 {nv}, {khi}, {klo}")
-        b.op(f"sub.u32 {nv}, {nv}, {klo}")
-        b.op(f"mul.lo.u32 {tn}, {nv}, {C}")
+        slots, _ = self.step_slots(tau, R, NG)
+        b.op(f"mul.lo.u32 {tn}, {slots}, {C}")
         b.op(f"bra.uni {adv}")
         b.label(found)
-        i, q = b.reg("b32"), b.reg("b32")
+        slots, per = self.step_slots(tau, R, NG)
+        i, q, x = b.reg("b32"), b.reg("b32"), b.reg("b32")
         b.op(f"sub.u32 {i}, {t}, {tb}")
-        b.op(f"div.u32 {q}, {i}, {nv}")
-        b.op(f"mul.lo.u32 {x}, {q}, {nv}")
-        b.op(f"sub.u32 {x}, {i}, {x}")
-        b.op(f"add.u32 {k}, {klo}, {x}")
-        b.op(f"mul.lo.u32 {r}, {k}, {L}")
-        b.op(f"sub.u32 {r}, {tau}, {r}")
+        b.op(f"div.u32 {q}, {i}, {slots}")
+        b.op(f"mul.lo.u32 {x}, {q}, {slots}")
+        b.op(f"sub.u32 {x}, {i}, {x}")  # the slot
+        # the slot's pass: the last valid k whose slots start at or before it (slots in
+        # order of pass, then row)
+        b.op(f"mov.u32 {k}, 0")
+        b.op(f"mov.u32 {r}, 0")
+        before = b.reg("b32")
+        b.op(f"mov.u32 {before}, 0")
+        for kk, (ok, g, rows) in enumerate(per):
+            m = b.reg("pred")
+            b.op(f"setp.ge.u32 {m}, {x}, {before}")
+            b.op(f"and.pred {m}, {m}, {ok}")
+            row = b.reg("b32")
+            b.op(f"sub.u32 {row}, {x}, {before}")
+            b.op(f"mad.lo.u32 {row}, {g}, {G}, {row}")
+            b.op(f"selp.b32 {r}, {row}, {r}, {m}")
+            b.op(f"selp.b32 {k}, {kk}, {k}, {m}")
+            b.op(f"add.u32 {before}, {before}, {rows}")
         # odd passes walk the row backwards: they start on the chunks the previous pass read
         # last, the likeliest still in L2
         odd = b.reg("pred")
@@ -701,7 +754,9 @@ class SplitKernel(SegNormKernel):
                     ps = list(preds) if preds is not None else [None] * len(vals[u])
                     R.group_moments(b, acc, lambda u=u: vals[u], ps)
 
-        self.walk(start, end, rowbase, aligned, accumulate)
+        # only the inputs the pass's operands read (RMSNorm's statistics: x, not w)
+        needs = self.inputs_of([u.operand for u in mine], seg)
+        self.walk(start, end, rowbase, aligned, accumulate, needs)
         words = {}
         for u in mine:
             acc = accs[u]
