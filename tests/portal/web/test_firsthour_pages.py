@@ -156,6 +156,15 @@ def _check(page, name: str, width: int, signed_in: bool) -> list[str]:
     )
     if hidden:
         problems.append(f"off screen: {hidden}")
+    if width >= 1200:
+        # At a desktop width no card hides part of its table behind a sideways scroll.
+        scrolled = page.evaluate(
+            """() => [...document.querySelectorAll('.card')]
+                .filter((c) => c.scrollWidth > c.clientWidth + 1)
+                .map((c) => (c.querySelector('h2, h3') || c).textContent.trim().slice(0, 30))"""
+        )
+        if scrolled:
+            problems.append(f"cards scrolled sideways: {scrolled}")
     if page.locator("h1").count() != 1:
         problems.append(f"{page.locator('h1').count()} h1 headings")
     styled = page.evaluate(
