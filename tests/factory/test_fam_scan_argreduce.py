@@ -160,7 +160,7 @@ def test_few_long_rows_take_the_lookback_tiles_and_compile():
     dims = {"M": 8, "N": 4 * 1024 * 1024}
     s = SC.default_schedule(ir, dims)
     assert s.mode == "lookback" and SC.is_valid(ir, s, dims)[0]
-    assert SC.default_schedule(ir, {"M": 4096, "N": 4096}).mode == "row"
+    assert SC.default_schedule(ir, {"M": 4096, "N": 4096}).mode in ("row", "warp")
     assert "past the module" in SC.is_valid(ir, s, {"M": 4096, "N": 1 << 20})[1]
     for sch in SC.seeds(ir, dims):
         em = SC.emit(ir, sch)

@@ -40,9 +40,9 @@ from factory.spec.types import KernelParam, Launch
 
 ARCHS = ("sm_90", "sm_100")
 THREADS = (32, 64, 128, 256, 512, 1024)
-MODES = ("row", "lookback", "columns")
+MODES = ("row", "lookback", "columns", "warp")
 SPLITS = (1, 2, 4, 8)
-CHUNKS = (1, 2, 4)
+CHUNKS = (1, 2, 4, 8)
 LANES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 ROWS = (1, 2, 4, 8, 16)
 SMEM_BYTES = 48 * 1024
@@ -130,6 +130,8 @@ class Schedule(ScheduleDict):
             return f"t{self.threads}v{self.vec}l{self.lanes}k{self.rows}c{self.split}"
         if self.mode == "lookback":
             return f"t{self.threads}v{self.vec}lb{self.chunks}"
+        if self.mode == "warp":
+            return f"t{self.threads}v{self.vec}w{self.chunks}"
         return f"t{self.threads}v{self.vec}"
 
     @property
@@ -152,8 +154,8 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "threads/vec outside the space"
     if s.mode not in MODES or s.chunks not in CHUNKS:
         return False, "mode/chunks outside the space"
-    if s.mode != "lookback" and s.chunks != 1:
-        return False, "chunks are a lookback tile's"
+    if s.mode not in ("lookback", "warp") and s.chunks != 1:
+        return False, "chunks are a lookback tile's or a warp row's"
     if (s.mode == "columns") != ir.columns:
         return False, "columns scan a leading or middle axis; rows and lookback the last"
     if s.split not in SPLITS or (s.mode != "columns" and s.split != 1):
@@ -186,6 +188,16 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "a lookback tile is a block of 128 to 512 threads"
     if s.mode == "lookback" and s.chunks * s.vec > 16:
         return False, "a lookback tile holds at most 16 elements a thread in registers"
+    if s.mode == "warp":
+        if s.threads > 512:
+            return False, "a warp row's chunks need up to 128 registers: at most 512 threads"
+        if s.chunks * s.vec > 32:
+            return False, "a warp row holds at most 32 elements a lane in registers"
+        if dims is not None:
+            n = _row(ir, dims)
+            if s.chunks * s.vec > 1 and 32 * s.vec * s.chunks >= 2 * n:
+                return False, f"a warp's {s.chunks} x 32 x {s.vec} for rows of {n}: half idle"
+        return True, ""
     if dims is not None:
         n = _row(ir, dims)
         if s.threads > 32 and s.threads * s.vec >= 2 * n:
@@ -202,7 +214,7 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
 
 def space(ir, dims_list) -> list[Schedule]:
     out = []
-    layouts = [("row", 1, 1)] + [("lookback", c, 1) for c in CHUNKS]
+    layouts = [("row", 1, 1)] + [(m, c, 1) for m in ("lookback", "warp") for c in CHUNKS]
     if ir.columns:
         for t, v, ln, k, sp in itertools.product(THREADS, vecs(ir), LANES, ROWS, SPLITS):
             s = Schedule(threads=t, vec=v, mode="columns", split=sp, lanes=ln, rows=k)
@@ -227,6 +239,23 @@ def default_schedule(ir, dims) -> Schedule:
             s = Schedule(threads=t, vec=v, mode="lookback", chunks=c)
             if is_valid(ir, s, dims)[0]:
                 return s
+    if rows >= 16 * SMS and n <= 32 * v * 8 * 4:
+        # many short rows: a row a warp, up to eight 16-byte loads a lane in flight, no
+        # block barrier (a row a block of 256 threads had one 16-byte load a thread)
+        while v > 1 and 32 * v >= 2 * n:
+            v //= 2
+        c = 1
+        while c < 8 and 32 * v * c < n and 2 * c * v <= 32:
+            c *= 2
+        s = Schedule(threads=256, vec=v, mode="warp", chunks=c)
+        if is_valid(ir, s, dims)[0]:
+            return s
+    return block_row(ir, dims, v)
+
+
+def block_row(ir, dims, v: int) -> Schedule:
+    """A row a block: threads up to 256, at most twice the row in one chunk."""
+    n = _row(ir, dims)
     t = 32
     while t < 256 and 2 * t * v < 2 * n:
         t *= 2
@@ -283,6 +312,15 @@ def seeds(ir, dims) -> list[Schedule]:
             s = Schedule.from_dict(f)
             if s not in out and is_valid(ir, s, dims)[0]:
                 out.append(s)
+        return out
+    if d.mode == "warp":  # fewer loads in flight, other blocks, and a row a block
+        out = [d]
+        for s in (Schedule(threads=d.threads, vec=d.vec, mode="warp", chunks=d.chunks // 2),
+                  Schedule(threads=d.threads // 2, vec=d.vec, mode="warp", chunks=d.chunks),
+                  block_row(ir, dims, d.vec)):  # fmt: skip
+            if s.chunks in CHUNKS and s.threads in THREADS and s not in out:
+                if is_valid(ir, s, dims)[0]:
+                    out.append(s)
         return out
     out = [d]
     for t, v in ((d.threads * 2, d.vec), (d.threads // 2, d.vec), (d.threads, d.vec // 2)):
@@ -422,10 +460,14 @@ class ScanKernel(ColumnKernel):
         b.op(f"setp.eq.u32 {last}, {self.lane}, 31")
         wat = b.reg("b32")
         b.op(f"mad.lo.u32 {wat}, {self.warp}, 4, {self.smem}")
-        b.op(f"@{last} st.shared.f32 [{wat}], {total}")
-        b.op("bar.sync 0")
         before = b.reg("f32")
         b.op(f"mov.f32 {before}, {carry}")
+        if self.s.mode == "warp":  # the warp is the row's only scanner: no shared memory
+            self.combine(carry, total, op)
+            W = 0
+        else:
+            b.op(f"@{last} st.shared.f32 [{wat}], {total}")
+            b.op("bar.sync 0")
         for w in range(W):
             tw = b.reg("f32")
             b.op(f"ld.shared.f32 {tw}, [{self.smem}+{4 * w}]")
@@ -435,7 +477,8 @@ class ScanKernel(ColumnKernel):
             b.op(f"{COMBINE[op]} {t3}, {before}, {tw}")
             b.op(f"selp.f32 {before}, {t3}, {before}, {pw}")
             self.combine(carry, tw, op)
-        b.op("bar.sync 0")
+        if W:
+            b.op("bar.sync 0")
         run = b.reg("f32")
         b.op(f"{COMBINE[op]} {run}, {before}, {prefix}")
         es = ESIZE[o.dtype]
@@ -481,6 +524,8 @@ class ScanKernel(ColumnKernel):
         params = self.setup()
         if self.s.mode == "lookback":
             globals_, grid = self.lookback_body()
+        elif self.s.mode == "warp":
+            globals_, grid = self.warp_body()
         else:
             globals_, grid = self.row_body()
         return self.finish_kernel(params, globals_, grid)
@@ -511,6 +556,43 @@ class ScanKernel(ColumnKernel):
         b.op("ret")
         rows = "(" + "*".join(str(d) for d in ir.shape[:-1]) + ")" if ir.shape[:-1] else "1"
         return [], rows
+
+    def warp_body(self):
+        """A row a warp: `chunks` chunks of 32 x vec elements loaded (every load issued)
+        before the first is scanned, lanes by butterfly, the carry in registers."""
+        ir, b, s, V = self.ir, self.b, self.s, self.V
+        row = b.reg("b32")
+        b.op(f"mov.u32 {row}, %ctaid.x")
+        b.op(f"mad.lo.u32 {row}, {row}, {self.W}, {self.warp}")
+        done = b.new_label("done")
+        pr = b.reg("pred")
+        b.op(f"setp.ge.u32 {pr}, {row}, {self.M}")
+        b.op(f"@{pr} bra.uni {done}")  # the whole warp leaves together
+        self.tid = self.lane  # positions within a chunk are the lane's (load_chunk)
+        rowstart = b.reg("b32")
+        b.op(f"mul.lo.u32 {rowstart}, {row}, {self.N}")
+        carry = b.reg("f32")
+        b.op(f"mov.f32 {carry}, {self.ident}")
+        k0 = self.u32(0)
+        top, end = b.new_label("round"), b.new_label("round_end")
+        b.label(top)
+        pc = b.reg("pred")
+        b.op(f"setp.ge.u32 {pc}, {k0}, {self.N}")
+        b.op(f"@{pc} bra.uni {end}")
+        chunks = []
+        for c in range(s.chunks):
+            kc = b.reg("b32")
+            b.op(f"add.u32 {kc}, {k0}, {c * 32 * V}")
+            chunks.append((*self.load_chunk(kc, rowstart), self.last_whole, self.last_first))
+        for vals, preds, whole, first in chunks:
+            self.scan_store_chunk(vals, preds, carry, rowstart, whole, first)
+        b.op(f"add.u32 {k0}, {k0}, {s.chunks * 32 * V}")
+        b.op(f"bra.uni {top}")
+        b.label(end)
+        b.label(done)
+        b.op("ret")
+        rows = "(" + "*".join(str(d) for d in ir.shape[:-1]) + ")" if ir.shape[:-1] else "1"
+        return [], f"ceildiv({rows}, {self.W})"
 
     def block_fold(self, v: str) -> str:
         """Every thread's v combined in a fixed order (lanes by butterfly, then warps in
@@ -745,6 +827,13 @@ def label(schedule: dict) -> str:
         return (
             f"scan: tiles of {s.chunks} x {s.threads} threads x {s.vec} elements over many "
             "blocks, each folding the aggregates before it"
+        )
+    if s.mode == "warp":
+        return f"scan: a row a warp, {s.chunks} x {s.vec} elements a lane in flight"
+    if s.mode == "columns":
+        return (
+            f"scan: columns, {s.lanes} lanes x {s.vec} along them, {s.rows} rows a thread, "
+            f"{s.threads} threads, a cluster of {s.split}"
         )
     return f"scan: a row a block of {s.threads} threads x {s.vec} elements in registers"
 
