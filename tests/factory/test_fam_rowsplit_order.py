@@ -78,3 +78,25 @@ def test_every_group_and_lag_compiles_without_spills(group, lag):
     rep = compile_ptx(RS.emit(ir, s).ptx, "sm_90a")
     assert rep.ok, rep.log
     assert rep.spill_store_bytes == 0
+
+
+def test_stream_marks_only_the_output_pass_evict_first():
+    """RMSNorm: x's last reads (the output pass) and the stores take the evict-first policy;
+    the statistics pass's reads of x and the per-column w keep the default, and without
+    `stream` nothing is hinted."""
+    w = load_manifest(few_rows(f"{CATALOGUE}/rmsnorm.toml"))
+    ir = RS.lower(w)
+    s = RS.default_schedule(ir, w.shapes[0])
+    on = RS.emit(ir, RS.Schedule(**{**s.to_dict(), "stream": True})).ptx
+    off = RS.emit(ir, RS.Schedule(**{**s.to_dict(), "stream": False})).ptx
+    assert "cache_hint" not in off and "createpolicy" not in off
+    assert on.count("createpolicy.fractional.L2::evict_first") == 1
+    hinted = [x.strip() for x in on.splitlines() if "L2::cache_hint" in x]
+    loads = [x for x in hinted if x.startswith("ld.global.nc.")]
+    stores = [x for x in hinted if x.startswith("st.global.")]
+    assert len(loads) + len(stores) == len(hinted) and loads and stores
+    plain = [x.strip() for x in on.splitlines() if x.strip().startswith("ld.global.nc.v")]
+    # unhinted vector loads: x in the statistics pass, w in the output pass (as many as
+    # the hinted loads of x there)
+    assert len(plain) > len(loads)
+    assert compile_ptx(on, "sm_90a").ok

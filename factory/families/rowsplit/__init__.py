@@ -36,6 +36,7 @@ UNROLLS = (1, 2, 4)
 CHUNKS = tuple(1 << p for p in range(10, 18))  # 1K .. 128K elements a task
 GROUPS = (1, 2, 4, 8, 16, 64)  # rows a step of the ticket order (kernel.py)
 LAGS = (1, 2)  # steps between a row's passes
+STREAMS = (False, True)
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ class Schedule(ScheduleDict):
     the grid; with reductions, group: rows a step of the ticket order (their chunks handed
     out chunk-major, so a per-column input's chunk serves them together) and lag: steps
     between a row's passes (pass k of group g is handed out beside pass 0 of group
-    g + k x lag)."""
+    g + k x lag); stream: the output pass's reads of the row (its last) and its stores
+    marked evict-first in L2, so that they do not push out what a later pass re-reads."""
 
     family: str = "rowsplit"
     threads: int = 256
@@ -109,11 +111,12 @@ class Schedule(ScheduleDict):
     blocks: int = 264
     group: int = 1
     lag: int = 1
+    stream: bool = True
 
     def tag(self) -> str:
         return (
             f"t{self.threads}v{self.vec}u{self.unroll}c{self.chunk}b{self.blocks}"
-            f"g{self.group}l{self.lag}"
+            f"g{self.group}l{self.lag}{'e' if self.stream else ''}"
         )
 
 
@@ -134,7 +137,7 @@ def is_valid(ir: RowSplitIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "threads/unroll/chunk outside the space"
     if s.vec != vec_of(ir):
         return False, f"vec is {vec_of(ir)} for these dtypes (16-byte loads)"
-    if s.group not in GROUPS or s.lag not in LAGS or s.blocks < 1:
+    if s.group not in GROUPS or s.lag not in LAGS or s.stream not in STREAMS or s.blocks < 1:
         return False, "group/lag/blocks outside the space"
     if ir.passes == 1 and (s.group, s.lag) != (1, 1):
         return False, "one pass: no row groups, no lag"
@@ -153,12 +156,12 @@ def is_valid(ir: RowSplitIR, s: Schedule, dims) -> tuple[bool, str]:
 def space(ir, dims_list) -> list[Schedule]:
     v = vec_of(ir)
     out = []
-    for t, u, c, blk, g, lag in itertools.product(
-        THREADS, UNROLLS, CHUNKS, block_counts(), GROUPS, LAGS
+    for t, u, c, blk, g, lag, st in itertools.product(
+        THREADS, UNROLLS, CHUNKS, block_counts(), GROUPS, LAGS, STREAMS
     ):
         if ir.passes == 1 and (g, lag) != (1, 1):
             continue
-        s = Schedule(threads=t, vec=v, unroll=u, chunk=c, blocks=blk, group=g, lag=lag)
+        s = Schedule(threads=t, vec=v, unroll=u, chunk=c, blocks=blk, group=g, lag=lag, stream=st)
         if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
             out.append(s)
     return out
@@ -228,6 +231,7 @@ def seeds(ir, dims) -> list[Schedule]:
         {"blocks": d.blocks // 2},
         {"lag": 3 - d.lag},
         {"group": 1},
+        {"stream": not d.stream},
     )
     return seeds_from(d, changes, lambda s: is_valid(ir, s, dims)[0])
 
@@ -266,6 +270,7 @@ def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
         tasks / max(s.blocks, 1),
         log2(s.group),
         float(s.lag),
+        float(s.stream),
     ]
 
 
@@ -274,7 +279,7 @@ def label(schedule: dict) -> str:
     return (
         f"split rows: tasks of {s.chunk} elements over {s.blocks} blocks of {s.threads} "
         f"threads x {s.vec} a load, {s.unroll} in flight, {s.group} rows a step, passes "
-        f"{s.lag} steps apart"
+        f"{s.lag} steps apart{', the last reads and the stores evict-first' if s.stream else ''}"
     )
 
 
@@ -300,7 +305,7 @@ FAMILY = Family(
     label=label,
     legend="split rows: elements a task, blocks, threads x elements a load, loads in flight",
     features=features,
-    feature_fields=("threads", "unroll", "chunk", "blocks", "group", "lag"),
+    feature_fields=("threads", "unroll", "chunk", "blocks", "group", "lag", "stream"),
     roofline=roofline,
     # the row family's torch baselines (F.softmax, F.rms_norm, ...); its Triton and Liger
     # kernels take a row a program, a block of the whole row: not for rows of millions

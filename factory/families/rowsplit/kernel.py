@@ -149,6 +149,10 @@ class SplitKernel(SegNormKernel):
         self.fast = fast_math_allowed(kir)
         # segnorm's element() reads self.ir only through scalar_input (overridden here)
         self.ir = kir
+        # L2 evict-first on the last reads of the row and on the stores (Schedule.stream)
+        self.stream = bool(getattr(s, "stream", False)) and not flat
+        self.hint_loads: set = set()
+        self.hint_stores = False
 
     # -- what segnorm's helpers ask -----------------------------------------------------------
 
@@ -177,6 +181,24 @@ class SplitKernel(SegNormKernel):
         b.op(f"mul.wide.u32 {addr}, {idx}, {ESIZE[dtype]}")
         b.op(f"add.u64 {addr}, {addr}, {self.base[name]}")
         return addr
+
+    def load_hinted(self, name: str, addr: str, dtype: str) -> list[str]:
+        """load_vector, marked evict-first in L2 where `name` is in hint_loads."""
+        since = len(self.b.lines)
+        vals = self.load_vector(addr, dtype)
+        if name in self.hint_loads:
+            self.with_hint(since, "ld.global.nc.")
+        return vals
+
+    def with_hint(self, since: int, op: str) -> None:
+        """The unpredicated `op` instructions emitted since line `since` take the kernel's
+        evict-first L2 policy (`.L2::cache_hint` and the policy register)."""
+        lines = self.b.lines
+        for i in range(since, len(lines)):
+            text = lines[i].strip()
+            if text.startswith(op):
+                text = text.replace(op, f"{op}L2::cache_hint.", 1)
+                lines[i] = f"    {text[:-1]}, {self.policy};"
 
     def inputs_of(self, nodes, seg: dict) -> set:
         """The names of the inputs these nodes read at an element; what `seg` holds (a row's
@@ -222,7 +244,8 @@ class SplitKernel(SegNormKernel):
             loaded = {name: [] for name, _ in vecs_in}
             for ju in js:
                 for name, dtype in vecs_in:
-                    loaded[name] += self.load_vector(self.addr_of(name, dtype, rowbase, ju), dtype)
+                    addr = self.addr_of(name, dtype, rowbase, ju)
+                    loaded[name] += self.load_hinted(name, addr, dtype)
             elems = [
                 {**{n: loaded[n][e] for n in loaded}, **self.scalar_vals} for e in range(U * V)
             ]
@@ -243,7 +266,7 @@ class SplitKernel(SegNormKernel):
         el, nxt = b.new_label("elems"), b.new_label("next")
         b.op(f"@!{whole} bra {el}")
         per = {
-            name: self.load_vector(self.addr_of(name, dtype, rowbase, j), dtype)
+            name: self.load_hinted(name, self.addr_of(name, dtype, rowbase, j), dtype)
             for name, dtype in vecs_in
         }
         per_vectors([{**{n: per[n][e] for n in per}, **self.scalar_vals} for e in range(V)], None,
@@ -282,7 +305,10 @@ class SplitKernel(SegNormKernel):
                 addr = self.addr_of(o.name, o.dtype, rowbase, ju)
                 part = outs[u * V : (u + 1) * V]
                 if preds is None:
+                    since = len(b.lines)
                     self.store_vector(addr, o.dtype, part)
+                    if self.hint_stores:
+                        self.with_hint(since, "st.global.")
                     continue
                 for e, v in enumerate(part):
                     if es == 4:
@@ -324,6 +350,9 @@ class SplitKernel(SegNormKernel):
         else:
             R, N = self.product(kir.batch_dims), self.dim_reg(kir.row_dim)
         self.tid = self.u32("%tid.x")
+        if self.stream:
+            self.policy = b.reg("b64")
+            b.op(f"createpolicy.fractional.L2::evict_first.b64 {self.policy}, 1.0")
         self.lane, self.warp = b.reg("b32"), b.reg("b32")
         b.op(f"and.b32 {self.lane}, {self.tid}, 31")
         b.op(f"shr.u32 {self.warp}, {self.tid}, 5")
@@ -467,7 +496,13 @@ class SplitKernel(SegNormKernel):
                     self.store_outputs(elems, preds, js, rowbase, seg)
 
                 outs = [o.node for o in kir.outputs if o.role == ROLE_ROW]
+                # the output pass reads the row for the last time and writes: evict-first, so
+                # neither pushes out of L2 the rows a statistics pass read for a later one
+                if self.stream:
+                    self.hint_loads = {t.name for t in kir.inputs if t.role == ROLE_ROW}
+                    self.hint_stores = True
                 self.walk(start, end, rowbase, aligned, out, self.inputs_of(outs, seg))
+                self.hint_loads, self.hint_stores = set(), False
                 self.store_row_values(seg, r, c, t0)
             if P > 1:
                 b.op(f"bra.uni {task_end}")
