@@ -829,7 +829,10 @@ def label(schedule: dict) -> str:
             "blocks, each folding the aggregates before it"
         )
     if s.mode == "warp":
-        return f"scan: a row a warp, {s.chunks} x {s.vec} elements a lane in flight"
+        return (
+            f"scan: a row a warp ({s.threads // 32} a block), {s.chunks} x {s.vec} elements "
+            "a lane in flight"
+        )
     if s.mode == "columns":
         return (
             f"scan: columns, {s.lanes} lanes x {s.vec} along them, {s.rows} rows a thread, "
