@@ -800,9 +800,19 @@ class _Kernel(HopperKernel):
             self.op(f"cvt.f32.{'bf16' if x.dtype == 'bf16' else 'f16'} {f}, {h}")
         return f
 
+    def mask_reads_s(self) -> bool:
+        """Whether a mask term reads the score s (then the mask needs the scaled score)."""
+        return any(
+            isinstance(n, E.Input) and n.name == "s" for t in self.ir.mask for n in E.walk(t)
+        )
+
     def softmax(self, rows, colb: str, masked: bool, defer: bool = False) -> None:
         """x = score * log2(e) (masked: -inf where a term fails or j >= Skv), the row max over
-        the 4 lanes, rescale O and l, P = 2^(x - m) packed to 16-bit pairs."""
+        the 4 lanes, rescale O and l, P = 2^(x - m) packed to 16-bit pairs. Without a score
+        expression (or mask terms on a masked tile) and with a positive scale, x is never
+        formed: the max is taken over the raw products and scaled once a row (a positive
+        factor keeps the order), and 2^(x - m) is ex2(fma(s, scale log2 e, -m)): one
+        operation a score fewer."""
         ir, s, b = self.ir, self.s, self.b
         b.comment("softmax" + (" (masked tile)" if masked else ""))
         ev = _Score(b, None, True)
@@ -834,13 +844,29 @@ class _Kernel(HopperKernel):
                         gath[node] = self._load_extra(x, ptr, idx, pj)
                 colv[2 * jj + e] = (fj, pin, gath)
         xs: dict[int, str] = {}
+        raw = ir.score is None and ir.scale > 0 and not self.mask_reads_s()
         for h in range(2):
             for jj in range(s.block_n // 8):
                 for e in range(2):
                     idx = 4 * jj + 2 * h + e
                     fj, pin, gath = colv[2 * jj + e]
                     acc = f"%sa{idx}"
-                    if ir.score is None and (not masked or not ir.mask):
+                    if raw:
+                        x = acc
+                        if masked:
+                            keep = pin
+                            env = {"h": self.fh, "i": self.fi[f"i{h}"]}
+                            if fj is not None:
+                                env["j"] = fj
+                            memo = {**self.row_vals[h], **gath}
+                            for term in ir.mask:
+                                pt = ev.value(term, env, memo)
+                                k2 = self.pred()
+                                self.op(f"and.pred {k2}, {keep}, {pt}")
+                                keep = k2
+                            x = self.f32()
+                            self.op(f"selp.f32 {x}, {acc}, {ninf}, {keep}")
+                    elif ir.score is None and (not masked or not ir.mask):
                         x = self.f32()
                         self.op(f"mul.f32 {x}, {acc}, {f32_literal(scale_l2)}")
                         if masked:
@@ -874,6 +900,8 @@ class _Kernel(HopperKernel):
                 o = self.f32()
                 self.op(f"shfl.sync.bfly.b32 {o}, {mx}, {lanes}, 31, -1")
                 self.op(f"max.f32 {mx}, {mx}, {o}")
+            if raw:
+                self.op(f"mul.f32 {mx}, {mx}, {f32_literal(scale_l2)}")
             mnew, muse = self.f32(), self.f32()
             self.op(f"max.f32 {mnew}, %m{h}, {mx}")
             pinf = self.pred()
@@ -886,10 +914,16 @@ class _Kernel(HopperKernel):
             total = self.f32()
             self.op(f"mov.f32 {total}, 0f00000000")
             ps = {}
+            if raw:
+                nm = self.f32()
+                self.op(f"neg.f32 {nm}, {muse}")
             for i in idxs:
                 d = self.f32()
                 p = f"%sa{i}" if defer else self.f32()
-                self.op(f"sub.f32 {d}, {xs[i]}, {muse}")
+                if raw:
+                    self.op(f"fma.rn.f32 {d}, {xs[i]}, {f32_literal(scale_l2)}, {nm}")
+                else:
+                    self.op(f"sub.f32 {d}, {xs[i]}, {muse}")
                 self.op(f"ex2.approx.ftz.f32 {p}, {d}")
                 self.op(f"add.f32 {total}, {total}, {p}")
                 ps[i] = p
