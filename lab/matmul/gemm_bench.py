@@ -598,6 +598,7 @@ def main():
         from factory.families.matmul import schedule as _schedule
 
         _schedule.TMA_STORE_VERIFIED = True
+        _schedule.TMA_STORE_FP8_VERIFIED = True
     import torch
 
     dev = torch.cuda.get_device_properties(0)

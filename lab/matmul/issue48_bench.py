@@ -88,9 +88,16 @@ def candidates(
     names = _candidates(op, m, n, k, allow_splitk, extra)
     if allow_tma_store:
         names += ["glu128s4t128"] if op == "swiglu" else ["w256s4t128", "w256s3t256"]
-    was = sched_mod.SPLITK_VERIFIED, sched_mod.TMA_STORE_VERIFIED
+        if op in ("rowq_fp8", "groupq_fp8"):
+            names.append("w256s4t256")  # two 128-column fp8 boxes a consumer
+    was = (
+        sched_mod.SPLITK_VERIFIED,
+        sched_mod.TMA_STORE_VERIFIED,
+        sched_mod.TMA_STORE_FP8_VERIFIED,
+    )
     sched_mod.SPLITK_VERIFIED = was[0] or allow_splitk
     sched_mod.TMA_STORE_VERIFIED = was[1] or allow_tma_store
+    sched_mod.TMA_STORE_FP8_VERIFIED = was[2] or allow_tma_store
     dims = {"M": m, "N": n, "K": k, "Bt": 3}
     try:
         return [
@@ -100,7 +107,11 @@ def candidates(
             and sched_mod.is_valid(irs[op], scheds[x], dims) is None
         ]
     finally:
-        sched_mod.SPLITK_VERIFIED, sched_mod.TMA_STORE_VERIFIED = was
+        (
+            sched_mod.SPLITK_VERIFIED,
+            sched_mod.TMA_STORE_VERIFIED,
+            sched_mod.TMA_STORE_FP8_VERIFIED,
+        ) = was
 
 
 def _candidates(op, m, n, k, allow_splitk, extra) -> list:
@@ -212,6 +223,7 @@ def main():
         sched_mod.CLUSTER_VERIFIED = True
     if args.allow_tma_store:
         sched_mod.TMA_STORE_VERIFIED = True
+        sched_mod.TMA_STORE_FP8_VERIFIED = True
     if args.dry_run:
         return dry_run(args)
     import torch

@@ -6,7 +6,8 @@
 #   1. verify/:  the changed code paths, checks only, with M, N, K tails, one row, K of one
 #                k-block (split-K CTAs without k-blocks): split-K without the wgmma
 #                serialisation (C7515), 4-way split of the 128x256 tile, the group-scaled fp8
-#                scale without the div.rn call (C7509), the tail path's column predicates
+#                scale without the div.rn call (C7509), the tail path's column predicates, fp8
+#                outputs staged through shared memory and stored by TMA (128-column boxes)
 #   2. skinny/:  the plain GEMM's candidates for 512x4096x4096 and 128x8192x8192, timed
 #                interleaved with cuBLAS (torch.matmul)
 #   3. maxnreg/: the same kernels compiled by nvJitLink (setmaxnreg ignored, C7504) and by
@@ -28,18 +29,18 @@ cap() {  # the smaller of $1 seconds and what is left of END
     if [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
 }
 
-OUT="$OUT/verify" timeout "$(cap 35)" python3 -m lab.matmul.gemm_bench \
+OUT="$OUT/verify" timeout "$(cap 45)" python3 -m lab.matmul.gemm_bench \
     --allow-splitk --allow-tma-store \
-    --plan "plain:w256s4t128+sk2w256s4+sk4w256s4+sk2w128s4;bias_gelu:w256s4t128+sk4w256s4;residual:w128s5t128+sk2w128s4;rowq_fp8:w256s4+sk2w256s4;groupq_fp8:w256s4+w128s5+sk2w256s4;swiglu:glu128s4t128+sk2glu128s4;batched_row:w256s4t128" \
-    --check-shapes 333x248x72,1x4096x4096,777x4104x1032,130x304x8,1000x1032x1000 \
-    --time-shapes "" --timeout 30 >"$OUT/verify/log.txt" 2>&1
+    --plan "plain:w256s4t128+sk2w256s4+sk4w256s4+sk2w128s4;bias_gelu:w256s4t128+sk4w256s4;residual:w128s5t128+sk2w128s4;rowq_fp8:w256s4+sk2w256s4+w256s4t256+w128s5t128;groupq_fp8:w256s4+w128s5+sk2w256s4+w256s4t256+w256s4t128;swiglu:glu128s4t128+sk2glu128s4;batched_row:w256s4t128" \
+    --check-shapes 333x240x72,1x4096x4096,777x4112x1032,130x304x8,1000x1040x1000 \
+    --time-shapes "" --timeout 40 >"$OUT/verify/log.txt" 2>&1
 echo "verify: $(grep -c -- '-> OK' "$OUT/verify/log.txt") OK, $(grep -c -- '-> FAIL' "$OUT/verify/log.txt") FAIL, $(grep -c '^ERROR\|HANG' "$OUT/verify/log.txt") errors ($SECONDS s)"
 
-OUT="$OUT/skinny" timeout "$(cap 65)" python3 -m lab.matmul.gemm_bench \
+OUT="$OUT/skinny" timeout "$(cap 60)" python3 -m lab.matmul.gemm_bench \
     --allow-splitk --allow-tma-store \
     --plan "plain:w128s5+w128s5t128+w128s6t128+w256s5c1+w256s5c1t128+w128s4c1+w128s4c1t128+w128s8c1+w128s7c1t128+sk2w256s4+sk4w256s4+sk2w128s4+sk2w128s6+sk2c1w256s4" \
     --check-shapes 333x248x72,777x4104x1032 \
-    --time-shapes 512x4096x4096,128x8192x8192 --reps 20 --timeout 50 \
+    --time-shapes 512x4096x4096,128x8192x8192 --reps 20 --timeout 45 \
     >"$OUT/skinny/log.txt" 2>&1
 echo "skinny: done ($SECONDS s)"
 
@@ -58,7 +59,7 @@ OUT="$OUT/fused" timeout "$LEFT" python3 -m lab.matmul.issue48_bench --allow-spl
     --budget $((LEFT - 15)) --compile-budget 30 >"$OUT/fused/log.txt" 2>&1
 echo "fused: done ($SECONDS s)"
 
-LEFT=$(cap 60)
+LEFT=$(cap 45)
 OUT="$OUT/plain" timeout "$LEFT" python3 -m lab.matmul.issue48_bench --allow-splitk \
     --allow-tma-store --ops plain --no-compile --budget $((LEFT - 12)) \
     >"$OUT/plain/log.txt" 2>&1

@@ -152,4 +152,7 @@ def schedules() -> dict[str, GemmSchedule]:
             tile_m=64, tile_n=256, consumers=1, stages=4, split_k=2, persistent=False
         ),
         "sk4w256s4": GemmSchedule(tile_n=256, stages=4, split_k=4, persistent=False),
+        # an fp8 output staged in two 128-column boxes a consumer (16 KB; a 16-bit output's
+        # 256 columns at 4 stages do not fit)
+        "w256s4t256": GemmSchedule(tile_n=256, stages=4, tma_store=256),
     }

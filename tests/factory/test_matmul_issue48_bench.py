@@ -45,16 +45,20 @@ def test_tma_store_candidates_only_when_allowed_and_where_n_fits(monkeypatch):
     )
     glu = ib.candidates("swiglu", 4096, 4096, 4096, False, [], allow_tma_store=True)
     assert "glu128s4t128" in glu
-    # N = 4097: the output's tensor map needs 16-byte rows; fp8 outputs are not staged
+    # N = 4097: the output's tensor map needs 16-byte rows
     assert not any(
         schedules()[x].tma_store
         for x in ib.candidates("plain", 4095, 4097, 4000, False, [], allow_tma_store=True)
     )
+    # fp8 outputs are staged in 128-column boxes (their own gate, opened by allow_tma_store)
+    monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", False)
+    fp8 = ib.candidates("rowq_fp8", 4096, 4096, 4096, False, [], allow_tma_store=True)
+    assert "w256s4t256" in fp8 and "w256s4t128" in fp8
     assert not any(
-        schedules()[x].tma_store
-        for x in ib.candidates("rowq_fp8", 4096, 4096, 4096, False, [], allow_tma_store=True)
+        schedules()[x].tma_store for x in ib.candidates("rowq_fp8", 4096, 4096, 4096, False, [])
     )
-    assert not sched_mod.TMA_STORE_VERIFIED  # candidates() put the flag back
+    assert not sched_mod.TMA_STORE_VERIFIED  # candidates() put the flags back
+    assert not sched_mod.TMA_STORE_FP8_VERIFIED
 
 
 def test_dry_run_compiles_every_planned_kernel(monkeypatch, capsys):

@@ -40,19 +40,31 @@ def _nvjitlink() -> bool:
 @pytest.fixture
 def verified(monkeypatch):
     monkeypatch.setattr(sched_mod, "TMA_STORE_VERIFIED", True)
+    monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", True)
+
+
+def _op_for(sn: str) -> str:
+    """An op whose output the staged schedule `sn` serves (w256s4t256: fp8 outputs only)."""
+    return "swiglu" if sn.startswith("glu") else "rowq_fp8" if sn == "w256s4t256" else "plain"
 
 
 def test_tma_store_is_open_and_its_gate_still_works(monkeypatch):
     # verified in bench/results/2026-12-07-h100-issue48 (tmastore/: 54 checks passed)
     assert sched_mod.TMA_STORE_VERIFIED
     assert TS_NAMES
+    monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", True)
     for sn in TS_NAMES:
-        ir = epilogue_irs()["swiglu" if sn.startswith("glu") else "plain"]
+        ir = epilogue_irs()[_op_for(sn)]
         assert is_valid(ir, schedules()[sn]) is None
     monkeypatch.setattr(sched_mod, "TMA_STORE_VERIFIED", False)
     for sn in TS_NAMES:
-        ir = epilogue_irs()["swiglu" if sn.startswith("glu") else "plain"]
+        ir = epilogue_irs()[_op_for(sn)]
         assert "not yet verified" in is_valid(ir, schedules()[sn])
+    # the fp8 staging has its own gate
+    monkeypatch.setattr(sched_mod, "TMA_STORE_VERIFIED", True)
+    monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", False)
+    assert "fp8" in is_valid(epilogue_irs()["rowq_fp8"], schedules()["w256s4t256"])
+    assert is_valid(epilogue_irs()["rowq_fp8"], schedules()["w256s4"]) is None
 
 
 def test_tma_store_refusals(verified):
@@ -66,7 +78,10 @@ def test_tma_store_refusals(verified):
     assert "cooperative" in is_valid(
         ir, replace(s, tile_n=128, stages=5, pingpong=True, tma_store=128)
     )
-    assert "bf16 or fp16" in is_valid(epilogue_irs()["rowq_fp8"], s)
+    # fp8 outputs stage boxes of 128 columns (128 bytes a row)
+    assert is_valid(epilogue_irs()["rowq_fp8"], s) is None
+    assert is_valid(epilogue_irs()["groupq_fp8"], replace(s, stages=4)) is None
+    assert "multiple of 128" in is_valid(epilogue_irs()["rowq_fp8"], replace(s, tma_store=64))
     # 128 accumulator registers staged outside the grouped persistent order: spills (residual)
     assert "group_m > 1" in is_valid(ir, replace(s, persistent=False))
     assert "group_m > 1" in is_valid(ir, replace(s, group_m=1))
@@ -74,9 +89,12 @@ def test_tma_store_refusals(verified):
     # the staging buffer counts against shared memory: 4 stages of 48 KB leave no 64 KB
     assert "shared memory" in is_valid(ir, replace(s, stages=4))
     assert is_valid(ir, replace(s, stages=4, tma_store=128)) is None
-    # the output's tensor map needs 16-byte rows
-    assert "multiple of 8" in is_valid(ir, s, {"M": 100, "N": 250, "K": 64})
+    # the output's tensor map needs 16-byte rows: N a multiple of 8 (16-bit) or 16 (fp8)
+    assert "16 bytes" in is_valid(ir, s, {"M": 100, "N": 250, "K": 64})
     assert is_valid(ir, s, {"M": 100, "N": 248, "K": 64}) is None
+    fp8 = epilogue_irs()["rowq_fp8"]
+    assert "16 bytes" in is_valid(fp8, s, {"M": 100, "N": 248, "K": 64})
+    assert is_valid(fp8, s, {"M": 100, "N": 240, "K": 64}) is None
     assert s.label().endswith("ts256")
 
 
@@ -102,8 +120,9 @@ def test_tma_store_schedules_emit_and_compile_without_spills(op, sn, verified):
     ir, s = epilogue_irs()[op], schedules()[sn]
     why = is_valid(ir, s)
     if why is not None:
-        # the only refusals among these: a second weight with a 256-wide tile or a deep ring
-        assert ir.b2 is not None and ("256" in why or "shared memory" in why), why
+        # the only refusals among these: a second weight with a 256-wide tile, a deep ring or
+        # a staging buffer sized for an fp8 output
+        assert (ir.b2 is not None and "256" in why) or "shared memory" in why, why
         return
     e = gemm_emit.emit(ir, s)
     r = compile_ptx(e.ptx, "sm_90a", cache=False)
@@ -116,6 +135,8 @@ def test_tma_store_schedules_emit_and_compile_without_spills(op, sn, verified):
 def test_emitted_protocol_order_and_offsets(sn, verified):
     ir = epilogue_irs()["swiglu" if sn.startswith("glu") else "plain"]
     s = schedules()[sn]
+    if is_valid(ir, s) is not None:
+        return  # a 16-bit output's staging does not fit (w256s4t256 is for fp8 outputs)
     e = gemm_emit.emit(ir, s)
     slots, boxes = s.tma_store // 64, s.tile_n // 64
     # the epilogue is emitted twice (whole tiles, tail tiles); each walks the tile's boxes
@@ -295,3 +316,60 @@ def test_worker_builds_the_output_tensor_map_over_the_run_buffer(monkeypatch):
     assert seen == [(2000, "bf16"), (5000, "fp16"), (7000, "fp16")]
     with pytest.raises(child.EntrantError, match="unknown tensor"):
         tm(None, dict(params["c"], name="d"), sh, 0)
+
+
+def test_fp8_staged_offsets_are_the_tma_layout():
+    """An fp8 output: boxes of 128 columns (128 bytes a row); every register's byte is where
+    the TMA store reads the element it holds, no two registers share a byte."""
+    for slots in (1, 2):
+        seen = set()
+        for w in range(4):
+            for lane in range(32):
+                for j in range(16 * slots):
+                    for h in (0, 1):
+                        for e in (0, 1):
+                            off = tiling.staged_offset(w, lane, j, h, e, slots, elem=1)
+                            row, col = tiling.fragment(w, lane, 4 * j + 2 * h + e)
+                            box = col // 128
+                            want = (
+                                (box % slots) * 8192
+                                + tiling.swizzle128(row, (col % 128) // 16)
+                                + col % 16
+                            )
+                            assert off == want
+                            seen.add(off)
+        assert len(seen) == slots * 8192  # every byte of the buffer once
+
+
+@pytest.mark.parametrize("sn", ["w256s4t256", "w256s4t128", "w128s5t128"])
+@pytest.mark.parametrize("op", ["rowq_fp8", "groupq_fp8"])
+def test_fp8_emitted_offsets_and_map(op, sn, verified):
+    """The fp8 staging as emitted: the output mapped as 16-bit pairs (N / 2 a row), per column
+    block j the XOR constant ((j % 16) / 2) x 16 and the offset slot x 8 KB + h x 1 KB + 8 (j % 2)
+    (tiling.staged_offset with elem=1), one box store per 128 columns, no global store of the
+    values (a group-scaled output still stores its scales)."""
+    ir, s = epilogue_irs()[op], schedules()[sn]
+    e = gemm_emit.emit(ir, s)
+    cmap = [p for p in e.params if p.kind == "tmap"][2]
+    assert cmap.dims == ("ceildiv(N, 2)", "M") and cmap.box == (64, 64)
+    assert e.launch.smem_bytes == s.smem_bytes(ir)
+    assert s.epi_bytes(ir) == s.tile_m * s.tma_store
+    slots = s.tma_store // 128
+    offs = [int(x) for x in re.findall(r"st\.shared\.b16 \[%r\d+\+(\d+)\]", e.ptx)]
+    want = [
+        ((j // 16) % slots) * 8192 + h * 1024 + 8 * (j % 2)
+        for j in range(s.tile_n // 8)
+        for h in (0, 1)
+    ]
+    assert offs == want * 2  # whole tiles, tail tiles
+    xors = [
+        int(x)
+        for x in re.findall(
+            r"xor\.b32 %r\d+, %r\d+, (\d+);\n(?:.*\n){1,}?\s*st\.shared\.b16", e.ptx
+        )
+    ]
+    assert xors == [((j % 16) // 2) * 16 for j in range(s.tile_n // 8)] * 2
+    stores = e.ptx.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group")
+    assert stores == 2 * s.tile_n // 128
+    assert ("st.global.f32" in e.ptx) == (op == "groupq_fp8")
+    assert "st.global.b" not in e.ptx

@@ -49,14 +49,19 @@ Accumulator fragment of m64nNk16 (f32), thread t of a warpgroup (warp w = t / 32
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 from factory.emit import ops
 from factory.emit.hopper import TMA_LOAD, WGMMA_TYPE, HopperKernel, ptx_head
 from factory.emit.ptx import Builder, EmitError
 from factory.families.matmul.ir import ACC, ACC2, SCALE_GROUP, GemmIR
-from factory.families.matmul.schedule import NUM_SMS, PRODUCER_REGS, GemmSchedule, is_valid
+from factory.families.matmul.schedule import (
+    NUM_SMS,
+    PRODUCER_REGS,
+    GemmSchedule,
+    is_valid,
+    staged_bytes,
+)
 from factory.spec import expr as E
 from factory.spec.types import KernelParam, Launch
 
@@ -235,8 +240,11 @@ class _Kernel(HopperKernel):
         # registers per accumulator: a second accumulator holds A @ B2 (two) or, with pingpong,
         # the tile's rows 64-127
         self.n_acc = s.acc_regs(ir) // (2 if self.two or self.pp else 1)
-        # TMA-store epilogue: staging slots per consumer warpgroup (0: stores from registers)
-        self.ts_slots = s.tma_store // 64
+        # TMA-store epilogue: staging slots per consumer warpgroup (0: stores from registers),
+        # each one box of 64 rows x 128 bytes: 64 columns of a 16-bit output, 128 of an fp8 one
+        self.ts_elem = staged_bytes(ir)
+        self.ts_blocks = 128 // self.ts_elem // 8  # column blocks (8 columns) per box
+        self.ts_slots = s.tma_store // (128 // self.ts_elem)
         if self.ts_slots:
             self.entry += f"_ts{s.tma_store}"
 
@@ -280,8 +288,12 @@ class _Kernel(HopperKernel):
             params.append(tmap_param(pname, tensor, (64, rows), (ir.k, outer)))
             plist.append(f".param .align 64 .b8 {pname}[128]")
         if self.ts_slots:
-            # the output's map: boxes of 64 columns x 64 rows, stored from the staging slots
-            params.append(tmap_param("c_map", ir.outputs[0].name, (64, 64), (ir.n, rows_expr(ir))))
+            # the output's map: boxes of 64 x 64 16-bit elements (128 bytes x 64 rows), stored
+            # from the staging slots; an fp8 output is mapped as its bytes in 16-bit pairs (N / 2
+            # elements a row: one 128-byte box row = 128 fp8 columns), so its tensor map is
+            # encoded with a 2-byte element type
+            cols = ir.n if self.ts_elem == 2 else f"ceildiv({ir.n}, 2)"
+            params.append(tmap_param("c_map", ir.outputs[0].name, (64, 64), (cols, rows_expr(ir))))
             plist.append(".param .align 64 .b8 c_map[128]")
         for o in ir.outputs:
             params.append(KernelParam("tensor", "u64", o.name))
@@ -332,7 +344,7 @@ class _Kernel(HopperKernel):
         self.smem_base()
         self.op(f"add.u32 %sb, %base, {s.stages * self.a_bytes}")  # B ring
         self.op(f"add.u32 %epi, %sb, {s.stages * self.b_bytes}")  # staging (tma_store)
-        self.op(f"add.u32 %full, %epi, {s.epi_bytes()}")  # full barriers
+        self.op(f"add.u32 %full, %epi, {s.epi_bytes(ir)}")  # full barriers
         self.op(f"add.u32 %empty, %full, {8 * s.stages}")  # empty barriers
         self.op("mov.u32 %stage, 0")
         self.op("mov.u32 %phase, 0")
@@ -913,8 +925,8 @@ class _Kernel(HopperKernel):
             last_pcol[:] = pcol
             return results, hpreds
 
-        def store(j: int, results, hpreds, inv=None, hs=(0, 1)) -> None:
-            for h in hs:
+        def store(j: int, results, hpreds, inv=None) -> None:
+            for h in range(2):
                 for o in ir.outputs:
                     vals = results[(o.name, h)]
                     if o.group_scale:
@@ -934,14 +946,15 @@ class _Kernel(HopperKernel):
                     )
 
         blocks = list(range(s.tile_n // 8) if js is None else js)
-        if self.ts_slots:
-            # boxes of 64 columns (8 column blocks) through the staging slots
+        bpb = self.ts_blocks
+        if self.ts_slots and not grouped:
+            # boxes of 128 bytes a row (bpb column blocks) through the staging slots
             for j in blocks:
-                if j % 8 == 0:
-                    self._box_begin(j // 8)
+                if j % bpb == 0:
+                    self._box_begin(j // bpb)
                 self._stage_store(j, compute(j)[0])
-                if j % 8 == 7:
-                    self._box_end(j // 8)
+                if j % bpb == bpb - 1:
+                    self._box_end(j // bpb)
             return
         if not grouped:
             for j in blocks:
@@ -951,17 +964,17 @@ class _Kernel(HopperKernel):
         # amax (kept in no register: only the running maximum), the scale, then the values
         # again, quantised and stored (recomputing is cheaper than 64 more live registers)
         per = SCALE_GROUP // 8
-        for g0, hs in itertools.product(range(0, len(blocks), per), [(0, 1)]):
+        for g0 in range(0, len(blocks), per):
             group = blocks[g0 : g0 + per]
             amax = {}
             for o in grouped:
-                for h in hs:
+                for h in (0, 1):
                     amax[(o.name, h)] = b.reg("f32")
                     self.op(f"mov.f32 {amax[(o.name, h)]}, 0f00000000")
             for j in group:
                 results, hpreds = compute(j)
                 for o in grouped:
-                    for h in hs:
+                    for h in (0, 1):
                         for e, v in enumerate(results[(o.name, h)]):
                             a = b.reg("f32")
                             self.op(f"abs.f32 {a}, {v}")
@@ -970,7 +983,7 @@ class _Kernel(HopperKernel):
                             self.op(f"max.f32 {amax[(o.name, h)]}, {amax[(o.name, h)]}, {a}")
             inv = {}
             for o in grouped:
-                for h in hs:
+                for h in (0, 1):
                     inv[(o.name, h)] = self._group_scale(
                         amax[(o.name, h)],
                         o.group_scale,
@@ -979,8 +992,24 @@ class _Kernel(HopperKernel):
                         not fast,
                         col0,
                     )
+            if self.ts_slots:
+                # staged: the group's 128 fp8 columns are one box
+                self._box_begin(group[0] // bpb)
+                for j in group:
+                    results = compute(j)[0]
+                    for o in grouped:
+                        for h in (0, 1):
+                            q = []
+                            for v in results[(o.name, h)]:
+                                r = b.reg("f32")
+                                self.op(f"mul.rn.f32 {r}, {v}, {inv[(o.name, h)]}")
+                                q.append(r)
+                            results[(o.name, h)] = q
+                    self._stage_store(j, results)
+                self._box_end(group[0] // bpb)
+                continue
             for j in group:
-                store(j, *compute(j), inv, hs)
+                store(j, *compute(j), inv)
 
     # ---- TMA-store epilogue ------------------------------------------------------------------
     def _issuer(self) -> str:
@@ -1012,11 +1041,12 @@ class _Kernel(HopperKernel):
         self.op(f"mad.lo.u32 {base}, {quad}, 128, {buf}")
         q4 = self.r32()
         self.op(f"and.b32 {q4}, {lane}, 3")
-        self.op(f"mad.lo.u32 {base}, {q4}, 4, {base}")
+        self.op(f"mad.lo.u32 {base}, {q4}, {2 * self.ts_elem}, {base}")
         barid = self.r32()
         self.op(f"add.u32 {barid}, {cons}, 3")
         col, row = self.r32(), self.r32()
-        self.op(f"mul.lo.u32 {col}, {tn}, {s.tile_n}")
+        # the tile's first column in the map's 16-bit elements (an fp8 output: bytes / 2)
+        self.op(f"mul.lo.u32 {col}, {tn}, {s.tile_n * self.ts_elem // 2}")
         self.op(f"mul.lo.u32 {row}, {tm}, {s.tile_m}")
         self.op(f"mad.lo.u32 {row}, {cons}, 64, {row}")
         cm0, cm1 = self.r64(), self.r64()
@@ -1034,19 +1064,31 @@ class _Kernel(HopperKernel):
 
     def _stage_store(self, j: int, results) -> None:
         """This thread's two column pairs of column block j (rows h = 0, 1) into the staging
-        slot of box j // 8, as 16-bit pairs at the swizzled offset."""
+        slot of its box, at the swizzled offset (tiling.staged_offset): 16-bit pairs (4 bytes,
+        chunk j % 8 of the box row) or e4m3 pairs (2 bytes, chunk (j % 16) / 2, bytes 8 (j % 2)
+        on)."""
         st, o = self._st, self.ir.outputs[0]
-        slot = (j // 8) % self.ts_slots
+        bpb = self.ts_blocks
+        slot = (j // bpb) % self.ts_slots
+        jj = j % bpb
+        chunk, within = (jj, 0) if self.ts_elem == 2 else (jj // 2, 8 * (jj % 2))
         t, a = self.r32(), self.r32()
-        self.op(f"xor.b32 {t}, {st['x16']}, {(j % 8) * 16}")
+        self.op(f"xor.b32 {t}, {st['x16']}, {chunk * 16}")
         self.op(f"add.u32 {a}, {st['base']}, {t}")
-        cvt = "bf16x2" if o.dtype == "bf16" else "f16x2"
         for h in range(2):
             vals = results[(o.name, h)]
+            off = slot * 8192 + h * 1024 + within
+            if self.ts_elem == 1:
+                pair = self.b.reg("b16")
+                # e4m3x2: the first source goes to the upper byte, so column col+1 is high
+                self.op(f"cvt.rn.satfinite.e4m3x2.f32 {pair}, {vals[1]}, {vals[0]}")
+                self.op(f"st.shared.b16 [{a}+{off}], {pair}")
+                continue
+            cvt = "bf16x2" if o.dtype == "bf16" else "f16x2"
             w = self.r32()
             # the upper half takes the first operand: column col+1 goes high (little endian)
             self.op(f"cvt.rn.{cvt}.f32 {w}, {vals[1]}, {vals[0]}")
-            self.op(f"st.shared.b32 [{a}+{slot * 8192 + h * 1024}], {w}")
+            self.op(f"st.shared.b32 [{a}+{off}], {w}")
 
     def _box_end(self, q: int) -> None:
         """After writing box q: every thread's writes made visible to the async proxy, a named

@@ -54,6 +54,8 @@ SPLITK_VERIFIED = True
 # on the same H100 in bench/results/2026-12-07-h100-issue48 (tmastore/: 54 checks passed, with M, N
 # and K tails and many tiles a CTA; issue48/: every staged kernel checked at each shape it ran).
 TMA_STORE_VERIFIED = True
+# The same epilogue staging an fp8 e4m3 output (boxes of 128 columns): emitted, not yet run.
+TMA_STORE_FP8_VERIFIED = False
 SPLIT_KS = (1, 2, 4)
 
 
@@ -116,16 +118,17 @@ class GemmSchedule:
     def stage_bytes(self, ir: GemmIR) -> int:
         return (self.tile_m + self.b_rows(ir)) * self.tile_k * 2
 
-    def epi_bytes(self) -> int:
-        """The epilogue's staging buffers (tma_store): tma_store 16-bit columns of every row of
-        the tile (each consumer warpgroup its own rows)."""
-        return self.tile_m * self.tma_store * 2
+    def epi_bytes(self, ir: GemmIR | None = None) -> int:
+        """The epilogue's staging buffers (tma_store): tma_store columns of the output (16-bit,
+        or 1 byte for an fp8 output) of every row of the tile (each consumer warpgroup its own
+        rows)."""
+        return self.tile_m * self.tma_store * (staged_bytes(ir) if ir is not None else 2)
 
     def smem_bytes(self, ir: GemmIR) -> int:
         # stages of A and B tiles, the epilogue's staging buffers, 16 bytes of mbarriers per
         # stage, 1024 bytes of slack to align the ring to the 1024-byte period of the 128-byte
         # swizzle.
-        return self.stages * self.stage_bytes(ir) + self.epi_bytes() + 16 * self.stages + 1024
+        return self.stages * self.stage_bytes(ir) + self.epi_bytes(ir) + 16 * self.stages + 1024
 
     def ring_bytes(self, ir: GemmIR) -> int:
         return self.stages * self.stage_bytes(ir)
@@ -147,6 +150,12 @@ class GemmSchedule:
         producer, rounded down to a multiple of 8, at most 240."""
         left = REGS_PER_SM // 128 - PRODUCER_REGS  # registers per thread-slot of 128 threads
         return min(240, (left // self.consumers) // 8 * 8)
+
+
+def staged_bytes(ir: GemmIR) -> int:
+    """Bytes per element of the output the TMA-store epilogue stages: 1 for fp8 e4m3 (boxes of
+    128 columns), else 2 (boxes of 64 columns); a box row is 128 bytes either way."""
+    return 1 if ir.outputs and ir.outputs[0].dtype == "fp8e4m3" else 2
 
 
 _PROBLEMS: dict[int, tuple[GemmIR, list[str]]] = {}
@@ -215,14 +224,15 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
         if not SPLITK_VERIFIED:
             return "split-K is emitted but not yet verified on a GPU"
     if s.tma_store:
-        if s.tma_store % 64 or s.tile_n % s.tma_store:
-            return "tma_store: a multiple of 64 columns that divides tile_n"
+        box = 128 // staged_bytes(ir)  # columns of one 128-byte box row
+        if s.tma_store % box or s.tile_n % s.tma_store:
+            return f"tma_store: a multiple of {box} columns (one box) that divides tile_n"
         if s.pingpong or s.split_k > 1 or s.cluster_m > 1:
             return "tma_store is emitted for the cooperative kernel (no pingpong, split-K, cluster)"
-        if len(ir.outputs) != 1 or ir.outputs[0].dtype not in ("bf16", "fp16"):
-            return "tma_store stages one bf16 or fp16 output"
-        if ir.outputs[0].group_scale:
-            return "tma_store does not stage a group-scaled output"
+        if len(ir.outputs) != 1 or ir.outputs[0].dtype not in ("bf16", "fp16", "fp8e4m3"):
+            return "tma_store stages one bf16, fp16 or fp8 e4m3 output"
+        if staged_bytes(ir) == 1 and not TMA_STORE_FP8_VERIFIED:
+            return "the TMA-store epilogue of an fp8 output is emitted but not yet verified"
         if s.consumers == 2 and s.acc_regs(ir) >= 128 and (not s.persistent or s.group_m == 1):
             # ptxas (168 registers a thread with two consumers) spills 24 bytes in the residual
             # epilogue of the 128x256 tile staged without the grouped tile order; grouped
@@ -266,8 +276,8 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
             return "every dim must be >= 1"
         if k % 8:
             return "K must be a multiple of 8 (the TMA needs 16-byte row strides)"
-        if s.tma_store and n % 8:
-            return "tma_store needs N a multiple of 8 (the output's tensor map: 16-byte rows)"
+        if s.tma_store and (n * staged_bytes(ir)) % 16:
+            return "tma_store needs the output's rows a multiple of 16 bytes (its tensor map)"
         if max(m, n, k) >= 2**31:
             return "dims must be below 2**31"
     return None

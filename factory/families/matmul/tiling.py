@@ -328,14 +328,21 @@ def scale_group(tile_col: int, tile_n: int, lane: int, j: int) -> int:
     return (col0 >> 7) + j // 16
 
 
-def staged_offset(warp: int, lane: int, j: int, h: int, e: int, slots: int) -> int:
+def staged_offset(warp: int, lane: int, j: int, h: int, e: int, slots: int, elem: int = 2) -> int:
     """Byte offset in a consumer warpgroup's staging buffer (schedule.tma_store) where the
     TMA-store epilogue writes register 4j + 2h + e of thread (warp, lane), as the emitter computes
-    it: slot (j // 8) % slots of 8 KB, row 16 warp + lane / 4 + 8 h at 128 bytes, the 16-byte
-    chunk j % 8 XORed with lane / 4 (= row % 8), 4 bytes per lane % 4 and 2 per e."""
+    it. 16-bit outputs (elem 2): slot (j // 8) % slots of 8 KB, row 16 warp + lane / 4 + 8 h at
+    128 bytes, the 16-byte chunk j % 8 XORed with lane / 4 (= row % 8), 4 bytes per lane % 4 and
+    2 per e. fp8 outputs (elem 1: boxes of 128 columns): slot (j // 16) % slots, the chunk
+    (j % 16) / 2 XORed the same way, 8 bytes per j % 2, 2 per lane % 4 and 1 per e."""
     row = 16 * warp + lane // 4
-    xor = ((j % 8) * 16) ^ ((lane // 4) * 16)
-    return ((j // 8) % slots) * 8192 + row * 128 + (lane % 4) * 4 + xor + h * 1024 + 2 * e
+    if elem == 2:
+        xor = ((j % 8) * 16) ^ ((lane // 4) * 16)
+        return ((j // 8) % slots) * 8192 + row * 128 + (lane % 4) * 4 + xor + h * 1024 + 2 * e
+    xor = (((j % 16) // 2) * 16) ^ ((lane // 4) * 16)
+    return (
+        ((j // 16) % slots) * 8192 + row * 128 + (lane % 4) * 2 + xor + 8 * (j % 2) + h * 1024 + e
+    )
 
 
 def simulate_tma_store(
