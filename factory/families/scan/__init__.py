@@ -299,9 +299,11 @@ def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     if ir.columns:  # rows a round, then the cluster, then the block
         out = [d]
-        changes = (
-            {"rows": d.rows // 2}, {"split": d.split * 2}, {"split": d.split // 2},
-            {"threads": d.threads * 2}, {"rows": d.rows * 2}, {"vec": d.vec // 2},
+        changes = (  # half the block in twice the cluster: the same rows a round, more
+            # blocks an SM to overlap one block's barriers with another's loads
+            {"threads": d.threads // 2, "split": d.split * 2}, {"split": d.split * 2},
+            {"rows": d.rows // 2}, {"split": d.split // 2}, {"threads": d.threads * 2},
+            {"rows": d.rows * 2}, {"vec": d.vec // 2},
         )  # fmt: skip
         for ch in changes:
             f = {**d.to_dict(), **ch}
