@@ -188,12 +188,10 @@ def default_schedule(ir, dims) -> Schedule:
     rows, n = rows_and_length(ir.kir, dims)
     row_bytes = n * ir.max_esize
     g, lag = 1, 1
-    if ir.passes > 1 and rows > 1:
-        per_column = any(t.role == row_ir.ROLE_COL for t in ir.kir.inputs)
-        if 2 * row_bytes <= 16 * 1024 * 1024:
-            lag = 2  # two rows apart: the second read from L2, never a wait
-        elif per_column:
-            g = max(x for x in GROUPS if x <= rows)  # the per-column input read once a chunk
+    if ir.passes > 1 and (rows == 1 or 2 * row_bytes <= 16 * 1024 * 1024):
+        lag = 2  # two rows apart: the second read from L2, never a wait (one row: no matter)
+    elif ir.passes > 1 and any(t.role == row_ir.ROLE_COL for t in ir.kir.inputs):
+        g = max(x for x in GROUPS if x <= rows)  # the per-column input read once a chunk
     per = rows * n if ir.passes == 1 else n
     pairs = 2 * sms  # tasks are sized by two blocks an SM, whatever the grid
     if ir.passes > 1 and rows > 1:
