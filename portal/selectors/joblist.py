@@ -6,13 +6,14 @@ Who may see a job is decided by `scope.job_list`; everything here narrows that q
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 from django.db.models import Q, QuerySet
 
 from portal.derived import speedup_over_best_baseline
-from portal.models import BaselineMeasurement, Job
+from portal.models import BaselineMeasurement, Job, Workload
 from portal.selectors.jobs import with_generations_done
 
 # The list's filter of archived jobs: hidden (the default), only them, or everything.
@@ -56,8 +57,17 @@ def _status_matching(word: str) -> list[str]:
 
 def search_jobs(jobs: QuerySet[Job], query: JobQuery, *, engineer: bool = False):
     """`jobs` (scoped) narrowed by `query` (`filter_jobs`), newest first, with
-    `generations_done`."""
-    return with_generations_done(filter_jobs(jobs, query, engineer=engineer)).order_by("-created")
+    `generations_done`; the best candidate's large columns (its PTX, compile report, schedule)
+    are left out: the list shows its time only."""
+    return (
+        with_generations_done(filter_jobs(jobs, query, engineer=engineer))
+        .defer(*(f"best_candidate__{name}" for name in BEST_CANDIDATE_UNSHOWN))
+        .order_by("-created")
+    )
+
+
+# Columns of a job's best candidate that the job list never shows: kilobytes a row.
+BEST_CANDIDATE_UNSHOWN = ("ptx", "compile_report", "review", "schedule", "params", "launch", "note")
 
 
 def filter_jobs(jobs: QuerySet[Job], query: JobQuery, *, engineer: bool = False):
@@ -120,3 +130,16 @@ def speedup_label(value: float | None) -> str:
     if value is None or not math.isfinite(value):
         return "–"
     return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
+
+
+def with_shapes_labels(workloads) -> None:
+    """Set `shapes` on each workload: its `Workload.shapes_label`, worked out once per manifest
+    in this process (`_shapes_label`) instead of a TOML parse per row and render."""
+    for w in workloads:
+        w.shapes = _shapes_label(w.sha256, w.manifest)
+
+
+@functools.lru_cache(maxsize=1024)
+def _shapes_label(sha256: str, manifest: str) -> str:
+    # keyed by the manifest's hash too: a workload's text never changes under one hash
+    return Workload(manifest=manifest).shapes_label

@@ -85,6 +85,8 @@ def home(request):
     paginator.count = joblist.filter_jobs(q.job_list(user=user), query, engineer=engineer).count()
     jobs_page = paginator.get_page(request.GET.get("jobs_page"))
     jobs_page.object_list = joblist.with_vs_best_baseline(jobs_page.object_list)
+    joblist.with_shapes_labels(j.workload for j in jobs_page.object_list)
+    _with_status_pills(jobs_page.object_list)
     params = request.GET.copy()
     params.pop("jobs_page", None)
     context = {
@@ -102,8 +104,22 @@ def home(request):
     else:
         workloads = q.workload_list(user=user).order_by("-created")
         context["workloads"] = Paginator(workloads, 20).get_page(request.GET.get("page"))
+        joblist.with_shapes_labels(context["workloads"].object_list)
         context["decisions"] = q.recent_decisions(user=user)
     return _render(request, "web/home.html", context, nav="home")
+
+
+def _with_status_pills(jobs) -> None:
+    """Set `status_pill` on each job: its status pill's HTML, rendered once per status for the
+    whole list (a list of twenty jobs shows each pill twice, for wide and narrow screens)."""
+    pills: dict[str, str] = {}
+    for j in jobs:
+        if j.status not in pills:
+            pills[j.status] = render_to_string(
+                "web/partials/status_pill.html",
+                {"status": j.status, "label": j.get_status_display()},
+            )
+        j.status_pill = pills[j.status]
 
 
 def _back_to_list(request):
