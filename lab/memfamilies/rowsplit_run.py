@@ -6,8 +6,8 @@ bench's manifests; the most wanted first, RMSNorm being the one slower than torc
 batch: the family's default at each timed shape (deduplicated, so each
 shape's default is timed at every shape), then a variant or two that tell whether a default
 choice holds (two blocks an SM instead of four; the lag of one row instead of two), and
-torch.compile. Cases run in order while the time budget holds them (a case starts only if 1.3
-x the longest so far still fits); raw results go to OUT/raw/<case>.json for
+torch.compile. Cases run in order while the time budget holds them (a case starts only if the
+mean case so far still fits; the caller's timeout ends a case that does not); raw results go to OUT/raw/<case>.json for
 lab/memfamilies/report.py.
 
     OUT=/tmp/x bash lab/memfamilies/rowsplit_run.sh           # on the GPU host, <= 120 s
@@ -32,14 +32,15 @@ ORDER = (
     "bias_gelu_few_rows_bf16",
 )
 MAX_CANDIDATES = 5
-VARIANT = {"rmsnorm-few-rows-bf16": "blocks", "softmax-few-rows-bf16": "stream"}
+VARIANT = {"rmsnorm-few-rows-bf16": "blocks"}
 
 
 def schedules(fam, ir, w) -> list:
     """Each timed shape's default (in shape order, once each: they differ in chunk, row
     group and lag, so each is timed at every shape), then one variant of the default at
     64x1M that tells whether a default choice holds: for RMSNorm the other residency (two
-    blocks an SM instead of four), for softmax no evict-first hints."""
+    blocks an SM instead of four). (A softmax without the evict-first hints would be next;
+    the time does not hold it.)"""
     from factory.device import device_for
 
     sms = device_for("sm_90").sms
@@ -99,7 +100,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None, help="folder for raw/<case>.json")
     ap.add_argument("--case", action="append", help="cases (default: ORDER)")
-    ap.add_argument("--budget-s", type=float, default=108.0)
+    ap.add_argument("--budget-s", type=float, default=112.0)
     ap.add_argument("--time-per-candidate-s", type=float, default=0.5)
     ap.add_argument("--list", action="store_true", help="build the batches, run nothing")
     args = ap.parse_args(argv)
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
             lines += [f"  {lab}" for lab in labels]
             continue
         elapsed = time.monotonic() - started
-        if spent and elapsed + 1.3 * max(spent) > args.budget_s:
+        if spent and elapsed + sum(spent) / len(spent) > args.budget_s:
             skipped.append(case)
             continue
         import gpuworker

@@ -10,7 +10,7 @@ git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 git status --short -- factory lab > "$OUT/tree-status.txt" 2>/dev/null || true
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
   > "$OUT/versions.txt" 2>&1
-timeout 114 python3 -m lab.memfamilies.rowsplit_run --out "$OUT/raw" --budget-s 108 \
+timeout 116 python3 -m lab.memfamilies.rowsplit_run --out "$OUT/raw" --budget-s 110 \
   > "$OUT/run.log" 2>&1
 echo "exit $?" >> "$OUT/run.log"
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu --format=csv >> "$OUT/gpu.csv" 2>&1
