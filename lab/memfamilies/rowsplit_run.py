@@ -1,14 +1,14 @@
-"""One GPU run for the split-row family's few long rows (issue 50): the lagged ticket order and
-four blocks an SM, against torch.compile, through the real worker (gpuworker.run_batch).
+"""One GPU run for the split-row family's few long rows (issue 50): the pipelined ticket order
+and four blocks an SM, against torch.compile, through the real worker (gpuworker.run_batch),
+which verifies every kernel (7 shapes, held-out ones among them, twice, bitwise) before it
+times it.
 
 For each case (RMSNorm, softmax, LayerNorm, bias+GELU over 1-64 rows of 1M-16M elements, the
-bench's manifests; the most wanted first, RMSNorm being the one slower than torch.compile) one
-batch: the family's default at each timed shape (deduplicated, so each
-shape's default is timed at every shape), then a variant or two that tell whether a default
-choice holds (two blocks an SM instead of four; the lag of one row instead of two), and
-torch.compile. Cases run in order while the time budget holds them (a case starts only if the
-mean case so far still fits; the caller's timeout ends a case that does not); raw results go to OUT/raw/<case>.json for
-lab/memfamilies/report.py.
+bench's manifests; RMSNorm first, the one slower than torch.compile) one batch: the family's
+default at each timed shape (deduplicated, so each shape's default is timed at every shape),
+for RMSNorm a variant (two blocks an SM instead of four), and torch.compile. A case starts
+only if the mean case so far still fits the budget (the caller's timeout ends one that does
+not); raw results go to OUT/raw/<case>.json for lab/memfamilies/report.py.
 
     OUT=/tmp/x bash lab/memfamilies/rowsplit_run.sh           # on the GPU host, <= 120 s
     .venv/bin/python -m lab.memfamilies.rowsplit_run --list    # the batches, no GPU
