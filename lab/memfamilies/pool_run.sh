@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# pool's GPU run (issue 50: pooling, segment norms, column and segment reductions), <= 150 s,
+# pool's GPU run (issue 50: pooling, segment norms, column and segment reductions), <= 100 s,
 # from the repository root:  OUT=<dir> bash lab/memfamilies/pool_run.sh
 # One `lab.memfamilies.bench` invocation: each case one worker batch (the family's seeds, the
 # default first, torch eager and torch.compile; no max-autotune: it does not fit the time),
@@ -15,8 +15,8 @@ git rev-parse HEAD > "$OUT/commit.txt" 2>/dev/null || true
 git status --short -- factory lab > "$OUT/tree-status.txt" 2>/dev/null || true
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
   > "$OUT/versions.txt" 2>&1
-timeout 145 python3 -m lab.memfamilies.bench --out "$OUT/raw" --budget-s 128 \
-  --autotune-until 0 --seeds 4 \
+timeout 94 python3 -m lab.memfamilies.bench --out "$OUT/raw" --budget-s 84 \
+  --autotune-until 0 --seeds 3 \
   --case maxpool_nchw_bf16 --case instancenorm_bf16 --case bn_stats_nhwc_fp32 \
   --case bias_grad_fp32 --case bn_stats_nchw_bf16 --case bias_grad_bf16 \
   > "$OUT/run.log" 2>&1
