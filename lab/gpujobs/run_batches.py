@@ -3,8 +3,10 @@ one after another, each with a time limit, inside one overall budget; then print
 
     PYTHONPATH=. python3 -m lab.gpujobs.run_batches --out $OUT [--total-s 290] [--only a,b]
 
-Each batch is `python -m gpuworker run BATCH -o $OUT/<key>.results.json` in its own process
-group (the worker's children die with it when its limit passes), its log in $OUT/<key>.log.
+Each batch is `python -m gpuworker run BATCH -o $OUT/<key>.results.json`, its log in
+$OUT/<key>.log. The worker stays in the caller's process group, so a `timeout` around the whole
+script reaches it and its children; when a batch's own limit passes, the worker and every
+process it started (found through /proc) are killed before the next batch starts.
 The limit of a batch is its cap, cut so that the batches after it that must run still get
 their floor; an optional batch (OPTIONAL) runs only if its floor is left. $OUT/runs.json keeps
 each batch's exit status (0 ran, 2 refused, 3 no GPU, "timeout") and wall time.
@@ -38,17 +40,61 @@ PLAN = {
 OPTIONAL = {"bias_grad"}
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait_s)
-            return
-        except subprocess.TimeoutExpired:
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, grandchildren, ...), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # the command name may hold spaces: the fields after it start past the last ")"
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM the worker and everything it started, then SIGKILL what is left."""
+    tree = [proc.pid] + _descendants(proc.pid)
+    for sig, wait_s in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for pid in tree:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and any(_alive(p) for p in tree):
+            time.sleep(0.1)
+            proc.poll()
+        if not any(_alive(p) for p in tree):
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+_RUNNING: list[subprocess.Popen] = []
+
+
+def _on_signal(signum, _frame):
+    """Stopped from outside (a timeout around the script): take the running batch down too."""
+    for proc in _RUNNING:
+        _kill_tree(proc)
+    sys.exit(128 + signum)
 
 
 def run_one(key: str, out: Path, limit_s: float) -> dict:
@@ -60,21 +106,16 @@ def run_one(key: str, out: Path, limit_s: float) -> dict:
     with open(out / f"{key}.log", "w", encoding="utf-8") as log:
         log.write(f"$ {' '.join(cmd)}  (limit {limit_s:.0f} s)\n")
         log.flush()
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        _RUNNING.append(proc)
         try:
             rc = proc.wait(limit_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            _kill_tree(proc)
             rc = "timeout"
+        finally:
+            _RUNNING.remove(proc)
     wall = round(time.monotonic() - t0, 1)
-    # a batch that ended on its own still leaves no children behind
-    if rc != "timeout":
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     return {"key": key, "rc": rc, "wall_s": wall, "limit_s": round(limit_s, 1),
             "results": results.name if results.exists() else None}  # fmt: skip
 
@@ -157,6 +198,8 @@ def main(argv=None) -> int:
     if args.only:
         keys = [k for k in keys if k in args.only.split(",")]
     if not args.table:
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
         run_all(out, args.total_s, keys)
     print(table(out, keys))
     return 0
