@@ -917,11 +917,12 @@ def review(request, code):
         raise Http404("This job has no candidate to review.")
     form = ReviewForm(request.POST or None)
     baseline_name = request.POST.get("baseline") or request.GET.get("baseline")
-    checks, speed, baselines = q.review_checklist(j, best, baseline_name)
-    best_timings = q.candidate_timings(best)  # read once for the default and "measured on"
-    chosen = next((r for r in baselines if r.name == baseline_name), None)
-    chosen_name = chosen.name if chosen else q.default_baseline(baselines, best_timings)
-    all_ok = all(c.ok for c in checks)
+    # A decision is taken on the evidence as it is now; the page reads it from the cache.
+    if request.method == "POST":
+        evidence = _review_evidence(j, best, baseline_name)
+    else:
+        evidence = _review_evidence_cached(j, best, baseline_name)
+    checks, all_ok = evidence["checks"], evidence["all_ok"]
     status = 200
     if request.method == "POST":
         # The kernel the page showed (a hidden field): a decision is about that one, not one that
@@ -947,7 +948,7 @@ def review(request, code):
                 status = 400
             else:
                 checklist = {c.key: {"ok": c.ok, "detail": c.detail} for c in checks}
-                checklist["baseline"] = chosen_name
+                checklist["baseline"] = evidence["chosen_baseline"]
                 checklist["override"] = bool(form.cleaned_data["override"])
                 try:
                     _, artifact = decide_and_deliver(
@@ -971,26 +972,53 @@ def review(request, code):
                     return redirect("web-review-queue")
         else:
             status = 400
-    comparison = q.comparison_rows(best, baselines)
     context = {
         "job": j,
         "workload": j.workload,
         "candidate": best,
-        "checks": checks,
-        "all_ok": all_ok,
-        "speedups": speed,
-        "baselines": baselines,
-        "chosen_baseline": chosen_name,
-        "measured_on": _measured_on(best_timings),
-        "unmeasured": _unmeasured_baselines(baselines),
+        **evidence,
         "form": form,
-        "baseline_chart": charts.to_div(charts.baselines_figure(comparison))
-        if any(row["name"] != "candidate" for row in comparison)
-        else None,
         "history": q.job_history(j),
         "decisions": q.job_decisions(j),
     }
     return _render(request, "web/review.html", context, nav="review", status=status)
+
+
+def _review_evidence(j: Job, best: Candidate, baseline_name: str | None) -> dict:
+    """What the review page shows of the best kernel's evidence: the checklist against the
+    chosen baseline (`baseline_name`, else the strongest measured), its speedups, the baselines
+    to choose from, where it was measured, and the chart against the baselines. Plain data."""
+    checks, speed, baselines = q.review_checklist(j, best, baseline_name)
+    best_timings = q.candidate_timings(best)  # read once for the default and "measured on"
+    chosen = next((r for r in baselines if r.name == baseline_name), None)
+    comparison = q.comparison_rows(best, baselines)
+    return {
+        "checks": checks,
+        "all_ok": all(c.ok for c in checks),
+        "speedups": speed,
+        # what the baseline picker shows of each
+        "baselines": [
+            {"name": b.name, "version": b.version, "status": b.status} for b in baselines
+        ],
+        "chosen_baseline": chosen.name if chosen else q.default_baseline(baselines, best_timings),
+        "measured_on": _measured_on(best_timings),
+        "unmeasured": _unmeasured_baselines(baselines),
+        "baseline_chart": charts.to_div(charts.baselines_figure(comparison))
+        if any(row["name"] != "candidate" for row in comparison)
+        else None,
+    }
+
+
+def _review_evidence_cached(j: Job, best: Candidate, baseline_name: str | None) -> dict:
+    """`_review_evidence`, worked out once per `charts_version` of the job and baseline asked
+    for, and kept in this process's cache (at most JOB_CHARTS_TTL_S seconds)."""
+    asked = hashlib.sha256(str(baseline_name).encode()).hexdigest()
+    key = f"{_version_key('review', j, None)}:{asked}"
+    out = cache.get(key)
+    if out is None:
+        out = _review_evidence(j, best, baseline_name)
+        cache.set(key, out, JOB_CHARTS_TTL_S)
+    return out
 
 
 # --- artifacts ----------------------------------------------------------------------------------
