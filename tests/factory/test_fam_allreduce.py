@@ -98,6 +98,8 @@ CASES = [
     ("max(abs(x), axis=None)", "fp32", {"N": 16, "C": 64}, S(256, 4, "cluster", 2, 2)),
     ("min(x, axis=(0, 1))", "fp16", {"N": 3, "C": 5}, S(128, 2, "cluster", 8, 1)),
     ("prod(1.0 + 0.001 * x, axis=None)", "fp32", {"N": 9, "C": 11}, S(128, 1, "cluster", 2, 2)),
+    # four vectors in flight: the unrolled sweep, then one at a time, then the elements
+    ("sum(x * x, axis=None)", "fp32", {"N": 45, "C": 60}, S(128, 4, "cluster", 1, 4)),
 ]
 
 

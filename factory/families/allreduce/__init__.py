@@ -40,7 +40,7 @@ ARCHS = ("sm_90", "sm_100")
 THREADS = (128, 256, 512, 1024)
 CLUSTER_BLOCKS = (1, 2, 4, 8)
 TICKET_BLOCKS = (132, 264, 528, 1056)
-UNROLLS = (1, 2)
+UNROLLS = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -178,8 +178,8 @@ def default_schedule(ir, dims) -> Schedule:
 def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     out = [d]
-    for change in ({"blocks": 528}, {"blocks": 1056}, {"threads": 256}, {"unroll": 1},
-                   {"combine": "cluster", "blocks": 8}):  # fmt: skip
+    for change in ({"unroll": 4}, {"blocks": 528}, {"blocks": 1056}, {"threads": 256},
+                   {"unroll": 1}, {"combine": "cluster", "blocks": 8}):  # fmt: skip
         s = Schedule(**{**d.to_dict(), **change})
         if s not in out and is_valid(ir, s, dims)[0]:
             out.append(s)
