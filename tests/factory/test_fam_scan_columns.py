@@ -41,8 +41,8 @@ def wl(expr, dt="fp32", odt="fp32"):
     return load_manifest(text)
 
 
-def cs(t, v, ln, k, sp=1):
-    return SC.Schedule(threads=t, vec=v, mode="columns", split=sp, lanes=ln, rows=k)
+def cs(t, v, ln, k, sp=1, ahead=0):
+    return SC.Schedule(threads=t, vec=v, mode="columns", split=sp, lanes=ln, rows=k, ahead=ahead)
 
 
 CASES = [
@@ -61,6 +61,12 @@ CASES = [
     ("cumsum(x * z, axis=0)", "bf16", "fp32", {"B": 21, "S": 3, "D": 8}, cs(32, 8, 1, 4)),
     ("cumsum(x - z, axis=1)", "fp32", "fp32", {"B": 2, "S": 33, "D": 40}, cs(128, 4, 16, 1)),
     ("cumsum(x, axis=1)", "fp32", "fp32", {"B": 2, "S": 5, "D": 3}, cs(32, 2, 1, 16)),  # R < round
+    # the next round's loads issued ahead: several rounds, items, tails, clusters
+    ("cumsum(x, axis=1)", "bf16", "bf16", {"B": 3, "S": 45, "D": 24}, cs(64, 8, 2, 2, 2, 1)),
+    ("cumsum(x - z, axis=1, reverse=True)", "fp32", "fp32", {"B": 2, "S": 70, "D": 20},
+     cs(32, 4, 4, 2, 1, 1)),
+    ("cumprod(1.0 + 0.01 * x, axis=1, exclusive=True)", "fp16", "fp32",
+     {"B": 2, "S": 33, "D": 9}, cs(32, 1, 8, 4, 4, 1)),
 ]  # fmt: skip
 
 
@@ -128,7 +134,7 @@ def test_column_space_is_well_formed():
     assert sp and all(s.mode == "columns" for s in sp)
     assert all(4 * SC.smem_words(s.threads, s.lanes, s.vec) <= 48 * 1024 for s in sp)
     rows = SC.lower(load_manifest(M3.format(expr="cumsum(x)", dt="fp32", odt="fp32")))
-    assert "lanes and rows" in SC.is_valid(rows, SC.Schedule(mode="row", rows=2), None)[1]
+    assert "lanes, rows and ahead" in SC.is_valid(rows, SC.Schedule(mode="row", rows=2), None)[1]
     assert "64 elements" in SC.is_valid(ir, cs(256, 8, 32, 16), None)[1]
 
 
@@ -140,6 +146,8 @@ def test_column_space_is_well_formed():
         ("fp32", cs(512, 4, 32, 8, 4)),
         ("fp32", cs(512, 2, 16, 16, 1)),
         ("fp32", cs(32, 4, 1, 8, 2)),
+        ("bf16", cs(256, 8, 32, 4, 4, 1)),
+        ("fp32", cs(128, 4, 32, 4, 8, 1)),
     ],
     ids=str,
 )

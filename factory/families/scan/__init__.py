@@ -124,10 +124,12 @@ class Schedule(ScheduleDict):
     split: int = 1
     lanes: int = 32
     rows: int = 1
+    ahead: int = 0  # columns: the next round's loads issued before this round's barriers
 
     def tag(self) -> str:
         if self.mode == "columns":
-            return f"t{self.threads}v{self.vec}l{self.lanes}k{self.rows}c{self.split}"
+            tail = "a" if self.ahead else ""
+            return f"t{self.threads}v{self.vec}l{self.lanes}k{self.rows}c{self.split}{tail}"
         if self.mode == "lookback":
             return f"t{self.threads}v{self.vec}lb{self.chunks}"
         if self.mode == "warp":
@@ -160,14 +162,17 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "columns scan a leading or middle axis; rows and lookback the last"
     if s.split not in SPLITS or (s.mode != "columns" and s.split != 1):
         return False, "a split is a columns layout's cluster"
-    if s.mode != "columns" and (s.lanes != 32 or s.rows != 1):
-        return False, "lanes and rows are a columns layout's"
+    if s.mode != "columns" and (s.lanes != 32 or s.rows != 1 or s.ahead):
+        return False, "lanes, rows and ahead are a columns layout's"
+    if s.ahead not in (0, 1):
+        return False, "ahead is 0 or 1"
     if ir.columns:
         if s.lanes not in LANES or s.lanes > s.threads or s.rows not in ROWS:
             return False, "lanes/rows outside the space"
         if s.threads // s.lanes > 32:
             return False, "at most 32 thread rows"
-        if s.rows * s.vec > 64 or s.rows * s.vec * ir.max_esize > 128:
+        held = (1 + s.ahead) * s.rows * s.vec  # elements a thread holds: a round, the next
+        if held > 64 or held * ir.max_esize > 128:
             return False, "at most 64 elements and 128 bytes a thread in registers"
         if s.threads > 512:
             return False, "at most 512 threads (128 registers a thread)"
@@ -216,8 +221,9 @@ def space(ir, dims_list) -> list[Schedule]:
     out = []
     layouts = [("row", 1, 1)] + [(m, c, 1) for m in ("lookback", "warp") for c in CHUNKS]
     if ir.columns:
-        for t, v, ln, k, sp in itertools.product(THREADS, vecs(ir), LANES, ROWS, SPLITS):
-            s = Schedule(threads=t, vec=v, mode="columns", split=sp, lanes=ln, rows=k)
+        grid = itertools.product(THREADS, vecs(ir), LANES, ROWS, SPLITS, (0, 1))
+        for t, v, ln, k, sp, a in grid:
+            s = Schedule(threads=t, vec=v, mode="columns", split=sp, lanes=ln, rows=k, ahead=a)
             if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
                 out.append(s)
         return out
@@ -301,8 +307,10 @@ def seeds(ir, dims) -> list[Schedule]:
         out = [d]
         changes = (  # half the block in twice the cluster: the same rows a round, more
             # blocks an SM to overlap one block's barriers with another's loads
-            {"threads": d.threads // 2, "split": d.split * 2}, {"split": d.split * 2},
-            {"rows": d.rows // 2}, {"split": d.split // 2}, {"threads": d.threads * 2},
+            {"threads": d.threads // 2, "split": d.split * 2},
+            {"rows": d.rows // 2, "ahead": 1},  # half the rows, the next round's in flight
+            {"split": d.split * 2}, {"rows": d.rows // 2}, {"split": d.split // 2},
+            {"threads": d.threads * 2},
             {"rows": d.rows * 2}, {"vec": d.vec // 2},
         )  # fmt: skip
         for ch in changes:
@@ -839,6 +847,7 @@ def label(schedule: dict) -> str:
         return (
             f"scan: columns, {s.lanes} lanes x {s.vec} along them, {s.rows} rows a thread, "
             f"{s.threads} threads, a cluster of {s.split}"
+            + (", the next round's loads ahead" if s.ahead else "")
         )
     return f"scan: a row a block of {s.threads} threads x {s.vec} elements in registers"
 

@@ -30,6 +30,45 @@ def smem_words(threads: int, lanes: int, vec: int) -> int:
     return 2 * (threads + lanes) * vec
 
 
+def raw_regs(k, dtype: str) -> list[str]:
+    """Registers for k.V elements of dtype as loaded (one b16, or b32 words)."""
+    b, V, es = k.b, k.V, ESIZE[dtype]
+    if es == 2 and V == 1:
+        return [b.reg("b16")]
+    return [b.reg("b32") for _ in range(max(1, V * es // 4))]
+
+
+def issue_raw(k, regs: list[str], ptr: str, dtype: str, pred: str) -> None:
+    """The load into `regs` under pred (0 otherwise); nothing reads them yet."""
+    b = k.b
+    if len(regs) == 1 and regs[0].startswith("%h"):
+        b.op(f"mov.b16 {regs[0]}, 0")
+        b.op(f"@{pred} ld.global.nc.b16 {regs[0]}, [{ptr}]")
+        return
+    for w in regs:
+        b.op(f"mov.b32 {w}, 0")
+    if len(regs) == 1:
+        b.op(f"@{pred} ld.global.nc.b32 {regs[0]}, [{ptr}]")
+    else:
+        b.op(f"@{pred} ld.global.nc.v{len(regs)}.b32 {{{', '.join(regs)}}}, [{ptr}]")
+
+
+def unpack_raw(k, regs: list[str], dtype: str) -> list[str]:
+    """f32 registers of the elements in `regs`."""
+    b, es = k.b, ESIZE[dtype]
+    if es == 2 and k.V == 1:
+        return [k.widen16(regs[0], dtype)]
+    out = []
+    for w in regs:
+        if es == 4:
+            f = b.reg("f32")
+            b.op(f"mov.b32 {f}, {w}")
+            out.append(f)
+        else:
+            out += k.unpack16(w, dtype)
+    return out
+
+
 def load_vector_if(k, ptr: str, dtype: str, pred: str) -> list[str]:
     """k.V elements at ptr as f32 registers, loaded only under pred (0 otherwise)."""
     b, V, es = k.b, k.V, ESIZE[dtype]
@@ -87,6 +126,7 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
     and the column family's load/evaluate helpers)."""
     ir, s, b = k.ir, k.s, k.b
     V, T, S, L, K = k.V, s.threads, s.split, s.lanes, s.rows
+    ahead = bool(s.ahead)
     G, C = T // L, s.lanes * k.V
     o = ir.outputs[0]
     op, idn = k.op, k.ident
@@ -172,37 +212,64 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
     carry = [b.reg("f32") for _ in range(V)]
     for c_ in carry:
         b.op(f"mov.f32 {c_}, {idn}")
+
+    def row_info(r_first: str) -> list[tuple[str, str]]:
+        """This thread's K rows of the round starting at r_first: (in-R predicate, element
+        index of (p, row, q0))."""
+        out = []
+        for kk in range(K):
+            lr, rp, at = b.reg("b32"), b.reg("pred"), b.reg("b32")
+            b.op(f"add.u32 {lr}, {r_first}, {seg}")
+            if kk:
+                b.op(f"add.u32 {lr}, {lr}, {kk}")
+            b.op(f"setp.lt.u32 {rp}, {lr}, {R}")
+            if ir.reverse:
+                b.op(f"sub.u32 {lr}, {R}, {lr}")
+                b.op(f"sub.u32 {lr}, {lr}, 1")
+            b.op(f"mad.lo.u32 {at}, {lr}, {Q}, {pbase}")
+            out.append((rp, at))
+        return out
+
+    def issue_rows(regs, rows_) -> None:
+        for kk, (rp, at) in enumerate(rows_):
+            for name, dtype in ir.inputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                issue_raw(k, regs[kk][name], addr, dtype, rp)
+
     r0 = k.u32(0)
+    if ahead:  # round 0's whole vectors in flight before the loop
+        raw = [{name: raw_regs(k, dtype) for name, dtype in ir.inputs} for _ in range(K)]
+        nopre = b.new_label("no_prefetch")
+        b.op(f"@!{whole} bra {nopre}")
+        issue_rows(raw, row_info(r0))
+        b.label(nopre)
     rnd, rnd_end = b.new_label("round"), b.new_label("round_end")
     b.label(rnd)
     pr = b.reg("pred")
     b.op(f"setp.ge.u32 {pr}, {r0}, {R}")
     b.op(f"@{pr} bra.uni {rnd_end}")
-    # this thread's K rows: (in-R predicate, element index of (p, row, q0))
-    rows = []
-    for kk in range(K):
-        lr, rp, at = b.reg("b32"), b.reg("pred"), b.reg("b32")
-        b.op(f"add.u32 {lr}, {r0}, {seg}")
-        if kk:
-            b.op(f"add.u32 {lr}, {lr}, {kk}")
-        b.op(f"setp.lt.u32 {rp}, {lr}, {R}")
-        if ir.reverse:
-            b.op(f"sub.u32 {lr}, {R}, {lr}")
-            b.op(f"sub.u32 {lr}, {lr}, 1")
-        b.op(f"mad.lo.u32 {at}, {lr}, {Q}, {pbase}")
-        rows.append((rp, at))
+    rows = row_info(r0)
     vals = [[b.reg("f32") for _ in range(V)] for _ in range(K)]
     el, ld = b.new_label("elems"), b.new_label("loaded")
     b.op(f"@!{whole} bra {el}")
-    per = []
-    for rp, at in rows:  # every row's loads first, then the arithmetic
-        got = {}
-        for name, dtype in ir.inputs:
-            addr = b.reg("b64")
-            b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
-            b.op(f"add.u64 {addr}, {addr}, {base[name]}")
-            got[name] = load_vector_if(k, addr, dtype, rp)
-        per.append(got)
+    if ahead:  # this round's vectors arrived (or are arriving); the next round's go out
+        per = [{name: unpack_raw(k, raw[kk][name], dtype) for name, dtype in ir.inputs}
+               for kk in range(K)]  # fmt: skip
+        nxt = b.reg("b32")
+        b.op(f"add.u32 {nxt}, {r0}, {S * G * K}")
+        issue_rows(raw, row_info(nxt))
+    else:
+        per = []
+        for rp, at in rows:  # every row's loads first, then the arithmetic
+            got = {}
+            for name, dtype in ir.inputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                got[name] = load_vector_if(k, addr, dtype, rp)
+            per.append(got)
     for kk, (rp, _) in enumerate(rows):
         for j in range(V):
             ev = k.evaluate({name: per[kk][name][j] for name, _ in ir.inputs})[0]
