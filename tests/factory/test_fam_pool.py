@@ -205,3 +205,10 @@ def test_strip_is_the_default_where_it_fits_and_compiles_without_spills():
     for s in F.seeds(ir, big)[:3]:
         r = compile_ptx(F.emit(ir, s).ptx, "sm_90a", cache=False)
         assert r.ok and "0 bytes spill" in r.log, r.log[:2000]
+
+
+def test_records_from_before_the_strip_layout_name_the_same_schedule():
+    old = {"family": "pool", "threads": 256, "lanes": 32, "vec": 2}
+    assert F.FAMILY.canonical(F.Schedule.from_dict(old).to_dict()) == old
+    strip = ST(256, 16, 4, 2).to_dict()
+    assert F.FAMILY.canonical(strip) == strip

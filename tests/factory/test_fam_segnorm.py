@@ -180,3 +180,9 @@ def test_instance_norm_default_holds_the_plane_and_compiles_without_spills():
     for s in F.seeds(ir, dims)[:3]:
         r = compile_ptx(F.emit(ir, s).ptx, "sm_90a", cache=False)
         assert r.ok and "0 bytes spill" in r.log, r.log[:2000]
+
+
+def test_records_from_before_the_held_path_name_the_same_schedule():
+    old = {"family": "segnorm", "threads": 256, "vec": 4}
+    assert F.FAMILY.canonical(F.Schedule.from_dict(old).to_dict()) == old
+    assert F.FAMILY.canonical(SH(128, 8, 4).to_dict())["hold"] == 4

@@ -148,3 +148,9 @@ def test_more_kept_indices_than_clusters_walk_the_grid():
     for k in ("mu", "v"):
         got = to_float64(np.frombuffer(out[k], np.float32), "fp32")
         np.testing.assert_allclose(got, ref[k], rtol=1e-5, atol=1e-5)
+
+
+def test_records_from_before_unroll_name_the_same_schedule():
+    old = {"family": "segreduce", "threads": 256, "lanes": 64, "vec": 4, "split": 1}
+    assert F.FAMILY.canonical(F.Schedule.from_dict(old).to_dict()) == old
+    assert F.FAMILY.canonical(S(256, 64, 4, 1, 2).to_dict())["unroll"] == 2

@@ -369,6 +369,15 @@ def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
             float(s.layout == "strip"), float(s.unroll)]  # fmt: skip
 
 
+LATE_DEFAULTS = {"layout": "window", "unroll": 1}
+
+
+def canonical(schedule: dict) -> dict:
+    """The schedule without the fields added after the first records, where at their default
+    (so a record written before them and one written since name the same schedule)."""
+    return {k: v for k, v in schedule.items() if LATE_DEFAULTS.get(k, object()) != v}
+
+
 def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
     if s.layout == "strip":
@@ -393,6 +402,7 @@ FAMILY = Family(
     fits=lambda ir, s, dims_list: all(is_valid(ir, s, d)[0] for d in dims_list),
     space_fits=True,
     schedule_from_dict=Schedule.from_dict,
+    canonical=canonical,
     label=label,
     legend="pool: lanes along an output row x outputs a lane, thread rows over output rows",
     features=features,

@@ -623,6 +623,15 @@ def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
     return [log2(elements), log2(s.threads), float(s.vec), float(s.hold)]
 
 
+LATE_DEFAULTS = {"hold": 0}
+
+
+def canonical(schedule: dict) -> dict:
+    """The schedule without the fields added after the first records, where at their default
+    (so a record written before them and one written since name the same schedule)."""
+    return {k: v for k, v in schedule.items() if LATE_DEFAULTS.get(k, object()) != v}
+
+
 def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
     held = f", held in registers ({s.hold} loads a thread)" if s.hold else ""
@@ -640,6 +649,7 @@ FAMILY = Family(
     fits=lambda ir, s, dims_list: all(is_valid(ir, s, d)[0] for d in dims_list),
     space_fits=True,
     schedule_from_dict=Schedule.from_dict,
+    canonical=canonical,
     label=label,
     legend="segment norm: threads of a segment's block x elements a load",
     features=features,

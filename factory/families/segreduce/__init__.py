@@ -475,6 +475,15 @@ def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
             float(s.unroll)]  # fmt: skip
 
 
+LATE_DEFAULTS = {"unroll": 1}
+
+
+def canonical(schedule: dict) -> dict:
+    """The schedule without the fields added after the first records, where at their default
+    (so a record written before them and one written since name the same schedule)."""
+    return {k: v for k, v in schedule.items() if LATE_DEFAULTS.get(k, object()) != v}
+
+
 def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
     return (
@@ -494,6 +503,7 @@ FAMILY = Family(
     fits=lambda ir, s, dims_list: all(is_valid(ir, s, d)[0] for d in dims_list),
     space_fits=True,
     schedule_from_dict=Schedule.from_dict,
+    canonical=canonical,
     label=label,
     legend="segments: cluster size, lanes along the contiguous reduced axes x elements a load, "
     "thread rows along the reduced axes before the kept ones",
