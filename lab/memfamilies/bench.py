@@ -330,6 +330,73 @@ dtype = "bf16"
 M = 4194304
 N = 33
 """,
+    # pool (issue 50's fp32 and 1-D pooling, group norm over a rank-5 view): never run yet
+    "maxpool_nchw_fp32": """
+name = "maxpool-nchw-fp32"
+[inputs.x]
+shape = ["N", "C", "H", "W"]
+dtype = "fp32"
+[outputs.y]
+expr = "maxpool(x, window=(3, 3), stride=2, padding=1)"
+dtype = "fp32"
+[[shapes]]
+N = 84
+C = 64
+H = 112
+W = 112
+""",
+    "avgpool1d_fp32": """
+name = "avgpool1d-fp32"
+[inputs.x]
+shape = ["B", "C", "L"]
+dtype = "fp32"
+[outputs.y]
+expr = "avgpool(x, window=4)"
+dtype = "fp32"
+[[shapes]]
+B = 16
+C = 256
+L = 16384
+""",
+    "instancenorm_fp32": """
+name = "instancenorm-fp32"
+[inputs.x]
+shape = ["N", "C", "H", "W"]
+dtype = "fp32"
+[constants]
+eps = 1e-5
+[let]
+mu = "mean(x, axis=(2, 3), keepdims=True)"
+var = "mean((x - mu) ** 2, axis=(2, 3), keepdims=True)"
+[outputs.y]
+expr = "(x - mu) * rsqrt(var + eps)"
+dtype = "fp32"
+[[shapes]]
+N = 64
+C = 256
+H = 64
+W = 64
+""",
+    "groupnorm_bf16": """
+name = "groupnorm-bf16"
+[inputs.x]
+shape = ["N", "G", "Cg", "H", "W"]
+dtype = "bf16"
+[constants]
+eps = 1e-5
+[let]
+mu = "mean(x, axis=(2, 3, 4), keepdims=True)"
+var = "mean((x - mu) ** 2, axis=(2, 3, 4), keepdims=True)"
+[outputs.y]
+expr = "(x - mu) * rsqrt(var + eps)"
+dtype = "bf16"
+[[shapes]]
+N = 256
+G = 32
+Cg = 16
+H = 32
+W = 32
+""",
 }
 
 
