@@ -129,6 +129,10 @@ def _candidates(op, m, n, k, allow_splitk, extra) -> list:
         out += ["w256s5c1", "w256s5c1t128"]
     else:
         out += ["w128s5"]
+    if k < 4096:
+        # a short K leaves the cooperative kernel's epilogue a large share of each tile: the
+        # ping-pong consumers run one tile's epilogue beside the other's main loop
+        out.append("pp128s6")
     if allow_splitk and wide * 2 <= SMS:
         out += ["sk2w256s4"]
         if wide * 4 <= SMS:

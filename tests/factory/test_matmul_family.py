@@ -226,6 +226,31 @@ def test_seeds_follow_the_shape():
     assert tiles >= 100, first
 
 
+def test_default_fills_the_sms_at_skinny_shapes():
+    """Where the 128 x 256 tile leaves half of the SMs idle, the default is the first of
+    space.SKINNY whose CTAs fill most of the SMs in one wave; big shapes keep the wide tile."""
+    from factory.families.matmul import space as SP
+
+    ir = FAMILY.lower(example("matmul_bias_gelu.toml"))
+    for m, n, k in [(512, 4096, 4096), (128, 8192, 8192), (1, 4096, 4096)]:
+        d = {"M": m, "N": n, "K": k}
+        s = FAMILY.default_schedule(ir, d)
+        assert S.is_valid(ir, s, d) is None
+        ctas = math.ceil(m / s.tile_m) * math.ceil(n / s.tile_n) * s.split_k
+        assert SP.SKINNY_FILL * 132 <= ctas <= 132, (d, s.label())
+        assert s in SP.skinny_choices(ir, [d])
+        assert s in FAMILY.seeds(ir, d)
+    for d in [{"M": 4096, "N": 4096, "K": 4096}, {"M": 2048, "N": 2048, "K": 8192}]:
+        assert not SP.skinny_choices(ir, [d])
+        assert FAMILY.default_schedule(ir, d).label() == "wgmma 128x256x64 s4 c2 pers g8 ts128"
+    # a job with a big and a skinny shape: classified by its largest, one kernel for both
+    both = [{"M": 8192, "N": 8192, "K": 8192}, {"M": 128, "N": 8192, "K": 8192}]
+    assert FAMILY.default_schedule(ir, both).tile_n == 256
+    # two right operands keep the 128 x 128 tile
+    glu = FAMILY.lower(example("swiglu_up.toml"))
+    assert not SP.skinny_choices(glu, [{"M": 128, "N": 8192, "K": 8192}])
+
+
 def test_features_are_finite_and_follow_waves():
     ir = FAMILY.lower(example("matmul_bias_gelu.toml"))
     s = FAMILY.default_schedule(ir, {"M": 4096, "N": 4096, "K": 4096}).to_dict()
@@ -255,7 +280,7 @@ def test_the_record_behind_the_registry():
     assert families.get("matmul") is FAMILY
     assert "matmul" in families.names()
     ir = FAMILY.lower(example("linear_residual.toml"))
-    s = FAMILY.default_schedule(ir, {"M": 512, "N": 4096, "K": 4096})
+    s = FAMILY.default_schedule(ir, {"M": 4096, "N": 4096, "K": 4096})
     d = s.to_dict()
     assert d["family"] == "matmul"
     assert families.of_schedule(d) is FAMILY

@@ -145,18 +145,63 @@ def _dims_list(dims) -> list[dict]:
     return [dims] if isinstance(dims, dict) else list(dims)
 
 
+# Skinny shapes: where the default tile leaves at least half of the SMs without a tile (M = 512
+# or 128 with N = 4096-8192, a single row), the schedules below, in this order, each taken when
+# its CTAs fill most of the SMs in one wave (see skinny_choices).
+FEW_TILES = _sched.NUM_SMS // 2
+SKINNY_FILL = 0.75
+SKINNY: tuple[dict, ...] = (
+    # 128 x 128 staged: 128 tiles at 512 x 4096 (128 x 128 s5 ran 0.895x cuBLAS there, the
+    # 128 x 256 tile 0.65-0.69x, bench/results/2026-12-07-h100-issue48)
+    {"tile_n": 128, "stages": 5, "tma_store": 128},
+    {"tile_n": 128, "stages": 5},
+    # 64 x 128, one consumer: 128 tiles at M = 128 (0.946x cuBLAS at 128 x 8192 x 8192)
+    {"tile_m": 64, "consumers": 1, "tile_n": 128, "stages": 4},
+    # split-K through distributed shared memory, one tile per cluster of 2 or 4 CTAs
+    {"tile_n": 256, "stages": 4, "split_k": 4, "persistent": False},
+    {"tile_n": 128, "stages": 4, "split_k": 2, "persistent": False},
+    {"tile_m": 64, "consumers": 1, "tile_n": 128, "stages": 4, "split_k": 4, "persistent": False},
+)
+
+
+def _ctas(s, rows: int, n: int) -> int:
+    """CTAs one wave of `s` runs at rows x n: its tiles times the split."""
+    return -(-rows // s.tile_m) * -(-n // s.tile_n) * s.split_k
+
+
+def skinny_choices(ir: GemmIR, dims_list: list[dict]) -> list[Schedule]:
+    """For a job whose largest shape has few wide tiles (at most FEW_TILES of the default
+    tile), the SKINNY schedules whose CTAs fill at least SKINNY_FILL of the SMs in one wave at
+    that shape, in SKINNY's order; else nothing."""
+    if not dims_list or ir.b2 is not None:
+        # two right operands: twice the work a tile; 128 x 128 staged measured best at the
+        # skinny shapes too (bench/results/2026-12-07-h100-issue48)
+        return []
+    shapes = [gemm_dims({"problem": problem_text(ir)}, d)[:3] for d in dims_list]
+    rows, n, _ = max(shapes, key=lambda t: t[0] * t[1] * t[2])
+    if -(-rows // 128) * -(-n // 256) > FEW_TILES:
+        return []
+    out = []
+    for opts in SKINNY:
+        s = Schedule(problem=problem_text(ir), **opts)
+        if SKINNY_FILL * _sched.NUM_SMS <= _ctas(s, rows, n) <= _sched.NUM_SMS:
+            out.append(s)
+    return out
+
+
 def default_schedule(ir: GemmIR, dims=None) -> Schedule:
-    """The schedule to use without search: 128 x 256 tiles (128 x 128 with two right operands),
-    4 stages, two consumer warpgroups, persistent in groups of 8 tile rows, the epilogue staged
-    in 128 columns of shared memory and stored by TMA (on the H100, bench/results/2026-12-07-h100-
-    issue48: 0.995-1.13x the speed of the same tile storing from registers over the issue's
-    shapes with a 16-bit output, slower only in two cases within 0.5%);
-    where the shapes or the output refuse the staging (N not a multiple of 8, an fp8 output),
-    the same without it; where neither fits, the estimate's best of the space."""
+    """The schedule to use without search. For skinny shapes (skinny_choices), the first of
+    SKINNY that fills the SMs and serves every shape. Otherwise 128 x 256 tiles (128 x 128 with
+    two right operands), 4 stages, two consumer warpgroups, persistent in groups of 8 tile rows,
+    the epilogue staged in 128 columns of shared memory and stored by TMA (on the H100,
+    bench/results/2026-12-07-h100-issue48: 0.995-1.13x the speed of the same tile storing from
+    registers over the issue's shapes with a 16-bit output, slower only in two cases within
+    0.5%); where the shapes or the output refuse the staging (N not a multiple of 8, an fp8
+    output), the same without it; where neither fits, the estimate's best of the space."""
     dl = _dims_list(dims)
     tile_n = 128 if ir.b2 is not None else 256
     base = Schedule(tile_n=tile_n, problem=problem_text(ir))
-    for s in (replace(base, tma_store=128), base):
+    for s in (*skinny_choices(ir, dl), replace(base, tma_store=128), base):
         if fits(ir, s, dl):
             return s
     pool = space(ir, dl)
