@@ -212,3 +212,30 @@ def test_records_from_before_the_strip_layout_name_the_same_schedule():
     assert F.FAMILY.canonical(F.Schedule.from_dict(old).to_dict()) == old
     strip = ST(256, 16, 4, 2).to_dict()
     assert F.FAMILY.canonical(strip) == strip
+
+
+# 1-D pools in the strip layout: the rows of the leading axes dealt thread rows x unroll to a
+# block (several blocks' worth, the last one short), several column segments a row.
+STRIP_1D_CASES = [
+    ("avgpool(x, window=4)", "fp32", "fp32", {"N": 1, "C": 3, "H": 5, "W": 32}, ST(64, 32, 1, 2)),
+    ("maxpool(x, window=3, stride=2, padding=1)", "bf16", "bf16",
+     {"N": 2, "C": 3, "H": 3, "W": 40}, ST(64, 8, 2, 4)),
+    ("maxpool(x, window=3, stride=2, padding=1)", "bf16", "fp32",
+     {"N": 2, "C": 3, "H": 3, "W": 40}, ST(128, 16, 2, 1)),
+    ("avgpool(x * x, window=2)", "fp16", "fp16", {"N": 1, "C": 7, "H": 1, "W": 19},
+     ST(64, 16, 4, 4)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("expr, dt, odt, dims, s", STRIP_1D_CASES, ids=str)
+def test_strip_layout_of_1d_pools_computes_the_reference(expr, dt, odt, dims, s):
+    wl = w(expr, dt, odt)
+    em = run_and_check(F.FAMILY, wl, s, with_pooled_dims(wl.outputs, dims), seed=5)
+    assert "ceildiv" in em.launch.grid[0]
+
+
+def test_1d_strip_default_deals_rows_to_thread_rows():
+    wl = load_manifest(Path(EXAMPLES[0]).read_text())  # pool_avgpool1d
+    ir = F.lower(wl)
+    d = F.default_schedule(ir, dict(wl.shapes[0]))
+    assert ir.nd == 1 and d.layout == "strip" and d.threads // d.lanes > 1 and d.unroll == 4

@@ -140,7 +140,8 @@ def is_valid(ir: PoolIR, s: Schedule, dims) -> tuple[bool, str]:
         if oh * ow >= 1024:  # (smaller planes fill no layout)
             if s.lanes * s.vec >= 2 * ow and not (s.lanes == LANES[0] and s.vec == 1):
                 return False, f"{s.lanes} lanes x {s.vec} for output rows of {ow}: half idle"
-            if s.threads // s.lanes > 2 * oh:
+            strip_1d = s.layout == "strip" and ir.nd == 1  # (its thread rows take rows)
+            if s.threads // s.lanes > 2 * oh and not strip_1d:
                 return False, f"{s.threads // s.lanes} thread rows for {oh} output rows"
     return True, ""
 
@@ -157,9 +158,9 @@ def space(ir, dims_list) -> list[Schedule]:
 
 def strip_default(ir, dims) -> Schedule | None:
     """16 bytes of input a lane a row (vec = 16 / (stride_w x the widest input's size)), the
-    fewest lanes that cover an output row (at least 8, at most 32; 128 where a plane has one
-    output row), 256 threads (fewer where thread rows would outnumber output rows), two
-    output rows a step; None where the strip layout does not fit."""
+    fewest lanes that cover an output row (at least 8, at most 32; 128 for a 1-D pool), 256
+    threads (2-D: fewer where thread rows would outnumber output rows), two output rows a step
+    (1-D: four rows of the leading axes); None where the strip layout does not fit."""
     oh, ow = _out_hw(ir, dims)
     es = max(ESIZE[d] for _, d in ir.inputs)
     v = 16 // (ir.stride[1] * es) if 16 % (ir.stride[1] * es) == 0 else 0
@@ -168,13 +169,14 @@ def strip_default(ir, dims) -> Schedule | None:
     if v not in VECS:
         return None
     lanes = LANES[0]
-    widest = 32 if oh > 1 else LANES[-1]  # one output row a plane (1-D): lanes are the block
+    widest = 32 if ir.nd == 2 else LANES[-1]
     while lanes < widest and lanes * v < ow:
         lanes *= 2
     threads = 256
-    while threads > THREADS[0] and threads // lanes > oh:
+    while ir.nd == 2 and threads > THREADS[0] and threads // lanes > oh:
         threads //= 2
-    s = Schedule(threads=max(threads, lanes), lanes=lanes, vec=v, layout="strip", unroll=2)
+    unroll = 2 if ir.nd == 2 else 4  # 1-D: rows of the leading axes, four at once
+    s = Schedule(threads=max(threads, lanes), lanes=lanes, vec=v, layout="strip", unroll=unroll)
     return s if is_valid(ir, s, dims)[0] else None
 
 

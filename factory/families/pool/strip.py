@@ -5,7 +5,9 @@ consecutive windows share are carried in registers, reduced across the window's 
 
 A block takes one plane at a time (grid-stride). Its threads are `lanes` along the output row
 times `threads // lanes` thread rows; thread row r owns output rows [r * band, (r + 1) * band),
-band = ceil(OH / rows) rounded up to `unroll`. Per step the lane loads the new input rows of
+band = ceil(OH / rows) rounded up to `unroll`. A 1-D pool's planes are one row each: there the
+rows (the leading axes) are dealt to blocks `thread rows x unroll` at a time instead, each
+thread row taking `unroll` consecutive rows. Per step the lane loads the new input rows of
 `unroll` output rows at once (the loads issued before any is used), evaluates the operand per
 element (padding and rows or columns outside the plane take -inf for max, a counted zero for
 avg), reduces each row over the window's width, then each output over the window's height.
@@ -306,6 +308,56 @@ class StripKernel:
 
     # -- the kernel ------------------------------------------------------------------------
 
+    def rows_as_planes(self, TR: int, U: int) -> dict:
+        """A 1-D pool: its rows (every index of the leading axes) taken as the rows of planes
+        of TR x U rows each (the last one shorter), so a block's thread rows each walk `unroll`
+        rows at once; a 1-D window has one row and no carried rows."""
+        b, k, ir, s = self.b, self.k, self.ir, self.s
+        L = s.lanes
+        rows = k.product(ir.shape[:-1])
+        W = k.dim_reg(ir.shape[-1])
+        OW = k.dim_reg(ir.out_shape[-1])
+        base = {}
+        for name in [*(n for n, _ in ir.inputs), ir.out]:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            base[name] = r
+        tid = k.u32("%tid.x")
+        lane, trow = b.reg("b32"), b.reg("b32")
+        b.op(f"and.b32 {lane}, {tid}, {L - 1}")
+        b.op(f"shr.u32 {trow}, {tid}, {int(math.log2(L))}")
+        oh_start = b.reg("b32")
+        b.op(f"mul.lo.u32 {oh_start}, {trow}, {U}")
+        e = self.g["e"]
+        wmod = b.reg("b32")
+        b.op(f"rem.u32 {wmod}, {W}, {e}" if e & (e - 1) else f"and.b32 {wmod}, {W}, {e - 1}")
+        waligned = b.reg("pred")
+        b.op(f"setp.eq.u32 {waligned}, {wmod}, 0")
+        planes = b.reg("b32")
+        b.op(f"add.u32 {planes}, {rows}, {TR * U - 1}")
+        b.op(f"shr.u32 {planes}, {planes}, {int(math.log2(TR * U))}")
+        plane, nplanes = k.u32("%ctaid.x"), k.u32("%nctaid.x")
+        top_p, end_p = b.new_label("plane"), b.new_label("plane_end")
+        b.label(top_p)
+        pp = b.reg("pred")
+        b.op(f"setp.ge.u32 {pp}, {plane}, {planes}")
+        b.op(f"@{pp} bra.uni {end_p}")
+        first, H = b.reg("b32"), b.reg("b32")
+        b.op(f"mul.lo.u32 {first}, {plane}, {TR * U}")
+        b.op(f"sub.u32 {H}, {rows}, {first}")
+        b.op(f"min.u32 {H}, {H}, {TR * U}")
+        oh_end = b.reg("b32")
+        b.op(f"add.u32 {oh_end}, {oh_start}, {U}")
+        b.op(f"min.u32 {oh_end}, {oh_end}, {H}")
+        ibase, obase = b.reg("b32"), b.reg("b32")
+        b.op(f"mul.lo.u32 {ibase}, {first}, {W}")
+        b.op(f"mul.lo.u32 {obase}, {first}, {OW}")
+        return {"H": H, "W": W, "OW": OW, "ibase": ibase, "obase": obase, "base": base,
+                "obase_ptr": base[ir.out], "oh_start": oh_start, "oh_end": oh_end,
+                "lane": lane, "waligned": waligned, "plane": plane, "nplanes": nplanes,
+                "top_p": top_p, "end_p": end_p}  # fmt: skip
+
     def render(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
         ir, s, b, k = self.ir, self.s, self.b, self.k
         V, T, L = s.vec, s.threads, s.lanes
@@ -318,50 +370,58 @@ class StripKernel:
         params = [KernelParam("tensor", "u64", name) for name, _ in ir.inputs]
         params += [KernelParam("tensor", "u64", ir.out)]
         params += [KernelParam("dim", "u32", d) for d in ir.dims]
-        planes = k.product(ir.shape[:-nd])
-        H = k.dim_reg(ir.shape[-2]) if nd == 2 else k.u32(1)
-        W = k.dim_reg(ir.shape[-1])
-        OH = k.dim_reg(ir.out_shape[-2]) if nd == 2 else k.u32(1)
-        OW = k.dim_reg(ir.out_shape[-1])
-        base = {}
-        for name in [*(n for n, _ in ir.inputs), ir.out]:
-            r = b.reg("b64")
-            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
-            b.op(f"cvta.to.global.u64 {r}, {r}")
-            base[name] = r
-        tid = k.u32("%tid.x")
-        lane, trow = b.reg("b32"), b.reg("b32")
-        b.op(f"and.b32 {lane}, {tid}, {L - 1}")
-        b.op(f"shr.u32 {trow}, {tid}, {int(math.log2(L))}")
-        # the band of output rows this thread row walks: ceil(OH / TR) rounded up to unroll
-        bh = b.reg("b32")
-        b.op(f"add.u32 {bh}, {OH}, {TR * U - 1}")
-        b.op(f"shr.u32 {bh}, {bh}, {int(math.log2(TR * U))}")
-        b.op(f"mul.lo.u32 {bh}, {bh}, {U}")
-        oh_start, oh_end = b.reg("b32"), b.reg("b32")
-        b.op(f"mul.lo.u32 {oh_start}, {trow}, {bh}")
-        b.op(f"add.u32 {oh_end}, {oh_start}, {bh}")
-        b.op(f"min.u32 {oh_end}, {oh_end}, {OH}")
-        # the vector path needs every row's spans aligned: W a multiple of vec * stride_w
+        if nd == 1:
+            ctx = self.rows_as_planes(TR, U)
+        else:
+            planes = k.product(ir.shape[:-nd])
+            H = k.dim_reg(ir.shape[-2]) if nd == 2 else k.u32(1)
+            W = k.dim_reg(ir.shape[-1])
+            OH = k.dim_reg(ir.out_shape[-2]) if nd == 2 else k.u32(1)
+            OW = k.dim_reg(ir.out_shape[-1])
+            base = {}
+            for name in [*(n for n, _ in ir.inputs), ir.out]:
+                r = b.reg("b64")
+                b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+                b.op(f"cvta.to.global.u64 {r}, {r}")
+                base[name] = r
+            tid = k.u32("%tid.x")
+            lane, trow = b.reg("b32"), b.reg("b32")
+            b.op(f"and.b32 {lane}, {tid}, {L - 1}")
+            b.op(f"shr.u32 {trow}, {tid}, {int(math.log2(L))}")
+            # the band of output rows this thread row walks: ceil(OH / TR) rounded up to unroll
+            bh = b.reg("b32")
+            b.op(f"add.u32 {bh}, {OH}, {TR * U - 1}")
+            b.op(f"shr.u32 {bh}, {bh}, {int(math.log2(TR * U))}")
+            b.op(f"mul.lo.u32 {bh}, {bh}, {U}")
+            oh_start, oh_end = b.reg("b32"), b.reg("b32")
+            b.op(f"mul.lo.u32 {oh_start}, {trow}, {bh}")
+            b.op(f"add.u32 {oh_end}, {oh_start}, {bh}")
+            b.op(f"min.u32 {oh_end}, {oh_end}, {OH}")
+            # the vector path needs every row's spans aligned: W a multiple of vec * stride_w
+            e = self.g["e"]
+            wmod = b.reg("b32")
+            b.op(f"rem.u32 {wmod}, {W}, {e}" if e & (e - 1) else f"and.b32 {wmod}, {W}, {e - 1}")
+            waligned = b.reg("pred")
+            b.op(f"setp.eq.u32 {waligned}, {wmod}, 0")
+            plane, nplanes = k.u32("%ctaid.x"), k.u32("%nctaid.x")
+            HW, OHW = b.reg("b32"), b.reg("b32")
+            b.op(f"mul.lo.u32 {HW}, {H}, {W}")
+            b.op(f"mul.lo.u32 {OHW}, {OH}, {OW}")
+            top_p, end_p = b.new_label("plane"), b.new_label("plane_end")
+            b.label(top_p)
+            pp = b.reg("pred")
+            b.op(f"setp.ge.u32 {pp}, {plane}, {planes}")
+            b.op(f"@{pp} bra.uni {end_p}")
+            ibase, obase = b.reg("b32"), b.reg("b32")
+            b.op(f"mul.lo.u32 {ibase}, {plane}, {HW}")
+            b.op(f"mul.lo.u32 {obase}, {plane}, {OHW}")
+            ctx = {"H": H, "W": W, "OW": OW, "ibase": ibase, "obase": obase, "base": base,
+                   "obase_ptr": base[ir.out], "oh_start": oh_start, "oh_end": oh_end,
+                   "lane": lane, "waligned": waligned, "plane": plane, "nplanes": nplanes,
+                   "top_p": top_p, "end_p": end_p}  # fmt: skip
+        lane, W, OW, waligned = ctx["lane"], ctx["W"], ctx["OW"], ctx["waligned"]
+        plane, nplanes, top_p, end_p = ctx["plane"], ctx["nplanes"], ctx["top_p"], ctx["end_p"]
         e = self.g["e"]
-        wmod = b.reg("b32")
-        b.op(f"rem.u32 {wmod}, {W}, {e}" if e & (e - 1) else f"and.b32 {wmod}, {W}, {e - 1}")
-        waligned = b.reg("pred")
-        b.op(f"setp.eq.u32 {waligned}, {wmod}, 0")
-        plane, nplanes = k.u32("%ctaid.x"), k.u32("%nctaid.x")
-        HW, OHW = b.reg("b32"), b.reg("b32")
-        b.op(f"mul.lo.u32 {HW}, {H}, {W}")
-        b.op(f"mul.lo.u32 {OHW}, {OH}, {OW}")
-        top_p, end_p = b.new_label("plane"), b.new_label("plane_end")
-        b.label(top_p)
-        pp = b.reg("pred")
-        b.op(f"setp.ge.u32 {pp}, {plane}, {planes}")
-        b.op(f"@{pp} bra.uni {end_p}")
-        ibase, obase = b.reg("b32"), b.reg("b32")
-        b.op(f"mul.lo.u32 {ibase}, {plane}, {HW}")
-        b.op(f"mul.lo.u32 {obase}, {plane}, {OHW}")
-        ctx = {"H": H, "W": W, "OW": OW, "ibase": ibase, "obase": obase, "base": base,
-               "obase_ptr": base[ir.out], "oh_start": oh_start, "oh_end": oh_end}  # fmt: skip
         ow0 = b.reg("b32")
         b.op(f"mul.lo.u32 {ow0}, {lane}, {V}")
         top_c, end_c = b.new_label("ocol"), b.new_label("ocol_end")
@@ -394,7 +454,10 @@ class StripKernel:
             family="pool", workload=ir.name, schedule=s.to_dict(), arch=k.arch,
             entry=entry, params=params, threads=T, body=b.declarations(), lines=b.lines,
         )  # fmt: skip
-        grid = f"min({shape_product(ir.shape[:-nd])}, {ctx_max_blocks()})"
+        planes = shape_product(ir.shape[:-nd])
+        if nd == 1:
+            planes = f"ceildiv({planes}, {TR * U})"
+        grid = f"min({planes}, {ctx_max_blocks()})"
         return Emitted(ptx, entry, tuple(params), Launch((grid, 1, 1), (T, 1, 1)))
 
 
