@@ -38,7 +38,7 @@ echo "verify: $(grep -c -- '-> OK' "$OUT/verify/log.txt") OK, $(grep -c -- '-> F
 
 OUT="$OUT/skinny" timeout "$(cap 60)" python3 -m lab.matmul.gemm_bench \
     --allow-splitk --allow-tma-store \
-    --plan "plain:w128s5+w128s5t128+w128s6t128+w256s5c1+w256s5c1t128+w128s4c1+w128s4c1t128+w128s8c1+w128s7c1t128+sk2w256s4+sk4w256s4+sk2w128s4+sk2w128s6+sk2c1w256s4" \
+    --plan "plain:w128s5+w128s5t128+w128s6t128+w256s5c1+w256s5c1t128+w128s4c1+w128s4c1t128+w128s8c1+w128s7c1t128+sk2w256s4+sk4w256s4+sk2w128s4+sk2w128s6+sk2c1w256s4;residual:w128s5t128+w128s4c1+w128s8c1+sk4w256s4+sk2w128s4" \
     --check-shapes 333x248x72,777x4104x1032 \
     --time-shapes 512x4096x4096,128x8192x8192 --reps 20 --timeout 45 \
     >"$OUT/skinny/log.txt" 2>&1
