@@ -421,7 +421,7 @@ def results(request, code):
     """The job as `job` answers it, its generations, and its evidence: the baselines, the best
     kernel's verification, timings and speedups, and every candidate in a line. The live part
     (progress, GPU queue, generations) is read on every call; the evidence only changes with the
-    job's `charts_version` and is serialised once per version (`_results_evidence`)."""
+    job's `results_version` and is serialised once per version (`_results_evidence`)."""
     j = q.get_job_for_user(request.user, code)
     counts = q.job_counts(j)
     progress = q.job_progress(j, counts)
@@ -434,19 +434,19 @@ def results(request, code):
         for g in progress["generations"]
     ]
     live = json.dumps(body, cls=DjangoJSONEncoder)
-    evidence = _results_evidence(j, q.charts_version(j, counts))
+    evidence = _results_evidence(j, q.results_version(j, counts))
     # one JSON object: the live members, then the evidence's
     return HttpResponse(f"{live[:-1]}, {evidence}}}", content_type="application/json")
 
 
 # How long a job's serialised evidence is served before it is read again even when
-# `charts_version` did not move.
+# `results_version` did not move.
 RESULTS_EVIDENCE_TTL_S = 60
 
 
 def _results_evidence(j: Job, version: str) -> str:
     """The results answer's evidence members as JSON text without the braces, kept in this
-    process's cache per `charts_version` (it moves whenever a candidate is added, verified or
+    process's cache per `results_version` (it moves whenever a candidate is added, verified or
     scored, or a baseline measured), at most RESULTS_EVIDENCE_TTL_S seconds: every candidate's
     line is about 350 KB of JSON for 2,000 candidates, and clients poll this answer."""
     import hashlib

@@ -209,22 +209,21 @@ def job_counts(job: Job) -> JobCounts:
     )
 
 
-def charts_version(job: Job, counts: JobCounts | None = None) -> str:
-    """A word that changes whenever what the job page's charts, its candidate table or its
-    best-kernel card draw may have changed: the job's status, best candidate and rank
-    correlation, its generations' number and newest change, its candidates' number, how many
-    have each status or a score and the sum of the scores, and its newest baseline
-    measurement. Computed from `counts` when the caller has read them (`job_counts`, two
-    small queries otherwise; the charts themselves take about ten and read every candidate and
-    timing of the job)."""
+def results_version(job: Job, counts: JobCounts | None = None) -> str:
+    """A word that changes whenever what the job recorded may have changed: its best candidate
+    and rank correlation, its generations' number and newest change, its candidates' number,
+    how many have each status or a score and the sum of the scores, and its newest baseline
+    measurement. What is drawn from the results alone (the charts, the candidate table, the
+    results file and the API's evidence) is kept per this word, so approving or rejecting the
+    job keeps it. Computed from `counts` when the caller has read them (`job_counts`, two small
+    queries otherwise; the charts themselves take about ten and read every candidate and timing
+    of the job)."""
     counts = job_counts(job) if counts is None else counts
     changed = max((g["updated"] for g in counts.generations if g["updated"]), default=None)
     by_status = counts.by_status
     words = [
-        job.status,
         job.best_candidate_id,
         job.model_rho,
-        job.updated.timestamp() if job.updated else None,
         len(counts.generations),
         changed.timestamp() if changed else None,
         counts.candidates,
@@ -235,6 +234,14 @@ def charts_version(job: Job, counts: JobCounts | None = None) -> str:
         counts.baselines_newest,
     ]
     return ":".join(str(w) for w in words)
+
+
+def charts_version(job: Job, counts: JobCounts | None = None) -> str:
+    """`results_version` and the job's status and last change: a word that changes whenever
+    anything the job page draws apart from its live progress may have changed (its decision
+    and artifact too)."""
+    updated = job.updated.timestamp() if job.updated else None
+    return f"{job.status}:{updated}:{results_version(job, counts)}"
 
 
 def generation_rows(job: Job, counts: JobCounts | None = None) -> list[dict]:

@@ -304,23 +304,25 @@ def workload(request, code):
     return _render(request, "web/workload.html", context, nav="home")
 
 
-# How long drawn charts are served before they are drawn again even when `charts_version` did
-# not move.
+# How long what is derived from a job per `charts_version` or `results_version` (its charts,
+# its candidate table, its results file...) is served before it is worked out again even when
+# the word did not move.
 JOB_CHARTS_TTL_S = 60
 
 
-def _version_key(kind: str, job: Job, version: str | None) -> str:
-    """The cache key of something derived from a job per `charts_version` (`version` when the
-    caller computed it already)."""
-    version = q.charts_version(job) if version is None else version
+def _version_key(kind: str, job: Job, version: str) -> str:
+    """The cache key of something derived from a job per `version` (a word of
+    `q.charts_version` or `q.results_version`)."""
     digest = hashlib.sha256(f"{job.code}:{version}".encode()).hexdigest()
     return f"ptxf:{kind}:{digest}"
 
 
 def _job_charts(job: Job, baselines=None, *, version: str | None = None) -> dict:
-    """The job page's charts, drawn once per `charts_version` of the job and kept in this
-    process's cache (at most JOB_CHARTS_TTL_S seconds): drawing reads every candidate and
-    timing of the job, and the page, its chart refreshes and the review page all show them."""
+    """The job page's charts, drawn once per `results_version` of the job (`version`, when the
+    caller has it) and kept in this process's cache (at most JOB_CHARTS_TTL_S seconds): drawing
+    reads every candidate and timing of the job, and the page, its chart refreshes and the
+    review page all show them; approving the job keeps them."""
+    version = q.results_version(job) if version is None else version
     key = _version_key("job-charts", job, version)
     out = cache.get(key)
     if out is None:
@@ -377,14 +379,17 @@ def job(request, code):
     return _job_page(request, q.get_job_for_user(request.user, code))
 
 
-def _candidates_html(request, j: Job, counts: q.JobCounts, version: str) -> str:
+def _candidates_html(request, j: Job, counts: q.JobCounts) -> str:
     """One page of the job's candidate table (best first, CANDIDATES_PER_PAGE a page, the page
-    the request asks for), rendered once per `charts_version` and page and kept in this
-    process's cache (at most JOB_CHARTS_TTL_S seconds): the job page and the table's refreshes
-    show it. Counted from `counts`, read as plain rows: no query per row."""
+    the request asks for), rendered once per `results_version`, page and whether the job is
+    still searching, and kept in this process's cache (at most JOB_CHARTS_TTL_S seconds): the
+    job page and the table's refreshes show it. Counted from `counts`, read as plain rows: no
+    query per row."""
     paginator = Paginator(q.top_candidates(j), CANDIDATES_PER_PAGE)
     paginator.count = counts.candidates  # counted already: no COUNT query
     number = paginator.validate_number(_page_number(request.GET.get("page"), paginator))
+    # a stopped job's unsettled candidates read "Not run"
+    version = f"{q.results_version(j, counts)}:{j.is_active}"
     key = f"{_version_key('job-candidates', j, version)}:{number}"
     html = cache.get(key)
     if html is None:
@@ -491,10 +496,9 @@ def _job_summary(j: Job, version: str) -> dict:
 
 
 def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
-    # The counts are read once (three queries) and give the version every cached part of the
+    # The counts are read once (two queries) and give the versions every cached part of the
     # page is kept under; the progress card is live and drawn every time.
     counts = q.job_counts(j)
-    version = q.charts_version(j, counts)
     progress = q.job_progress(j, counts)
     context = {
         "job": j,
@@ -502,9 +506,9 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         "progress": progress,
         "live": _live_tokens(j, progress),
         "steps": q.stage_steps(j, progress),
-        "charts": _job_charts(j, version=version),
-        "candidates_html": _candidates_html(request, j, counts, version),
-        **_job_summary(j, version),
+        "charts": _job_charts(j, version=q.results_version(j, counts)),
+        "candidates_html": _candidates_html(request, j, counts),
+        **_job_summary(j, q.charts_version(j, counts)),
         "open_batch": q.open_batch(j) if q.is_engineer(request.user) else None,
         "import_error": import_error,
         "gpu_dispatch": settings.GPU_DISPATCH,
@@ -600,10 +604,10 @@ def job_results_csv(request, code):
     for a spreadsheet; a candidate without a time has one row with the time columns blank.
     Each baseline has a row per shape too (its name in the candidate column)."""
     j = q.get_job_for_user(request.user, code)
-    # Kept compressed in the process cache per charts_version (it changes whenever a candidate
+    # Kept compressed in the process cache per results_version (it changes whenever a candidate
     # is added, verified or scored, or a baseline measured), at most JOB_CHARTS_TTL_S seconds:
     # the file is a row per candidate and shape, about 0.9 MB for 2,000 candidates.
-    version = f"{j.code}:{q.charts_version(j)}"
+    version = f"{j.code}:{q.results_version(j)}"
     key = "ptxf:results-csv:" + hashlib.sha256(version.encode()).hexdigest()
     packed = cache.get(key)
     if packed is None:
@@ -720,8 +724,7 @@ def job_charts(request, code):
 def job_candidates(request, code):
     """The job page's candidate table (one page of it), fetched again when candidates change."""
     j = q.get_job_for_user(request.user, code)
-    counts = q.job_counts(j)
-    return HttpResponse(_candidates_html(request, j, counts, q.charts_version(j, counts)))
+    return HttpResponse(_candidates_html(request, j, q.job_counts(j)))
 
 
 @login_required
@@ -1013,7 +1016,7 @@ def _review_evidence_cached(j: Job, best: Candidate, baseline_name: str | None) 
     """`_review_evidence`, worked out once per `charts_version` of the job and baseline asked
     for, and kept in this process's cache (at most JOB_CHARTS_TTL_S seconds)."""
     asked = hashlib.sha256(str(baseline_name).encode()).hexdigest()
-    key = f"{_version_key('review', j, None)}:{asked}"
+    key = f"{_version_key('review', j, q.charts_version(j))}:{asked}"
     out = cache.get(key)
     if out is None:
         out = _review_evidence(j, best, baseline_name)

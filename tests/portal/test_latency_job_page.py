@@ -170,3 +170,37 @@ def test_a_stopped_jobs_unsettled_candidates_read_not_run(client, customer, big_
     rows = page.split('id="candidates"', 1)[1].split("</table>", 1)[0]
     assert "Not run" in rows and "while this candidate was queued for gpu" in rows
     assert '<span class="pill bad">Failed</span>' not in rows.split("Not run", 1)[0]
+
+
+def test_a_decision_keeps_the_charts_and_the_table_and_shows_at_once(
+    client, customer, engineer, big_job
+):
+    """The charts and the candidate table are drawn from the results alone: rejecting the job
+    shows the decision at once without drawing them again."""
+    from django.utils import timezone
+
+    from portal.models import ReviewDecision
+
+    big_job.grow_to(40)
+    Job.objects.filter(pk=big_job.pk).update(status=Job.REVIEW)
+    client.force_login(customer)
+    url = reverse("web-job", args=[big_job.code])
+    cache.clear()
+    before = client.get(url).content.decode()
+    assert "Rejected" not in before
+    ReviewDecision.objects.create(
+        job=big_job,
+        candidate=big_job.best_candidate,
+        reviewer=engineer,
+        decision=ReviewDecision.REJECT,
+        comment="too slow at M=8",
+    )
+    Job.objects.filter(pk=big_job.pk).update(status=Job.REJECTED, updated=timezone.now())
+    with CaptureQueriesContext(connection) as ctx:
+        after = client.get(url).content.decode()
+    assert "Rejected" in after and "too slow at M=8" in after
+    reads = [x["sql"] for x in ctx.captured_queries]
+    population = '"portal_candidate"."score_us" AS "score_us", "portal_candidate"."status" AS'
+    assert not [sql for sql in reads if population in sql]  # the charts were not drawn again
+    table = '"portal_candidate"."code" AS "code"'
+    assert not [sql for sql in reads if table in sql]  # nor the table
