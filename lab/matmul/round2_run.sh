@@ -12,6 +12,8 @@
 #                interleaved with cuBLAS (torch.matmul)
 #   3. maxnreg/: the same kernels compiled by nvJitLink (setmaxnreg ignored, C7504) and by
 #                ptxas as a whole program (setmaxnreg honoured), at 4096^3 and 8192^3
+#   3b. align/:  w256s4t128 at K = 2056 (rows of 4112 bytes) and 2048, to see whether rows not a
+#                multiple of 128 bytes slow the TMA loads (the held-out shapes ran at 16-44%)
 #   4. fused/:   issue48_bench for bias+GELU and the fp8 outputs at 4096^3 and 8192^3 against
 #                eager and max-autotune
 #   5. plain/:   issue48_bench for the plain GEMM at the issue's shapes and the held-out ones
@@ -20,7 +22,7 @@ set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-.}
 END=235
-mkdir -p "$OUT/verify" "$OUT/skinny" "$OUT/maxnreg" "$OUT/fused" "$OUT/plain"
+mkdir -p "$OUT/verify" "$OUT/skinny" "$OUT/maxnreg" "$OUT/align" "$OUT/fused" "$OUT/plain"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv \
     >"$OUT/gpu.csv" 2>&1
 
@@ -36,7 +38,7 @@ OUT="$OUT/verify" timeout "$(cap 45)" python3 -m lab.matmul.gemm_bench \
     --time-shapes "" --timeout 40 >"$OUT/verify/log.txt" 2>&1
 echo "verify: $(grep -c -- '-> OK' "$OUT/verify/log.txt") OK, $(grep -c -- '-> FAIL' "$OUT/verify/log.txt") FAIL, $(grep -c '^ERROR\|HANG' "$OUT/verify/log.txt") errors ($SECONDS s)"
 
-OUT="$OUT/skinny" timeout "$(cap 60)" python3 -m lab.matmul.gemm_bench \
+OUT="$OUT/skinny" timeout "$(cap 55)" python3 -m lab.matmul.gemm_bench \
     --allow-splitk --allow-tma-store \
     --plan "plain:w128s5+w128s5t128+w128s6t128+w256s5c1+w256s5c1t128+w128s4c1+w128s4c1t128+w128s8c1+w128s7c1t128+sk2w256s4+sk4w256s4+sk2w128s4+sk2w128s6+sk2c1w256s4;residual:w128s5t128+w128s4c1+w128s8c1+sk4w256s4+sk2w128s4" \
     --check-shapes 333x248x72,777x4104x1032 \
@@ -44,13 +46,21 @@ OUT="$OUT/skinny" timeout "$(cap 60)" python3 -m lab.matmul.gemm_bench \
     >"$OUT/skinny/log.txt" 2>&1
 echo "skinny: done ($SECONDS s)"
 
-OUT="$OUT/maxnreg" timeout "$(cap 30)" python3 -m lab.matmul.gemm_bench \
+OUT="$OUT/maxnreg" timeout "$(cap 25)" python3 -m lab.matmul.gemm_bench \
     --allow-splitk --allow-tma-store \
     --plan "plain:w256s4t128+w256s4t128@ptxas+w256s4+w256s4@ptxas" \
     --check-shapes 333x248x72,777x4104x1032 \
-    --time-shapes 4096x4096x4096,8192x8192x8192 --reps 10 --timeout 22 \
+    --time-shapes 4096x4096x4096,8192x8192x8192 --reps 10 --timeout 18 \
     >"$OUT/maxnreg/log.txt" 2>&1
 echo "maxnreg: done ($SECONDS s)"
+
+# the held-out shapes ran at 16-44% of peak (3000x5000x2056 at 0.66x cuBLAS): is it K's rows
+# not being a multiple of 128 bytes? The same kernel at K = 2056 and 2048, and tile-aligned
+OUT="$OUT/align" timeout "$(cap 15)" python3 -m lab.matmul.gemm_bench --allow-tma-store \
+    --plan "plain:w256s4t128+w256s4" --check-shapes "" \
+    --time-shapes 3000x5000x2056,3000x5000x2048,3072x5120x2048,3072x5120x2056 --reps 10 \
+    --timeout 12 >"$OUT/align/log.txt" 2>&1
+echo "align: done ($SECONDS s)"
 
 LEFT=$(cap 55)
 OUT="$OUT/fused" timeout "$LEFT" python3 -m lab.matmul.issue48_bench --allow-splitk \
@@ -59,13 +69,13 @@ OUT="$OUT/fused" timeout "$LEFT" python3 -m lab.matmul.issue48_bench --allow-spl
     --budget $((LEFT - 15)) --compile-budget 35 >"$OUT/fused/log.txt" 2>&1
 echo "fused: done ($SECONDS s)"
 
-LEFT=$(cap 45)
+LEFT=$(cap 40)
 OUT="$OUT/plain" timeout "$LEFT" python3 -m lab.matmul.issue48_bench --allow-splitk \
     --allow-tma-store --ops plain --no-compile --budget $((LEFT - 12)) \
     >"$OUT/plain/log.txt" 2>&1
 echo "plain: done ($SECONDS s)"
 
-for step in verify skinny maxnreg; do
+for step in verify skinny maxnreg align; do
     echo "== $step"
     grep -v "^check\|^child\|^{" "$OUT/$step/log.txt" | tail -n 32
 done
