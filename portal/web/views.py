@@ -495,21 +495,47 @@ def _job_summary(j: Job, version: str) -> dict:
     return out
 
 
+def _stopped_progress_html(j: Job, counts: q.JobCounts, *, engineer: bool) -> str | None:
+    """The progress card of a job that stopped searching (nothing in it moves any more),
+    rendered once per `charts_version` and kept in this process's cache (at most
+    JOB_CHARTS_TTL_S seconds); None while the job searches (its card is live, drawn on every
+    poll)."""
+    if j.is_active:
+        return None
+    key = f"{_version_key('job-progress', j, q.charts_version(j, counts))}:{engineer}"
+    html = cache.get(key)
+    if html is None:
+        progress = q.job_progress(j, counts)
+        context = {
+            "job": j,
+            "progress": progress,
+            "steps": q.stage_steps(j, progress),
+            "live": _live_tokens(j, progress),
+            "is_engineer": engineer,
+        }
+        html = render_to_string("web/partials/progress.html", context)
+        cache.set(key, html, JOB_CHARTS_TTL_S)
+    return mark_safe(html)  # noqa: S308 - rendered by our own template, escaped there
+
+
 def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
     # The counts are read once (two queries) and give the versions every cached part of the
     # page is kept under; the progress card is live and drawn every time.
     counts = q.job_counts(j)
-    progress = q.job_progress(j, counts)
+    engineer = q.is_engineer(request.user)
+    progress_html = _stopped_progress_html(j, counts, engineer=engineer)
+    progress = None if progress_html else q.job_progress(j, counts)
     context = {
         "job": j,
         "workload": j.workload,
+        "progress_html": progress_html,
         "progress": progress,
-        "live": _live_tokens(j, progress),
-        "steps": q.stage_steps(j, progress),
+        "live": _live_tokens(j, progress) if progress else None,
+        "steps": q.stage_steps(j, progress) if progress else None,
         "charts": _job_charts(j, version=q.results_version(j, counts)),
         "candidates_html": _candidates_html(request, j, counts),
         **_job_summary(j, q.charts_version(j, counts)),
-        "open_batch": q.open_batch(j) if q.is_engineer(request.user) else None,
+        "open_batch": q.open_batch(j) if engineer else None,
         "import_error": import_error,
         "gpu_dispatch": settings.GPU_DISPATCH,
     }
@@ -732,7 +758,16 @@ def job_candidates(request, code):
 def job_progress(request, code):
     """The live part of the job page, polled by htmx every second while the job is active."""
     j = q.get_job_for_user(request.user, code)
-    progress = q.job_progress(j)
+    counts = q.job_counts(j)
+    stopped = _stopped_progress_html(j, counts, engineer=q.is_engineer(request.user))
+    if stopped is not None:
+        # the last poll of a page drawn while the job ran: stop, and reload the page once so
+        # the charts and the results (not part of the polled fragment) appear
+        response = HttpResponse(stopped, status=HTMX_STOP_POLLING)
+        if request.GET.get("live") == "1":
+            response["HX-Refresh"] = "true"
+        return response
+    progress = q.job_progress(j, counts)
     live = _live_tokens(j, progress)
     context = {
         "job": j,
@@ -749,12 +784,6 @@ def job_progress(request, code):
     ]
     if stale:
         response["HX-Trigger"] = ", ".join(stale)
-    if j.status not in Job.ACTIVE:
-        response.status_code = HTMX_STOP_POLLING
-        # The page was drawn while the job ran: reload it once so the charts and the results
-        # (which are not part of the polled fragment) appear.
-        if request.GET.get("live") == "1":
-            response["HX-Refresh"] = "true"
     return response
 
 

@@ -204,3 +204,23 @@ def test_a_decision_keeps_the_charts_and_the_table_and_shows_at_once(
     assert not [sql for sql in reads if population in sql]  # the charts were not drawn again
     table = '"portal_candidate"."code" AS "code"'
     assert not [sql for sql in reads if table in sql]  # nor the table
+
+
+def test_a_stopped_jobs_progress_card_is_drawn_once_per_version(client, customer, big_job):
+    """Nothing on a stopped job's progress card moves: the page and the (last) poll serve it
+    from the cache, without reading the GPU queue; a change of status draws it again."""
+    big_job.grow_to(40)
+    Job.objects.filter(pk=big_job.pk).update(status=Job.REVIEW)
+    client.force_login(customer)
+    page = reverse("web-job", args=[big_job.code])
+    poll = reverse("web-job-progress", args=[big_job.code]) + "?live=1"
+    cache.clear()
+    first = client.get(page).content.decode()
+    assert 'data-status="review"' in first and "In review" in first
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.get(poll)
+    assert response.status_code == 286 and response["HX-Refresh"] == "true"
+    assert 'data-status="review"' in response.content.decode()
+    assert not [x for x in ctx.captured_queries if 'FROM "portal_gpubatch"' in x["sql"]]
+    Job.objects.filter(pk=big_job.pk).update(status=Job.CANCELLED)
+    assert 'data-status="cancelled"' in client.get(page).content.decode()
