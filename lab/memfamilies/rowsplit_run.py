@@ -10,7 +10,7 @@ for RMSNorm a variant (two blocks an SM instead of four), and torch.compile. A c
 only if the mean case so far still fits the budget (the caller's timeout ends one that does
 not); raw results go to OUT/raw/<case>.json for lab/memfamilies/report.py.
 
-    OUT=/tmp/x bash lab/memfamilies/rowsplit_run.sh           # on the GPU host, <= 120 s
+    OUT=/tmp/x bash lab/memfamilies/rowsplit_run.sh           # on the GPU host, <= 95 s
     .venv/bin/python -m lab.memfamilies.rowsplit_run --list    # the batches, no GPU
 """
 
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None, help="folder for raw/<case>.json")
     ap.add_argument("--case", action="append", help="cases (default: ORDER)")
-    ap.add_argument("--budget-s", type=float, default=112.0)
+    ap.add_argument("--budget-s", type=float, default=86.0)
     ap.add_argument("--time-per-candidate-s", type=float, default=0.5)
     ap.add_argument("--list", action="store_true", help="build the batches, run nothing")
     args = ap.parse_args(argv)
