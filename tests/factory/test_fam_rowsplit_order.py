@@ -100,3 +100,23 @@ def test_stream_marks_only_the_output_pass_evict_first():
     # the hinted loads of x there)
     assert len(plain) > len(loads)
     assert compile_ptx(on, "sm_90a").ok
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "rmsnorm", "add_rmsnorm"])
+def test_the_defaults_over_the_issues_shapes_compile_without_spills(name):
+    """Issue 50's few long rows (1-64 rows of 64K-16M elements): each shape's default is
+    valid there, lags its passes where two rows fit L2, and compiles for sm_90a unspilled."""
+    w = load_manifest(few_rows(f"{CATALOGUE}/{name}.toml"))
+    ir = RS.lower(w)
+    seen = set()
+    for rows in (1, 8, 64):
+        for n in (1 << 16, 1 << 20, 1 << 24):
+            dims = {"M": rows, "N": n}
+            s = RS.default_schedule(ir, dims)
+            assert RS.is_valid(ir, s, dims)[0], (dims, s)
+            fits = 2 * n * ir.max_esize <= 16 << 20
+            assert s.lag == (2 if rows == 1 or fits else 1), (dims, s)
+            if s not in seen:
+                seen.add(s)
+                rep = compile_ptx(RS.emit(ir, s).ptx, "sm_90a")
+                assert rep.ok and rep.spill_store_bytes == 0, (s, rep.log[-300:])
