@@ -75,8 +75,8 @@ CHECK_SCHEDULES = {
         "128x128s2": (AttentionSchedule(128, 128, 2), "whole"),
         "128x128s2jit": (AttentionSchedule(128, 128, 2), "jit"),
         "128x128s3ov": (AttentionSchedule(128, 128, 3, **OV), "whole"),
+        "128x128s2ovpp": (AttentionSchedule(128, 128, 2, **PP), "whole"),
         "128x128s3ovpp": (AttentionSchedule(128, 128, 3, **PP), "whole"),
-        "128x64s3ovpp": (AttentionSchedule(128, 64, 3, **PP), "whole"),
     },
     64: {
         "128x128s3": (AttentionSchedule(128, 128, 3), "whole"),

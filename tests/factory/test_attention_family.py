@@ -328,3 +328,36 @@ def test_schedules_only_a_whole_program_compile_fits_compile_clean_with_ptxas(
         assert r.ok, r.log[:2000]
         assert r.spill_store_bytes == 0 and r.stack_bytes == 0, s
         assert not setmaxnreg_ignored(r) and "C7509" not in r.log
+
+
+@pytest.mark.parametrize("overlap, pingpong", [(False, False), (True, False), (True, True)])
+def test_the_pipeline_protocol_neither_deadlocks_nor_reads_a_wrong_or_unlanded_tile(
+    overlap, pingpong
+):
+    # the producer's K and V loads, the consumers' waits and frees (K after S, V after P V)
+    # and the ping-pong turns, under random interleavings (tiling.simulate_pipeline)
+    for n, stages, seed in itertools.product((0, 1, 2, 3, 7), (2, 3, 4), range(12)):
+        reads = T.simulate_pipeline(n, stages, overlap, pingpong, 2, seed)
+        for c in range(2):
+            for kind in "KV":
+                assert sorted(t for cc, k, t in reads if (cc, k) == (c, kind)) == list(range(n))
+
+
+def test_the_pipeline_model_catches_a_v_slot_freed_before_its_p_v():
+    import inspect
+
+    src = inspect.getsource(T.simulate_pipeline)
+    good = """                yield from wait_group(0)
+                arrive(("emptyV", poff))"""
+    bad = """                arrive(("emptyV", poff))
+                yield from wait_group(0)"""
+    assert good in src
+    ns = {}
+    exec(compile("import random\n" + src.replace(good, bad), "mutant", "exec"), ns)  # noqa: S102
+    caught = 0
+    for seed in range(40):
+        try:
+            ns["simulate_pipeline"](9, 2, True, True, 2, seed)
+        except AssertionError:
+            caught += 1
+    assert caught > 10

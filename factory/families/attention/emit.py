@@ -13,7 +13,7 @@ swizzle):
   Q:      D/64 chunks x (block_m rows x 128 B)                      loaded once
   K ring: stages x D/64 chunks x (block_n rows x 128 B)
   V ring: stages x D/64 chunks x (block_n rows x 128 B)
-  qfull, full[stages], empty[stages]: 8-byte mbarriers
+  qfull, full[stages] (K), fullv[stages], empty[stages] (K), emptyv[stages]: 8-byte mbarriers
 The tensor maps are 3D (D, sequence, B * heads) so a tile past the sequence's end is filled with
 zeros by the TMA instead of reading the next head's rows.
 
@@ -374,7 +374,9 @@ class _Kernel(HopperKernel):
         self.op(f"add.u32 %vb, %kb, {s.stages * self.kv_bytes}")
         self.op(f"add.u32 %qfull, %vb, {s.stages * self.kv_bytes}")
         self.op("add.u32 %full, %qfull, 8")
-        self.op(f"add.u32 %empty, %full, {8 * s.stages}")
+        self.op(f"add.u32 %fullv, %full, {8 * s.stages}")
+        self.op(f"add.u32 %empty, %fullv, {8 * s.stages}")
+        self.op(f"add.u32 %emptyv, %empty, {8 * s.stages}")
         self.op("mov.u32 %stage, 0")
         self.op("mov.u32 %phase, 0")
         for k, name in enumerate(ir.id_matches):
@@ -383,7 +385,8 @@ class _Kernel(HopperKernel):
         b.comment("thread 0 initialises the barriers")
         inits = [("%qfull", 1)]
         for i in range(s.stages):
-            inits += [(f"%full+{8 * i}", 1), (f"%empty+{8 * i}", 4 * s.consumers)]
+            inits += [(f"%full+{8 * i}", 1), (f"%fullv+{8 * i}", 1)]
+            inits += [(f"%empty+{8 * i}", 4 * s.consumers), (f"%emptyv+{8 * i}", 4 * s.consumers)]
         self.init_barriers(inits)
         self.op("bar.sync 0")
         if ir.id_matches:
@@ -410,14 +413,14 @@ class _Kernel(HopperKernel):
         decls.append(f"    .reg .b32 %pp<{self.n_p}>;")
         decls.append("    .reg .f32 %m<2>, %l<2>, %al<2>;")
         if s.overlap:
-            decls.append("    .reg .b32 %poff;")
+            decls.append("    .reg .b32 %poff, %pphase;")
             decls.append("    .reg .b64 %pdv;")
         if s.pingpong:
             decls.append("    .reg .b32 %bmine, %bother;")
             decls.append("    .reg .pred %pcons0;")
         named = (
             "S Skv Hq Hkv head bb hk bhq bhk qt i0 nkv first end tx wg base kb vb qfull full "
-            "empty stage phase t j0"
+            "fullv empty emptyv stage phase t j0"
         ).split()
         decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
         # at launch every thread may hold this many; setmaxnreg then moves registers from the
@@ -457,19 +460,27 @@ class _Kernel(HopperKernel):
         pk = self.pred()
         self.op(f"setp.ge.s32 {pk}, %t, %end")
         self.op(f"@{pk} bra {lab_kdone}")
-        full = self.claim_slot()
-        self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{full}], {2 * self.kv_bytes}")
-        row = self.r32()
+        # K and V of a slot have their own full and empty barriers: the consumers free K once
+        # S = Q K^T is done and V after P V, so the next K may land while V is still read
+        row, par, off = self.r32(), self.r32(), self.r32()
         self.op(f"mul.lo.u32 {row}, %t, {s.block_n}")
-        dk, dv = self.r32(), self.r32()
-        self.op(f"mad.lo.u32 {dk}, %stage, {self.kv_bytes}, %kb")
-        self.op(f"mad.lo.u32 {dv}, %stage, {self.kv_bytes}, %vb")
-        for c in range(self.chunks):
-            ck, cv = self.r32(), self.r32()
-            self.op(f"add.u32 {ck}, {dk}, {c * s.block_n * 128}")
-            self.op(f"add.u32 {cv}, {dv}, {c * s.block_n * 128}")
-            self.op(f"{cp} [{ck}], [{gm['k_map']}, {{{64 * c}, {row}, %bhk}}], [{full}]")
-            self.op(f"{cp} [{cv}], [{gm['v_map']}, {{{64 * c}, {row}, %bhk}}], [{full}]")
+        self.op(f"xor.b32 {par}, %phase, 1")
+        self.op(f"shl.b32 {off}, %stage, 3")
+        for which, base, fbar, ebar in (
+            ("k", "%kb", "%full", "%empty"),
+            ("v", "%vb", "%fullv", "%emptyv"),
+        ):
+            full, empty, dst = self.r32(), self.r32(), self.r32()
+            self.op(f"add.u32 {full}, {fbar}, {off}")
+            self.op(f"add.u32 {empty}, {ebar}, {off}")
+            self.wait(empty, par)  # a fresh barrier's "previous phase" counts as complete
+            self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{full}], {self.kv_bytes}")
+            self.op(f"mad.lo.u32 {dst}, %stage, {self.kv_bytes}, {base}")
+            for c in range(self.chunks):
+                cd = self.r32()
+                self.op(f"add.u32 {cd}, {dst}, {c * s.block_n * 128}")
+                tmap = gm[f"{which}_map"]
+                self.op(f"{cp} [{cd}], [{tmap}, {{{64 * c}, {row}, %bhk}}], [{full}]")
         self.advance()
         self.op("add.u32 %t, %t, 1")
         self.op(f"bra {lab_k}")
@@ -574,15 +585,18 @@ class _Kernel(HopperKernel):
         self.op(f"add.u64 {dv}, {self.dv0}, {so64}")
         return off, dk, dv
 
-    def wait_full(self, off: str) -> None:
+    def wait_full(self, off: str, which: str = "k", parity: str = "%phase") -> None:
+        """Wait until K (`which` "k") or V ("v") of the ring slot at barrier offset `off` has
+        landed (the slot's phase `parity`)."""
         full = self.r32()
-        self.op(f"add.u32 {full}, %full, {off}")
-        self.wait(full, "%phase")
+        self.op(f"add.u32 {full}, {'%full' if which == 'k' else '%fullv'}, {off}")
+        self.wait(full, parity)
 
-    def release(self, off: str) -> None:
-        """Lane 0 of each consumer warp frees the ring slot at barrier offset `off`."""
+    def release(self, off: str, which: str = "k") -> None:
+        """Lane 0 of each consumer warp frees K or V of the ring slot at barrier offset `off`
+        (K as soon as S = Q K^T is done, V after P V)."""
         eaddr = self.r32()
-        self.op(f"add.u32 {eaddr}, %empty, {off}")
+        self.op(f"add.u32 {eaddr}, {'%empty' if which == 'k' else '%emptyv'}, {off}")
         self.op(f"@{self.plane0} mbarrier.arrive.shared::cta.b64 _, [{eaddr}]")
 
     def issue_s(self, dk: str) -> None:
@@ -648,8 +662,8 @@ class _Kernel(HopperKernel):
                     self.op(f"mul.f32 {r}, {r}, %al{h}")
 
     def simple_loop(self, rows, colb: str) -> None:
-        """Per KV tile: wait, S, softmax, P V, release; nothing overlapped within the
-        warpgroup (the ring still loads ahead)."""
+        """Per KV tile: wait for K, S, free K, softmax, wait for V, P V, free V; nothing
+        overlapped within the warpgroup (the ring still loads ahead)."""
         b = self.b
         lab_k, lab_kdone = b.new_label("ck"), b.new_label("ckd")
         self.op("mov.u32 %t, %first")
@@ -661,10 +675,12 @@ class _Kernel(HopperKernel):
         self.wait_full(off)
         self.issue_s(dk)
         self.op("wgmma.wait_group.sync.aligned 0")
+        self.release(off, "k")
         self.softmax_tile(rows, colb, defer=False)
+        self.wait_full(off, "v")
         self.issue_pv(dv)
         self.op("wgmma.wait_group.sync.aligned 0")
-        self.release(off)
+        self.release(off, "v")
         self.advance()
         self.op("add.u32 %t, %t, 1")
         self.op(f"bra {lab_k}")
@@ -709,8 +725,10 @@ class _Kernel(HopperKernel):
         self.issue_s(dk)
         self.turn_pass()
         self.op("wgmma.wait_group.sync.aligned 0")
+        self.release(off, "k")
         self.softmax_tile(rows, colb, defer=False)
         self.op(f"mov.u32 %poff, {off}")
+        self.op("mov.u32 %pphase, %phase")
         self.op(f"mov.u64 %pdv, {dv}")
         self.advance()
         self.op("add.u32 %t, %t, 1")
@@ -720,28 +738,32 @@ class _Kernel(HopperKernel):
         self.op(f"@{pk2} bra {lab_kdone}")
         off, dk, dv = self.stage_descs()
         self.wait_full(off)
+        self.wait_full("%poff", "v", "%pphase")
         self.turn_wait()
         self.issue_s(dk)
         self.issue_pv("%pdv")
         self.turn_pass()
         self.op("wgmma.wait_group.sync.aligned 1")  # S of tile t is done; P V may run on
+        self.release(off, "k")
         self.softmax_tile(rows, colb, defer=True)
         self.op("wgmma.wait_group.sync.aligned 0")
-        self.release("%poff")
+        self.release("%poff", "v")
         self.rescale_o()
         self.pack_p()
         self.op(f"mov.u32 %poff, {off}")
+        self.op("mov.u32 %pphase, %phase")
         self.op(f"mov.u64 %pdv, {dv}")
         self.advance()
         self.op("add.u32 %t, %t, 1")
         self.op(f"bra {lab_k}")
         b.label(lab_kdone)
         b.comment("the last tile's P V")
+        self.wait_full("%poff", "v", "%pphase")
         self.turn_wait()
         self.issue_pv("%pdv")
         self.turn_pass()
         self.op("wgmma.wait_group.sync.aligned 0")
-        self.release("%poff")
+        self.release("%poff", "v")
         b.label(lab_none)
         if self.s.pingpong:
             # consumer 0 takes back the turn consumer 1 passed last (or gave first), so every

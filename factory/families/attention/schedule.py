@@ -48,7 +48,7 @@ LAYOUT_FIELDS = ("block_m", "block_n", "stages")
 class AttentionSchedule:
     block_m: int = 128  # query rows per CTA: 64 per consumer warpgroup
     block_n: int = 128  # keys per KV tile (the wgmma N of S = Q K^T)
-    stages: int = 2  # K+V buffers in the ring
+    stages: int = 2  # K+V buffers in the ring (K and V freed each on its own barrier)
     pv_split: bool = False
     overlap: bool = False  # the softmax of tile t beside P V of tile t - 1 (see emit.py)
     pingpong: bool = False  # the consumer warpgroups take turns on the tensor cores
@@ -69,7 +69,7 @@ class AttentionSchedule:
     def smem_bytes(self, head_dim: int) -> int:
         q = self.block_m * head_dim * 2
         kv = self.stages * 2 * self.block_n * head_dim * 2
-        return 1024 + q + kv + 8 * (2 * self.stages + 1)
+        return 1024 + q + kv + 8 * (4 * self.stages + 1)  # barriers: Q, K and V full, empty
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -193,3 +193,182 @@ def ir_functions(ir):
         return keep
 
     return score_fn, mask_fn
+
+
+def simulate_pipeline(
+    n_tiles: int,
+    stages: int,
+    overlap: bool,
+    pingpong: bool,
+    consumers: int = 2,
+    seed: int = 0,
+    max_steps: int = 200000,
+) -> list[tuple[int, str, int]]:
+    """The kernel's synchronisation in Python, under a random interleaving: one producer
+    thread (per tile: wait K's empty barrier, TMA K, wait V's, TMA V), `consumers`
+    warpgroups running the simple or the overlapped loop (K freed once S is done, V after
+    P V), with `pingpong` the two named barriers passing the issue turn. mbarriers complete a
+    phase when their arrivals (and a TMA's bytes) are in; try_wait.parity(p) passes while the
+    completed-phase count's parity differs from p. A TMA writes its slot when issued (the
+    earliest it could), a wgmma reads its operand when it completes (the latest it could);
+    completions happen at random later steps or at wgmma.wait_group. Raises AssertionError on
+    a deadlock or a read of the wrong tile; returns the reads (consumer, "K"/"V", tile)."""
+    import random
+
+    rng = random.Random(seed)
+    slots = {"K": [None] * stages, "V": [None] * stages}  # (tile, landed) per ring slot
+    # mbarrier state: [completed phases, arrivals so far in this phase, expected arrivals]
+    bars = {}
+    for i in range(stages):
+        bars[("fullK", i)] = [0, 0, 1]
+        bars[("fullV", i)] = [0, 0, 1]
+        bars[("emptyK", i)] = [0, 0, consumers]
+        bars[("emptyV", i)] = [0, 0, consumers]
+    named = {1: [0, []], 2: [0, []]}  # arrivals, waiting consumers
+    reads: list[tuple[int, str, int]] = []
+    tma: list[tuple[str, int, int]] = []  # in flight: (kind, slot, tile)
+    groups: dict[int, list] = {c: [] for c in range(consumers)}  # committed, not complete
+
+    def arrive(key):
+        b = bars[key]
+        b[1] += 1
+        if b[1] == b[2]:
+            b[0], b[1] = b[0] + 1, 0
+
+    def passed(key, parity):
+        return bars[key][0] % 2 != parity
+
+    def producer():
+        stage, phase = 0, 0
+        for t in range(n_tiles):
+            for kind in ("K", "V"):
+                while not passed((f"empty{kind}", stage), phase ^ 1):
+                    yield
+                slots[kind][stage] = (t, False)  # the TMA may write as soon as it is issued
+                tma.append((kind, stage, t))
+            stage += 1
+            if stage == stages:
+                stage, phase = 0, phase ^ 1
+
+    def check(c, kind, slot, want):
+        got = slots[kind][slot]
+        assert got == (want, True), f"consumer {c} read {kind} slot {slot}: {got}, not {want}"
+
+    def issue(c, operands):
+        """A wgmma group: its operands must have landed when it is issued (the earliest it
+        may read) and still hold their tiles when it completes (the latest)."""
+        for op in operands:
+            check(c, *op)
+        groups[c].append(operands)
+
+    def complete_group(c):
+        for kind, slot, want in groups[c].pop(0):
+            check(c, kind, slot, want)
+            reads.append((c, kind, want))
+
+    def consumer(c):
+        mine, other = 1 + c, 2 - c
+
+        def wait_bar(key, parity):
+            while not passed(key, parity):
+                yield
+
+        def turn():
+            if pingpong:
+                named[mine][0] += 1
+                named[mine][1].append(c)
+                while c in named[mine][1]:
+                    yield
+
+        def pass_turn():
+            if pingpong:
+                # an arrival with the other's already in and nobody waiting would complete
+                # the barrier unseen (a lost turn)
+                assert named[other][0] == 0 or named[other][1], "turn passed twice"
+                named[other][0] += 1
+
+        def wait_group(n):
+            while len(groups[c]) > n:  # the groups complete, oldest first, as random events
+                yield
+
+        stage, phase = 0, 0
+        if pingpong and c == 1:
+            named[1][0] += 1
+        if not overlap:
+            for t in range(n_tiles):
+                yield from wait_bar(("fullK", stage), phase)
+                issue(c, [("K", stage, t)])
+                yield from wait_group(0)
+                arrive(("emptyK", stage))
+                yield from wait_bar(("fullV", stage), phase)
+                issue(c, [("V", stage, t)])
+                yield from wait_group(0)
+                arrive(("emptyV", stage))
+                stage += 1
+                if stage == stages:
+                    stage, phase = 0, phase ^ 1
+            return
+        if n_tiles:
+            yield from wait_bar(("fullK", stage), phase)
+            yield from turn()
+            issue(c, [("K", stage, 0)])
+            pass_turn()
+            yield from wait_group(0)
+            arrive(("emptyK", stage))
+            poff, pphase = stage, phase
+            stage += 1
+            if stage == stages:
+                stage, phase = 0, phase ^ 1
+            for t in range(1, n_tiles):
+                yield from wait_bar(("fullK", stage), phase)
+                yield from wait_bar(("fullV", poff), pphase)
+                yield from turn()
+                issue(c, [("K", stage, t)])
+                issue(c, [("V", poff, t - 1)])
+                pass_turn()
+                yield from wait_group(1)
+                arrive(("emptyK", stage))
+                yield from wait_group(0)
+                arrive(("emptyV", poff))
+                poff, pphase = stage, phase
+                stage += 1
+                if stage == stages:
+                    stage, phase = 0, phase ^ 1
+            yield from wait_bar(("fullV", poff), pphase)
+            yield from turn()
+            issue(c, [("V", poff, n_tiles - 1)])
+            pass_turn()
+            yield from wait_group(0)
+            arrive(("emptyV", poff))
+        if pingpong and c == 0:
+            named[1][0] += 1
+            named[1][1].append(c)
+            while c in named[1][1]:
+                yield
+
+    procs = {"p": producer(), **{c: consumer(c) for c in range(consumers)}}
+    steps = 0
+    while procs:
+        steps += 1
+        assert steps < max_steps, "no progress: deadlock"
+        for bid, (count, waiting) in named.items():
+            if count >= 2 and waiting:  # 256 threads: one warpgroup waits, the other arrived
+                named[bid] = [count - 2, []]
+        events = list(procs) + (["tma"] if tma else [])
+        events += [("wg", c) for c in groups if groups[c]]
+        ev = rng.choice(events)
+        if ev == "tma":
+            kind, slot, t = tma.pop(rng.randrange(len(tma)))
+            if slots[kind][slot] == (t, False):
+                slots[kind][slot] = (t, True)
+            arrive((f"full{kind}", slot))
+        elif isinstance(ev, tuple):
+            complete_group(ev[1])
+        else:
+            try:
+                next(procs[ev])
+            except StopIteration:
+                del procs[ev]
+    assert not tma and all(not g for g in groups.values())
+    assert all(count == 0 for count, _ in named.values()), named
+    return reads
