@@ -134,13 +134,13 @@ def _check(page, name: str, width: int, signed_in: bool) -> list[str]:
     if empty:
         problems.append(f"{empty} chart card(s) with nothing drawn")
     # What a card may scroll sideways must not include what the page is for: every stage of the
-    # progress strip, every speedup, every button in a table, and every chart's title.
+    # progress strip, every speedup, every button, and every chart's title.
     hidden = page.evaluate(
         """() => {
             const off = [];
             const right = window.innerWidth;
             const seen = (e) => { const r = e.getBoundingClientRect(); return r.width > 0; };
-            document.querySelectorAll('.stages li, .speed, table .btn, table button')
+            document.querySelectorAll('.stages li, .speed, .btn, main button')
                 .forEach((e) => {
                     if (seen(e) && e.getBoundingClientRect().right > right + 1)
                         off.push(e.textContent.trim().slice(0, 30));
