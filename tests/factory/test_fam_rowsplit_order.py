@@ -120,3 +120,11 @@ def test_the_defaults_over_the_issues_shapes_compile_without_spills(name):
                 seen.add(s)
                 rep = compile_ptx(RS.emit(ir, s).ptx, "sm_90a")
                 assert rep.ok and rep.spill_store_bytes == 0, (s, rep.log[-300:])
+
+
+def test_records_from_before_the_lag_name_the_same_schedule():
+    old = {"family": "rowsplit", "threads": 256, "vec": 8, "unroll": 4, "chunk": 8192,
+           "blocks": 264, "group": 4}  # fmt: skip
+    assert RS.FAMILY.canonical(RS.Schedule.from_dict(old).to_dict()) == old
+    new = RS.Schedule(chunk=8192, blocks=528, group=1, lag=2, stream=True).to_dict()
+    assert RS.FAMILY.canonical(new) == new
