@@ -579,6 +579,9 @@ def main():
         action="store_true",
         help="let is_valid pass the TMA-store epilogue (to verify it)",
     )
+    ap.add_argument(
+        "--allow-wide-k", action="store_true", help="let is_valid pass tile_k 128 (to verify it)"
+    )
     ap.add_argument("--timeout", type=float, default=500.0)
     args = ap.parse_args()
     start = time.time()
@@ -599,6 +602,10 @@ def main():
 
         _schedule.TMA_STORE_VERIFIED = True
         _schedule.TMA_STORE_FP8_VERIFIED = True
+    if args.allow_wide_k:
+        from factory.families.matmul import schedule as _schedule
+
+        _schedule.WIDE_K_VERIFIED = True
     import torch
 
     dev = torch.cuda.get_device_properties(0)

@@ -8,10 +8,12 @@
 #                serialisation (C7515), 4-way split of the 128x256 tile, the group-scaled fp8
 #                scale without the div.rn call (C7509), the tail path's column predicates, fp8
 #                outputs staged through shared memory and stored by TMA (128-column boxes)
-#   2. skinny/:  the plain GEMM's candidates for 512x4096x4096 and 128x8192x8192, timed
-#                interleaved with cuBLAS (torch.matmul)
+#   2. skinny/:  the plain GEMM's candidates for 512x4096x4096 and 128x8192x8192 (tile_k 128
+#                among them: 256 contiguous bytes a row per stage), timed interleaved with
+#                cuBLAS (torch.matmul); residual the same against eager addmm
 #   3. maxnreg/: the same kernels compiled by nvJitLink (setmaxnreg ignored, C7504) and by
-#                ptxas as a whole program (setmaxnreg honoured), at 4096^3 and 8192^3
+#                ptxas as a whole program (setmaxnreg honoured), at 4096^3 and 8192^3; and the
+#                128x256 tile with tile_k 128 (two stages of 96 KB)
 #   3b. align/:  w256s4t128 at K = 2056 (rows of 4112 bytes) and 2048, to see whether rows not a
 #                multiple of 128 bytes slow the TMA loads (the held-out shapes ran at 16-44%)
 #   4. fused/:   issue48_bench for bias+GELU and the fp8 outputs at 4096^3 and 8192^3 against
@@ -32,23 +34,23 @@ cap() {  # the smaller of $1 seconds and what is left of END
 }
 
 OUT="$OUT/verify" timeout "$(cap 45)" python3 -m lab.matmul.gemm_bench \
-    --allow-splitk --allow-tma-store \
-    --plan "plain:w256s4t128+sk2w256s4+sk4w256s4+sk2w128s4;bias_gelu:w256s4t128+sk4w256s4;residual:w128s5t128+sk2w128s4;rowq_fp8:w256s4+sk2w256s4+w256s4t256+w128s5t128;groupq_fp8:w256s4+w128s5+sk2w256s4+w256s4t256+w256s4t128;swiglu:glu128s4t128+sk2glu128s4;batched_row:w256s4t128" \
-    --check-shapes 333x240x72,1x4096x4096,777x4112x1032,130x304x8,1000x1040x1000 \
+    --allow-splitk --allow-tma-store --allow-wide-k \
+    --plan "plain:w256s4t128+sk2w256s4+sk4w256s4+sk2w128s4+w128s4c1k128+sk4w256s2k128+w256s2k128t128;bias_gelu:w256s4t128+sk4w256s4+sk2w128s3k128;residual:w128s5t128+sk2w128s4;rowq_fp8:w256s4+sk2w256s4+w256s4t256+w128s5t128;groupq_fp8:w256s4+w128s5+sk2w256s4+w256s4t256+w256s4t128;swiglu:glu128s4t128+sk2glu128s4;batched_row:w256s4t128" \
+    --check-shapes 333x240x72,1x4096x4096,777x4112x1032,130x304x8 \
     --time-shapes "" --timeout 40 >"$OUT/verify/log.txt" 2>&1
 echo "verify: $(grep -c -- '-> OK' "$OUT/verify/log.txt") OK, $(grep -c -- '-> FAIL' "$OUT/verify/log.txt") FAIL, $(grep -c '^ERROR\|HANG' "$OUT/verify/log.txt") errors ($SECONDS s)"
 
 OUT="$OUT/skinny" timeout "$(cap 55)" python3 -m lab.matmul.gemm_bench \
-    --allow-splitk --allow-tma-store \
-    --plan "plain:w128s5+w128s5t128+w128s6t128+w256s5c1+w256s5c1t128+w128s4c1+w128s4c1t128+w128s8c1+w128s7c1t128+sk2w256s4+sk4w256s4+sk2w128s4+sk2w128s6+sk2c1w256s4;residual:w128s5t128+w128s4c1+w128s8c1+sk4w256s4+sk2w128s4" \
+    --allow-splitk --allow-tma-store --allow-wide-k \
+    --plan "plain:w128s5+w128s5t128+w128s6t128+w256s5c1+w256s5c1t128+w128s4c1+w128s4c1t128+w128s8c1+w128s7c1t128+sk2w256s4+sk4w256s4+sk2w128s4+sk2w128s6+sk2c1w256s4+w128s4c1k128+sk2w128s3k128+sk4w256s2k128;residual:w128s5t128+w128s4c1+w128s8c1+sk4w256s4+sk2w128s4" \
     --check-shapes 333x248x72,777x4104x1032 \
     --time-shapes 512x4096x4096,128x8192x8192 --reps 20 --timeout 45 \
     >"$OUT/skinny/log.txt" 2>&1
 echo "skinny: done ($SECONDS s)"
 
 OUT="$OUT/maxnreg" timeout "$(cap 25)" python3 -m lab.matmul.gemm_bench \
-    --allow-splitk --allow-tma-store \
-    --plan "plain:w256s4t128+w256s4t128@ptxas+w256s4+w256s4@ptxas" \
+    --allow-splitk --allow-tma-store --allow-wide-k \
+    --plan "plain:w256s4t128+w256s4t128@ptxas+w256s4+w256s4@ptxas+w256s2k128t128" \
     --check-shapes 333x248x72,777x4104x1032 \
     --time-shapes 4096x4096x4096,8192x8192x8192 --reps 10 --timeout 18 \
     >"$OUT/maxnreg/log.txt" 2>&1

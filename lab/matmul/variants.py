@@ -155,4 +155,14 @@ def schedules() -> dict[str, GemmSchedule]:
         # an fp8 output staged in two 128-column boxes a consumer (16 KB; a 16-bit output's
         # 256 columns at 4 stages do not fit)
         "w256s4t256": GemmSchedule(tile_n=256, stages=4, tma_store=256),
+        # tile_k 128 (schedule.WIDE_K_VERIFIED): each stage reads 256 contiguous bytes of every
+        # row of A and B, for the memory-bound M = 128 (B read once from DRAM)
+        "w128s4c1k128": GemmSchedule(tile_m=64, tile_n=128, consumers=1, stages=4, tile_k=128),
+        "sk2w128s3k128": GemmSchedule(
+            tile_n=128, stages=3, split_k=2, persistent=False, tile_k=128
+        ),
+        "sk4w256s2k128": GemmSchedule(
+            tile_n=256, stages=2, split_k=4, persistent=False, tile_k=128
+        ),
+        "w256s2k128t128": GemmSchedule(tile_n=256, stages=2, tile_k=128, tma_store=128),
     }

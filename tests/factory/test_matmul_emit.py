@@ -34,18 +34,18 @@ def _nvjitlink() -> bool:
 
 
 def _valid_unbatched(ir, s):
-    """Valid with the batch axes dropped and the fp8 output's staging let through (emitted,
-    compiled here; its gate waits for a GPU run)."""
+    """Valid with the batch axes dropped and the fp8 output's staging and tile_k 128 let
+    through (emitted, compiled here; their gates wait for a GPU run)."""
     from dataclasses import replace as _r
 
     from factory.families.matmul import schedule as sched_mod
 
-    was = sched_mod.TMA_STORE_FP8_VERIFIED
-    sched_mod.TMA_STORE_FP8_VERIFIED = True
+    was = sched_mod.TMA_STORE_FP8_VERIFIED, sched_mod.WIDE_K_VERIFIED
+    sched_mod.TMA_STORE_FP8_VERIFIED = sched_mod.WIDE_K_VERIFIED = True
     try:
         return is_valid(_r(ir, batch=()) if ir.batch else ir, s) is None
     finally:
-        sched_mod.TMA_STORE_FP8_VERIFIED = was
+        sched_mod.TMA_STORE_FP8_VERIFIED, sched_mod.WIDE_K_VERIFIED = was
 
 
 # batched IRs render like their flattened form: every IR is compiled (test_batch_axes... checks
@@ -65,6 +65,7 @@ def test_every_schedule_emits_and_compiles(op, sn, monkeypatch):
     from factory.families.matmul import schedule as sched_mod
 
     monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", True)
+    monkeypatch.setattr(sched_mod, "WIDE_K_VERIFIED", True)
 
     ir, s = epilogue_irs()[op], schedules()[sn]
     e = gemm_emit.emit(ir, s)
@@ -522,3 +523,32 @@ def test_scale_group_index_is_the_columns_group(tile_n):
                 _, c = tiling.fragment(0, lane, reg)
                 col = tile_col * tile_n + c
                 assert tiling.scale_group(tile_col, tile_n, lane, reg // 4) == col // 128
+
+
+def test_wide_k_stages_two_sub_blocks(monkeypatch):
+    """tile_k 128: each stage holds two 64-k sub-blocks (one TMA box each of A and B, 256 bytes
+    of every row a stage), eight k16 steps a stage, the k coordinate kb * 128, and the second
+    sub-block's descriptors one sub-block further; gated by WIDE_K_VERIFIED."""
+    from factory.compile import compile_ptx
+    from factory.families.matmul import schedule as sched_mod
+
+    s = schedules()["w128s4c1k128"]
+    assert "not yet verified" in is_valid(plain(), s)
+    monkeypatch.setattr(sched_mod, "WIDE_K_VERIFIED", True)
+    assert is_valid(plain(), s) is None
+    assert "cluster" in is_valid(plain(), replace(s, tile_m=128, consumers=2, cluster_m=2))
+    e = gemm_emit.emit(plain(), s)
+    assert e.ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global") == 4  # A, B x 2
+    assert e.ptx.count("wgmma.mma_async") == 8
+    assert "shl.b32 %r" in e.ptx and re.search(r"shl\.b32 %r\d+, %kb, 7;", e.ptx)
+    assert re.search(r"shr\.u32 %nk, %nk, 7;", e.ptx)
+    a_sub, b_sub = 64 * 128 // 16, 128 * 128 // 16
+    steps = [int(x) for x in re.findall(r"add\.u64 %rd\d+, %rd\d+, (\d+);\n\s+add\.u64", e.ptx)]
+    assert steps == [0, 2, 4, 6, a_sub, a_sub + 2, a_sub + 4, a_sub + 6]
+    pair = r"add\.u64 %rd\d+, %rd\d+, \d+;\n\s+add\.u64 %rd\d+, %rd\d+, (\d+);"
+    b_steps = re.findall(pair, e.ptx)
+    assert [int(x) for x in b_steps] == [0, 2, 4, 6, b_sub, b_sub + 2, b_sub + 4, b_sub + 6]
+    # the ring: 4 stages of (64 + 128) rows x 256 bytes
+    assert e.launch.smem_bytes == 4 * 192 * 256 + 16 * 4 + 1024
+    r = compile_ptx(e.ptx, "sm_90a", cache=False)
+    assert r.ok and r.spill_store_bytes == 0, r.log[-2000:]

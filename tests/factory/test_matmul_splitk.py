@@ -40,6 +40,7 @@ def _nvjitlink() -> bool:
 @pytest.fixture
 def verified(monkeypatch):
     monkeypatch.setattr(sched_mod, "SPLITK_VERIFIED", True)
+    monkeypatch.setattr(sched_mod, "WIDE_K_VERIFIED", True)  # the tile_k 128 variants
 
 
 def test_split_k_is_open_and_its_flag_still_gates_it(monkeypatch):

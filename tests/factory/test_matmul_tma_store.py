@@ -41,6 +41,7 @@ def _nvjitlink() -> bool:
 def verified(monkeypatch):
     monkeypatch.setattr(sched_mod, "TMA_STORE_VERIFIED", True)
     monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", True)
+    monkeypatch.setattr(sched_mod, "WIDE_K_VERIFIED", True)  # the tile_k 128 variants
 
 
 def _op_for(sn: str) -> str:
@@ -53,6 +54,7 @@ def test_tma_store_is_open_and_its_gate_still_works(monkeypatch):
     assert sched_mod.TMA_STORE_VERIFIED
     assert TS_NAMES
     monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", True)
+    monkeypatch.setattr(sched_mod, "WIDE_K_VERIFIED", True)
     for sn in TS_NAMES:
         ir = epilogue_irs()[_op_for(sn)]
         assert is_valid(ir, schedules()[sn]) is None

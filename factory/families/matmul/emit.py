@@ -231,8 +231,13 @@ class _Kernel(HopperKernel):
         if self.sk > 1:
             self.entry += f"_sk{self.sk}"
         self.two = ir.b2 is not None
-        self.a_bytes = s.tile_m * 128  # one stage of A
-        self.b_bytes = s.b_rows(ir) * 128  # one stage of B (and B2)
+        # a stage holds tile_k / 64 sub-blocks of 64 k (one 128-byte swizzle row each): per
+        # sub-block tile_m rows of A, and b_rows rows of B (B2's after B's)
+        self.subs = s.tile_k // 64
+        self.a_sub = s.tile_m * 128
+        self.b_sub = s.b_rows(ir) * 128
+        self.a_bytes = self.a_sub * self.subs  # one stage of A
+        self.b_bytes = self.b_sub * self.subs  # one stage of B (and B2)
         self.pp = s.pingpong
         # 2x1 cluster: the two CTAs take vertically adjacent tiles of one tile column; each
         # loads its own A and half of the shared B tile, multicast into both CTAs
@@ -334,8 +339,8 @@ class _Kernel(HopperKernel):
             self.op("mov.u32 %units_m, %tiles_m")
         # %tiles: work units (tiles, or tile pairs with a cluster) walked from %cta by %ncta
         self.op("mul.lo.u32 %tiles, %units_m, %tiles_n")
-        self.op("add.u32 %nk, %K, 63")
-        self.op("shr.u32 %nk, %nk, 6")
+        self.op(f"add.u32 %nk, %K, {s.tile_k - 1}")
+        self.op(f"shr.u32 %nk, %nk, {s.tile_k.bit_length() - 1}")
         if self.sk == 1:
             self.op("mov.u32 %kb0, 0")
             self.op("mov.u32 %kb1, %nk")
@@ -487,13 +492,26 @@ class _Kernel(HopperKernel):
         full = self.claim_slot(cluster=self.cl)
         self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{full}], {s.stage_bytes(self.ir)}")
         kc = self.r32()
-        self.op(f"shl.b32 {kc}, %kb, 6")
+        self.op(f"shl.b32 {kc}, %kb, {s.tile_k.bit_length() - 1}")
         da, db = self.r32(), self.r32()
         self.op(f"mad.lo.u32 {da}, %stage, {self.a_bytes}, %base")
         self.op(f"mad.lo.u32 {db}, %stage, {self.b_bytes}, %sb")
         cp = TMA_LOAD.format(2)
-        self.op(f"{cp} [{da}], [{gm['a_map']}, {{{kc}, {row_a}}}], [{full}]")
-        if self.cl:
+        if self.subs > 1:
+            # sub-block by sub-block: A's and B's (and B2's) 64 k each, one box a load
+            for sub in range(self.subs):
+                kcs, das, dbs = self.r32(), self.r32(), self.r32()
+                self.op(f"add.u32 {kcs}, {kc}, {64 * sub}")
+                self.op(f"add.u32 {das}, {da}, {sub * self.a_sub}")
+                self.op(f"add.u32 {dbs}, {db}, {sub * self.b_sub}")
+                self.op(f"{cp} [{das}], [{gm['a_map']}, {{{kcs}, {row_a}}}], [{full}]")
+                self.op(f"{cp} [{dbs}], [{gm['b_map']}, {{{kcs}, {row_b}}}], [{full}]")
+                if self.two:
+                    db2 = self.r32()
+                    self.op(f"add.u32 {db2}, {dbs}, {s.tile_n * 128}")
+                    self.op(f"{cp} [{db2}], [{gm['b2_map']}, {{{kcs}, {row_b}}}], [{full}]")
+        elif self.cl:
+            self.op(f"{cp} [{da}], [{gm['a_map']}, {{{kc}, {row_a}}}], [{full}]")
             # this CTA's half of the B rows lands at the same offsets in both CTAs and signals
             # both CTAs' full barriers (each expects the whole stage)
             self.op(f"mad.lo.u32 {db}, %rank, {s.tile_n // 2 * 128}, {db}")
@@ -504,6 +522,7 @@ class _Kernel(HopperKernel):
                 self.op(f"add.u32 {db2}, {db}, {s.tile_n * 128}")
                 self.op(f"{mc} [{db2}], [{gm['b2_map']}, {{{kc}, {row_b}}}], [{full}], {mask}")
         else:
+            self.op(f"{cp} [{da}], [{gm['a_map']}, {{{kc}, {row_a}}}], [{full}]")
             self.op(f"{cp} [{db}], [{gm['b_map']}, {{{kc}, {row_b}}}], [{full}]")
             if self.two:
                 db2 = self.r32()
@@ -614,10 +633,12 @@ class _Kernel(HopperKernel):
         self.op(f"setp.ne.u32 {pacc}, %kb, %kb0")
         self.op(f"setp.eq.u32 {pone}, %kb, %kb")
         self.op("wgmma.fence.sync.aligned")
-        for kk in range(4):
+        for kk in range(4 * self.subs):
+            # k16 step kk: sub-block kk / 4, 32 bytes per step inside its swizzle row
+            sub, k4 = divmod(kk, 4)
             da, db = self.r64(), self.r64()
-            self.op(f"add.u64 {da}, {sa}, {2 * kk}")
-            self.op(f"add.u64 {db}, {sbb}, {2 * kk}")
+            self.op(f"add.u64 {da}, {sa}, {sub * self.a_sub // 16 + 2 * k4}")
+            self.op(f"add.u64 {db}, {sbb}, {sub * self.b_sub // 16 + 2 * k4}")
             scale = pacc if kk == 0 else pone
             self.wgmma("%ca", s.tile_n, da, db, scale)
             if self.pp:

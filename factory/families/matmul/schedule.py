@@ -56,6 +56,9 @@ SPLITK_VERIFIED = True
 TMA_STORE_VERIFIED = True
 # The same epilogue staging an fp8 e4m3 output (boxes of 128 columns): emitted, not yet run.
 TMA_STORE_FP8_VERIFIED = False
+# tile_k 128: a stage of two 64-k sub-blocks (256 contiguous bytes of each row of A and B per
+# stage): emitted, not yet run.
+WIDE_K_VERIFIED = False
 SPLIT_KS = (1, 2, 4)
 
 
@@ -181,8 +184,13 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
         return "; ".join(probs)
     if s.kind != "wgmma":
         return f"kind {s.kind!r} is not emitted yet (only wgmma)"
-    if s.tile_k != 64:
-        return "tile_k must be 64 (one 128-byte swizzle row of bf16/fp16)"
+    if s.tile_k not in (64, 128):
+        return "tile_k must be 64 or 128 (one or two 128-byte swizzle rows of bf16/fp16)"
+    if s.tile_k == 128:
+        if s.cluster_m != 1:
+            return "tile_k 128 is not emitted with a 2x1 cluster"
+        if not WIDE_K_VERIFIED:
+            return "tile_k 128 is emitted but not yet verified on a GPU"
     if s.consumers not in (1, 2):
         return "consumers must be 1 or 2"
     if s.pingpong:
