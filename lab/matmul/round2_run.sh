@@ -78,6 +78,14 @@ OUT="$OUT/align" timeout "$(cap 12)" python3 -m lab.matmul.gemm_bench --allow-tm
     --timeout 9 >"$OUT/align/log.txt" 2>&1
 echo "align: done ($SECONDS s)"
 
+# with what is left: the family's GPU tests of the staged epilogue (the verify step above covers
+# every changed path; these are the suite's own)
+if [ $((END - SECONDS)) -gt 8 ]; then
+    timeout "$(cap 30)" python3 -m pytest -q -m gpu -p no:django -p no:cacheprovider \
+        tests/factory/test_matmul_tma_store.py >"$OUT/gputests.txt" 2>&1
+    echo "gpu tests: $(tail -n 1 "$OUT/gputests.txt") ($SECONDS s)"
+fi
+
 for step in verify skinny maxnreg align; do
     echo "== $step"
     grep -v "^check\|^child\|^{" "$OUT/$step/log.txt" | tail -n 32
