@@ -478,6 +478,17 @@ class ArgKernel(ColumnKernel):
         tail = b.new_label("tail")
         b.op(f"@!{aligned} bra {tail}")
         U = s.unroll
+        # In the vector loop a thread meets each column j of its vectors in increasing index
+        # order, so lane j's own pair needs no tie rule: a later element wins only when it is
+        # strictly better or NaN, and only while the pair's value is a number. V pairs: V
+        # independent chains, folded with the full rule after the loop; a pair keeps the
+        # base k of its element, j added at the fold.
+        cmp = "gt" if ir.op == "argmax" else "lt"
+        av = [b.reg("f32") for _ in range(V)]
+        ab = [b.reg("b32") for _ in range(V)]
+        for j in range(V):
+            b.op(f"mov.f32 {av[j]}, {f32_literal(worst)}")
+            b.op(f"mov.u32 {ab[j]}, {N}")  # past the row: no element taken
         for width in [U, 1] if U > 1 else [1]:
             top, end = b.new_label("vec"), b.new_label("vec_end")
             b.label(top)
@@ -499,14 +510,27 @@ class ArgKernel(ColumnKernel):
                     per[name] = self.load_vector(addr, dtype)
                 loads.append(per)
             for u, per in enumerate(loads):
+                kb = k
+                if u:
+                    kb = b.reg("b32")
+                    b.op(f"add.u32 {kb}, {k}, {u * step}")
                 for j in range(V):
                     v = self.evaluate({name: per[name][j] for name, _ in ir.inputs})[0]
-                    idx = b.reg("b32")
-                    b.op(f"add.u32 {idx}, {k}, {u * step + j}")
-                    self.fold(bv, bi, v, idx)
+                    p, nan, num = b.reg("pred"), b.reg("pred"), b.reg("pred")
+                    b.op(f"setp.{cmp}.f32 {p}, {v}, {av[j]}")
+                    b.op(f"setp.neu.f32 {nan}, {v}, {v}")
+                    b.op(f"or.pred {p}, {p}, {nan}")
+                    b.op(f"setp.eq.f32 {num}, {av[j]}, {av[j]}")
+                    b.op(f"and.pred {p}, {p}, {num}")
+                    b.op(f"selp.f32 {av[j]}, {v}, {av[j]}, {p}")
+                    b.op(f"selp.b32 {ab[j]}, {kb}, {ab[j]}, {p}")
             b.op(f"add.u32 {k}, {k}, {width * step}")
             b.op(f"bra.uni {top}")
             b.label(end)
+        for j in range(V):  # the V pairs in order, by the full rule
+            idx = b.reg("b32")
+            b.op(f"add.u32 {idx}, {ab[j]}, {j}")
+            self.fold(bv, bi, av[j], idx)
         b.label(tail)
         top, end = b.new_label("elems"), b.new_label("elems_end")
         b.label(top)
@@ -554,6 +578,9 @@ class ArgKernel(ColumnKernel):
             b.op(f"ld.shared.f32 {ov}, [{smem}+{8 * w}]")
             b.op(f"ld.shared.b32 {oi}, [{smem}+{8 * w + 4}]")
             self.fold(bv, bi, ov, oi)
+        past = b.reg("pred")  # no element taken: every one is the worst value, so the first
+        b.op(f"setp.ge.u32 {past}, {bi}, {N}")
+        b.op(f"selp.b32 {bi}, 0, {bi}, {past}")
         addr = b.reg("b64")
         es = E.DTYPE_BYTES[ir.out_dtype]
         b.op(f"mul.wide.u32 {addr}, {row}, {es}")
@@ -571,6 +598,13 @@ class ArgKernel(ColumnKernel):
             family="argreduce", workload=ir.name, schedule=s.to_dict(), arch=self.arch,
             entry=entry, params=params, threads=T, body=body, lines=b.lines,
         )  # fmt: skip
+        # every thread slot of an SM (32 registers) where a thread's loads are at most 32
+        # bytes, else three quarters (42): the loads in flight are the only latency cover,
+        # and the loop's V pairs fit either way without spills
+        held = sum(ESIZE[d] for _, d in ir.inputs) * V * U
+        slots = 2048 if held <= 32 else 1536
+        head = f".maxntid {T}, 1, 1"
+        ptx = ptx.replace(head, f"{head}\n.minnctapersm {max(1, slots // T)}", 1)
         rows = "(" + "*".join(str(d) for d in ir.shape[:-1]) + ")" if ir.shape[:-1] else "1"
         return Emitted(ptx, entry, tuple(params), Launch((rows, 1, 1), (T, 1, 1)))
 
