@@ -67,7 +67,9 @@ def engineer_required(view):
 # --- home ---------------------------------------------------------------------------------------
 
 
-JOBS_PER_PAGE = 20
+# The home page's lists, newest first, a page at a time (a pager to the rest).
+JOBS_PER_PAGE = 10
+WORKLOADS_PER_PAGE = 10
 
 
 @login_required
@@ -103,7 +105,8 @@ def home(request):
         context["waiting_gpu"] = q.jobs_waiting_for_gpu()
     else:
         workloads = q.workload_list(user=user).order_by("-created")
-        context["workloads"] = Paginator(workloads, 20).get_page(request.GET.get("page"))
+        paginator = Paginator(workloads, WORKLOADS_PER_PAGE)
+        context["workloads"] = paginator.get_page(request.GET.get("page"))
         joblist.with_shapes_labels(context["workloads"].object_list)
         context["decisions"] = q.recent_decisions(user=user)
     return _render(request, "web/home.html", context, nav="home")
