@@ -105,8 +105,8 @@ def home(request):
         context["waiting_gpu"] = q.jobs_waiting_for_gpu()
     else:
         workloads = q.workload_list(user=user).order_by("-created")
-        paginator = Paginator(workloads, WORKLOADS_PER_PAGE)
-        context["workloads"] = paginator.get_page(request.GET.get("page"))
+        workload_pages = Paginator(workloads, WORKLOADS_PER_PAGE)
+        context["workloads"] = workload_pages.get_page(request.GET.get("page"))
         joblist.with_shapes_labels(context["workloads"].object_list)
         context["decisions"] = q.recent_decisions(user=user)
     return _render(request, "web/home.html", context, nav="home")
