@@ -307,6 +307,8 @@ def test_every_page_a_customer_reaches_is_photographed_and_reads_right(
                 page.click("header.topbar button:has-text('Log out')")
                 page.wait_for_load_state("networkidle")
                 problems += _check(page, "logged-out", width, signed_in=False)
+                if "You are logged out." not in page.inner_text("main"):
+                    problems.append(f"logged-out at {width} px: the login page does not say so")
                 _shoot(page, "logged-out", width)
             context.close()
     assert not problems, "\n".join(problems)
