@@ -491,7 +491,8 @@ class _Kernel(HopperKernel):
     def consumer(self) -> None:
         ir, s, b = self.ir, self.s, self.b
         b.comment("consumer warpgroups: 64 query rows each")
-        self.op(f"setmaxnreg.inc.sync.aligned.u32 {s.consumer_regs()}")
+        if s.consumer_regs() > entry_regs(s):  # one consumer launches with its full count
+            self.op(f"setmaxnreg.inc.sync.aligned.u32 {s.consumer_regs()}")
         cons, warp, lane, plane0 = self.consumer_lanes()
         self.p_true, self.p_false = self.pred(), self.pred()
         self.op(f"setp.eq.u32 {self.p_true}, %tx, %tx")
