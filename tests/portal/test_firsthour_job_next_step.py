@@ -71,3 +71,19 @@ def test_a_job_still_searching_or_approved_shows_no_next_step(
         job=approved, reviewer=engineer, decision="approve", comment="", checklist={}
     )
     assert 'id="next-step"' not in _page(client, customer, approved)
+
+
+def test_a_queued_job_says_no_kernel_is_written_yet_not_where_they_came_from(
+    client, orgs, customer
+):
+    manifest = 'name = "cumsum_rows"\n'
+    workload = Workload.objects.create(
+        org=orgs[0], name="cumsum_rows", manifest=manifest, sha256=sha256_hex(manifest),
+        created_by=customer,
+    )  # fmt: skip
+    queued = Job.objects.create(workload=workload, status=Job.QUEUED, created_by=customer)
+    page = _page(client, customer, queued)
+    assert "none is written yet" in page and "kernels came from" not in page
+    waiting, _ = job_on_the_gpu(orgs[0], customer)
+    page = _page(client, customer, waiting)
+    assert "kernels came from the offline generator" in page and "none is written yet" not in page
