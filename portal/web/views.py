@@ -532,7 +532,9 @@ def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
         "job": j,
         "workload": j.workload,
         "progress_html": progress_html,
+        # the live card when the job searches (a stopped job's is progress_html)
         "progress": progress,
+        "candidates_total": counts.candidates,
         "live": _live_tokens(j, progress) if progress else None,
         "steps": q.stage_steps(j, progress) if progress else None,
         "charts": _job_charts(j, version=q.results_version(j, counts)),

@@ -224,3 +224,14 @@ def test_a_stopped_jobs_progress_card_is_drawn_once_per_version(client, customer
     assert not [x for x in ctx.captured_queries if 'FROM "portal_gpubatch"' in x["sql"]]
     Job.objects.filter(pk=big_job.pk).update(status=Job.CANCELLED)
     assert 'data-status="cancelled"' in client.get(page).content.decode()
+
+
+def test_a_stopped_jobs_page_counts_its_kernels_without_the_live_card(client, customer, big_job):
+    """The model-use card of a stopped job (whose progress card comes from the cache) still
+    knows the job has kernels."""
+    big_job.grow_to(8)
+    Job.objects.filter(pk=big_job.pk).update(status=Job.REVIEW, backend="offline")
+    client.force_login(customer)
+    page = client.get(reverse("web-job", args=[big_job.code])).content.decode()
+    assert "came from the offline generator" in page
+    assert "none is written yet" not in page
