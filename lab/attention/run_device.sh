@@ -6,9 +6,9 @@ set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-./attention_out}
 mkdir -p "$OUT"
-timeout 70 python3 -m lab.attention.bench --phase check --out "$OUT" "$@" 2>&1 \
+timeout 80 python3 -m lab.attention.bench --phase check --out "$OUT" "$@" 2>&1 \
     | tee "$OUT/check_log.txt" | grep -v " -> OK$" | tail -n 60
 echo "check phase exit: ${PIPESTATUS[0]}"
-timeout 165 python3 -m lab.attention.bench --phase time --out "$OUT" --budget-s 150 "$@" 2>&1 \
+timeout 155 python3 -m lab.attention.bench --phase time --out "$OUT" --budget-s 140 "$@" 2>&1 \
     | tee "$OUT/time_log.txt" | tail -n 90
 echo "time phase exit: ${PIPESTATUS[0]}"

@@ -340,17 +340,30 @@ def test_the_pipeline_protocol_neither_deadlocks_nor_reads_a_wrong_or_unlanded_t
         reads = T.simulate_pipeline(n, stages, overlap, pingpong, 2, seed)
         for c in range(2):
             for kind in "KV":
-                assert sorted(t for cc, k, t in reads if (cc, k) == (c, kind)) == list(range(n))
+                got = sorted(t for cc, k, t in reads if (cc, k) == (c, kind))
+                assert got == [(0, t) for t in range(n)]
+    # persistent CTAs: several work tiles (some without keys), Q freed after each one's loop,
+    # the ring and the ping-pong turns running on across them
+    for work, stages, seed in itertools.product(
+        ([3, 0, 5, 1], [1, 1], [0, 0], [6, 2]), (2, 3), range(8)
+    ):
+        reads = T.simulate_pipeline(0, stages, overlap, pingpong, 2, seed, work=work)
+        want = sorted((w, t) for w, n in enumerate(work) for t in range(n))
+        for c in range(2):
+            for kind in "KV":
+                assert sorted(t for cc, k, t in reads if (cc, k) == (c, kind)) == want
 
 
 def test_the_pipeline_model_catches_a_v_slot_freed_before_its_p_v():
     import inspect
 
     src = inspect.getsource(T.simulate_pipeline)
-    good = """                yield from wait_group(0)
-                arrive(("emptyV", poff))"""
-    bad = """                arrive(("emptyV", poff))
-                yield from wait_group(0)"""
+    good = """                    yield from wait_group(0)
+                    arrive(("emptyV", poff))
+                    poff, pphase = stage, phase"""
+    bad = """                    arrive(("emptyV", poff))
+                    yield from wait_group(0)
+                    poff, pphase = stage, phase"""
     assert good in src
     ns = {}
     exec(compile("import random\n" + src.replace(good, bad), "mutant", "exec"), ns)  # noqa: S102
@@ -361,3 +374,59 @@ def test_the_pipeline_model_catches_a_v_slot_freed_before_its_p_v():
         except AssertionError:
             caught += 1
     assert caught > 10
+
+
+def test_the_pipeline_model_catches_q_freed_early_and_a_turn_given_every_tile():
+    import inspect
+
+    src = inspect.getsource(T.simulate_pipeline)
+    free_q = """            if persistent:
+                arrive(("emptyQ", 0))
+            qit ^= 1"""
+    wait_q = """            yield from wait_bar(("fullQ", 0), qit)
+"""
+    loop = """        for w, n in enumerate(work):
+            yield from wait_bar(("fullQ", 0), qit)"""
+    assert free_q in src and wait_q in src and loop in src
+    early = src.replace(free_q, "            qit ^= 1").replace(
+        wait_q,
+        wait_q
+        + """            if persistent:
+                arrive(("emptyQ", 0))
+""",
+    )
+    every = src.replace(
+        loop,
+        """        for w, n in enumerate(work):
+            if pingpong and c == 1 and w:
+                named_arrive(1)
+            yield from wait_bar(("fullQ", 0), qit)""",
+    )
+    for mutant in (early, every):
+        ns = {}
+        exec(compile("import random\n" + mutant, "mutant", "exec"), ns)  # noqa: S102
+        caught = 0
+        for seed in range(20):
+            try:
+                ns["simulate_pipeline"](0, 2, True, True, 2, seed, work=[3, 4, 2])
+            except AssertionError:
+                caught += 1
+        assert caught > 5
+
+
+@pytest.mark.parametrize("variant", ["plain", "softcap", "window", "alibi"])
+def test_persistent_kernels_compile_clean_and_refuse_id_narrowing(variant):
+    from factory.families.attention.emit import emit
+    from factory.families.attention.wholeprog import compile_whole, find_ptxas
+
+    ir = I.lower(workload(variant, True, 128))
+    sch = S.AttentionSchedule(128, 128, 2, overlap=True, pingpong=True, persistent=True)
+    assert S.is_valid(ir, sch) is None
+    e = emit(ir, sch)
+    assert e.launch.grid[1:] == (1, 1) and "min(" in e.launch.grid[0]
+    assert "%nctaid.x" in e.ptx and "qempty" in e.ptx
+    if find_ptxas() is not None:
+        r = compile_whole(e.ptx, "sm_90a")
+        assert r.ok and r.spill_store_bytes == 0 and r.stack_bytes == 0, r.log[:2000]
+    doc = I.lower(workload("document", True, 128))
+    assert "persistent" in S.is_valid(doc, sch)

@@ -63,6 +63,8 @@ LN2 = 0.6931471805599453
 # Diagnostic switch for a GPU run (lab/attention/bench.py --swap-v-offsets): swaps the V
 # descriptor's two byte offsets, in case the hardware reads them the other way round.
 SWAP_V_OFFSETS = False
+# CTAs of a persistent launch: the SMs of an H100 / H200 SXM (one CTA an SM at these tiles)
+PERSISTENT_CTAS = 132
 
 
 def v_desc_const(block_n: int) -> int:
@@ -119,8 +121,14 @@ def launch_for(ir: AttentionIR, s: AttentionSchedule) -> Launch:
     # head) pairs, whose K and V then come from L2 instead of memory; the query heads of one
     # kv head are adjacent (GQA shares K and V across them too). Under a causal band each
     # head's tiles start longest first (tile_range reverses the index).
+    if s.persistent:
+        # one CTA an SM (the H100's and H200's 132), each walking the work tiles in that order
+        tiles = f"ceildiv({_dim(ir.s)}, {s.block_m}) * {_dim(ir.hq)} * {_dim(ir.b)}"
+        grid = (f"min({tiles}, {PERSISTENT_CTAS})", 1, 1)
+    else:
+        grid = (f"ceildiv({_dim(ir.s)}, {s.block_m})", _dim(ir.hq), _dim(ir.b))
     return Launch(
-        grid=(f"ceildiv({_dim(ir.s)}, {s.block_m})", _dim(ir.hq), _dim(ir.b)),
+        grid=grid,
         block=(s.threads(), 1, 1),
         smem_bytes=s.smem_bytes(ir.head_dim),
     )
@@ -146,6 +154,7 @@ class _Kernel(HopperKernel):
             + ("_pv64" if s.pv_split else "")
             + ("_ov" if s.overlap else "")
             + ("_pp" if s.pingpong else "")
+            + ("_persist" if s.persistent else "")
         )
         self.q_bytes = s.block_m * self.d * 2
         self.kv_bytes = s.block_n * self.d * 2  # one K (or V) tile
@@ -175,11 +184,33 @@ class _Kernel(HopperKernel):
         else:
             self.op(f"mov.u32 {reg}, {int(d)}")
 
-    def tile_range(self) -> None:
-        """%qt (this CTA's query tile), %i0, %first, %end (KV tiles [first, end)): the
-        formulas of tiling.kv_tiles and tiling.query_tile_order."""
+    def tile_coords(self) -> None:
+        """%head, %bb, %hk, %bhq, %bhk and (tile_range) %qt, %i0, %first, %end of the work
+        tile: the CTA's (ctaid.x the query tile, y the head, z the batch entry) or, persistent,
+        work tile %tile of the same order (query tile fastest, then head, then batch entry)."""
+        qraw = self.r32()
+        if self.s.persistent:
+            r = self.r32()
+            self.op(f"rem.u32 {qraw}, %tile, %ntq")
+            self.op(f"div.u32 {r}, %tile, %ntq")
+            self.op(f"rem.u32 %head, {r}, %Hq")
+            self.op(f"div.u32 %bb, {r}, %Hq")
+        else:
+            self.op(f"mov.u32 {qraw}, %ctaid.x")
+            self.op("mov.u32 %head, %ctaid.y")
+            self.op("mov.u32 %bb, %ctaid.z")
+        g = self.r32()
+        self.op(f"div.u32 {g}, %Hq, %Hkv")
+        self.op(f"div.u32 %hk, %head, {g}")
+        self.op("mad.lo.u32 %bhq, %bb, %Hq, %head")  # q/o head row: b * Hq + h
+        self.op("mad.lo.u32 %bhk, %bb, %Hkv, %hk")
+        self.tile_range(qraw)
+
+    def tile_range(self, qraw: str) -> None:
+        """%qt (the query tile of launch-order index `qraw`), %i0, %first, %end (KV tiles
+        [first, end)): the formulas of tiling.kv_tiles and tiling.query_tile_order."""
         ir, s = self.ir, self.s
-        self.op("mov.u32 %qt, %ctaid.x")
+        self.op(f"mov.u32 %qt, {qraw}")
         if ir.band_hi is not None:
             n = self.r32()
             self.op(f"add.u32 {n}, %S, {s.block_m - 1}")
@@ -348,7 +379,7 @@ class _Kernel(HopperKernel):
         for x in ir.extra:
             params.append(KernelParam("tensor", "u64", x.name))
             plist.append(f".param .u64 in_{x.name}")
-        for key in ("s", "skv", "hq", "hkv"):
+        for key in ("s", "skv", "hq", "hkv") + (("b",) if s.persistent else ()):
             d = getattr(ir, key)
             if isinstance(d, str):
                 params.append(KernelParam("dim", "u32", d))
@@ -359,14 +390,14 @@ class _Kernel(HopperKernel):
         self.load_dim("%Skv", ir.skv, "dim_skv")
         self.load_dim("%Hq", ir.hq, "dim_hq")
         self.load_dim("%Hkv", ir.hkv, "dim_hkv")
-        self.op("mov.u32 %head, %ctaid.y")
-        self.op("mov.u32 %bb, %ctaid.z")
-        g = self.r32()
-        self.op(f"div.u32 {g}, %Hq, %Hkv")
-        self.op(f"div.u32 %hk, %head, {g}")
-        self.op("mad.lo.u32 %bhq, %bb, %Hq, %head")  # q/o head row: b * Hq + h
-        self.op("mad.lo.u32 %bhk, %bb, %Hkv, %hk")
-        self.tile_range()
+        if s.persistent:
+            self.load_dim("%B", ir.b, "dim_b")
+            self.op(f"add.u32 %ntq, %S, {s.block_m - 1}")
+            self.op(f"div.u32 %ntq, %ntq, {s.block_m}")
+            self.op("mul.lo.u32 %ntiles, %ntq, %Hq")
+            self.op("mul.lo.u32 %ntiles, %ntiles, %B")
+        else:
+            self.tile_coords()
         self.op("mov.u32 %tx, %tid.x")
         self.op("shr.u32 %wg, %tx, 7")
         self.smem_base()
@@ -377,13 +408,14 @@ class _Kernel(HopperKernel):
         self.op(f"add.u32 %fullv, %full, {8 * s.stages}")
         self.op(f"add.u32 %empty, %fullv, {8 * s.stages}")
         self.op(f"add.u32 %emptyv, %empty, {8 * s.stages}")
+        self.op(f"add.u32 %qempty, %emptyv, {8 * s.stages}")
         self.op("mov.u32 %stage, 0")
         self.op("mov.u32 %phase, 0")
         for k, name in enumerate(ir.id_matches):
             self.id_scan(name, k)
 
         b.comment("thread 0 initialises the barriers")
-        inits = [("%qfull", 1)]
+        inits = [("%qfull", 1)] + ([("%qempty", 4 * s.consumers)] if s.persistent else [])
         for i in range(s.stages):
             inits += [(f"%full+{8 * i}", 1), (f"%fullv+{8 * i}", 1)]
             inits += [(f"%empty+{8 * i}", 4 * s.consumers), (f"%emptyv+{8 * i}", 4 * s.consumers)]
@@ -420,7 +452,7 @@ class _Kernel(HopperKernel):
             decls.append("    .reg .pred %pcons0;")
         named = (
             "S Skv Hq Hkv head bb hk bhq bhk qt i0 nkv first end tx wg base kb vb qfull full "
-            "fullv empty emptyv stage phase t j0"
+            "fullv empty emptyv qempty stage phase t j0 B ntq ntiles tile qit"
         ).split()
         decls.append("    .reg .b32 " + ", ".join(f"%{x}" for x in named) + ";")
         # at launch every thread may hold this many; setmaxnreg then moves registers from the
@@ -449,6 +481,18 @@ class _Kernel(HopperKernel):
         self.op(f"@{p} bra {lab_exit}")
         gm = self.prefetch_maps(maps)
         cp = TMA_LOAD.format(3)
+        lab_tile, lab_done = b.new_label("ptile"), b.new_label("ptiled")
+        if s.persistent:
+            self.op("mov.u32 %tile, %ctaid.x")
+            self.op("mov.u32 %qit, 0")
+            b.label(lab_tile)
+            pt = self.pred()
+            self.op(f"setp.ge.u32 {pt}, %tile, %ntiles")
+            self.op(f"@{pt} bra {lab_done}")
+            self.tile_coords()
+            qpar = self.r32()
+            self.op(f"xor.b32 {qpar}, %qit, 1")
+            self.wait("%qempty", qpar)  # the consumers are done with the last tile's Q
         self.op(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%qfull], {self.q_bytes}")
         for c in range(self.chunks):
             dst = self.r32()
@@ -485,6 +529,13 @@ class _Kernel(HopperKernel):
         self.op("add.u32 %t, %t, 1")
         self.op(f"bra {lab_k}")
         b.label(lab_kdone)
+        if s.persistent:
+            self.op("xor.b32 %qit, %qit, 1")
+            step = self.r32()
+            self.op(f"mov.u32 {step}, %nctaid.x")
+            self.op(f"add.u32 %tile, %tile, {step}")
+            self.op(f"bra {lab_tile}")
+            b.label(lab_done)
         self.op(f"bra {lab_exit}")
 
     # ---- consumers -----------------------------------------------------------------------
@@ -497,17 +548,13 @@ class _Kernel(HopperKernel):
         self.p_true, self.p_false = self.pred(), self.pred()
         self.op(f"setp.eq.u32 {self.p_true}, %tx, %tx")
         self.op(f"setp.ne.u32 {self.p_false}, %tx, %tx")
-        # rows of this thread: row0 and row0 + 8; columns 8jj + colb (+1) of each tile
-        row0, colb = self.r32(), self.r32()
-        self.op(f"shr.u32 {row0}, {lane}, 2")
-        self.op(f"mad.lo.u32 {row0}, {warp}, 16, {row0}")
-        self.op(f"mad.lo.u32 {row0}, {cons}, 64, {row0}")
-        self.op(f"add.u32 {row0}, {row0}, %i0")
-        row1 = self.r32()
-        self.op(f"add.u32 {row1}, {row0}, 8")
+        # this thread's first row within the tile (and that + 8); columns 8jj + colb (+1)
+        rowt, colb = self.r32(), self.r32()
+        self.op(f"shr.u32 {rowt}, {lane}, 2")
+        self.op(f"mad.lo.u32 {rowt}, {warp}, 16, {rowt}")
+        self.op(f"mad.lo.u32 {rowt}, {cons}, 64, {rowt}")
         self.op(f"and.b32 {colb}, {lane}, 3")
         self.op(f"shl.b32 {colb}, {colb}, 1")
-        rows = (row0, row1)
         # descriptors: Q rows of this consumer, K and V of stage 0
         qa, ka, va = self.r32(), self.r32(), self.r32()
         self.op(f"mad.lo.u32 {qa}, {cons}, {64 * 128}, %base")
@@ -515,6 +562,27 @@ class _Kernel(HopperKernel):
         self.op(f"shr.u32 {ka}, %kb, 4")
         self.op(f"shr.u32 {va}, %vb, 4")
         dq, dk0, dv0 = self.desc(qa), self.desc(ka), self.desc(va, v_desc_const(s.block_n))
+        self.dq, self.dk0, self.dv0, self.plane0 = dq, dk0, dv0, plane0
+        if s.pingpong:
+            b.comment("ping-pong: named barrier 1 + c is consumer c's turn; consumer 1 gives")
+            b.comment("consumer 0 the first turn (once: the turns run on across tiles)")
+            self.op(f"add.u32 %bmine, {cons}, 1")
+            self.op(f"sub.u32 %bother, 2, {cons}")
+            self.op(f"setp.eq.u32 %pcons0, {cons}, 0")
+            self.op("@!%pcons0 bar.arrive 1, 256")
+        lab_tile, lab_done = b.new_label("ctile"), b.new_label("ctiled")
+        if s.persistent:
+            self.op("mov.u32 %tile, %ctaid.x")
+            self.op("mov.u32 %qit, 0")
+            b.label(lab_tile)
+            pt = self.pred()
+            self.op(f"setp.ge.u32 {pt}, %tile, %ntiles")
+            self.op(f"@{pt} bra {lab_done}")
+            self.tile_coords()
+        row0, row1 = self.r32(), self.r32()
+        self.op(f"add.u32 {row0}, {rowt}, %i0")
+        self.op(f"add.u32 {row1}, {row0}, 8")
+        rows = (row0, row1)
 
         # per-head and per-row values the score and mask read
         self.row_vals: list[dict] = [{}, {}]
@@ -556,21 +624,27 @@ class _Kernel(HopperKernel):
         self.op("mov.f32 %l1, 0f00000000")
         for i in range(self.n_o):
             self.op(f"mov.f32 %oa{i}, 0f00000000")
-        self.wait("%qfull", "0")
-
-        self.dq, self.dk0, self.dv0, self.plane0 = dq, dk0, dv0, plane0
-        if s.pingpong:
-            b.comment("ping-pong: named barrier 1 + c is consumer c's turn; consumer 1 gives")
-            b.comment("consumer 0 the first turn")
-            self.op(f"add.u32 %bmine, {cons}, 1")
-            self.op(f"sub.u32 %bother, 2, {cons}")
-            self.op(f"setp.eq.u32 %pcons0, {cons}, 0")
-            self.op("@!%pcons0 bar.arrive 1, 256")
+        self.wait("%qfull", "%qit" if s.persistent else "0")
         if s.overlap:
             self.overlapped_loop(rows, colb)
         else:
             self.simple_loop(rows, colb)
+        if s.persistent:
+            # every S of this tile is done: the producer may load the next tile's Q while
+            # this one's output is stored
+            self.op(f"@{plane0} mbarrier.arrive.shared::cta.b64 _, [%qempty]")
         self.epilogue(rows, colb, lane)
+        if s.persistent:
+            self.op("xor.b32 %qit, %qit, 1")
+            step = self.r32()
+            self.op(f"mov.u32 {step}, %nctaid.x")
+            self.op(f"add.u32 %tile, %tile, {step}")
+            self.op(f"bra {lab_tile}")
+            b.label(lab_done)
+        if s.pingpong:
+            # consumer 0 takes back the turn consumer 1 passed last (or gave first), so every
+            # arrival on a named barrier meets its wait before the CTA ends
+            self.op("@%pcons0 bar.sync 1, 256")
 
     # ---- the main loop ---------------------------------------------------------------------
     def stage_descs(self) -> tuple[str, str, str]:
@@ -766,10 +840,6 @@ class _Kernel(HopperKernel):
         self.op("wgmma.wait_group.sync.aligned 0")
         self.release("%poff", "v")
         b.label(lab_none)
-        if self.s.pingpong:
-            # consumer 0 takes back the turn consumer 1 passed last (or gave first), so every
-            # arrival on a named barrier meets its wait before the CTA ends
-            self.op("@%pcons0 bar.sync 1, 256")
 
     def tile_full_pred(self) -> str:
         """Whether tile %t needs no element mask: tiling.tile_is_full."""

@@ -54,6 +54,7 @@ class AttentionSchedule:
     pv_split: bool = False
     overlap: bool = False  # the softmax of tile t beside P V of tile t - 1 (see emit.py)
     pingpong: bool = False  # the consumer warpgroups take turns on the tensor cores
+    persistent: bool = False  # one CTA an SM walking the work tiles (not in OPTIONS yet)
     problem: str = ""  # "B,Hq,Hkv,S,Skv,D" dim names (features read the shape through it)
     family: str = "attention"
 
@@ -71,7 +72,7 @@ class AttentionSchedule:
     def smem_bytes(self, head_dim: int) -> int:
         q = self.block_m * head_dim * 2
         kv = self.stages * 2 * self.block_n * head_dim * 2
-        return 1024 + q + kv + 8 * (4 * self.stages + 1)  # barriers: Q, K and V full, empty
+        return 1024 + q + kv + 8 * (4 * self.stages + 2)  # barriers: Q, K and V full, empty
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -87,6 +88,7 @@ class AttentionSchedule:
             + (" pv64" if self.pv_split else "")
             + (" ov" if self.overlap else "")
             + (" pp" if self.pingpong else "")
+            + (" persistent" if self.persistent else "")
         )
 
 
@@ -121,6 +123,8 @@ def is_valid(ir: AttentionIR, s: AttentionSchedule, dims: dict | None = None) ->
         return f"block_n {s.block_n} not in {OPTIONS['block_n']}"
     if s.stages not in OPTIONS["stages"]:
         return f"stages {s.stages} not in {OPTIONS['stages']}"
+    if s.persistent and ir.id_matches:
+        return "persistent CTAs do not narrow the tiles by ids (its scratch is the K ring)"
     if s.pingpong and not (s.overlap and s.consumers == 2):
         return "pingpong needs the overlapped loop and two consumer warpgroups"
     if s.smem_bytes(ir.head_dim) > SMEM_LIMIT:

@@ -202,31 +202,39 @@ def simulate_pipeline(
     pingpong: bool,
     consumers: int = 2,
     seed: int = 0,
-    max_steps: int = 200000,
-) -> list[tuple[int, str, int]]:
+    max_steps: int = 400000,
+    work: list[int] | None = None,
+) -> list[tuple[int, str, object]]:
     """The kernel's synchronisation in Python, under a random interleaving: one producer
-    thread (per tile: wait K's empty barrier, TMA K, wait V's, TMA V), `consumers`
-    warpgroups running the simple or the overlapped loop (K freed once S is done, V after
-    P V), with `pingpong` the two named barriers passing the issue turn. mbarriers complete a
-    phase when their arrivals (and a TMA's bytes) are in; try_wait.parity(p) passes while the
-    completed-phase count's parity differs from p. A TMA writes its slot when issued (the
-    earliest it could), a wgmma reads its operand when it completes (the latest it could);
-    completions happen at random later steps or at wgmma.wait_group. Raises AssertionError on
-    a deadlock or a read of the wrong tile; returns the reads (consumer, "K"/"V", tile)."""
+    thread (per work tile: with `work`, the persistent CTA's tiles, wait until the consumers
+    free Q, TMA Q; then per KV tile: wait K's empty barrier, TMA K, wait V's, TMA V),
+    `consumers` warpgroups running the simple or the overlapped loop over each work tile (K
+    freed once S is done, V after P V, Q once the tile's loop is done), with `pingpong` the
+    two named barriers passing the issue turn (given once at the start, taken back once at
+    the end). mbarriers complete a phase when their arrivals (and a TMA's bytes) are in;
+    try_wait.parity(p) passes while the completed-phase count's parity differs from p. A TMA
+    writes its slot when issued (the earliest it could), a wgmma reads its operands when
+    issued and when it completes (the earliest and the latest it could); completions happen
+    at random later steps. Raises AssertionError on a deadlock, a named-barrier arrival that
+    would complete it unseen, or a read of a wrong or unlanded tile; returns the reads
+    (consumer, "Q"/"K"/"V", (work tile, KV tile)). `work` None: one work tile of `n_tiles`."""
     import random
 
+    persistent = work is not None
+    work = [n_tiles] if work is None else list(work)
     rng = random.Random(seed)
-    slots = {"K": [None] * stages, "V": [None] * stages}  # (tile, landed) per ring slot
+    # (tile, landed) per buffer: the Q tile and each ring slot's K and V
+    slots: dict[str, list] = {"Q": [None], "K": [None] * stages, "V": [None] * stages}
     # mbarrier state: [completed phases, arrivals so far in this phase, expected arrivals]
-    bars = {}
+    bars = {("fullQ", 0): [0, 0, 1], ("emptyQ", 0): [0, 0, consumers]}
     for i in range(stages):
         bars[("fullK", i)] = [0, 0, 1]
         bars[("fullV", i)] = [0, 0, 1]
         bars[("emptyK", i)] = [0, 0, consumers]
         bars[("emptyV", i)] = [0, 0, consumers]
     named = {1: [0, []], 2: [0, []]}  # arrivals, waiting consumers
-    reads: list[tuple[int, str, int]] = []
-    tma: list[tuple[str, int, int]] = []  # in flight: (kind, slot, tile)
+    reads: list[tuple[int, str, object]] = []
+    tma: list[tuple[str, int, object]] = []  # in flight: (kind, slot, tile)
     groups: dict[int, list] = {c: [] for c in range(consumers)}  # committed, not complete
 
     def arrive(key):
@@ -238,25 +246,32 @@ def simulate_pipeline(
     def passed(key, parity):
         return bars[key][0] % 2 != parity
 
+    def load(kind, slot, tile):
+        slots[kind][slot] = (tile, False)  # the TMA may write as soon as it is issued
+        tma.append((kind, slot, tile))
+
     def producer():
-        stage, phase = 0, 0
-        for t in range(n_tiles):
-            for kind in ("K", "V"):
-                while not passed((f"empty{kind}", stage), phase ^ 1):
+        stage, phase, qit = 0, 0, 0
+        for w, n in enumerate(work):
+            if persistent:
+                while not passed(("emptyQ", 0), qit ^ 1):
                     yield
-                slots[kind][stage] = (t, False)  # the TMA may write as soon as it is issued
-                tma.append((kind, stage, t))
-            stage += 1
-            if stage == stages:
-                stage, phase = 0, phase ^ 1
+            load("Q", 0, w)
+            for t in range(n):
+                for kind in ("K", "V"):
+                    while not passed((f"empty{kind}", stage), phase ^ 1):
+                        yield
+                    load(kind, stage, (w, t))
+                stage += 1
+                if stage == stages:
+                    stage, phase = 0, phase ^ 1
+            qit ^= 1
 
     def check(c, kind, slot, want):
         got = slots[kind][slot]
         assert got == (want, True), f"consumer {c} read {kind} slot {slot}: {got}, not {want}"
 
     def issue(c, operands):
-        """A wgmma group: its operands must have landed when it is issued (the earliest it
-        may read) and still hold their tiles when it completes (the latest)."""
         for op in operands:
             check(c, *op)
         groups[c].append(operands)
@@ -266,6 +281,12 @@ def simulate_pipeline(
             check(c, kind, slot, want)
             reads.append((c, kind, want))
 
+    def named_arrive(bid):
+        # an arrival with the other's already in and nobody waiting would complete the
+        # barrier unseen (a lost turn)
+        assert named[bid][0] == 0 or named[bid][1], f"named barrier {bid}: turn passed twice"
+        named[bid][0] += 1
+
     def consumer(c):
         mine, other = 1 + c, 2 - c
 
@@ -273,78 +294,82 @@ def simulate_pipeline(
             while not passed(key, parity):
                 yield
 
+        def named_sync(bid):
+            named[bid][0] += 1
+            named[bid][1].append(c)
+            while c in named[bid][1]:
+                yield
+
         def turn():
             if pingpong:
-                named[mine][0] += 1
-                named[mine][1].append(c)
-                while c in named[mine][1]:
-                    yield
+                yield from named_sync(mine)
 
         def pass_turn():
             if pingpong:
-                # an arrival with the other's already in and nobody waiting would complete
-                # the barrier unseen (a lost turn)
-                assert named[other][0] == 0 or named[other][1], "turn passed twice"
-                named[other][0] += 1
+                named_arrive(other)
 
         def wait_group(n):
             while len(groups[c]) > n:  # the groups complete, oldest first, as random events
                 yield
 
-        stage, phase = 0, 0
+        def s_of(w, stage, t):
+            return [("Q", 0, w), ("K", stage, (w, t))]
+
+        stage, phase, qit = 0, 0, 0
         if pingpong and c == 1:
-            named[1][0] += 1
-        if not overlap:
-            for t in range(n_tiles):
+            named_arrive(1)
+        for w, n in enumerate(work):
+            yield from wait_bar(("fullQ", 0), qit)
+            if not overlap:
+                for t in range(n):
+                    yield from wait_bar(("fullK", stage), phase)
+                    issue(c, s_of(w, stage, t))
+                    yield from wait_group(0)
+                    arrive(("emptyK", stage))
+                    yield from wait_bar(("fullV", stage), phase)
+                    issue(c, [("V", stage, (w, t))])
+                    yield from wait_group(0)
+                    arrive(("emptyV", stage))
+                    stage += 1
+                    if stage == stages:
+                        stage, phase = 0, phase ^ 1
+            elif n:
                 yield from wait_bar(("fullK", stage), phase)
-                issue(c, [("K", stage, t)])
-                yield from wait_group(0)
-                arrive(("emptyK", stage))
-                yield from wait_bar(("fullV", stage), phase)
-                issue(c, [("V", stage, t)])
-                yield from wait_group(0)
-                arrive(("emptyV", stage))
-                stage += 1
-                if stage == stages:
-                    stage, phase = 0, phase ^ 1
-            return
-        if n_tiles:
-            yield from wait_bar(("fullK", stage), phase)
-            yield from turn()
-            issue(c, [("K", stage, 0)])
-            pass_turn()
-            yield from wait_group(0)
-            arrive(("emptyK", stage))
-            poff, pphase = stage, phase
-            stage += 1
-            if stage == stages:
-                stage, phase = 0, phase ^ 1
-            for t in range(1, n_tiles):
-                yield from wait_bar(("fullK", stage), phase)
-                yield from wait_bar(("fullV", poff), pphase)
                 yield from turn()
-                issue(c, [("K", stage, t)])
-                issue(c, [("V", poff, t - 1)])
+                issue(c, s_of(w, stage, 0))
                 pass_turn()
-                yield from wait_group(1)
-                arrive(("emptyK", stage))
                 yield from wait_group(0)
-                arrive(("emptyV", poff))
+                arrive(("emptyK", stage))
                 poff, pphase = stage, phase
                 stage += 1
                 if stage == stages:
                     stage, phase = 0, phase ^ 1
-            yield from wait_bar(("fullV", poff), pphase)
-            yield from turn()
-            issue(c, [("V", poff, n_tiles - 1)])
-            pass_turn()
-            yield from wait_group(0)
-            arrive(("emptyV", poff))
+                for t in range(1, n):
+                    yield from wait_bar(("fullK", stage), phase)
+                    yield from wait_bar(("fullV", poff), pphase)
+                    yield from turn()
+                    issue(c, s_of(w, stage, t))
+                    issue(c, [("V", poff, (w, t - 1))])
+                    pass_turn()
+                    yield from wait_group(1)
+                    arrive(("emptyK", stage))
+                    yield from wait_group(0)
+                    arrive(("emptyV", poff))
+                    poff, pphase = stage, phase
+                    stage += 1
+                    if stage == stages:
+                        stage, phase = 0, phase ^ 1
+                yield from wait_bar(("fullV", poff), pphase)
+                yield from turn()
+                issue(c, [("V", poff, (w, n - 1))])
+                pass_turn()
+                yield from wait_group(0)
+                arrive(("emptyV", poff))
+            if persistent:
+                arrive(("emptyQ", 0))
+            qit ^= 1
         if pingpong and c == 0:
-            named[1][0] += 1
-            named[1][1].append(c)
-            while c in named[1][1]:
-                yield
+            yield from named_sync(1)
 
     procs = {"p": producer(), **{c: consumer(c) for c in range(consumers)}}
     steps = 0
