@@ -6,6 +6,9 @@ set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-./attention_out}
 mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv \
+    > "$OUT/gpu.csv" 2>&1 || true
+(command -v ptxas || ls /usr/local/cuda/bin/ptxas) 2>&1 | head -n 1
 timeout 80 python3 -m lab.attention.bench --phase check --out "$OUT" "$@" 2>&1 \
     | tee "$OUT/check_log.txt" | grep -v " -> OK$" | tail -n 60
 echo "check phase exit: ${PIPESTATUS[0]}"
