@@ -93,9 +93,12 @@ def _free_port() -> int:
 def shoot(keys_codes: list[tuple[str, str]], shots: Path) -> list[str]:
     """Start `manage.py runserver` on this portal's settings (they are in os.environ), log in
     as the customer and then the engineer through the login form, photograph each job page
-    (and its review page), and stop the server."""
+    (and the review page of each job in review), and stop the server."""
     from playwright.sync_api import sync_playwright
 
+    from portal.models import Job
+
+    in_review = [(k, c) for k, c in keys_codes if Job.objects.get(code=c).status == Job.REVIEW]
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
@@ -119,7 +122,7 @@ def shoot(keys_codes: list[tuple[str, str]], shots: Path) -> list[str]:
             )
             for who, (user, password), pages in (
                 ("customer", CUSTOMER, [(k, f"/jobs/{c}/", "job") for k, c in keys_codes]),
-                ("engineer", ENGINEER, [(k, f"/review/{c}/", "review") for k, c in keys_codes]),
+                ("engineer", ENGINEER, [(k, f"/review/{c}/", "review") for k, c in in_review]),
             ):
                 context = browser.new_context(viewport={"width": 1280, "height": 900})
                 context.set_default_timeout(30_000)
@@ -169,7 +172,9 @@ def main(argv=None) -> int:
         print(json.dumps(report[-1]), flush=True)
     (shots / "imported.json").write_text(json.dumps(report, indent=1) + "\n")
     if not args.no_shots:
-        shoot([(r["key"], r["job"]) for r in report if "job" in r], shots)
+        # every job of the index: one without a results file is photographed where it waits
+        index = json.loads((ROOT / "lab" / "gpujobs" / "batches" / "jobs.json").read_text())
+        shoot([(key, info["job"]) for key, info in index.items()], shots)
     return 0
 
 
