@@ -114,7 +114,7 @@ def home(request):
 
 def _with_status_pills(jobs) -> None:
     """Set `status_pill` on each job: its status pill's HTML, rendered once per status for the
-    whole list (a list of twenty jobs shows each pill twice, for wide and narrow screens)."""
+    whole list (each row shows its pill twice, for wide and narrow screens)."""
     pills: dict[str, str] = {}
     for j in jobs:
         if j.status not in pills:
@@ -523,7 +523,7 @@ def _stopped_progress_html(j: Job, counts: q.JobCounts, *, engineer: bool) -> st
 
 def _job_page(request, j: Job, *, status: int = 200, import_error: str = ""):
     # The counts are read once (two queries) and give the versions every cached part of the
-    # page is kept under; the progress card is live and drawn every time.
+    # page is kept under; a searching job's progress card is live and drawn every time.
     counts = q.job_counts(j)
     engineer = q.is_engineer(request.user)
     progress_html = _stopped_progress_html(j, counts, engineer=engineer)
