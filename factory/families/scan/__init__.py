@@ -305,8 +305,10 @@ def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     if ir.columns:  # rows a round, then the cluster, then the block
         out = [d]
-        changes = (  # half the block in twice the cluster: the same rows a round, more
-            # blocks an SM to overlap one block's barriers with another's loads
+        changes = (  # no cluster, the blocks spread over narrower strips (no DSMEM, no
+            # cluster barrier); half the block in twice the cluster (the same rows a round,
+            # more blocks an SM to overlap one block's barriers with another's loads)
+            {"lanes": max(1, d.lanes // d.split), "split": 1},
             {"threads": d.threads // 2, "split": d.split * 2},
             {"rows": d.rows // 2, "ahead": 1},  # half the rows, the next round's in flight
             {"split": d.split * 2}, {"rows": d.rows // 2}, {"split": d.split // 2},

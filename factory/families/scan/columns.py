@@ -26,8 +26,9 @@ from factory.spec.types import KernelParam, Launch
 
 
 def smem_words(threads: int, lanes: int, vec: int) -> int:
-    """Shared f32 words: two parities of (thread rows' totals, the block's totals)."""
-    return 2 * (threads + lanes) * vec
+    """Shared f32 words: two parities of (thread rows' totals, the block's totals, the
+    columns' prefixes)."""
+    return 2 * (threads + 2 * lanes) * vec
 
 
 def raw_regs(k, dtype: str) -> list[str]:
@@ -181,13 +182,13 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
     RQ = b.reg("b32")
     b.op(f"mul.lo.u32 {RQ}, {R}, {Q}")
     smem = k.u32("red_smem")
-    half = 4 * (T + L) * V  # bytes of one parity
+    half = 4 * (T + 2 * L) * V  # bytes of one parity
     par = k.u32(0)  # this round's parity: 0 or `half`
     mytot = b.reg("b32")  # slot (j = 0, tid) of the thread rows' totals, laid out [j][tid]
     b.op(f"mad.lo.u32 {mytot}, {tid}, 4, {smem}")
     myblk = b.reg("b32")  # slot (j = 0, lane) of the block's totals, laid out [j][lane]
     b.op(f"mad.lo.u32 {myblk}, {lane}, 4, {smem}")
-    b.op(f"add.u32 {myblk}, {myblk}, {4 * T * V}")
+    b.op(f"add.u32 {myblk}, {myblk}, {4 * T * V}")  # the columns' prefixes: L*V words on
     item, done = b.new_label("item"), b.new_label("done")
     b.label(item)
     pd = b.reg("pred")
@@ -209,8 +210,8 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
         cpred.append(pj)
     pbase = b.reg("b32")  # element (p, 0, q0)
     b.op(f"mad.lo.u32 {pbase}, {p}, {RQ}, {q0}")
-    carry = [b.reg("f32") for _ in range(V)]
-    for c_ in carry:
+    ccarry = [b.reg("f32") for _ in range(math.ceil(C / T))]  # the fold columns' carries
+    for c_ in ccarry:
         b.op(f"mov.f32 {c_}, {idn}")
 
     def row_info(r_first: str) -> list[tuple[str, str]]:
@@ -299,11 +300,13 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
         b.op(f"st.shared.f32 [{tot}+{4 * j * T}], {vals[K - 1][j]}")
     b.op("bar.sync 0")
     # one pass over the thread rows' totals, a column (lane, j) a thread: each slot takes the
-    # exclusive fold of the thread rows before it, the block's total goes beside them
+    # exclusive fold of the thread rows before it; the block's total goes to the cluster, or
+    # (no cluster) straight into the column's carry
+    cols = []  # (column's carry, its block total's slot, its prefix slot, skip predicate)
     for it in range(math.ceil(C / T)):
         c = b.reg("b32")
         b.op(f"add.u32 {c}, {tid}, {it * T}")
-        skip = b.new_label("folded")
+        skip, pc = b.new_label("folded"), None
         if C % T:
             pc = b.reg("pred")
             b.op(f"setp.ge.u32 {pc}, {c}, {C}")
@@ -326,40 +329,54 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
             for gg, t in ts:
                 b.op(f"st.shared.f32 [{a0}+{4 * gg * L}], {run}")
                 b.op(f"{comb} {run}, {run}, {t}")
-        bt = b.reg("b32")  # the block's total at (j, lane): 4*T*V + (j*L + lane)*4
+        bt = b.reg("b32")  # the column's slot (j, lane) in the block totals: (j*L + lane)*4
         b.op(f"mad.lo.u32 {bt}, {cj}, {L}, {cl_}")
         b.op(f"mad.lo.u32 {bt}, {bt}, 4, {smem}")
         b.op(f"add.u32 {bt}, {bt}, {par}")
-        b.op(f"st.shared.f32 [{bt}+{4 * T * V}], {run}")
+        cc = ccarry[it]
+        if S > 1:
+            b.op(f"st.shared.f32 [{bt}+{4 * T * V}], {run}")
+        else:  # the prefix of this round's rows: the carry; the carry takes the block's total
+            b.op(f"st.shared.f32 [{bt}+{4 * (T + L) * V}], {cc}")
+            b.op(f"{comb} {cc}, {cc}, {run}")
+        cols.append((cc, bt, skip, pc))
         b.label(skip)
     if S > 1:
         b.op("barrier.cluster.arrive.release.aligned")
         b.op("barrier.cluster.wait.acquire.aligned")
-    else:
-        b.op("bar.sync 0")
-    # carry + the ranks before this one, then the thread rows before this one
+        # a column a thread: the cluster's block totals in rank order (split remote loads a
+        # column, not a thread: the thread rows share them through shared memory)
+        for cc, bt, _, pc in cols:
+            skip = b.new_label("ranked")
+            if pc is not None:
+                b.op(f"@{pc} bra {skip}")
+            before = b.reg("f32")
+            b.op(f"mov.f32 {before}, {cc}")
+            ts = []
+            for sr in range(S):  # every remote load first, then the folds in rank order
+                remote, t = b.reg("b32"), b.reg("f32")
+                b.op(f"mapa.shared::cluster.u32 {remote}, {bt}, {sr}")
+                b.op(f"ld.shared::cluster.f32 {t}, [{remote}+{4 * T * V}]")
+                ts.append(t)
+            for sr, t in enumerate(ts):
+                earlier = b.reg("pred")
+                b.op(f"setp.gt.u32 {earlier}, {rank}, {sr}")
+                t2 = b.reg("f32")
+                b.op(f"{comb} {t2}, {before}, {t}")
+                b.op(f"selp.f32 {before}, {t2}, {before}, {earlier}")
+                b.op(f"{comb} {cc}, {cc}, {t}")
+            b.op(f"st.shared.f32 [{bt}+{4 * (T + L) * V}], {before}")
+            b.label(skip)
+    b.op("bar.sync 0")
+    # carry + the ranks before this one (the column's prefix slot), then the thread rows
+    # before this one
     blk = b.reg("b32")
     b.op(f"add.u32 {blk}, {myblk}, {par}")
-    before = [b.reg("f32") for _ in range(V)]
+    before = []
     for j in range(V):
-        b.op(f"mov.f32 {before[j]}, {carry[j]}")
-    for sr in range(S):
-        if S > 1:
-            remote = b.reg("b32")
-            b.op(f"mapa.shared::cluster.u32 {remote}, {blk}, {sr}")
-            space = "shared::cluster"
-            ahead = b.reg("pred")
-            b.op(f"setp.gt.u32 {ahead}, {rank}, {sr}")
-        else:
-            remote, space, ahead = blk, "shared", None
-        for j in range(V):
-            t = b.reg("f32")
-            b.op(f"ld.{space}.f32 {t}, [{remote}+{4 * j * L}]")
-            if ahead is not None:
-                t2 = b.reg("f32")
-                b.op(f"{comb} {t2}, {before[j]}, {t}")
-                b.op(f"selp.f32 {before[j]}, {t2}, {before[j]}, {ahead}")
-            b.op(f"{comb} {carry[j]}, {carry[j]}, {t}")
+        t = b.reg("f32")
+        b.op(f"ld.shared.f32 {t}, [{blk}+{4 * (j * L + L * V)}]")
+        before.append(t)
     pre = []
     for j in range(V):
         ex = b.reg("f32")
