@@ -186,3 +186,59 @@ def test_records_from_before_the_held_path_name_the_same_schedule():
     old = {"family": "segnorm", "threads": 256, "vec": 4}
     assert F.FAMILY.canonical(F.Schedule.from_dict(old).to_dict()) == old
     assert F.FAMILY.canonical(SH(128, 8, 4).to_dict())["hold"] == 4
+
+
+def SP(t, v, h):  # noqa: N802 - a held schedule with the next segment in flight
+    return F.Schedule(threads=t, vec=v, hold=h, prefetch=1)
+
+
+# Held segments with the next one loaded while one is computed: several segments a block (the
+# grid cut to 2 or 3 blocks, so both register sets are used, and odd and even counts end the
+# loop at either set), slots past a segment's end, 16-bit pairs widened at each use; and a
+# shape where no segment is held (N = 63: the streaming passes).
+PREFETCH_CASES = [
+    (IN, "bf16", "bf16", {"N": 3, "C": 3, "H": 8, "W": 40}, SP(64, 8, 1), 2),
+    (IN, "bf16", "bf16", {"N": 2, "C": 4, "H": 8, "W": 40}, SP(64, 8, 1), 3),
+    (IN, "fp32", "fp32", {"N": 2, "C": 3, "H": 6, "W": 30}, SP(64, 4, 2), 2),
+    (IN, "fp16", "fp32", {"N": 1, "C": 5, "H": 5, "W": 8}, SP(64, 2, 1), 3),
+    ("x * rsqrt(mean(x * x, axis=(-2, -1), keepdims=True) + eps)", "bf16", "bf16",
+     {"N": 2, "C": 2, "H": 3, "W": 50}, SP(128, 2, 1), 3),
+    (IN, "bf16", "bf16", {"N": 1, "C": 4, "H": 7, "W": 9}, SP(64, 8, 1), 2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("expr, dt, odt, dims, s, grid", PREFETCH_CASES, ids=str)
+def test_prefetched_segments_compute_the_reference(expr, dt, odt, dims, s, grid):
+    import numpy as np
+
+    from factory.ptxsim import run_kernel
+    from factory.spec import random_inputs, reference, to_float64
+
+    wl = w(expr, dt, odt)
+    em = F.emit(F.lower(wl), s)
+    ins = random_inputs(wl, dims, 6)
+    shape = tuple(dims[d] for d in ("N", "C", "H", "W"))
+    fill = (
+        np.full(shape, np.nan, np.float32) if odt == "fp32" else np.full(shape, 0xFFFF, np.uint16)
+    )
+    out = run_kernel(em, dims, {"x": ins["x"], "y": fill}, grid=grid)
+    got = np.frombuffer(out["y"], dtype=fill.dtype).reshape(shape)
+    got = to_float64(got, odt)
+    want = np.asarray(reference(wl, ins, dims)["y"], dtype=np.float64)
+    tol = wl.tolerance[odt]
+    assert np.isfinite(got).all(), "unwritten elements"
+    assert (np.abs(got - want) <= tol.atol + tol.rtol * np.abs(want)).all()
+
+
+def test_prefetch_is_a_seed_and_compiles_without_spills():
+    from factory.compile import compile_ptx
+
+    wl = w(IN, dt="bf16", odt="bf16")
+    ir = F.lower(wl)
+    dims = {"N": 128, "C": 256, "H": 64, "W": 64}
+    sp = [s for s in F.seeds(ir, dims) if s.prefetch]
+    assert sp and sp[0] == F.Schedule(threads=128, vec=8, hold=4, prefetch=1)
+    assert F.seeds(ir, dims)[1] == sp[0]
+    r = compile_ptx(F.emit(ir, sp[0]).ptx, "sm_90a", cache=False)
+    assert r.ok and "0 bytes spill" in r.log, r.log[:2000]
+    assert not F.is_valid(ir, F.Schedule(threads=128, vec=8, prefetch=1), dims)[0]

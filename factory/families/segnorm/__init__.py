@@ -150,16 +150,20 @@ def lower(workload) -> SegNormIR:
 @dataclass(frozen=True)
 class Schedule(ScheduleDict):
     """threads: a segment's block; vec: adjacent elements a load; hold: vectors a thread keeps
-    in registers (0: every stage reads the segment again)."""
+    in registers (0: every stage reads the segment again); prefetch (with hold): the held
+    vectors kept as loaded (16-bit pairs packed) in two sets, the block's next segment loaded
+    into one while the other is folded and written."""
 
     family: str = "segnorm"
     threads: int = 256
     vec: int = 4
     hold: int = 0
+    prefetch: int = 0
 
     def tag(self) -> str:
         t = f"t{self.threads}v{self.vec}"
-        return f"{t}h{self.hold}" if self.hold else t
+        t = f"{t}h{self.hold}" if self.hold else t
+        return f"{t}p" if self.prefetch else t
 
 
 def vecs(ir) -> tuple[int, ...]:
@@ -175,7 +179,10 @@ def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "threads/vec outside the space"
     if s.hold not in HOLDS:
         return False, "hold outside the space"
-    if s.hold * s.vec > min(64, 65536 // s.threads - 40):
+    if s.prefetch not in (0, 1) or (s.prefetch and not s.hold):
+        return False, "prefetch is 0 or 1, and needs held segments"
+    held_words = 2 * s.hold * s.vec * ir.max_esize // 4 if s.prefetch else s.hold * s.vec
+    if held_words > min(64, 65536 // s.threads - 40):
         return False, f"{s.hold} x {s.vec} held values a thread: more registers than fit"
     if dims is not None:
         n = _segment(ir, dims)
@@ -187,9 +194,9 @@ def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
 def space(ir, dims_list) -> list[Schedule]:
     return [
         s
-        for t, v, h in itertools.product(THREADS, vecs(ir), HOLDS)
+        for t, v, h, p in itertools.product(THREADS, vecs(ir), HOLDS, (0, 1))
         if all(
-            is_valid(ir, s := Schedule(threads=t, vec=v, hold=h), d)[0]
+            is_valid(ir, s := Schedule(threads=t, vec=v, hold=h, prefetch=p), d)[0]
             for d in (dims_list or [None])
         )
     ]
@@ -229,6 +236,10 @@ def seeds(ir, dims) -> list[Schedule]:
     t, v, h = d.threads, d.vec, d.hold
     changes = [(2 * t, v, h // 2), (t // 2, v, 2 * h), (t, v, 0), (2 * t, v, h), (t // 2, v, h),
                (t, max(1, v // 2), 2 * h)]  # fmt: skip
+    if h:  # the held default with the next segment in flight (never timed yet)
+        p = Schedule(threads=t, vec=v, hold=h, prefetch=1)
+        if is_valid(ir, p, dims)[0]:
+            out.append(p)
     for t, v, h in changes:
         s = Schedule(threads=t, vec=v, hold=h if h in HOLDS else 0)
         if t in THREADS and s not in out and is_valid(ir, s, dims)[0]:
@@ -433,6 +444,128 @@ class SegNormKernel(ColumnKernel):
                     outs.append(self.reg_of(self.element(o.expr, loaded, seg, memo)))
                 self.store_pred(addr, o.dtype, outs, p)
 
+    def pipelined(self, k, nk, K, N, nf) -> None:
+        """Held segments with the next one in flight: two sets of registers (A, B) hold a
+        segment each as loaded; the loads of the block's next segment go into one set before
+        the other is folded and written, so a block keeps a segment's loads outstanding while
+        it computes (the loop unrolled twice, A then B)."""
+        b, V, T, ir = self.b, self.V, self.s.threads, self.ir
+        es = {name: ESIZE[dtype] for name, dtype in ir.inputs}
+        loaded = [n for n, _ in ir.inputs if n not in self.scalar_vals]
+
+        def buffer():
+            slots = []
+            for _ in range(self.s.hold):
+                words = {}
+                for name in loaded:
+                    nbytes = V * es[name]
+                    words[name] = [b.reg("b16")] if nbytes == 2 else [
+                        b.reg("b32") for _ in range(nbytes // 4)]  # fmt: skip
+                    for r in words[name]:  # defined where a slot is never loaded
+                        b.op(f"mov.{'b16' if r.startswith('%h') else 'b32'} {r}, 0")
+                slots.append((b.reg("pred"), b.reg("b32"), words))
+            return slots
+
+        j0 = b.reg("b32")
+        b.op(f"mul.lo.u32 {j0}, {self.tid}, {V}")
+
+        def issue(kk, buf):
+            """Segment kk's loads into buf (nothing where kk is past the last segment)."""
+            pk, sbase = b.reg("pred"), b.reg("b32")
+            b.op(f"setp.lt.u32 {pk}, {kk}, {K}")
+            b.op(f"mul.lo.u32 {sbase}, {kk}, {N}")
+            for i, (p, at, words) in enumerate(buf):
+                j = b.reg("b32")
+                b.op(f"add.u32 {j}, {j0}, {i * T * V}")
+                b.op(f"setp.lt.u32 {p}, {j}, {N}")
+                b.op(f"and.pred {p}, {p}, {pk}")
+                b.op(f"add.u32 {at}, {sbase}, {j}")
+                for name, dtype in ir.inputs:
+                    if name not in loaded:
+                        continue
+                    addr = b.reg("b64")
+                    b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                    b.op(f"add.u64 {addr}, {addr}, {self.base[name]}")
+                    self.load_into(addr, words[name], p)
+
+        def fold_and_store(buf):
+            slots = [(p, at, {n: ws for n, ws in words.items()}) for p, at, words in buf]
+            self.fold_held(slots, nf)
+
+        A, B = buffer(), buffer()
+        issue(k, A)
+        top, end = b.new_label("piped_top"), b.new_label("piped_end")
+        b.label(top)
+        pd = b.reg("pred")
+        b.op(f"setp.ge.u32 {pd}, {k}, {K}")
+        b.op(f"@{pd} bra.uni {end}")
+        k2 = b.reg("b32")
+        b.op(f"add.u32 {k2}, {k}, {nk}")
+        issue(k2, B)
+        fold_and_store(A)
+        b.op(f"setp.ge.u32 {pd}, {k2}, {K}")
+        b.op(f"@{pd} bra.uni {end}")
+        b.op(f"add.u32 {k}, {k2}, {nk}")
+        issue(k, A)
+        fold_and_store(B)
+        b.op(f"bra.uni {top}")
+        b.label(end)
+
+    def load_into(self, addr: str, words: list[str], pred: str) -> None:
+        """The registers `words` (one b16, or b32 words) loaded from addr under `pred`."""
+        b = self.b
+        if words[0].startswith("%h"):
+            b.op(f"@{pred} ld.global.nc.b16 {words[0]}, [{addr}]")
+        elif len(words) == 1:
+            b.op(f"@{pred} ld.global.nc.b32 {words[0]}, [{addr}]")
+        else:
+            b.op(f"@{pred} ld.global.nc.v{len(words)}.b32 {{{', '.join(words)}}}, [{addr}]")
+
+    def fold_held(self, slots, nf) -> None:
+        """Stages and outputs of a segment whose vectors are held as loaded: slots of
+        (predicate, element index, {input: raw words}); each use widens the words again."""
+        b, V, ir = self.b, self.V, self.ir
+        dtypes = dict(ir.inputs)
+
+        def elems(raw):
+            per = {n: self.unpack_raw(ws, dtypes[n]) for n, ws in raw.items()}
+            return [{**{n: per[n][e] for n in per}, **self.scalar_vals} for e in range(V)]
+
+        seg: dict = {}
+        for reds in ir.stages:
+            accs = {r: [b.reg("f32") for _ in range(V)] for r in reds}
+            for r, row in accs.items():
+                for a in row:
+                    b.op(f"mov.f32 {a}, {f32_literal(IDENTITY[r.op])}")
+            for p, _, raw in slots:
+                for e, loaded in enumerate(elems(raw)):
+                    memo: dict = {}
+                    for r, row in accs.items():
+                        v = self.reg_of(self.element(ir.operand[r][1], loaded, seg, memo))
+                        t = b.reg("f32")
+                        b.op(f"selp.f32 {t}, {v}, {f32_literal(IDENTITY[r.op])}, {p}")
+                        b.op(f"{COMBINE[r.op]} {row[e]}, {row[e]}, {t}")
+            for r, row in accs.items():
+                for a in row[1:]:
+                    b.op(f"{COMBINE[r.op]} {row[0]}, {row[0]}, {a}")
+                v = self.block_fold(row[0], r.op)
+                if r.op == "mean":
+                    m = b.reg("f32")
+                    b.op(f"div.rn.f32 {m}, {v}, {nf}")
+                    v = m
+                seg[r] = v
+        for p, at, raw in slots:
+            slot = elems(raw)
+            for o in ir.outputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[o.dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {self.base[o.name]}")
+                outs = []
+                for loaded in slot:
+                    memo = {}
+                    outs.append(self.reg_of(self.element(o.expr, loaded, seg, memo)))
+                self.store_pred(addr, o.dtype, outs, p)
+
     def load_raw(self, addr: str, dtype: str, pred: str) -> list[str]:
         """vec elements at addr under `pred`, as loaded (b16 or b32 registers, zero if not)."""
         b, es = self.b, ESIZE[dtype]
@@ -526,13 +659,16 @@ class SegNormKernel(ColumnKernel):
             b.op(f"and.pred {held}, {held}, {aligned}")
         k, nk = self.u32("%ctaid.x"), self.u32("%nctaid.x")
         top, done = b.new_label("segment"), b.new_label("done")
+        if s.prefetch:
+            piped = b.new_label("piped")
+            b.op(f"@{held} bra.uni {piped}")
         b.label(top)
         pd = b.reg("pred")
         b.op(f"setp.ge.u32 {pd}, {k}, {K}")
         b.op(f"@{pd} bra.uni {done}")
         sbase = b.reg("b32")
         b.op(f"mul.lo.u32 {sbase}, {k}, {N}")
-        if s.hold:
+        if s.hold and not s.prefetch:
             held_l, next_l = b.new_label("held"), b.new_label("next")
             b.op(f"@{held} bra.uni {held_l}")
         seg: dict = {}
@@ -587,7 +723,7 @@ class SegNormKernel(ColumnKernel):
                         b.op(f"{g}st.global.b16 [{addr}+{2 * j}], {h}")
 
         self.walk_segment(sbase, N, aligned, store)
-        if s.hold:
+        if s.hold and not s.prefetch:
             b.op(f"bra.uni {next_l}")
             b.label(held_l)
             self.held_segment(sbase, N, nf)
@@ -596,14 +732,20 @@ class SegNormKernel(ColumnKernel):
         b.op(f"bra.uni {top}")
         b.label(done)
         b.op("ret")
+        if s.prefetch:
+            b.label(piped)
+            self.pipelined(k, nk, K, N, nf)
+            b.op("ret")
         entry = f"{ident(ir.name)}_segnorm_{s.tag()}"
+        # the header names the schedule as before prefetch existed, where it is off
+        header = {k: v for k, v in s.to_dict().items() if k != "prefetch" or v}
         body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{self.W}];"]
         lines = b.lines
         if self.scalar_vals:
             lines = ["    setp.eq.u32 %p_true, 0, 0;", *lines]
             body.append("    .reg .pred %p_true;")
         ptx = module_text(
-            family="segnorm", workload=ir.name, schedule=s.to_dict(), arch=self.arch,
+            family="segnorm", workload=ir.name, schedule=header, arch=self.arch,
             entry=entry, params=params, threads=s.threads, body=body, lines=lines,
         )  # fmt: skip
         grid = f"min({shape_product(ir.shape[: ir.first])}, {MAX_BLOCKS})"
@@ -620,10 +762,10 @@ def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
 def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
     s = Schedule.from_dict(schedule)
     elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
-    return [log2(elements), log2(s.threads), float(s.vec), float(s.hold)]
+    return [log2(elements), log2(s.threads), float(s.vec), float(s.hold), float(s.prefetch)]
 
 
-LATE_DEFAULTS = {"hold": 0}
+LATE_DEFAULTS = {"hold": 0, "prefetch": 0}
 
 
 def canonical(schedule: dict) -> dict:
@@ -635,6 +777,7 @@ def canonical(schedule: dict) -> dict:
 def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
     held = f", held in registers ({s.hold} loads a thread)" if s.hold else ""
+    held += ", the next segment loaded while one is computed" if s.prefetch else ""
     return f"segment norm: a segment a block of {s.threads} threads x {s.vec} a load{held}"
 
 
@@ -653,11 +796,11 @@ FAMILY = Family(
     label=label,
     legend="segment norm: threads of a segment's block x elements a load",
     features=features,
-    feature_fields=("threads", "vec", "hold"),
+    feature_fields=("threads", "vec", "hold", "prefetch"),
     roofline=lambda workload, dims: Roofline(bytes=io_bytes(workload, dims)),
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.colreduce.baselines",
-    layout_fields=("threads", "vec", "hold"),
+    layout_fields=("threads", "vec", "hold", "prefetch"),
 )
 
 __all__ = ["FAMILY", "SegNormIR", "Schedule", "lower"]
