@@ -238,7 +238,23 @@ def test_prefetch_is_a_seed_and_compiles_without_spills():
     dims = {"N": 128, "C": 256, "H": 64, "W": 64}
     sp = [s for s in F.seeds(ir, dims) if s.prefetch]
     assert sp and sp[0] == F.Schedule(threads=128, vec=8, hold=4, prefetch=1)
-    assert F.seeds(ir, dims)[1] == sp[0]
+    assert F.seeds(ir, dims)[2] == sp[0]
     r = compile_ptx(F.emit(ir, sp[0]).ptx, "sm_90a", cache=False)
     assert r.ok and "0 bytes spill" in r.log, r.log[:2000]
     assert not F.is_valid(ir, F.Schedule(threads=128, vec=8, prefetch=1), dims)[0]
+
+
+def test_blocks_a_sm_cap_the_registers_and_keep_the_results():
+    from factory.compile import compile_ptx
+
+    wl = w(IN, dt="bf16", odt="bf16")
+    ir = F.lower(wl)
+    s = F.Schedule(threads=128, vec=8, hold=4, minblocks=9)
+    em = F.emit(ir, s)
+    assert (
+        ".minnctapersm 9" in em.ptx and F.seeds(ir, {"N": 128, "C": 256, "H": 64, "W": 64})[1] == s
+    )
+    r = compile_ptx(em.ptx, "sm_90a", cache=False)
+    assert r.ok and "0 bytes spill" in r.log and r.registers <= 56, r.log[:2000]
+    assert not F.is_valid(ir, F.Schedule(threads=256, vec=8, hold=2, minblocks=9), None)[0]
+    run_and_check(F.FAMILY, wl, s, {"N": 1, "C": 3, "H": 8, "W": 64}, seed=7)

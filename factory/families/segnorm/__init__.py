@@ -40,6 +40,7 @@ ARCHS = ("sm_90", "sm_100")
 THREADS = (64, 128, 256, 512, 1024)
 VECS = (1, 2, 4, 8)
 HOLDS = (0, 1, 2, 4, 8)
+MINBLOCKS = (0, 4, 6, 8, 9, 12, 16)
 MAX_BLOCKS = 65535
 
 
@@ -152,18 +153,21 @@ class Schedule(ScheduleDict):
     """threads: a segment's block; vec: adjacent elements a load; hold: vectors a thread keeps
     in registers (0: every stage reads the segment again); prefetch (with hold): the held
     vectors kept as loaded (16-bit pairs packed) in two sets, the block's next segment loaded
-    into one while the other is folded and written."""
+    into one while the other is folded and written; minblocks: blocks a SM asked of ptxas
+    (`.minnctapersm`, so it caps the registers a thread; 0: no directive)."""
 
     family: str = "segnorm"
     threads: int = 256
     vec: int = 4
     hold: int = 0
     prefetch: int = 0
+    minblocks: int = 0
 
     def tag(self) -> str:
         t = f"t{self.threads}v{self.vec}"
         t = f"{t}h{self.hold}" if self.hold else t
-        return f"{t}p" if self.prefetch else t
+        t = f"{t}p" if self.prefetch else t
+        return f"{t}m{self.minblocks}" if self.minblocks else t
 
 
 def vecs(ir) -> tuple[int, ...]:
@@ -181,6 +185,8 @@ def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "hold outside the space"
     if s.prefetch not in (0, 1) or (s.prefetch and not s.hold):
         return False, "prefetch is 0 or 1, and needs held segments"
+    if s.minblocks not in MINBLOCKS or s.minblocks * s.threads > 2048:
+        return False, f"{s.minblocks} blocks of {s.threads} threads a SM"
     held_words = 2 * s.hold * s.vec * ir.max_esize // 4 if s.prefetch else s.hold * s.vec
     if held_words > min(64, 65536 // s.threads - 40):
         return False, f"{s.hold} x {s.vec} held values a thread: more registers than fit"
@@ -194,9 +200,9 @@ def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
 def space(ir, dims_list) -> list[Schedule]:
     return [
         s
-        for t, v, h, p in itertools.product(THREADS, vecs(ir), HOLDS, (0, 1))
+        for t, v, h, p, m in itertools.product(THREADS, vecs(ir), HOLDS, (0, 1), MINBLOCKS)
         if all(
-            is_valid(ir, s := Schedule(threads=t, vec=v, hold=h, prefetch=p), d)[0]
+            is_valid(ir, s := Schedule(threads=t, vec=v, hold=h, prefetch=p, minblocks=m), d)[0]
             for d in (dims_list or [None])
         )
     ]
@@ -236,10 +242,13 @@ def seeds(ir, dims) -> list[Schedule]:
     t, v, h = d.threads, d.vec, d.hold
     changes = [(2 * t, v, h // 2), (t // 2, v, 2 * h), (t, v, 0), (2 * t, v, h), (t // 2, v, h),
                (t, max(1, v // 2), 2 * h)]  # fmt: skip
-    if h:  # the held default with the next segment in flight (never timed yet)
-        p = Schedule(threads=t, vec=v, hold=h, prefetch=1)
-        if is_valid(ir, p, dims)[0]:
-            out.append(p)
+    if h:  # never timed yet: the held default at more blocks a SM, with the next segment in
+        # flight, and both (the registers ptxas fits without spills at t128 v8 h4: 9 blocks
+        # at 56, prefetch 6 at 80)
+        for p, m in ((0, 2048 // t * 9 // 16), (1, 0), (1, 2048 // t * 6 // 16)):
+            c = Schedule(threads=t, vec=v, hold=h, prefetch=p, minblocks=m)
+            if m in MINBLOCKS and c not in out and is_valid(ir, c, dims)[0]:
+                out.append(c)
     for t, v, h in changes:
         s = Schedule(threads=t, vec=v, hold=h if h in HOLDS else 0)
         if t in THREADS and s not in out and is_valid(ir, s, dims)[0]:
@@ -738,7 +747,7 @@ class SegNormKernel(ColumnKernel):
             b.op("ret")
         entry = f"{ident(ir.name)}_segnorm_{s.tag()}"
         # the header names the schedule as before prefetch existed, where it is off
-        header = {k: v for k, v in s.to_dict().items() if k != "prefetch" or v}
+        header = {k: v for k, v in s.to_dict().items() if k not in LATE_FIELDS or v}
         body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{self.W}];"]
         lines = b.lines
         if self.scalar_vals:
@@ -748,6 +757,9 @@ class SegNormKernel(ColumnKernel):
             family="segnorm", workload=ir.name, schedule=header, arch=self.arch,
             entry=entry, params=params, threads=s.threads, body=body, lines=lines,
         )  # fmt: skip
+        if s.minblocks:  # blocks a SM for ptxas: after the entry's thread count
+            at = ptx.index("\n", ptx.index(".maxntid"))
+            ptx = ptx[:at] + f"\n.minnctapersm {s.minblocks}" + ptx[at:]
         grid = f"min({shape_product(ir.shape[: ir.first])}, {MAX_BLOCKS})"
         return Emitted(ptx, entry, tuple(params), Launch((grid, 1, 1), (s.threads, 1, 1)))
 
@@ -762,10 +774,12 @@ def emit(ir, schedule, arch: str = "sm_90") -> Emitted:
 def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
     s = Schedule.from_dict(schedule)
     elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
-    return [log2(elements), log2(s.threads), float(s.vec), float(s.hold), float(s.prefetch)]
+    return [log2(elements), log2(s.threads), float(s.vec), float(s.hold), float(s.prefetch),
+            float(s.minblocks)]  # fmt: skip
 
 
-LATE_DEFAULTS = {"hold": 0, "prefetch": 0}
+LATE_DEFAULTS = {"hold": 0, "prefetch": 0, "minblocks": 0}
+LATE_FIELDS = ("prefetch", "minblocks")  # left out of the PTX header where 0
 
 
 def canonical(schedule: dict) -> dict:
@@ -778,6 +792,7 @@ def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
     held = f", held in registers ({s.hold} loads a thread)" if s.hold else ""
     held += ", the next segment loaded while one is computed" if s.prefetch else ""
+    held += f", {s.minblocks} blocks a SM" if s.minblocks else ""
     return f"segment norm: a segment a block of {s.threads} threads x {s.vec} a load{held}"
 
 
@@ -796,11 +811,11 @@ FAMILY = Family(
     label=label,
     legend="segment norm: threads of a segment's block x elements a load",
     features=features,
-    feature_fields=("threads", "vec", "hold", "prefetch"),
+    feature_fields=("threads", "vec", "hold", "prefetch", "minblocks"),
     roofline=lambda workload, dims: Roofline(bytes=io_bytes(workload, dims)),
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.colreduce.baselines",
-    layout_fields=("threads", "vec", "hold", "prefetch"),
+    layout_fields=("threads", "vec", "hold", "prefetch", "minblocks"),
 )
 
 __all__ = ["FAMILY", "SegNormIR", "Schedule", "lower"]
