@@ -171,13 +171,17 @@ def default_schedule(ir, dims) -> Schedule:
     """Blocks of 256 threads with four 16-byte vectors in flight each: two an SM (32 KiB an
     SM, about what Little's law asks of HBM3 at an unloaded latency: ~3.3 TB/s x ~700 ns /
     132 SMs is ~18 KiB); with reductions four an SM (64 KiB, held to 64 registers by
-    `.minnctapersm`: a task's block fold, ticket and waits leave its loads idle a while, and
-    the latency grows under load).
-    With reductions: a row's passes two rows apart where two rows fit L2 with room (the
-    output pass re-reads the row from L2 and does not wait on its statistics), else one;
-    tasks of 8K-32K elements, about two for every two blocks an SM over a row pass (a task's
-    fixed cost, its ticket and block fold, shared by more bytes); a single row's pass about
-    a task an SM (the output pass waits for the whole row).
+    `.minnctapersm`: a task's block fold, ticket and waits leave its loads idle a while).
+    With reductions (H100, bench/results/2026-12-07-h100-memfamilies-3, RMSNorm and softmax
+    bf16: the timed fastest at each of the five shapes): a row's passes two steps apart
+    (lag 1 was 5-25% slower at 64x1M and 8x16M); where a per-column input would be read
+    again by every row and the rows do not fit L2 together, 8 rows a step (or as many as fit
+    16 MiB) with the passes a step apart: w read once a chunk for the step's rows, and the
+    output pass of a step that many tickets behind its statistics, so it rarely waits
+    (RMSNorm 64x1M 148 against 169 us, 8x16M 283 against 350). Tasks of 32K elements over
+    several rows (16K at 8x1M was 5-13% slower); a single row: about a task an SM up to 1M
+    elements (8K at 1M), else about two a block of the grid (16K at 16M: 8K and 32K were
+    4-11% slower for softmax).
     Without reductions, one pass over every row: tasks of at least 8K elements, about two a
     block (shorter tasks lost to their fixed cost on the H100,
     bench/results/2026-12-07-h100-memfamilies); where that is less than 8K elements an SM,
@@ -187,15 +191,21 @@ def default_schedule(ir, dims) -> Schedule:
     blocks = 4 * sms if ir.passes > 1 else 2 * sms
     rows, n = rows_and_length(ir.kir, dims)
     row_bytes = n * ir.max_esize
-    g, lag = 1, 1
-    if ir.passes > 1 and (rows == 1 or 2 * row_bytes <= 16 * 1024 * 1024):
-        lag = 2  # two rows apart: the second read from L2, never a wait (one row: no matter)
-    elif ir.passes > 1 and any(t.role == row_ir.ROLE_COL for t in ir.kir.inputs):
-        g = max(x for x in GROUPS if x <= rows)  # the per-column input read once a chunk
+    l2_share = 16 * 1024 * 1024
+    g, lag, stream = 1, 2, True
+    per_column = any(t.role == row_ir.ROLE_COL for t in ir.kir.inputs)
+    if ir.passes > 1 and rows > 1 and per_column and rows * row_bytes > l2_share:
+        fits = 2 * row_bytes <= l2_share
+        most = min(8, l2_share // row_bytes, rows) if fits else rows
+        g, lag = max(x for x in GROUPS if x <= most), 1
+    if ir.passes == 1:
+        g, lag, stream = 1, 1, False  # one pass: not timed with the hints yet
     per = rows * n if ir.passes == 1 else n
-    pairs = 2 * sms  # tasks are sized by two blocks an SM, whatever the grid
+    pairs = 2 * sms  # one-pass tasks are sized by two blocks an SM
     if ir.passes > 1 and rows > 1:
-        chunk = min(32768, max(8192, 1 << round(math.log2(rows * n / (2 * pairs)))))
+        chunk = min(32768, max(8192, 1 << round(math.log2(rows * n / 256))))
+    elif ir.passes > 1 and per >= sms * 8192:
+        chunk = max(8192, 1 << round(math.log2(per / (2 * blocks))))
     elif per >= sms * 8192:
         chunk = max(8192, 1 << round(math.log2(per / (2 * pairs))))
     else:
@@ -209,7 +219,7 @@ def default_schedule(ir, dims) -> Schedule:
         # per-column inputs (LayerNorm fp32 with four steps of x, w, b spills)
         vectors = sum(t.role in (row_ir.ROLE_ROW, row_ir.ROLE_COL) for t in ir.kir.inputs)
         unroll = max(u for u in UNROLLS if u <= max(1, min(unroll, 8 // max(vectors, 1))))
-    shape = dict(blocks=blocks, group=g, lag=lag, stream=True)
+    shape = dict(blocks=blocks, group=g, lag=lag, stream=stream)
     s = Schedule(threads=threads, vec=v, unroll=unroll, chunk=chunk, **shape)
     if not is_valid(ir, s, dims)[0]:
         s = Schedule(threads=256, vec=v, unroll=2, chunk=CHUNKS[-1], **shape)
