@@ -186,6 +186,29 @@ class _ScoreParser:
 
 
 # -- the float64 reference -----------------------------------------------------------------------
+#
+# Work is cut into query blocks of QUERY_BLOCK rows. Per block, the mask terms that read only i
+# and j (and per-position inputs without a batch axis) are evaluated once and shared by every
+# batch entry and head; the keys no row of the block keeps (the future of a causal block, what
+# lies outside a window) are never multiplied: the block's products run over the span of keys
+# from the first kept one to the last. Query heads that share a key/value head are stacked into
+# one product (fewer, bigger float64 GEMMs), and the softmax runs in place on the score block.
+# Heads run on PTXF_REFERENCE_THREADS threads (default 1): the GPU worker's helper processes set
+# it with their BLAS capped at one thread each, so products and score math both use the cores
+# without nested thread pools. The result does not depend on the thread count.
+
+THREADS_ENV = "PTXF_REFERENCE_THREADS"
+
+
+def reference_threads() -> int:
+    """Threads the reference runs heads on: PTXF_REFERENCE_THREADS (1 to 64), else 1."""
+    import os
+
+    try:
+        n = int(os.environ.get(THREADS_ENV, "1"))
+    except ValueError:
+        return 1
+    return max(1, min(64, n))
 
 
 def _eval_term(node: Node, env: dict, extra: dict, b: int, cache: dict) -> np.ndarray:
@@ -241,6 +264,14 @@ def attention_reference(
     return mine
 
 
+def _reads(node: Node) -> tuple[set[str], bool]:
+    """(the placeholders node reads, whether it reads an input with a batch axis)."""
+    nodes = walk(node)
+    names = {n.name for n in nodes if isinstance(n, Input) and n == PLACEHOLDERS.get(n.name)}
+    per_batch = any(isinstance(n, Gather) and len(n.x.shape) == 2 for n in nodes)
+    return names, per_batch
+
+
 def _attention_both(node, q, k, v, extra) -> tuple[np.ndarray, np.ndarray]:
     """(out, lse) of the attention `node` describes, in blocks of queries."""
     bsz, hq, sq, d = q.shape
@@ -248,39 +279,129 @@ def _attention_both(node, q, k, v, extra) -> tuple[np.ndarray, np.ndarray]:
     if hq % hkv:
         raise ValueError(f"{hq} query heads are not a multiple of {hkv} key/value heads")
     group = hq // hkv
-    out = np.zeros((bsz, hq, sq, d))
-    lse_all = np.zeros((bsz, hq, sq))
-    j_idx = np.arange(skv, dtype=np.float64)[None, :]
-    for b in range(bsz):
-        for h in range(hq):
-            kt = k[b, h // group].T
-            vv = v[b, h // group]
-            for i0 in range(0, sq, QUERY_BLOCK):
-                i1 = min(sq, i0 + QUERY_BLOCK)
-                s = (q[b, h, i0:i1] @ kt) * node.scale
-                env = {
-                    "s": s,
-                    "i": np.arange(i0, i1, dtype=np.float64)[:, None],
-                    "j": j_idx,
-                    "h": np.float64(h),
-                }
-                cache: dict = {}
-                score = s if node.score is None else _eval_term(node.score, env, extra, b, cache)
-                keep = np.ones(s.shape, dtype=bool)
-                for term in node.mask:
-                    keep &= np.broadcast_to(_eval_term(term, env, extra, b, cache), s.shape)
-                score = np.where(keep, np.broadcast_to(score, s.shape), -np.inf)
-                m = score.max(axis=1, keepdims=True)
-                any_kept = np.isfinite(m)
-                m_safe = np.where(any_kept, m, 0.0)
-                p = np.exp(score - m_safe)  # exp(-inf) = 0 for masked keys
-                total = p.sum(axis=1, keepdims=True)
-                with np.errstate(divide="ignore"):
-                    lse = np.where(any_kept, m_safe + np.log(total), -np.inf)
-                lse_all[b, h, i0:i1] = lse[:, 0]
-                o = (p @ vv) / np.where(total > 0, total, 1.0)
-                out[b, h, i0:i1] = np.where(any_kept, o, 0.0)
+    out = np.empty((bsz, hq, sq, d))
+    lse_all = np.empty((bsz, hq, sq))
+    shared, per_head, late = [], [], []  # mask terms: once a block / per (b, heads) / after s
+    for term in node.mask:
+        names, per_batch = _reads(term)
+        if "s" in names:
+            late.append(term)
+        elif "h" in names or per_batch:
+            per_head.append(term)
+        else:
+            shared.append(term)
+    threads = reference_threads()
+    # work items of a block: (b, kv head, first query head, end); a group splits only to give
+    # every thread work
+    split = min(group, max(1, -(-threads // (bsz * hkv))))
+    step = -(-group // split)
+    items = [
+        (b, kvh, h0, min(h0 + step, (kvh + 1) * group))
+        for b in range(bsz)
+        for kvh in range(hkv)
+        for h0 in range(kvh * group, (kvh + 1) * group, step)
+    ]
+    j_all = np.arange(skv, dtype=np.float64)[None, :]
+    errstate = np.geterr()  # worker threads start from numpy's defaults: use the caller's
+
+    def run(block, item):
+        with np.errstate(**errstate):
+            _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all)
+
+    pool = None
+    if threads > 1 and len(items) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=min(threads, len(items)))
+    try:
+        for i0 in range(0, sq, QUERY_BLOCK):
+            i1 = min(sq, i0 + QUERY_BLOCK)
+            i_col = np.arange(i0, i1, dtype=np.float64)[:, None]
+            keep = None  # the shared terms over (rows, all keys); None: every key kept
+            for term in shared:
+                t = _eval_term(term, {"i": i_col, "j": j_all}, extra, 0, {})
+                t = np.broadcast_to(t, (i1 - i0, skv))
+                keep = t.copy() if keep is None else keep & t
+            block = (i0, i1, i_col, keep)
+            if pool is None:
+                for item in items:
+                    _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all)
+            else:
+                list(pool.map(lambda item, block=block: run(block, item), items))
+    finally:
+        if pool is not None:
+            pool.shutdown()
     return out, lse_all
+
+
+def _key_span(keep: np.ndarray | None, skv: int) -> tuple[int, int]:
+    """[lo, hi): from the first key any row keeps to the last (0, 0 when none is kept)."""
+    if keep is None:
+        return 0, skv
+    cols = keep.reshape(-1, skv).any(axis=0)
+    if not cols.any():
+        return 0, 0
+    return int(np.argmax(cols)), skv - int(np.argmax(cols[::-1]))
+
+
+def _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all):
+    """One query block of heads h0..h1 (sharing key/value head kvh) of batch entry b: writes
+    their rows of out and lse_all."""
+    i0, i1, i_col, keep = block
+    b, kvh, h0, h1 = item
+    rows, gh, d = i1 - i0, h1 - h0, q.shape[3]
+    skv = k.shape[2]
+    h_col = np.arange(h0, h1, dtype=np.float64)[:, None, None]
+    if per_head:
+        env = {"i": i_col, "j": np.arange(skv, dtype=np.float64)[None, :], "h": h_col}
+        cache: dict = {}
+        mine = (
+            np.ones((gh, rows, skv), dtype=bool)
+            if keep is None
+            else np.array(np.broadcast_to(keep, (gh, rows, skv)))
+        )
+        for term in per_head:
+            mine &= np.broadcast_to(_eval_term(term, env, extra, b, cache), mine.shape)
+        keep = mine
+    lo, hi = _key_span(keep, skv)
+    if hi == lo:  # no row of the block keeps a key
+        out[b, h0:h1, i0:i1] = 0.0
+        lse_all[b, h0:h1, i0:i1] = -np.inf
+        return
+    n = hi - lo
+    if keep is not None:
+        keep = keep[..., lo:hi]
+        if keep.all():
+            keep = None
+    qs = q[b, h0:h1, i0:i1].reshape(gh * rows, d)
+    s = qs @ k[b, kvh, lo:hi].T  # one float64 GEMM for the group's heads
+    s *= node.scale
+    s = s.reshape(gh, rows, n)
+    env = {"s": s, "i": i_col, "j": np.arange(lo, hi, dtype=np.float64)[None, :], "h": h_col}
+    cache = {}
+    score = s if node.score is None else _eval_term(node.score, env, extra, b, cache)
+    for term in late:
+        t = np.broadcast_to(_eval_term(term, env, extra, b, cache), s.shape)
+        keep = t.copy() if keep is None else keep & t
+    fresh = isinstance(score, np.ndarray) and score.dtype == np.float64
+    fresh = (
+        fresh and score.shape == s.shape and not any(score is e for e in env.values() if e is not s)
+    )
+    work = score if fresh else np.array(np.broadcast_to(score, s.shape), dtype=np.float64)
+    if keep is not None:
+        np.copyto(work, -np.inf, where=~np.broadcast_to(keep, work.shape))
+    m = work.max(axis=-1, keepdims=True)
+    any_kept = np.isfinite(m)
+    m_safe = np.where(any_kept, m, 0.0)
+    work -= m_safe
+    np.exp(work, out=work)  # exp(-inf) = 0 for masked keys
+    total = work.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        lse = np.where(any_kept, m_safe + np.log(total), -np.inf)
+    lse_all[b, h0:h1, i0:i1] = lse[..., 0]
+    o = (work.reshape(gh * rows, n) @ v[b, kvh, lo:hi]).reshape(gh, rows, d)
+    o /= np.where(total > 0, total, 1.0)
+    out[b, h0:h1, i0:i1] = np.where(any_kept, o, 0.0)
 
 
 def naive_reference(
