@@ -33,6 +33,7 @@ THREADS = (64, 128, 256, 512)
 LANES = (8, 16, 32, 64, 128)
 VECS = (1, 2, 4, 8)
 UNROLLS = (1, 2, 4)
+MINBLOCKS = (0, 8, 10, 12, 16, 20)
 LAYOUTS = ("window", "strip")
 MAX_BLOCKS = 65535
 
@@ -98,7 +99,8 @@ def lower(workload) -> PoolIR:
 @dataclass(frozen=True)
 class Schedule(ScheduleDict):
     """threads per block = lanes (along an output row, vec outputs each) x thread rows; the
-    strip layout's thread rows walk bands of output rows, `unroll` rows a step."""
+    strip layout's thread rows walk bands of output rows, `unroll` rows a step; minblocks
+    (strip): blocks a SM asked of ptxas (`.minnctapersm`, capping registers; 0: none)."""
 
     family: str = "pool"
     threads: int = 256
@@ -106,10 +108,16 @@ class Schedule(ScheduleDict):
     vec: int = 2
     layout: str = "window"
     unroll: int = 1
+    minblocks: int = 0
 
     def tag(self) -> str:
         t = f"t{self.threads}l{self.lanes}v{self.vec}"
-        return t if self.layout == "window" else f"{t}s{self.unroll}"
+        t = t if self.layout == "window" else f"{t}s{self.unroll}"
+        return f"{t}m{self.minblocks}" if self.minblocks else t
+
+    def header(self) -> dict:
+        """The schedule as the PTX header names it (minblocks, added late, left out at 0)."""
+        return {k: v for k, v in self.to_dict().items() if k != "minblocks" or v}
 
 
 def _dim(d, dims) -> int:
@@ -129,8 +137,10 @@ def is_valid(ir: PoolIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "lanes/vec outside the space"
     if s.layout not in LAYOUTS or s.unroll not in UNROLLS:
         return False, "layout/unroll outside the space"
-    if s.layout == "window" and (s.vec > 4 or s.unroll != 1):
-        return False, "the window layout takes vec <= 4 and no unroll"
+    if s.layout == "window" and (s.vec > 4 or s.unroll != 1 or s.minblocks):
+        return False, "the window layout takes vec <= 4, no unroll, no minblocks"
+    if s.minblocks not in MINBLOCKS or s.minblocks * s.threads > 2048:
+        return False, f"{s.minblocks} blocks of {s.threads} threads a SM"
     if s.layout == "strip":
         ok, why = strip_ok(ir, s.vec, s.unroll)
         if not ok:
@@ -149,8 +159,8 @@ def is_valid(ir: PoolIR, s: Schedule, dims) -> tuple[bool, str]:
 def space(ir, dims_list) -> list[Schedule]:
     out = []
     shapes = [("window", 1)] + [("strip", u) for u in UNROLLS]
-    for t, ln, v, (lay, u) in itertools.product(THREADS, LANES, VECS, shapes):
-        s = Schedule(threads=t, lanes=ln, vec=v, layout=lay, unroll=u)
+    for t, ln, v, (lay, u), m in itertools.product(THREADS, LANES, VECS, shapes, MINBLOCKS):
+        s = Schedule(threads=t, lanes=ln, vec=v, layout=lay, unroll=u, minblocks=m)
         if all(is_valid(ir, s, d)[0] for d in (dims_list or [None])):
             out.append(s)
     return out
@@ -208,8 +218,12 @@ def window_default(ir, dims) -> Schedule:
 def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     out = [d]
-    changes = [{"threads": 64}, {"threads": 256}, {"unroll": 1}, {"unroll": 4},
-               {"threads": 512}, {"vec": d.vec // 2 or 1}]  # fmt: skip
+    # never timed yet: 10 blocks a SM at 128 threads (48 registers, no spills, against 7 at
+    # 72 for the 3x3/2 bf16 max-pool), 20 at 64
+    more = {"minblocks": 2048 // d.threads * 10 // 16} if d.layout == "strip" else {}
+    changes = [more, {"threads": 64}, {"threads": 64, "minblocks": 20}, {"threads": 256},
+               {"unroll": 1}, {"unroll": 4}, {"threads": 512},
+               {"vec": d.vec // 2 or 1}]  # fmt: skip
     if d.layout == "strip":
         changes.append(window_default(ir, dims).to_dict())
     else:
@@ -343,7 +357,7 @@ class PoolKernel(ColumnKernel):
         b.op("ret")
         entry = f"{ident(ir.name)}_{ir.op}pool_{s.tag()}"
         ptx = module_text(
-            family="pool", workload=ir.name, schedule=s.to_dict(), arch=self.arch,
+            family="pool", workload=ir.name, schedule=s.header(), arch=self.arch,
             entry=entry, params=params, threads=T, body=b.declarations(), lines=b.lines,
         )  # fmt: skip
         grid = f"min({shape_product(ir.shape[:-nd])}, {MAX_BLOCKS})"
@@ -371,10 +385,10 @@ def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
     s = Schedule.from_dict(schedule)
     elements = math.prod(int(dims[d]) for d in dim_order if d in dims) if dim_order else 1
     return [log2(elements), log2(s.threads), log2(s.lanes), float(s.vec),
-            float(s.layout == "strip"), float(s.unroll)]  # fmt: skip
+            float(s.layout == "strip"), float(s.unroll), float(s.minblocks)]  # fmt: skip
 
 
-LATE_DEFAULTS = {"layout": "window", "unroll": 1}
+LATE_DEFAULTS = {"layout": "window", "unroll": 1, "minblocks": 0}
 
 
 def canonical(schedule: dict) -> dict:
@@ -389,6 +403,7 @@ def label(schedule: dict) -> str:
         return (
             f"pool strip: a plane a block of {s.threads} threads = {s.lanes} lanes x {s.vec} "
             f"outputs, {s.threads // s.lanes} bands of output rows, {s.unroll} rows a step"
+            + (f", {s.minblocks} blocks a SM" if s.minblocks else "")
         )
     return (
         f"pool: a plane a block of {s.threads} threads = {s.lanes} lanes x {s.vec} outputs, "
@@ -411,11 +426,11 @@ FAMILY = Family(
     label=label,
     legend="pool: lanes along an output row x outputs a lane, thread rows over output rows",
     features=features,
-    feature_fields=("threads", "lanes", "vec", "layout", "unroll"),
+    feature_fields=("threads", "lanes", "vec", "layout", "unroll", "minblocks"),
     roofline=roofline,
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.colreduce.baselines",
-    layout_fields=("threads", "lanes", "vec", "layout", "unroll"),
+    layout_fields=("threads", "lanes", "vec", "layout", "unroll", "minblocks"),
 )
 
 __all__ = ["FAMILY", "PoolIR", "Schedule", "lower"]

@@ -451,9 +451,12 @@ class StripKernel:
         b.op("ret")
         entry = f"{ident(ir.name)}_{ir.op}pool_{s.tag()}"
         ptx = module_text(
-            family="pool", workload=ir.name, schedule=s.to_dict(), arch=k.arch,
+            family="pool", workload=ir.name, schedule=s.header(), arch=k.arch,
             entry=entry, params=params, threads=T, body=b.declarations(), lines=b.lines,
         )  # fmt: skip
+        if s.minblocks:  # blocks a SM for ptxas: after the entry's thread count
+            at = ptx.index("\n", ptx.index(".maxntid"))
+            ptx = ptx[:at] + f"\n.minnctapersm {s.minblocks}" + ptx[at:]
         planes = shape_product(ir.shape[:-nd])
         if nd == 1:
             planes = f"ceildiv({planes}, {TR * U})"
