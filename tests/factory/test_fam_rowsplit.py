@@ -6,9 +6,6 @@ last block), with the same bits both times."""
 
 from __future__ import annotations
 
-import dataclasses
-import re
-
 import numpy as np
 import pytest
 from test_fam_workspace_paths import run_twice, workspace_ops  # noqa: F401 - the fixture
@@ -30,21 +27,7 @@ def few_rows(path: str, rows: int = 4, n: int = 65536) -> str:
     return head + f"\n[[shapes]]\nM = {rows}\nN = {n}\n"
 
 
-def without_cache_hints(em):
-    """The kernel with its L2 eviction hints taken out (the interpreter does not model L2):
-    the policy's creation, and each hinted load's or store's qualifier and policy operand."""
-    lines = []
-    for line in em.ptx.splitlines():
-        if line.strip().startswith("createpolicy."):
-            continue
-        if ".L2::cache_hint" in line:
-            line = re.sub(r", %rd\d+;$", ";", line.replace(".L2::cache_hint", ""))
-        lines.append(line)
-    return dataclasses.replace(em, ptx="\n".join(lines) + "\n")
-
-
 def check(w, em, dims):
-    em = without_cache_hints(em)
     ins = random_inputs(w, dims, 5)
     arrays = dict(ins)
     shapes = {}

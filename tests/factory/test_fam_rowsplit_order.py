@@ -34,7 +34,10 @@ N = 65536
 
 
 def schedule(ir, **kw):
-    base = dict(threads=128, vec=RS.vec_of(ir), unroll=1, chunk=1024, blocks=3, group=1, lag=1)
+    # with the evict-first hints, as the defaults have them (the interpreter checks that each
+    # hinted load and store is given the policy createpolicy made)
+    base = dict(threads=128, vec=RS.vec_of(ir), unroll=1, chunk=1024, blocks=3, group=1, lag=1,
+                stream=True)  # fmt: skip
     return RS.Schedule(**{**base, **kw})
 
 
