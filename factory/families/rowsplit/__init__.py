@@ -138,7 +138,7 @@ def is_valid(ir: RowSplitIR, s: Schedule, dims) -> tuple[bool, str]:
     if s.vec != vec_of(ir):
         return False, f"vec is {vec_of(ir)} for these dtypes (16-byte loads)"
     if s.group not in GROUPS or s.lag not in LAGS or s.stream not in STREAMS or s.blocks < 1:
-        return False, "group/lag/blocks outside the space"
+        return False, "group/lag/stream/blocks outside the space"
     if ir.passes == 1 and (s.group, s.lag) != (1, 1):
         return False, "one pass: no row groups, no lag"
     if s.chunk < s.threads * s.vec * s.unroll:
@@ -174,14 +174,14 @@ def default_schedule(ir, dims) -> Schedule:
     `.minnctapersm`: a task's block fold, ticket and waits leave its loads idle a while).
     With reductions (H100, bench/results/2026-12-07-h100-memfamilies-3, RMSNorm and softmax
     bf16: the timed fastest at each of the five shapes): a row's passes two steps apart
-    (lag 1 was 5-25% slower at 64x1M and 8x16M); where a per-column input would be read
+    (lag 1 was 7-25% slower for softmax at 64x1M and 8x16M); where a per-column input would be read
     again by every row and the rows do not fit L2 together, 8 rows a step (or as many as fit
     16 MiB) with the passes a step apart: w read once a chunk for the step's rows, and the
     output pass of a step that many tickets behind its statistics, so it rarely waits
     (RMSNorm 64x1M 148 against 169 us, 8x16M 283 against 350). Tasks of 32K elements over
-    several rows (16K at 8x1M was 5-13% slower); a single row: about a task an SM up to 1M
+    several rows (16K at 8x1M was 5-14% slower); a single row: about a task an SM up to 1M
     elements (8K at 1M), else about two a block of the grid (16K at 16M: 8K and 32K were
-    4-11% slower for softmax).
+    4-8% slower for softmax).
     Without reductions, one pass over every row: tasks of at least 8K elements, about two a
     block (shorter tasks lost to their fixed cost on the H100,
     bench/results/2026-12-07-h100-memfamilies); where that is less than 8K elements an SM,
