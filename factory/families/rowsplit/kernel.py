@@ -15,16 +15,20 @@ and every run too.
 
 Two ways to hand out tasks:
 - "ticket" (passes with reductions): tasks from a module-scope ticket counter, the next ticket
-  taken while the current task runs, in steps tau = 0, 1, ...: step tau holds pass k of row
-  tau - k x group for each k where that row exists, their chunks interleaved (odd passes walk
-  the row backwards, starting on what the previous pass read last). So a row's output pass
-  runs `group` rows after its statistics pass, beside the statistics of later rows: no grid
-  drains between passes, and the second read of a row comes from L2 where `group` rows fit.
-  A task waits only on tasks of earlier steps, so of smaller tickets, each taken by a block
-  that is running: the grid needs no co-residency, the smallest unfinished ticket can always
-  proceed. The last block out (a second counter) resets the counters and flags for the next
-  launch.
-- "static" (no reduction: one pass): task = block index + i x grid, no workspace.
+  taken while the current task runs, in steps tau = 0, 1, ...: rows go in groups of `group`,
+  and step tau holds pass k of group tau - k x `lag` for each k where that group exists, the
+  step's (pass, row) slots chunk-major (a per-column input's chunk serves the step's rows one
+  after the other; odd passes walk the row backwards, starting on what the previous pass
+  read last). So a row's output pass runs `lag` steps after its statistics, beside the
+  statistics of later groups: no grid drains between passes, and the second read of a row
+  from L2 where the rows in between fit. A task waits only on tasks of earlier steps, so of
+  smaller tickets, each taken by a block that is running (a block holds at most its current
+  ticket and the next): the grid needs no co-residency, the smallest unfinished ticket can
+  always proceed. The last block out (a second counter) resets the counters and flags for
+  the next launch.
+- "static" (no reduction: one pass): task = block index + i x grid, no workspace; several
+  rows go chunk-major (task t: chunk t / rows of row t mod rows), so the tasks in flight
+  together share a per-column input's chunks.
 
 Within a task each thread walks the chunk `unroll` vectors of `vec` elements at a time (every
 load issued before the first use), then one vector at a time for the row's tail; a vector that
