@@ -38,6 +38,7 @@ ATTENTION_FUNCS = ("attention", "attention_lse")
 KEYWORDS = ("score", "mask", "scale")
 MAX_MASK_TERMS = 8
 QUERY_BLOCK = 256  # query rows per reference block: a (256, Skv) float64 score matrix
+STACK_ELEMENTS = 1 << 22  # query heads stacked in one product: at most 32 MiB of scores
 
 # The placeholders a score or mask expression reads; inside one they shadow manifest names.
 S = Input("s", (), "fp32")
@@ -193,15 +194,15 @@ class _ScoreParser:
 # lies outside a window) are never multiplied: the block's products run over the span of keys
 # from the first kept one to the last. Query heads that share a key/value head are stacked into
 # one product (fewer, bigger float64 GEMMs), and the softmax runs in place on the score block.
-# Heads run on PTXF_REFERENCE_THREADS threads (default 1): the GPU worker's helper processes set
-# it with their BLAS capped at one thread each, so products and score math both use the cores
-# without nested thread pools. The result does not depend on the thread count.
+# Query blocks run on PTXF_REFERENCE_THREADS threads (default 1): the GPU worker's helper
+# processes set it with their BLAS capped at one thread each, so products and score math both
+# use the cores without nested thread pools. The result does not depend on the thread count.
 
 THREADS_ENV = "PTXF_REFERENCE_THREADS"
 
 
 def reference_threads() -> int:
-    """Threads the reference runs heads on: PTXF_REFERENCE_THREADS (1 to 64), else 1."""
+    """Threads the reference runs query blocks on: PTXF_REFERENCE_THREADS (1 to 64), else 1."""
     import os
 
     try:
@@ -290,11 +291,10 @@ def _attention_both(node, q, k, v, extra) -> tuple[np.ndarray, np.ndarray]:
             per_head.append(term)
         else:
             shared.append(term)
-    threads = reference_threads()
-    # work items of a block: (b, kv head, first query head, end); a group splits only to give
-    # every thread work
-    split = min(group, max(1, -(-threads // (bsz * hkv))))
-    step = -(-group // split)
+    # work items of a block: (b, kv head, first query head, end): a kv head's query heads are
+    # stacked into one product up to STACK_ELEMENTS scores (fixed by the shapes alone, so the
+    # result is the same on any number of threads)
+    step = max(1, min(group, STACK_ELEMENTS // max(1, QUERY_BLOCK * skv)))
     items = [
         (b, kvh, h0, min(h0 + step, (kvh + 1) * group))
         for b in range(bsz)
@@ -302,35 +302,36 @@ def _attention_both(node, q, k, v, extra) -> tuple[np.ndarray, np.ndarray]:
         for h0 in range(kvh * group, (kvh + 1) * group, step)
     ]
     j_all = np.arange(skv, dtype=np.float64)[None, :]
-    errstate = np.geterr()  # worker threads start from numpy's defaults: use the caller's
 
-    def run(block, item):
-        with np.errstate(**errstate):
+    def one_block(i0: int) -> None:
+        i1 = min(sq, i0 + QUERY_BLOCK)
+        i_col = np.arange(i0, i1, dtype=np.float64)[:, None]
+        keep = None  # the shared terms over (rows, all keys); None: every key kept
+        for term in shared:
+            t = np.broadcast_to(
+                _eval_term(term, {"i": i_col, "j": j_all}, extra, 0, {}), (i1 - i0, skv)
+            )
+            keep = t.copy() if keep is None else keep & t
+        block = (i0, i1, i_col, keep)
+        for item in items:
             _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all)
 
-    pool = None
-    if threads > 1 and len(items) > 1:
-        from concurrent.futures import ThreadPoolExecutor
+    starts = range(0, sq, QUERY_BLOCK)
+    threads = min(reference_threads(), len(starts))
+    if threads <= 1:
+        for i0 in starts:
+            one_block(i0)
+        return out, lse_all
+    from concurrent.futures import ThreadPoolExecutor
 
-        pool = ThreadPoolExecutor(max_workers=min(threads, len(items)))
-    try:
-        for i0 in range(0, sq, QUERY_BLOCK):
-            i1 = min(sq, i0 + QUERY_BLOCK)
-            i_col = np.arange(i0, i1, dtype=np.float64)[:, None]
-            keep = None  # the shared terms over (rows, all keys); None: every key kept
-            for term in shared:
-                t = _eval_term(term, {"i": i_col, "j": j_all}, extra, 0, {})
-                t = np.broadcast_to(t, (i1 - i0, skv))
-                keep = t.copy() if keep is None else keep & t
-            block = (i0, i1, i_col, keep)
-            if pool is None:
-                for item in items:
-                    _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all)
-            else:
-                list(pool.map(lambda item, block=block: run(block, item), items))
-    finally:
-        if pool is not None:
-            pool.shutdown()
+    errstate = np.geterr()  # worker threads start from numpy's defaults: use the caller's
+
+    def run(i0: int) -> None:
+        with np.errstate(**errstate):
+            one_block(i0)
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(run, starts))
     return out, lse_all
 
 
