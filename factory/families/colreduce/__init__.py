@@ -271,17 +271,20 @@ def default_schedule(ir: ColReduceIR, dims) -> Schedule:
 
 
 def seeds(ir: ColReduceIR, dims) -> list[Schedule]:
-    """The default, then its neighbours in threads, unroll, split and lanes; all valid."""
+    """The default, then its neighbours in unroll, lanes, split and threads; all valid. 512
+    threads come late: slower wherever timed (H100, 2026-12-07: column max over the sequence
+    118.0 against 94.2 us, bias grad bf16 110.3 against 92.8, NHWC statistics 111.7 against
+    105.4)."""
     d = default_schedule(ir, dims)
     cands = [d]
     for change in (
-        {"threads": 512},
         {"unroll": 8},
+        {"lanes": min(d.threads, d.lanes * 2), "split": min(8, d.split * 2)},
         {"split": min(8, d.split * 2)},
         {"split": max(1, d.split // 2)},
-        {"threads": 512, "split": max(1, d.split // 2)},
         {"lanes": min(d.threads, d.lanes * 2)},
         {"unroll": 2},
+        {"threads": 512},
         {"threads": 128},
     ):
         s = Schedule(**{**d.to_dict(), **change})
