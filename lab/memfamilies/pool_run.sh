@@ -6,6 +6,10 @@
 # verified at the timed and held-out shapes before timing; raw results in $OUT/raw for
 # lab/memfamilies/report.py. Cases in the order given; a case starts only if 1.3 x the longest
 # so far still fits the budget (the bench's rule), so the last ones may be skipped (said so).
+# On the H100 (memfamilies-3, call B) a case took 31-34 s (reference, compile, three seeds and
+# two baselines), so 100 s holds the first two; give it ~220 s for all six. With three seeds
+# the next run times: max-pool t128 (measured), t128 at 10 blocks a SM, t64; instance norm
+# t128 h4 (measured), at 9 blocks a SM, with prefetch.
 set -uo pipefail
 : "${OUT:?set OUT}"
 mkdir -p "$OUT/raw"
