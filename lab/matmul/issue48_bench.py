@@ -125,7 +125,8 @@ def _candidates(op, m, n, k, allow_splitk, extra) -> list:
     if wide < 2 * SMS:
         # fewer than two waves of wide tiles: narrower or 64-row tiles fill more SMs (staged
         # where the output allows; the validity check drops what does not fit)
-        out += ["w128s5", "w128s5t128", "w128s4c1", "w128s4c1t128", "w128s8c1"]
+        out += ["w128s5", "w128s5t128", "w128s6t128", "w128s4c1", "w128s4c1t128", "w128s8c1"]
+        out += ["w128s7c1t128"]
         out += ["w256s5c1", "w256s5c1t128"]
     else:
         out += ["w128s5"]

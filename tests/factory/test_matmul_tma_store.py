@@ -62,7 +62,9 @@ def test_tma_store_is_open_and_its_gate_still_works(monkeypatch):
     for sn in TS_NAMES:
         ir = epilogue_irs()[_op_for(sn)]
         assert "not yet verified" in is_valid(ir, schedules()[sn])
-    # the fp8 staging has its own gate
+    # the fp8 staging has its own gate (open since bench/results/2026-12-07-h100-matmul-2)
+    monkeypatch.undo()
+    assert sched_mod.TMA_STORE_FP8_VERIFIED
     monkeypatch.setattr(sched_mod, "TMA_STORE_VERIFIED", True)
     monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", False)
     assert "fp8" in is_valid(epilogue_irs()["rowq_fp8"], schedules()["w256s4t256"])
@@ -261,18 +263,29 @@ def test_space_holds_staged_schedules_where_the_output_allows():
     from factory.families.matmul import space
 
     assert 128 in space.OPTIONS["tma_store"] and 256 in space.OPTIONS["tma_store"]
-    for op in ("plain", "bias_gelu", "residual", "swiglu"):
+    for op in ("plain", "bias_gelu", "residual", "swiglu", "rowq_fp8", "groupq_fp8"):
         assert _space_classes(op), op
-    # fp8 outputs are not staged; N = 4097 has no 16-byte output rows
-    for op in ("rowq_fp8", "groupq_fp8"):
-        assert not _space_classes(op), op
+    # fp8 outputs stage boxes of 128 columns (verified in 2026-12-07-h100-matmul-2); N = 4097
+    # has no 16-byte output rows
+    assert all(k[3] % 128 == 0 for k in _space_classes("rowq_fp8"))
     odd = space.space(epilogue_irs()["plain"], [{"M": 4095, "N": 4097, "K": 4000}])
     assert odd and not any(s.tma_store for s in odd)
 
 
 @pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
 @pytest.mark.parametrize(
-    "op", ["plain", "bias_gelu", "bias_silu", "residual", "relu2", "swiglu", "batched_row"]
+    "op",
+    [
+        "plain",
+        "bias_gelu",
+        "bias_silu",
+        "residual",
+        "relu2",
+        "swiglu",
+        "batched_row",
+        "rowq_fp8",
+        "groupq_fp8",
+    ],
 )
 def test_space_staged_schedules_compile_without_spills(op):
     """Every staged (tile, consumers, staging, persistent) class the search can propose, at its

@@ -150,16 +150,20 @@ def _dims_list(dims) -> list[dict]:
 # its CTAs fill most of the SMs in one wave (see skinny_choices).
 FEW_TILES = _sched.NUM_SMS // 2
 SKINNY_FILL = 0.75
+# The order is the H100's (bench/results/2026-12-07-h100-matmul-2, skinny/ and plain/, speed
+# against cuBLAS at the same time on the same card).
 SKINNY: tuple[dict, ...] = (
-    # 128 x 128 staged: 128 tiles at 512 x 4096 (128 x 128 s5 ran 0.895x cuBLAS there, the
-    # 128 x 256 tile 0.65-0.69x, bench/results/2026-12-07-h100-issue48)
-    {"tile_n": 128, "stages": 5, "tma_store": 128},
+    # 128 x 128 staged: 128 tiles at 512 x 4096: 0.984x cuBLAS at 6 stages, 0.960x at 5, 0.881x
+    # at 5 unstaged (the 128 x 256 tile 0.65x, 64 x 256 with one consumer 0.91x, split-K of
+    # 128 x 256 0.80x); the residual 1.099x eager at 5 stages staged
+    {"tile_n": 128, "stages": 6, "tma_store": 128},
     {"tile_n": 128, "stages": 5},
-    # 64 x 128, one consumer: 128 tiles at M = 128 (0.946x cuBLAS at 128 x 8192 x 8192)
-    {"tile_m": 64, "consumers": 1, "tile_n": 128, "stages": 4},
-    # split-K through distributed shared memory, one tile per cluster of 2 or 4 CTAs
-    {"tile_n": 256, "stages": 4, "split_k": 4, "persistent": False},
-    {"tile_n": 128, "stages": 4, "split_k": 2, "persistent": False},
+    # 64 x 128, one consumer, a deep ring: 128 tiles at M = 128, bound by reading B once from
+    # DRAM: 1.004x cuBLAS at 7 stages staged, 0.994-1.015x at 8 unstaged (4 stages 0.94x,
+    # split-K 0.71-0.96x); the residual 1.053x eager at 8 stages
+    {"tile_m": 64, "consumers": 1, "tile_n": 128, "stages": 7, "tma_store": 128},
+    {"tile_m": 64, "consumers": 1, "tile_n": 128, "stages": 8},
+    # a single row: the 64-row tile split 4 ways (0.975x cuBLAS at 1 x 4096 x 4096)
     {"tile_m": 64, "consumers": 1, "tile_n": 128, "stages": 4, "split_k": 4, "persistent": False},
 )
 
