@@ -200,8 +200,9 @@ def default_schedule(ir: GemmIR, dims=None) -> Schedule:
     the epilogue staged in 128 columns of shared memory and stored by TMA (on the H100,
     bench/results/2026-12-07-h100-issue48: 0.995-1.13x the speed of the same tile storing from
     registers over the issue's shapes with a 16-bit output, slower only in two cases within
-    0.5%); where the shapes or the output refuse the staging (N not a multiple of 8, an fp8
-    output), the same without it; where neither fits, the estimate's best of the space."""
+    0.5%; an fp8 output staged 1.05-1.12x, bench/results/2026-12-07-h100-matmul-2); where the
+    shapes refuse the staging (output rows not a multiple of 16 bytes), the same without it;
+    where neither fits, the estimate's best of the space."""
     dl = _dims_list(dims)
     tile_n = 128 if ir.b2 is not None else 256
     base = Schedule(tile_n=tile_n, problem=problem_text(ir))
