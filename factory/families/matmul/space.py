@@ -200,7 +200,7 @@ def default_schedule(ir: GemmIR, dims=None) -> Schedule:
     the epilogue staged in 128 columns of shared memory and stored by TMA (on the H100,
     bench/results/2026-12-07-h100-issue48: 0.995-1.13x the speed of the same tile storing from
     registers over the issue's shapes with a 16-bit output, slower only in two cases within
-    0.5%; an fp8 output staged 1.05-1.12x, bench/results/2026-12-07-h100-matmul-2); where the
+    0.5%; an fp8 output staged 1.06-1.12x, bench/results/2026-12-07-h100-matmul-2); where the
     shapes refuse the staging (output rows not a multiple of 16 bytes), the same without it;
     where neither fits, the estimate's best of the space."""
     dl = _dims_list(dims)
