@@ -302,6 +302,7 @@ def _attention_both(node, q, k, v, extra) -> tuple[np.ndarray, np.ndarray]:
         for h0 in range(kvh * group, (kvh + 1) * group, step)
     ]
     j_all = np.arange(skv, dtype=np.float64)[None, :]
+    local = threading.local()  # each thread's score workspace, made once
 
     def one_block(i0: int) -> None:
         i1 = min(sq, i0 + QUERY_BLOCK)
@@ -312,9 +313,12 @@ def _attention_both(node, q, k, v, extra) -> tuple[np.ndarray, np.ndarray]:
                 _eval_term(term, {"i": i_col, "j": j_all}, extra, 0, {}), (i1 - i0, skv)
             )
             keep = t.copy() if keep is None else keep & t
-        block = (i0, i1, i_col, keep)
+        block = (i0, i1, i_col, None if keep is None else ~keep)
+        buf = getattr(local, "buf", None)
+        if buf is None:
+            buf = local.buf = np.empty(step * QUERY_BLOCK * skv)
         for item in items:
-            _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all)
+            _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all, buf)
 
     starts = range(0, sq, QUERY_BLOCK)
     threads = min(reference_threads(), len(starts))
@@ -335,20 +339,81 @@ def _attention_both(node, q, k, v, extra) -> tuple[np.ndarray, np.ndarray]:
     return out, lse_all
 
 
-def _key_span(keep: np.ndarray | None, skv: int) -> tuple[int, int]:
-    """[lo, hi): from the first key any row keeps to the last (0, 0 when none is kept)."""
-    if keep is None:
+def _key_span(drop: np.ndarray | None, skv: int) -> tuple[int, int]:
+    """[lo, hi): from the first key some row keeps (drop False) to the last; (0, 0) when no row
+    keeps any."""
+    if drop is None:
         return 0, skv
-    cols = keep.reshape(-1, skv).any(axis=0)
+    cols = ~drop.reshape(-1, skv).all(axis=0)
     if not cols.any():
         return 0, 0
     return int(np.argmax(cols)), skv - int(np.argmax(cols[::-1]))
 
 
-def _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all):
+def _eval_in_place(roots: list[Node], env: dict, extra: dict, b: int) -> list:
+    """The values of roots (the score, the mask terms that read s) over env, like `_eval_term`,
+    but an elementwise node writes its result into an operand's array when that operand is a
+    float64 array of the result's shape that this evaluation made (or s, the block's workspace)
+    and nothing else reads it: 30 * tanh(s / 30) runs in s's own memory."""
+    from factory.spec.expr import Binary, Unary
+    from factory.spec.reference import _BINARY, _UNARY, _as_float, apply_elementwise
+
+    order: list[Node] = []
+    seen: set[Node] = set()
+    for r in roots:
+        for n in walk(r):
+            if n not in seen:
+                seen.add(n)
+                order.append(n)
+    uses = dict.fromkeys(order, 0)
+    for n in order:
+        for c in _operands(n):
+            uses[c] += 1
+    for r in roots:
+        uses[r] += 1  # results are never overwritten
+    values: dict[Node, object] = {}
+    owned: set[Node] = set()
+    for n in order:
+        ops = _operands(n)
+        if isinstance(n, Input):
+            r = env.get(n.name)  # None for a tensor only read through its Gather
+            if n.name == "s":
+                owned.add(n)
+        elif isinstance(n, Const):
+            r = np.float64(n.value)
+        elif isinstance(n, Gather):
+            r = _eval_term(n, env, extra, b, {})
+            owned.add(n)
+        else:
+            args = [values[c] for c in ops]
+            into = None
+            if isinstance(n, Unary | Binary):
+                shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+                for c, a in zip(ops, args, strict=True):
+                    if c in owned and uses[c] == ops.count(c) and np.shape(a) == shape:
+                        if a.dtype == np.float64:
+                            into = a
+                            break
+            if into is None:
+                r = apply_elementwise(n, args)
+            elif isinstance(n, Unary):  # the same tables as apply_elementwise, with out=
+                r = _UNARY[n.op](_as_float(args[0]), into)
+            else:
+                r = _BINARY[n.op](_as_float(args[0]), _as_float(args[1]), into)
+            owned.add(n)
+        values[n] = r
+        for c in ops:
+            uses[c] -= 1
+            if uses[c] == 0:
+                del values[c]
+                owned.discard(c)
+    return [values[r] for r in roots]
+
+
+def _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all, buf):
     """One query block of heads h0..h1 (sharing key/value head kvh) of batch entry b: writes
-    their rows of out and lse_all."""
-    i0, i1, i_col, keep = block
+    their rows of out and lse_all. `buf` is the calling thread's workspace for the scores."""
+    i0, i1, i_col, drop = block
     b, kvh, h0, h1 = item
     rows, gh, d = i1 - i0, h1 - h0, q.shape[3]
     skv = k.shape[2]
@@ -356,41 +421,42 @@ def _block(node, q, k, v, extra, block, item, per_head, late, out, lse_all):
     if per_head:
         env = {"i": i_col, "j": np.arange(skv, dtype=np.float64)[None, :], "h": h_col}
         cache: dict = {}
-        mine = (
-            np.ones((gh, rows, skv), dtype=bool)
-            if keep is None
-            else np.array(np.broadcast_to(keep, (gh, rows, skv)))
-        )
+        keep = np.ones((gh, rows, skv), dtype=bool)
+        if drop is not None:
+            keep &= ~drop
         for term in per_head:
-            mine &= np.broadcast_to(_eval_term(term, env, extra, b, cache), mine.shape)
-        keep = mine
-    lo, hi = _key_span(keep, skv)
+            keep &= np.broadcast_to(_eval_term(term, env, extra, b, cache), keep.shape)
+        drop = ~keep
+    lo, hi = _key_span(drop, skv)
     if hi == lo:  # no row of the block keeps a key
         out[b, h0:h1, i0:i1] = 0.0
         lse_all[b, h0:h1, i0:i1] = -np.inf
         return
     n = hi - lo
-    if keep is not None:
-        keep = keep[..., lo:hi]
-        if keep.all():
-            keep = None
+    if drop is not None:
+        drop = drop[..., lo:hi]
+        if not drop.any():
+            drop = None
     qs = q[b, h0:h1, i0:i1].reshape(gh * rows, d)
-    s = qs @ k[b, kvh, lo:hi].T  # one float64 GEMM for the group's heads
-    s *= node.scale
-    s = s.reshape(gh, rows, n)
+    s2 = buf[: gh * rows * n].reshape(gh * rows, n)
+    np.matmul(qs, k[b, kvh, lo:hi].T, out=s2)  # one float64 GEMM for the group's heads
+    s2 *= node.scale
+    s = s2.reshape(gh, rows, n)
     env = {"s": s, "i": i_col, "j": np.arange(lo, hi, dtype=np.float64)[None, :], "h": h_col}
-    cache = {}
-    score = s if node.score is None else _eval_term(node.score, env, extra, b, cache)
-    for term in late:
-        t = np.broadcast_to(_eval_term(term, env, extra, b, cache), s.shape)
-        keep = t.copy() if keep is None else keep & t
-    fresh = isinstance(score, np.ndarray) and score.dtype == np.float64
-    fresh = (
-        fresh and score.shape == s.shape and not any(score is e for e in env.values() if e is not s)
-    )
-    work = score if fresh else np.array(np.broadcast_to(score, s.shape), dtype=np.float64)
-    if keep is not None:
-        np.copyto(work, -np.inf, where=~np.broadcast_to(keep, work.shape))
+    if node.score is None:
+        work, late_values = s, _eval_in_place(late, env, extra, b)
+    else:
+        score, *late_values = _eval_in_place([node.score, *late], env, extra, b)
+        if isinstance(score, np.ndarray) and score.dtype == np.float64 and score.shape == s.shape:
+            work = score  # s itself or an array of its own
+        else:  # a score that does not vary over every axis: spread into s, no longer read
+            np.copyto(s, np.broadcast_to(score, s.shape))
+            work = s
+    for t in late_values:
+        gone = ~np.broadcast_to(t, s.shape)
+        drop = gone if drop is None else drop | gone
+    if drop is not None:
+        np.copyto(work, -np.inf, where=np.broadcast_to(drop, work.shape))
     m = work.max(axis=-1, keepdims=True)
     any_kept = np.isfinite(m)
     m_safe = np.where(any_kept, m, 0.0)

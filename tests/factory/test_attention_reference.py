@@ -60,6 +60,8 @@ KINDS = {
     "document": ", mask=['docq[i] == doc[j]', 'j <= i + 5']",
     "on_scores": ", score='2 * tanh(s / 2)', mask=['s > -0.3', 'j <= i']",
     "no_s_score": ", score='0.01 * (i - j)', mask='j <= i'",
+    "shared_subexpression": ", score='2 * tanh(s / 2)', mask=['tanh(s / 2) > -0.4', 'j <= i']",
+    "where": ", score='where(j <= i, s * s, s - 1)', mask='j <= i + 2'",
     "plain": "",
 }
 
@@ -136,13 +138,13 @@ def test_the_thread_count_comes_from_the_environment(monkeypatch):
 
 def test_the_key_span_runs_from_the_first_kept_key_to_the_last():
     keep = np.zeros((3, 10), dtype=bool)
-    assert A._key_span(keep, 10) == (0, 0)
+    assert A._key_span(~keep, 10) == (0, 0)
     keep[1, 4] = keep[2, 7] = True
-    assert A._key_span(keep, 10) == (4, 8)
+    assert A._key_span(~keep, 10) == (4, 8)
     assert A._key_span(None, 10) == (0, 10)
     heads = np.zeros((2, 3, 10), dtype=bool)
     heads[1, 0, 9] = heads[0, 2, 2] = True
-    assert A._key_span(heads, 10) == (2, 10)
+    assert A._key_span(~heads, 10) == (2, 10)
 
 
 def test_keys_outside_every_rows_span_are_never_read(monkeypatch):
