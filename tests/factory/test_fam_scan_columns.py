@@ -146,14 +146,16 @@ def test_column_space_is_well_formed():
         ("fp32", cs(512, 4, 32, 8, 4)),
         ("fp32", cs(512, 2, 16, 16, 1)),
         ("fp32", cs(32, 4, 1, 8, 2)),
-        ("bf16", cs(256, 8, 32, 4, 4, 1)),
-        ("fp32", cs(128, 4, 32, 4, 8, 1)),
+        ("bf16", cs(256, 8, 32, 8, 4, 1)),  # a round's words and the next round's
+        ("fp32", cs(128, 4, 32, 8, 4, 1)),
+        ("bf16", cs(128, 8, 32, 4, 8, 1)),
     ],
     ids=str,
 )
 def test_the_largest_register_tiles_compile_without_spills(dt, s):
-    """The space's bounds (64 elements and 128 bytes a thread, at most 512 threads, at least
-    512 threads an SM) are where ptxas for sm_90a still needs no local memory."""
+    """The space's bounds (64 elements and 128 bytes a round a thread, held as loaded words,
+    twice that ahead; at most 512 threads, at least 512 threads an SM) are where ptxas for
+    sm_90a still needs no local memory."""
     from factory.compile import compile_ptx
 
     ir = SC.lower(wl("cumprod(1.0 + 0.01 * x, axis=1, reverse=True, exclusive=True)", dt, dt))

@@ -171,9 +171,11 @@ def is_valid(ir: ScanIR, s: Schedule, dims) -> tuple[bool, str]:
             return False, "lanes/rows outside the space"
         if s.threads // s.lanes > 32:
             return False, "at most 32 thread rows"
-        held = (1 + s.ahead) * s.rows * s.vec  # elements a thread holds: a round, the next
-        if held > 64 or held * ir.max_esize > 128:
+        held = s.rows * s.vec  # a round's elements a thread holds as loaded (and, ahead, the
+        if held > 64 or held * ir.max_esize > 128:  # next round's too: ptxas fits both)
             return False, "at most 64 elements and 128 bytes a thread in registers"
+        if s.ahead and s.split == 8 and held * ir.max_esize > 64:  # its rank loop's registers
+            return False, "ahead in a cluster of 8: at most 64 bytes a round (ptxas spills)"
         if s.threads > 512:
             return False, "at most 512 threads (128 registers a thread)"
         if 4 * smem_words(s.threads, s.lanes, s.vec) > SMEM_BYTES:
@@ -310,7 +312,7 @@ def seeds(ir, dims) -> list[Schedule]:
             # more blocks an SM to overlap one block's barriers with another's loads)
             {"lanes": max(1, d.lanes // d.split), "split": 1},
             {"threads": d.threads // 2, "split": d.split * 2},
-            {"rows": d.rows // 2, "ahead": 1},  # half the rows, the next round's in flight
+            {"ahead": 1},  # the next round's loads in flight through this round's barriers
             {"split": d.split * 2}, {"rows": d.rows // 2}, {"split": d.split // 2},
             {"threads": d.threads * 2},
             {"rows": d.rows * 2}, {"vec": d.vec // 2},

@@ -70,32 +70,6 @@ def unpack_raw(k, regs: list[str], dtype: str) -> list[str]:
     return out
 
 
-def load_vector_if(k, ptr: str, dtype: str, pred: str) -> list[str]:
-    """k.V elements at ptr as f32 registers, loaded only under pred (0 otherwise)."""
-    b, V, es = k.b, k.V, ESIZE[dtype]
-    if es == 2 and V == 1:
-        h = b.reg("b16")
-        b.op(f"mov.b16 {h}, 0")
-        b.op(f"@{pred} ld.global.nc.b16 {h}, [{ptr}]")
-        return [k.widen16(h, dtype)]
-    words = [b.reg("b32") for _ in range(max(1, V * es // 4))]
-    for w in words:
-        b.op(f"mov.b32 {w}, 0")
-    if len(words) == 1:
-        b.op(f"@{pred} ld.global.nc.b32 {words[0]}, [{ptr}]")
-    else:
-        b.op(f"@{pred} ld.global.nc.v{len(words)}.b32 {{{', '.join(words)}}}, [{ptr}]")
-    out = []
-    for w in words:
-        if es == 4:
-            f = b.reg("f32")
-            b.op(f"mov.b32 {f}, {w}")
-            out.append(f)
-        else:
-            out += k.unpack16(w, dtype)
-    return out
-
-
 def store_vector_if(k, addr: str, dtype: str, vals: list[str], pred: str) -> None:
     """Adjacent f32 results stored at addr under pred (16-bit ones packed two a word)."""
     b, es = k.b, ESIZE[dtype]
@@ -202,12 +176,16 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
     whole = b.reg("pred")
     b.op(f"setp.le.u32 {whole}, {qend}, {Q}")
     b.op(f"and.pred {whole}, {whole}, {qaligned}")
-    cpred = []
-    for j in range(V):
+
+    def in_q(rp: str, j: int) -> str:
+        """Predicate: column q0 + j is inside Q and the row under rp inside R (made where it
+        is used: V predicates held through a round would take registers)."""
         qj, pj = b.reg("b32"), b.reg("pred")
         b.op(f"add.u32 {qj}, {q0}, {j}")
         b.op(f"setp.lt.u32 {pj}, {qj}, {Q}")
-        cpred.append(pj)
+        b.op(f"and.pred {pj}, {pj}, {rp}")
+        return pj
+
     pbase = b.reg("b32")  # element (p, 0, q0)
     b.op(f"mad.lo.u32 {pbase}, {p}, {RQ}, {q0}")
     ccarry = [b.reg("f32") for _ in range(math.ceil(C / T))]  # the fold columns' carries
@@ -239,9 +217,39 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
                 b.op(f"add.u64 {addr}, {addr}, {base[name]}")
                 issue_raw(k, regs[kk][name], addr, dtype, rp)
 
+    def element_row(rp: str, at: str) -> list[str]:
+        """The operand at one row's V columns, loaded element by element under their
+        predicates (identity outside the tensor): the path of columns that are not one whole
+        aligned vector. A row at a time, so that only V values are live."""
+        vs = []
+        for j in range(V):
+            pj = in_q(rp, j)
+            ins = {}
+            for name, dtype in ir.inputs:
+                addr = b.reg("b64")
+                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
+                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
+                ins[name] = k.load_scalar(k.plus(addr, j * ESIZE[dtype]), dtype, pj)
+            ev, v = k.evaluate(ins)[0], b.reg("f32")
+            b.op(f"selp.f32 {v}, {ev}, {idn}, {pj}")
+            vs.append(v)
+        return vs
+
+    def vector_values(raw_, rows_, kk: int) -> list[str]:
+        """The operand at row kk's V columns, from the words loaded into raw_ (identity past
+        R); made again after the barriers instead of held, so that only the words stay."""
+        per = {name: unpack_raw(k, raw_[kk][name], dtype) for name, dtype in ir.inputs}
+        vs = []
+        for j in range(V):
+            ev, v = k.evaluate({name: per[name][j] for name, _ in ir.inputs})[0], b.reg("f32")
+            b.op(f"selp.f32 {v}, {ev}, {idn}, {rows_[kk][0]}")
+            vs.append(v)
+        return vs
+
     r0 = k.u32(0)
+    raw = [{name: raw_regs(k, dtype) for name, dtype in ir.inputs} for _ in range(K)]
     if ahead:  # round 0's whole vectors in flight before the loop
-        raw = [{name: raw_regs(k, dtype) for name, dtype in ir.inputs} for _ in range(K)]
+        nxt_raw = [{name: raw_regs(k, dtype) for name, dtype in ir.inputs} for _ in range(K)]
         nopre = b.new_label("no_prefetch")
         b.op(f"@!{whole} bra {nopre}")
         issue_rows(raw, row_info(r0))
@@ -252,52 +260,36 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
     b.op(f"setp.ge.u32 {pr}, {r0}, {R}")
     b.op(f"@{pr} bra.uni {rnd_end}")
     rows = row_info(r0)
-    vals = [[b.reg("f32") for _ in range(V)] for _ in range(K)]
+    # the thread's total of each column over its K rows, in row order
+    tots = [b.reg("f32") for _ in range(V)]
+
+    def add_to_totals(vs_by_row, first: bool = True) -> None:
+        for kk, vs in enumerate(vs_by_row):
+            for j in range(V):
+                if kk or not first:
+                    b.op(f"{comb} {tots[j]}, {tots[j]}, {vs[j]}")
+                else:
+                    b.op(f"mov.f32 {tots[j]}, {vs[j]}")
+
     el, ld = b.new_label("elems"), b.new_label("loaded")
     b.op(f"@!{whole} bra {el}")
-    if ahead:  # this round's vectors arrived (or are arriving); the next round's go out
-        per = [{name: unpack_raw(k, raw[kk][name], dtype) for name, dtype in ir.inputs}
-               for kk in range(K)]  # fmt: skip
+    if not ahead:
+        issue_rows(raw, rows)  # every row's loads first, then the arithmetic
+    for kk in range(K):  # a row's values made and added before the next row's
+        add_to_totals([vector_values(raw, rows, kk)], first=kk == 0)
+    if ahead:  # the next round's vectors go out before this round's barriers
         nxt = b.reg("b32")
         b.op(f"add.u32 {nxt}, {r0}, {S * G * K}")
-        issue_rows(raw, row_info(nxt))
-    else:
-        per = []
-        for rp, at in rows:  # every row's loads first, then the arithmetic
-            got = {}
-            for name, dtype in ir.inputs:
-                addr = b.reg("b64")
-                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
-                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
-                got[name] = load_vector_if(k, addr, dtype, rp)
-            per.append(got)
-    for kk, (rp, _) in enumerate(rows):
-        for j in range(V):
-            ev = k.evaluate({name: per[kk][name][j] for name, _ in ir.inputs})[0]
-            b.op(f"selp.f32 {vals[kk][j]}, {ev}, {idn}, {rp}")
+        issue_rows(nxt_raw, row_info(nxt))
     b.op(f"bra {ld}")
     b.label(el)
     for kk, (rp, at) in enumerate(rows):
-        for j in range(V):
-            pj = b.reg("pred")
-            b.op(f"and.pred {pj}, {rp}, {cpred[j]}")
-            ins = {}
-            for name, dtype in ir.inputs:
-                addr = b.reg("b64")
-                b.op(f"mul.wide.u32 {addr}, {at}, {ESIZE[dtype]}")
-                b.op(f"add.u64 {addr}, {addr}, {base[name]}")
-                ins[name] = k.load_scalar(k.plus(addr, j * ESIZE[dtype]), dtype, pj)
-            ev = k.evaluate(ins)[0]
-            b.op(f"selp.f32 {vals[kk][j]}, {ev}, {idn}, {pj}")
+        add_to_totals([element_row(rp, at)], first=kk == 0)
     b.label(ld)
-    # the thread's rows scanned in registers: vals[kk] = rows 0..kk combined
-    for kk in range(1, K):
-        for j in range(V):
-            b.op(f"{comb} {vals[kk][j]}, {vals[kk - 1][j]}, {vals[kk][j]}")
     tot = b.reg("b32")
     b.op(f"add.u32 {tot}, {mytot}, {par}")
     for j in range(V):
-        b.op(f"st.shared.f32 [{tot}+{4 * j * T}], {vals[K - 1][j]}")
+        b.op(f"st.shared.f32 [{tot}+{4 * j * T}], {tots[j]}")
     b.op("bar.sync 0")
     # one pass over the thread rows' totals, a column (lane, j) a thread: each slot takes the
     # exclusive fold of the thread rows before it; the block's total goes to the cluster, or
@@ -385,38 +377,48 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
         b.op(f"{comb} {pj}, {before[j]}, {ex}")
         pre.append(pj)
 
-    def out_row(kk: int) -> list[str]:
-        """Row kk's results: the prefix combined with the thread's rows up to kk (before kk,
-        exclusive); made where they are stored, so that a row's results live briefly."""
+    def out_row(run: list[str], vs: list[str]) -> list[str]:
+        """A row's results, `run` (the prefix of the rows before it) taking the row's
+        values: inclusive, the results after; exclusive, before."""
         outs = []
         for j in range(V):
-            if ir.exclusive and kk == 0:
-                outs.append(pre[j])
-                continue
             r = b.reg("f32")
-            b.op(f"{comb} {r}, {pre[j]}, {vals[kk - 1 if ir.exclusive else kk][j]}")
+            if ir.exclusive:
+                b.op(f"mov.f32 {r}, {run[j]}")
+                b.op(f"{comb} {run[j]}, {run[j]}, {vs[j]}")
+            else:
+                b.op(f"{comb} {run[j]}, {run[j]}, {vs[j]}")
+                b.op(f"mov.f32 {r}, {run[j]}")
             outs.append(r)
         return outs
 
     es = ESIZE[o.dtype]
     sel, stored = b.new_label("st_elems"), b.new_label("stored")
-    addrs = []
-    for _, at in rows:
+    rows = row_info(r0)  # made again, not held across the barriers
+
+    def out_addr(at: str) -> str:
         addr = b.reg("b64")
         b.op(f"mul.wide.u32 {addr}, {at}, {es}")
         b.op(f"add.u64 {addr}, {addr}, {base[o.name]}")
-        addrs.append(addr)
+        return addr
+
+    run = pre  # the prefix runs on through the thread's rows
     b.op(f"@!{whole} bra {sel}")
     for kk, (rp, _) in enumerate(rows):
-        store_vector_if(k, addrs[kk], o.dtype, out_row(kk), rp)
+        outs = out_row(run, vector_values(raw, rows, kk))
+        store_vector_if(k, out_addr(rows[kk][1]), o.dtype, outs, rp)
+    if ahead:  # the next round's words become this round's
+        for kk in range(K):
+            for name, _ in ir.inputs:
+                for w_, n_ in zip(raw[kk][name], nxt_raw[kk][name], strict=True):
+                    b.op(f"mov.b{16 if w_.startswith('%h') else 32} {w_}, {n_}")
     b.op(f"bra {stored}")
     b.label(sel)
-    for kk, (rp, _) in enumerate(rows):
-        outs = out_row(kk)
+    for rp, at in rows:  # loaded again (from cache), not held through the barriers
+        outs = out_row(run, element_row(rp, at))
         for j in range(V):
-            pj = b.reg("pred")
-            b.op(f"and.pred {pj}, {rp}, {cpred[j]}")
-            store_vector_if(k, k.plus(addrs[kk], j * es), o.dtype, [outs[j]], pj)
+            pj = in_q(rp, j)
+            store_vector_if(k, k.plus(out_addr(at), j * es), o.dtype, [outs[j]], pj)
     b.label(stored)
     b.op(f"xor.b32 {par}, {par}, {half}")
     b.op(f"add.u32 {r0}, {r0}, {S * G * K}")
