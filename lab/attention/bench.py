@@ -69,7 +69,8 @@ T0 = time.time()
 # "whole" = ptxas on the PTX as a whole program (setmaxnreg honoured: producer 24 registers,
 # consumers 240), "jit" = nvJitLink (relocatable: setmaxnreg ignored, every thread at the
 # launch count), the compiler of run 1 and of the GPU worker
-OV, PP = {"overlap": True}, {"overlap": True, "pingpong": True}
+# ping-pong kernels also take the polynomial tanh (a no-op without a tanh in the score)
+OV, PP = {"overlap": True}, {"overlap": True, "pingpong": True, "poly_tanh": True}
 PPP = {**PP, "persistent": True}  # one CTA an SM walking the work tiles (not the document)
 CHECK_SCHEDULES = {
     128: {
@@ -80,6 +81,7 @@ CHECK_SCHEDULES = {
         "128x128s3ovpp": (AttentionSchedule(128, 128, 3, **PP), "whole"),
         "128x176s2ovpp": (AttentionSchedule(128, 176, 2, **PP), "whole"),
         "128x128s2ovppP": (AttentionSchedule(128, 128, 2, **PPP), "whole"),
+        "128x128s2ovppX": (AttentionSchedule(128, 128, 2, overlap=True, pingpong=True), "whole"),
     },
     64: {
         "128x128s3": (AttentionSchedule(128, 128, 3), "whole"),
@@ -89,8 +91,9 @@ CHECK_SCHEDULES = {
         "128x128s3ovppP": (AttentionSchedule(128, 128, 3, **PPP), "whole"),
     },
 }
-# the jit build of a schedule is timed on plain attention only (the compiler's effect)
-JIT_VARIANTS = ("plain",)
+# labels built for some variants only: the jit build on plain attention (the compiler's
+# effect), the exact tanh beside the polynomial one on the soft cap
+ONLY = {"128x128s2jit": ("plain",), "128x128s2ovppX": ("softcap",)}
 # (B, H, HKV, S, D): small, odd held-out lengths (a partial last tile; one shorter than a tile),
 # GQA (4 query heads a kv head), longer than the 1024 window, head dims 128 and 64
 CHECK_SHAPES = [
@@ -101,6 +104,10 @@ CHECK_SHAPES = [
     (1, 2, 1, 1000, 64),
     (1, 2, 2, 1300, 64),
 ]
+# extra checks with the second half's query rows scaled up: the soft cap's scores then leave
+# the polynomial tanh's range in some warps of a tile and not in others (both paths and the
+# warps' vote run; 320 rows: tile 1's first warp fast, its others not)
+LOUD_CHECKS = {"softcap": [((1, 2, 2, 320, 128), 12.0), ((1, 2, 1, 333, 64), 12.0)]}
 TIME_SHAPES = [
     (4, 32, 32, 4096, 128),
     (1, 32, 32, 16384, 128),
@@ -238,9 +245,10 @@ class Kernel:
             raise RuntimeError(f"launch: {err}")
 
 
-def np_inputs(w, dims: dict, seed: int) -> dict:
-    """Storage-form inputs: q, k, v standard normal (scores of about unit spread), ALiBi slopes
-    in [0.001, 0.1], document ids sorted per batch entry (contiguous documents)."""
+def np_inputs(w, dims: dict, seed: int, q_scale: float = 1.0) -> dict:
+    """Storage-form inputs: q, k, v standard normal (scores of about unit spread; the query
+    rows of the second half of the sequence times `q_scale`), ALiBi slopes in [0.001, 0.1],
+    document ids sorted per batch entry (contiguous documents)."""
     rng = np.random.default_rng(seed)
     out = {}
     for d in w.inputs:
@@ -250,7 +258,10 @@ def np_inputs(w, dims: dict, seed: int) -> dict:
         elif d.name == "slope":
             out[d.name] = rng.uniform(0.001, 0.1, size=shape).astype(np.float32)
         else:
-            out[d.name] = to_storage(rng.standard_normal(shape), d.dtype)
+            a = rng.standard_normal(shape)
+            if d.name == "q" and q_scale != 1.0:
+                a[..., shape[-2] // 2 :, :] *= q_scale
+            out[d.name] = to_storage(a, d.dtype)
     return out
 
 
@@ -263,13 +274,15 @@ def to_torch(torch, arr: np.ndarray, dtype: str):
 _REFS: dict = {}
 
 
-def check(torch, kern: Kernel, w, variant: str, causal: bool, shape, seed: int) -> bool:
+def check(
+    torch, kern: Kernel, w, variant: str, causal: bool, shape, seed: int, q_scale: float = 1.0
+) -> bool:
     dims = shape_dims(shape)
-    key = (variant, causal, tuple(shape), seed)
+    key = (variant, causal, tuple(shape), seed, q_scale)
     if key not in _REFS:  # the same inputs and reference for every schedule of a variant
         if len(_REFS) > 128:
             _REFS.clear()
-        x = np_inputs(w, dims, seed)
+        x = np_inputs(w, dims, seed, q_scale)
         _REFS[key] = (x, reference(w, x, dims))
     x, ref = _REFS[key]
     t = {d.name: to_torch(torch, x[d.name], d.dtype) for d in w.inputs}
@@ -289,7 +302,7 @@ def check(torch, kern: Kernel, w, variant: str, causal: bool, shape, seed: int) 
         wait_or_die(torch, what)
         runs.append({n: t[n].clone() for n in (ir.out, ir.lse) if n})
     rec = {"variant": variant, "causal": causal, "schedule": kern.s.label(), "shape": shape}
-    rec["seed"] = seed
+    rec["seed"], rec["q_scale"] = seed, q_scale
     ok = True
     for o in w.outputs:
         got = runs[0][o.name].double().cpu().numpy()
@@ -341,7 +354,7 @@ def compile_all(variants, only) -> dict:
                 for lab, (sched, compiler) in scheds.items():
                     if only is not None and (variant, causal, d, lab) not in only:
                         continue
-                    if compiler == "jit" and variant not in JIT_VARIANTS:
+                    if variant not in ONLY.get(lab, (variant,)):
                         continue
                     if is_valid(ir, sched) is None:
                         em = attn_emit.emit(ir, sched)
@@ -593,7 +606,7 @@ def main():
 
         def risk(key):  # the newest loop structures last: a hang there ends the phase
             lab = key[3]
-            return (lab.endswith("P"), "pp" in lab, "ov" in lab)
+            return (lab.endswith(("P", "X")), "pp" in lab, "ov" in lab)
 
         for variant, causal, d, lab in sorted(kernels, key=risk):
             kern = kernels[(variant, causal, d, lab)]
@@ -601,10 +614,12 @@ def main():
             if kern is None:
                 continue
             ok = True
-            for i, sh in enumerate(sh for sh in CHECK_SHAPES if sh[4] == d):
+            shapes = [(sh, 1.0) for sh in CHECK_SHAPES if sh[4] == d]
+            shapes += [(sh, qs) for sh, qs in LOUD_CHECKS.get(variant, []) if sh[4] == d]
+            for i, (sh, qs) in enumerate(shapes):
                 w = workload(variant, causal, sh)
                 try:
-                    ok &= check(torch, kern, w, variant, causal, sh, seed + i)
+                    ok &= check(torch, kern, w, variant, causal, sh, seed + i, qs)
                 except Exception as e:  # noqa: BLE001
                     RESULTS["errors"].append(f"check {variant} {lab} {sh}: {e}")
                     traceback.print_exc()

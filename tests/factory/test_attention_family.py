@@ -430,3 +430,29 @@ def test_persistent_kernels_compile_clean_and_refuse_id_narrowing(variant):
         assert r.ok and r.spill_store_bytes == 0 and r.stack_bytes == 0, r.log[:2000]
     doc = I.lower(workload("document", True, 128))
     assert "persistent" in S.is_valid(doc, sch)
+
+
+def test_the_polynomial_tanh_is_fp32_accurate_inside_its_range_and_only_used_there():
+    from factory.families.attention import emit as EM
+
+    x = np.linspace(-EM.TANH_FAST_T, EM.TANH_FAST_T, 200001).astype(np.float32)
+    ref = np.tanh(x.astype(np.float64))
+    rel = np.abs(EM.tanh_poly(x) - ref) / np.maximum(np.abs(ref), 1e-30)
+    assert rel.max() < 2e-7
+    # the bound on |S| that keeps s / 30 (the soft cap's argument) inside the range
+    ir = I.lower(workload("softcap", True, 128))
+    k = EM._Kernel(ir, S.AttentionSchedule(128, 128, 2, poly_tanh=True))
+    assert k.fast_tanh_bound() == pytest.approx(EM.TANH_FAST_T * 30 / ir.scale)
+    assert EM._Kernel(ir, S.AttentionSchedule(128, 128, 2)).fast_tanh_bound() is None
+    for v in ("plain", "alibi", "window"):
+        kv = EM._Kernel(I.lower(workload(v, True, 128)), S.AttentionSchedule(poly_tanh=True))
+        assert kv.fast_tanh_bound() is None
+    from factory.spec import expr as E
+
+    s_ = E.Input("s", (), "fp32")
+    c = E.Const(4.0)
+    assert EM.linear_in_s(E.Binary("mul", c, s_, ())) == 4.0
+    assert EM.linear_in_s(E.Binary("div", s_, c, ())) == 0.25
+    assert EM.linear_in_s(E.Binary("add", s_, c, ())) is None
+    ptx = k.render().ptx
+    assert ptx.count("vote.sync.all.pred") >= 1 and ptx.count("rcp.approx") >= 2

@@ -80,6 +80,52 @@ def _dim(d) -> str:
     return str(d)
 
 
+# tanh(x) = x * P(x^2) for |x| < TANH_FAST_T: P of degree 6, fitted to the relative error
+# (reweighted least squares at Chebyshev nodes, coefficients rounded to fp32); evaluated in fp32
+# by Horner it is within 1.1e-7 of tanh there (tests/factory/test_attention_family.py). On the
+# FMA pipe: the soft cap's two MUFU operations a score (ex2, rcp) move off the MUFU.
+TANH_FAST_T = 0.75
+TANH_POLY = (
+    1.0,
+    -0.3333330750465393,
+    0.13332578539848328,
+    -0.053885627537965775,
+    0.021430864930152893,
+    -0.00762701453641057,
+    0.0017203452298417687,
+)
+
+
+def tanh_poly(x):
+    """The fast path's tanh in numpy float32 (the PTX's Horner order), for the tests."""
+    import numpy as np
+
+    x = np.asarray(x, np.float32)
+    u = (x * x).astype(np.float32)
+    p = np.float32(TANH_POLY[-1])
+    for c in reversed(TANH_POLY[:-1]):
+        p = (p * u + np.float32(c)).astype(np.float32)
+    return (p * x).astype(np.float32)
+
+
+def linear_in_s(node) -> float | None:
+    """k where `node` is k * s (s, -s, s * c, c * s, s / c), else None."""
+    if isinstance(node, E.Input) and node.name == "s":
+        return 1.0
+    if isinstance(node, E.Unary) and node.op == "neg":
+        k = linear_in_s(node.x)
+        return None if k is None else -k
+    if isinstance(node, E.Binary) and node.op in ("mul", "div"):
+        a, c = node.a, node.b
+        if node.op == "mul" and isinstance(a, E.Const):
+            a, c = c, a
+        if isinstance(c, E.Const) and c.value != 0:
+            k = linear_in_s(a)
+            if k is not None:
+                return k * c.value if node.op == "mul" else k / c.value
+    return None
+
+
 class _Score(_Epilogue):
     """The matmul epilogue's evaluator of elementwise expressions (fast forms: no subroutine
     calls, which would make ptxas serialise the wgmmas), with a tanh accurate to a few ulp:
@@ -87,11 +133,25 @@ class _Score(_Epilogue):
     than its fp32 tolerance. 1 - 2 / (2^(2|x| log2 e) + 1) with rcp.approx, the sign put back;
     an odd Taylor polynomial below |x| = 0.3, where that form cancels."""
 
+    fast_tanh = False  # the tile's tanh arguments all lie within +-TANH_FAST_T
+
     def value(self, node, env, memo):
         if isinstance(node, E.Unary) and node.op == "tanh" and node not in memo:
-            memo[node] = self._tanh(self.value(node.x, env, memo))
+            x = self.value(node.x, env, memo)
+            memo[node] = self._tanh_fast(x) if self.fast_tanh else self._tanh(x)
             return memo[node]
         return super().value(node, env, memo)
+
+    def _tanh_fast(self, x: str) -> str:
+        b = self.b
+        u, p = b.reg("f32"), b.reg("f32")
+        b.op(f"mul.f32 {u}, {x}, {x}")
+        b.op(f"mov.f32 {p}, {f32_literal(TANH_POLY[-1])}")
+        for c in reversed(TANH_POLY[:-1]):
+            b.op(f"fma.rn.f32 {p}, {p}, {u}, {f32_literal(c)}")
+        r = b.reg("f32")
+        b.op(f"mul.f32 {r}, {p}, {x}")
+        return r
 
     def _tanh(self, x: str) -> str:
         b = self.b
@@ -155,6 +215,7 @@ class _Kernel(HopperKernel):
             + ("_ov" if s.overlap else "")
             + ("_pp" if s.pingpong else "")
             + ("_persist" if s.persistent else "")
+            + ("_ptanh" if s.poly_tanh else "")
         )
         self.q_bytes = s.block_m * self.d * 2
         self.kv_bytes = s.block_n * self.d * 2  # one K (or V) tile
@@ -719,15 +780,50 @@ class _Kernel(HopperKernel):
         is left to rescale_o)."""
         b = self.b
         self.op(f"mul.lo.u32 %j0, %t, {self.s.block_n}")
-        lab_masked, lab_join = b.new_label("masked"), b.new_label("join")
-        if not self.masked_always:
-            pfull = self.tile_full_pred()
-            self.op(f"@!{pfull} bra {lab_masked}")
-            self.softmax(rows, colb, masked=False, defer=defer)
-            self.op(f"bra {lab_join}")
-        b.label(lab_masked)
-        self.softmax(rows, colb, masked=True, defer=defer)
-        b.label(lab_join)
+        bound = self.fast_tanh_bound()
+        lab_fast, lab_end = b.new_label("ftanh"), b.new_label("ftanhd")
+        if bound is not None:
+            # a warp whose S values all keep every tanh argument within +-TANH_FAST_T takes
+            # the polynomial tanh (its branch is uniform: the warp votes)
+            m = self.f32()
+            self.op(f"mov.f32 {m}, 0f00000000")
+            for i in range(self.n_s):
+                self.op(f"max.xorsign.abs.f32 {m}, {m}, %sa{i}")
+            self.op(f"abs.f32 {m}, {m}")
+            pf, pa = self.pred(), self.pred()
+            self.op(f"setp.lt.f32 {pf}, {m}, {f32_literal(bound)}")
+            self.op(f"vote.sync.all.pred {pa}, {pf}, -1")
+            self.op(f"@{pa} bra {lab_fast}")
+        for fast in (False, True) if bound is not None else (False,):
+            if fast:
+                self.op(f"bra {lab_end}")
+                b.label(lab_fast)
+            lab_masked, lab_join = b.new_label("masked"), b.new_label("join")
+            if not self.masked_always:
+                pfull = self.tile_full_pred()
+                self.op(f"@!{pfull} bra {lab_masked}")
+                self.softmax(rows, colb, masked=False, defer=defer, fast_tanh=fast)
+                self.op(f"bra {lab_join}")
+            b.label(lab_masked)
+            self.softmax(rows, colb, masked=True, defer=defer, fast_tanh=fast)
+            b.label(lab_join)
+        if bound is not None:
+            b.label(lab_end)
+
+    def fast_tanh_bound(self) -> float | None:
+        """With `poly_tanh`, the bound on |S| (the raw products) under which every tanh of the
+        score expression has its argument within +-TANH_FAST_T: each argument must be k * s;
+        None otherwise (no tanh, one of another argument, or no poly_tanh). The polynomial
+        keeps more values live than ex2 + rcp: under nvJitLink's 168 registers the overlapped
+        128 x 128 tiles spill with it, so it is a schedule choice, off in the search's space."""
+        ir = self.ir
+        if ir.score is None or not self.s.poly_tanh:
+            return None
+        tanhs = [n for n in E.walk(ir.score) if isinstance(n, E.Unary) and n.op == "tanh"]
+        ks = [linear_in_s(n.x) for n in tanhs]
+        if not ks or any(k is None or k == 0 for k in ks):
+            return None
+        return TANH_FAST_T / (max(abs(k) for k in ks) * ir.scale)
 
     def rescale_o(self) -> None:
         for h in range(2):
@@ -899,7 +995,9 @@ class _Kernel(HopperKernel):
             isinstance(n, E.Input) and n.name == "s" for t in self.ir.mask for n in E.walk(t)
         )
 
-    def softmax(self, rows, colb: str, masked: bool, defer: bool = False) -> None:
+    def softmax(
+        self, rows, colb: str, masked: bool, defer: bool = False, fast_tanh: bool = False
+    ) -> None:
         """x = score * log2(e) (masked: -inf where a term fails or j >= Skv), the row max over
         the 4 lanes, rescale O and l, P = 2^(x - m) packed to 16-bit pairs. Without a score
         expression (or mask terms on a masked tile) and with a positive scale, x is never
@@ -909,6 +1007,7 @@ class _Kernel(HopperKernel):
         ir, s, b = self.ir, self.s, self.b
         b.comment("softmax" + (" (masked tile)" if masked else ""))
         ev = _Score(b, None, True)
+        ev.fast_tanh = fast_tanh
         scale_l2 = ir.scale * LOG2E
         need_j = masked or "j" in self.reads or self.col_inputs
         ninf = self.f32()

@@ -55,6 +55,7 @@ class AttentionSchedule:
     overlap: bool = False  # the softmax of tile t beside P V of tile t - 1 (see emit.py)
     pingpong: bool = False  # the consumer warpgroups take turns on the tensor cores
     persistent: bool = False  # one CTA an SM walking the work tiles (not in OPTIONS yet)
+    poly_tanh: bool = False  # tanh by a polynomial on tiles where it is accurate (not in OPTIONS)
     problem: str = ""  # "B,Hq,Hkv,S,Skv,D" dim names (features read the shape through it)
     family: str = "attention"
 
@@ -89,6 +90,7 @@ class AttentionSchedule:
             + (" ov" if self.overlap else "")
             + (" pp" if self.pingpong else "")
             + (" persistent" if self.persistent else "")
+            + (" polytanh" if self.poly_tanh else "")
         )
 
 
