@@ -87,6 +87,9 @@ class Context:
     job_records: list[dict]
     past_records: list[dict]
     generator: Family | None = None  # the job's operator family (factory.families)
+    # the shapes the worker also verifies at (the manifest's held-out shapes): a kernel that
+    # cannot serve one of them is refused there, so the space holds none
+    heldout_list: list[dict[str, int]] = field(default_factory=list)
     ir: Any = None
     unsupported: str = ""
     gen_items: list[Item] = field(default_factory=list)
@@ -305,6 +308,7 @@ def build_context(
         dtype=dtype,
         gpu=gpu,
         dims_list=[dict(d) for d in workload.shapes],
+        heldout_list=[dict(d) for d in getattr(workload, "heldout_shapes", ()) or ()],
         job_records=job_records,
         past_records=past,
     )
@@ -327,6 +331,8 @@ def build_context(
             )
             if not ctx.generator.space_fits:
                 sched = [s for s in sched if fits(ctx.ir, s, ctx.dims_list)]
+            if ctx.heldout_list:
+                sched = [s for s in sched if fits(ctx.ir, s, ctx.heldout_list)]
             ctx.gen_items = [Item("generator", s) for s in sched]
         except Exception as exc:  # noqa: BLE001 - Unsupported (or a generator bug) -> no space
             ctx.unsupported = f"{type(exc).__name__}: {exc}"
@@ -360,9 +366,28 @@ def default_item(ctx: Context) -> Item | None:
             continue
         except Exception:  # noqa: BLE001
             return None
+        if ctx.heldout_list and not _serves_heldout(ctx, s):
+            # the default of the job's shapes alone (a matmul's output stored by TMA, say) cannot
+            # run at a held-out shape: the default of every shape the worker verifies at
+            try:
+                s = ctx.generator.default_schedule(ctx.ir, ctx.dims_list + ctx.heldout_list)
+            except Exception:  # noqa: BLE001
+                return None
+            if not _serves_heldout(ctx, s):
+                return None
         found = ctx.item_for(schedule_dict(s))
         return found or Item("generator", s)
     return None
+
+
+def _serves_heldout(ctx: Context, s) -> bool:
+    fits = ctx.generator.fits or (
+        lambda ir, sch, dl: all(_valid(ctx.generator.is_valid(ir, sch, d)) for d in dl)
+    )
+    try:
+        return bool(fits(ctx.ir, s, ctx.heldout_list))
+    except Exception:  # noqa: BLE001 - a predicate that fails serves nothing
+        return False
 
 
 def seed_items(ctx: Context) -> list[Item]:
