@@ -14,6 +14,7 @@ inputs, with every timed run's output checked; then plausibility flags.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -158,6 +159,56 @@ def _compile(ptx: str, arch: str) -> tuple[dict | None, bytes | None, str]:
     return rep.to_dict(), rep.cubin, ""
 
 
+# Every helper process loads its own BLAS, whose thread pool is sized to the whole machine: 6
+# attention helpers with a 16-thread OpenBLAS pool each spent 97 s on 4 input sets on a 16-core
+# host (~12 s of work a set on one core). Helpers therefore start with BLAS at one thread (these
+# variables are read when numpy loads) and take their share of the cores as the reference's own
+# threads (PTXF_REFERENCE_THREADS, read by factory.spec.attention).
+BLAS_THREAD_VARS = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+REFERENCE_THREADS_VAR = "PTXF_REFERENCE_THREADS"
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def helper_threads(workers: int, heavy: int) -> int:
+    """Threads each of `workers` helper processes may use: the cores shared by the helpers that
+    draw the benchmarked shapes' sets (`heavy` of them; the held-out sets are small), at
+    least 1."""
+    busy = max(1, min(workers, heavy))
+    return max(1, _cores() // busy)
+
+
+@contextlib.contextmanager
+def helper_environment(threads: int):
+    """Within: processes started from here get BLAS at one thread and `threads` reference
+    threads. This process's own environment is put back on exit (its numpy is loaded already,
+    so its BLAS is unchanged either way)."""
+    names = (*BLAS_THREAD_VARS, REFERENCE_THREADS_VAR)
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update({name: "1" for name in BLAS_THREAD_VARS})
+    os.environ[REFERENCE_THREADS_VAR] = str(int(threads))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _make_set(task: tuple) -> tuple[dict, dict]:
     """One input set and its float64 reference, placed where the child can read them. Runs in
     a helper process (or inline); returns (inputs, outputs) as name -> (locator, shape)."""
@@ -221,11 +272,16 @@ def _prepare_data(w, batch: Batch, seed: int, l2_bytes: int, shared: _SharedArra
                 )
             )
     workers = min(len(tasks), max(1, (os.cpu_count() or 2) - 2), 8)
+    threads = 1
     if workers > 1:
+        heavy = sum(sets for _, _, heldout, sets in plan if not heldout)
+        threads = helper_threads(workers, heavy)
         allow_children()
         ctx = __import__("multiprocessing").get_context("spawn")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            made = list(pool.map(_make_set, tasks))
+            with helper_environment(threads):  # read by the helpers as they start
+                futures = [pool.submit(_make_set, t) for t in tasks]
+            made = [f.result() for f in futures]
     else:
         made = [_make_set(t) for t in tasks]
     for ins, outs in made:
@@ -267,7 +323,8 @@ def _prepare_data(w, batch: Batch, seed: int, l2_bytes: int, shared: _SharedArra
     _log(
         log,
         f"{len(tasks)} input sets and references for {len(plan)} shapes in "
-        f"{time.monotonic() - t0:.1f} s ({workers} helper process(es))",
+        f"{time.monotonic() - t0:.1f} s ({workers} helper process(es), "
+        f"{threads} thread(s) each, BLAS {'1 thread' if workers > 1 else 'as set'})",
     )
     return shapes, meta, tol_json
 
