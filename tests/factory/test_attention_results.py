@@ -86,3 +86,17 @@ def test_one_pass_tables_divide_by_flex_and_by_the_best_plain_sdpa(tmp_path):
     with contextlib.redirect_stdout(buf):
         assert results_table.main(["x", str(tmp_path)]) == 0
     assert "1 of 1 checks passed" in buf.getvalue() and "time budget: x" in buf.getvalue()
+
+
+def test_the_second_runs_readme_tables_are_the_generated_ones():
+    run2 = ROOT / "bench" / "results" / "2026-12-07-h100-attention-2"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert results_table.main(["x", str(run2)]) == 0
+    text = buf.getvalue()
+    assert "248 of 248 checks passed" in text
+    readme = (run2 / "README.md").read_text()
+    lines = [x for x in text.splitlines() if x.startswith("|")]
+    assert len(lines) > 80
+    for line in lines:
+        assert line in readme, line
