@@ -20,7 +20,7 @@ which must hold for key j to count (causal "j <= i", a window "i - j < 1024", a 
 evaluated as Python. A row whose every key is masked out is zero, its log-sum-exp -inf.
 
 The reference evaluates in float64 in blocks of queries, so a long sequence needs memory for
-one block of scores at a time.
+one block of scores at a time (per thread; see "the float64 reference" below).
 """
 
 from __future__ import annotations
