@@ -5,7 +5,7 @@ nvJitLink compiles PTX as a relocatable unit and then ignores `setmaxnreg` (ptxa
 the CTA keeps the entry's register count (168 with two consumer warpgroups) and the producer
 warpgroup's registers never move to the consumers. ptxas compiling the same PTX as a whole
 program honours it: the producer drops to PRODUCER_REGS and each consumer thread may use
-`consumer_regs()` (240 with two consumers). This module runs ptxas where the toolkit is
+`consumer_regs()` (232 with two consumers). This module runs ptxas where the toolkit is
 installed (the GPU hosts have it under /usr/local/cuda/bin) and returns the same CompileReport
 as factory.compile.compile_ptx, so a caller can use either.
 """
