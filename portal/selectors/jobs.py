@@ -533,9 +533,11 @@ def recent_decisions(*, user, limit: int = 5):
 
 
 def job_history(job: Job, limit: int = 20):
-    """The audit trail of one job, newest first."""
+    """The audit trail of one job, newest first: its own events and those of its GPU batches (a
+    results file imported for a batch, say)."""
+    targets = [f"job:{job.code}"] + [f"batch:{c}" for c in batch_codes(job)]
     return (
-        AuditEvent.objects.filter(target=f"job:{job.code}")
+        AuditEvent.objects.filter(target__in=targets)
         .select_related("actor")
         .order_by("-created")[:limit]
     )

@@ -100,6 +100,11 @@ def test_importing_the_results_file_sends_the_job_to_review(
     assert job.status == Job.REVIEW, job.stop_reason
     assert job.best_candidate.status == Candidate.PASSED
     assert job.best_candidate.score_us == pytest.approx(10.0)
+    # the review page's audit trail shows that the evidence came in as a carried results file
+    from portal.selectors.jobs import job_history
+
+    verbs = [e.verb for e in job_history(job)]
+    assert "results.import" in verbs and "job.review" in verbs
 
 
 def test_importing_the_same_results_twice_records_nothing_twice(
