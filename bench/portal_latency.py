@@ -76,6 +76,8 @@ def server_environment(var_dir: Path, database_url: str, secret_key: str) -> dic
         "AXES_ENABLED": "1",
         "FACTORY_SHOULD_STOP": "bench.portal_latency.never_stop",
         "DJANGO_SETTINGS_MODULE": "portal.settings",
+        # several gunicorn workers share one cache, as docs/DEPLOYMENT.md sets production up
+        "CACHE_URL": os.environ.get("PTXF_LATENCY_CACHE_URL", "redis://127.0.0.1:6379/13"),
     }
 
 

@@ -352,6 +352,24 @@ if LOG_FILE:
     }
     _log_handlers.append("file")
 
+# --- Cache --------------------------------------------------------------------------------------
+# Derived pages (charts, the candidate table, results.csv, evidence) are kept per job version. By
+# default each process keeps its own copy; with several web workers set CACHE_URL to a Redis
+# database so that one build serves them all (docs/DEPLOYMENT.md).
+CACHE_URL = envstr("CACHE_URL")
+if CACHE_URL and not CACHE_URL.startswith(("redis://", "rediss://")):
+    raise ImproperlyConfigured(
+        f"CACHE_URL={CACHE_URL!r}: use redis://host:port/db (or leave it unset)"
+    )
+if CACHE_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "ptxf",
+        }
+    }
+
 # --- Celery -------------------------------------------------------------------------------------
 # The longest task is a GPU batch: its hard limit plus slack. The broker's visibility timeout must
 # be longer, or Redis would hand a task that is still running to a second worker.

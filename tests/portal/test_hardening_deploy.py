@@ -29,7 +29,15 @@ def run_manage(env_overrides: dict, *args, tmp_path) -> subprocess.CompletedProc
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("SECURE_", "SESSION_", "CSRF_", "AXES_"))
-        and k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DEBUG", "PRODUCTION", "SECRET_KEY")
+        and k
+        not in (
+            "DATABASE_URL",
+            "CELERY_BROKER_URL",
+            "CACHE_URL",
+            "DEBUG",
+            "PRODUCTION",
+            "SECRET_KEY",
+        )
     }
     env.update(env_overrides, PTXF_VAR_DIR=str(tmp_path / "var"))
     return subprocess.run(
@@ -49,6 +57,17 @@ def test_the_documented_production_environment_passes_check_deploy(tmp_path):
     result = run_manage(env, "check", "--deploy", "--fail-level", "WARNING", tmp_path=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_cache_url_shares_one_redis_cache_and_refuses_anything_else(tmp_path):
+    show = "from django.conf import settings as s; print(s.CACHES['default']['BACKEND'])"
+    result = run_manage({}, "shell", "-c", show, tmp_path=tmp_path)
+    assert result.returncode == 0 and "LocMemCache" in result.stdout, result.stderr
+    env = {"CACHE_URL": documented_env()["CACHE_URL"]}
+    result = run_manage(env, "shell", "-c", show, tmp_path=tmp_path)
+    assert result.returncode == 0 and "RedisCache" in result.stdout, result.stderr
+    result = run_manage({"CACHE_URL": "memcached://cache:11211"}, "check", tmp_path=tmp_path)
+    assert result.returncode != 0 and "CACHE_URL" in result.stderr
 
 
 def test_without_production_settings_check_deploy_warns(tmp_path):
