@@ -242,6 +242,22 @@ class PoolKernel(ColumnKernel):
         self.V = s.vec
         self.nout = 1
 
+    def bases_and_lanes(self, L: int):
+        """Every tensor's global address (its pointer parameter) and the thread's lane and
+        thread row (lanes of L threads side by side)."""
+        b = self.b
+        base = {}
+        for name in [*(n for n, _ in self.ir.inputs), self.ir.out]:
+            r = b.reg("b64")
+            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
+            b.op(f"cvta.to.global.u64 {r}, {r}")
+            base[name] = r
+        tid = self.u32("%tid.x")
+        lane, trow = b.reg("b32"), b.reg("b32")
+        b.op(f"and.b32 {lane}, {tid}, {L - 1}")
+        b.op(f"shr.u32 {trow}, {tid}, {int(math.log2(L))}")
+        return base, tid, lane, trow
+
     def render(self) -> Emitted:  # noqa: C901 - one kernel, top to bottom
         ir, s, b = self.ir, self.s, self.b
         V, T, L = self.V, s.threads, s.lanes
@@ -255,16 +271,7 @@ class PoolKernel(ColumnKernel):
         W = self.dim_reg(ir.shape[-1])
         OH = self.dim_reg(ir.out_shape[-2]) if nd == 2 else self.u32(1)
         OW = self.dim_reg(ir.out_shape[-1])
-        base = {}
-        for name in [*(n for n, _ in ir.inputs), ir.out]:
-            r = b.reg("b64")
-            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
-            b.op(f"cvta.to.global.u64 {r}, {r}")
-            base[name] = r
-        tid = self.u32("%tid.x")
-        lane, trow = b.reg("b32"), b.reg("b32")
-        b.op(f"and.b32 {lane}, {tid}, {L - 1}")
-        b.op(f"shr.u32 {trow}, {tid}, {int(math.log2(L))}")
+        base, tid, lane, trow = self.bases_and_lanes(L)
         plane, nplanes = self.u32("%ctaid.x"), self.u32("%nctaid.x")
         HW, OHW = b.reg("b32"), b.reg("b32")
         b.op(f"mul.lo.u32 {HW}, {H}, {W}")

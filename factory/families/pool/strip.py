@@ -317,16 +317,7 @@ class StripKernel:
         rows = k.product(ir.shape[:-1])
         W = k.dim_reg(ir.shape[-1])
         OW = k.dim_reg(ir.out_shape[-1])
-        base = {}
-        for name in [*(n for n, _ in ir.inputs), ir.out]:
-            r = b.reg("b64")
-            b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
-            b.op(f"cvta.to.global.u64 {r}, {r}")
-            base[name] = r
-        tid = k.u32("%tid.x")
-        lane, trow = b.reg("b32"), b.reg("b32")
-        b.op(f"and.b32 {lane}, {tid}, {L - 1}")
-        b.op(f"shr.u32 {trow}, {tid}, {int(math.log2(L))}")
+        base, tid, lane, trow = k.bases_and_lanes(L)
         oh_start = b.reg("b32")
         b.op(f"mul.lo.u32 {oh_start}, {trow}, {U}")
         e = self.g["e"]
@@ -378,16 +369,7 @@ class StripKernel:
             W = k.dim_reg(ir.shape[-1])
             OH = k.dim_reg(ir.out_shape[-2]) if nd == 2 else k.u32(1)
             OW = k.dim_reg(ir.out_shape[-1])
-            base = {}
-            for name in [*(n for n, _ in ir.inputs), ir.out]:
-                r = b.reg("b64")
-                b.op(f"ld.param.u64 {r}, [p_{ident(name)}]")
-                b.op(f"cvta.to.global.u64 {r}, {r}")
-                base[name] = r
-            tid = k.u32("%tid.x")
-            lane, trow = b.reg("b32"), b.reg("b32")
-            b.op(f"and.b32 {lane}, {tid}, {L - 1}")
-            b.op(f"shr.u32 {trow}, {tid}, {int(math.log2(L))}")
+            base, tid, lane, trow = k.bases_and_lanes(L)
             # the band of output rows this thread row walks: ceil(OH / TR) rounded up to unroll
             bh = b.reg("b32")
             b.op(f"add.u32 {bh}, {OH}, {TR * U - 1}")
