@@ -66,6 +66,32 @@ class ColumnKernel:
             b.op(f"mul.lo.u32 {acc}, {acc}, {r}")
         return acc
 
+    def column_blocks(self, Q: str, width: int, first: str):
+        """The walk over (leading index p, column block qb) pairs of `width` columns each (a power
+        of two) in a row of Q columns: qb starts at `first` with p = 0; the returned
+        `carry_into_p()` emits the loop that moves whole rows of blocks from qb into p (call it
+        after each advance of qb)."""
+        b = self.b
+        nqb = b.reg("b32")
+        b.op(f"add.u32 {nqb}, {Q}, {width - 1}")
+        b.op(f"shr.u32 {nqb}, {nqb}, {int(math.log2(width))}")
+        p, qb = self.u32(0), b.reg("b32")
+        b.op(f"mov.u32 {qb}, {first}")
+
+        def carry_into_p():
+            top, done_ = b.new_label("norm"), b.new_label("norm_done")
+            b.label(top)
+            pn = b.reg("pred")
+            b.op(f"setp.lt.u32 {pn}, {qb}, {nqb}")
+            b.op(f"@{pn} bra.uni {done_}")
+            b.op(f"sub.u32 {qb}, {qb}, {nqb}")
+            b.op(f"add.u32 {p}, {p}, 1")
+            b.op(f"bra.uni {top}")
+            b.label(done_)
+
+        carry_into_p()
+        return p, qb, carry_into_p
+
     def u32(self, value) -> str:
         r = self.b.reg("b32")
         self.b.op(f"mov.u32 {r}, {value}")

@@ -131,24 +131,7 @@ def render_rounds(k) -> Emitted:  # noqa: C901 - one kernel, top to bottom
     seg = b.reg("b32")  # the first of this thread's rows in a round
     b.op(f"mad.lo.u32 {seg}, {rank}, {G}, {grow}")
     b.op(f"mul.lo.u32 {seg}, {seg}, {K}")
-    nqb = b.reg("b32")
-    b.op(f"add.u32 {nqb}, {Q}, {C - 1}")
-    b.op(f"shr.u32 {nqb}, {nqb}, {int(math.log2(C))}")
-    p, qb = k.u32(0), b.reg("b32")
-    b.op(f"mov.u32 {qb}, {cl}")
-
-    def carry_into_p():
-        top, done_ = b.new_label("norm"), b.new_label("norm_done")
-        b.label(top)
-        pn = b.reg("pred")
-        b.op(f"setp.lt.u32 {pn}, {qb}, {nqb}")
-        b.op(f"@{pn} bra.uni {done_}")
-        b.op(f"sub.u32 {qb}, {qb}, {nqb}")
-        b.op(f"add.u32 {p}, {p}, 1")
-        b.op(f"bra.uni {top}")
-        b.label(done_)
-
-    carry_into_p()
+    p, qb, carry_into_p = k.column_blocks(Q, C, cl)
     qmod = b.reg("b32")
     b.op(f"and.b32 {qmod}, {Q}, {V - 1}")
     qaligned = b.reg("pred")
