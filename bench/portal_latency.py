@@ -726,7 +726,7 @@ def markdown(report: dict) -> str:
             f"Phase {p['phase']}: {p['requests']} requests in {p['wall_s']} s; the server "
             f"(gunicorn and its PostgreSQL backends) used {p.get('server_cpu_s', '?')} CPU-s, "
             f"{p.get('server_cpu_ms_per_request', '?')} ms a request."
-            for p in report["phases"]
+            for p in report.get("phases", [])
         ),
         "",
         f"Target p95 < {report['target_p95_ms']:.0f} ms: "
