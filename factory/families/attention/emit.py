@@ -52,6 +52,7 @@ from factory.families.attention.schedule import (
     entry_regs,
     is_valid,
 )
+from factory.families.attention.tiling import id_pure_path
 from factory.families.matmul.emit import _Epilogue
 from factory.spec import expr as E
 from factory.spec.attention import PLACEHOLDERS
@@ -224,7 +225,14 @@ class _Kernel(HopperKernel):
         self.n_p = s.block_n // 4  # packed P registers a thread
         self.t = WGMMA_TYPE[ir.dtype]
         self.reads = self._reads()
-        self.masked_always = bool(ir.elementwise)
+        score_nodes = list(E.walk(ir.score)) if ir.score is not None else []
+        self.in_score = set(n for n in score_nodes if isinstance(n, E.Gather))
+        self.score_reads = {
+            n.name for n in score_nodes if isinstance(n, E.Input) and n.name in PLACEHOLDERS
+        }
+        # with only id matches as elementwise terms, tiles flagged by id_scan skip the compare
+        self.id_pure = id_pure_path(ir)
+        self.masked_always = bool(ir.elementwise) and not self.id_pure
 
     def _reads(self) -> set[str]:
         """Placeholders and gathers the score and mask expressions read."""
@@ -327,6 +335,10 @@ class _Kernel(HopperKernel):
         lo, hi = self.f32(), self.f32()
         self.op(f"mov.f32 {lo}, 0f7F800000")
         self.op(f"mov.f32 {hi}, 0fFF800000")
+        anynan = None
+        if self.id_pure:
+            anynan = self.pred()
+            self.op(f"setp.ne.u32 {anynan}, {tx}, {tx}")
         for r in range(s.block_m // 32):
             row, pr = self.r32(), self.pred()
             self.op(f"add.u32 {row}, %i0, {lane}")
@@ -342,6 +354,11 @@ class _Kernel(HopperKernel):
             self.op(f"selp.f32 {vh}, {v}, 0fFF800000, {pr}")
             self.op(f"min.f32 {lo}, {lo}, {vl}")  # a NaN id gives way to the other operand
             self.op(f"max.f32 {hi}, {hi}, {vh}")
+            if anynan is not None:
+                pn = self.pred()
+                self.op(f"setp.nan.f32 {pn}, {v}, {v}")
+                self.op(f"and.pred {pn}, {pn}, {pr}")
+                self.op(f"or.pred {anynan}, {anynan}, {pn}")
         for off in (16, 8, 4, 2, 1):
             t = self.f32()
             self.op(f"shfl.sync.bfly.b32 {t}, {lo}, {off}, 31, -1")
@@ -356,6 +373,12 @@ class _Kernel(HopperKernel):
         self.op(f"add.u32 {j}, {js}, {tx}")
         self.op(f"mov.u32 {jmin}, -1")
         self.op(f"mov.u32 {jend}, 0")
+        if self.id_pure:
+            # the keys whose id is not the tile's (lo; NaN too): pa = 1 + the last below i0,
+            # pb = the first at or above it (tiling.id_pure_tiles)
+            pa, pb = self.r32(), self.r32()
+            self.op(f"mov.u32 {pa}, 0")
+            self.op(f"mov.u32 {pb}, -1")
         lab, done = b.new_label("idscan"), b.new_label("idscand")
         b.label(lab)
         pl = self.pred()
@@ -378,6 +401,13 @@ class _Kernel(HopperKernel):
             self.op(f"add.u32 {nxt}, {ju}, 1")
             self.op(f"@{hit} min.u32 {jmin}, {jmin}, {ju}")
             self.op(f"@{hit} max.u32 {jend}, {jend}, {nxt}")
+            if self.id_pure:
+                mis, mb, ma = self.pred(), self.pred(), self.pred()
+                self.op(f"setp.neu.and.f32 {mis}, {v}, {lo}, {pu}")
+                self.op(f"setp.lt.and.u32 {mb}, {ju}, %i0, {mis}")
+                self.op(f"setp.ge.and.u32 {ma}, {ju}, %i0, {mis}")
+                self.op(f"@{mb} max.u32 {pa}, {pa}, {nxt}")
+                self.op(f"@{ma} min.u32 {pb}, {pb}, {ju}")
         self.op(f"add.u32 {j}, {j}, {unroll * nthr}")
         self.op(f"bra {lab}")
         b.label(done)
@@ -388,6 +418,19 @@ class _Kernel(HopperKernel):
         self.op(f"add.u32 {addr}, {addr}, {8 * k * (nthr // 32)}")
         self.op(f"setp.eq.u32 {p0}, {lane}, 0")
         self.op(f"@{p0} st.shared.v2.u32 [{addr}], {{{jmin}, {jend}}}")
+        if self.id_pure:
+            self.op(f"redux.sync.max.u32 {pa}, {pa}, -1")
+            self.op(f"redux.sync.min.u32 {pb}, {pb}, -1")
+            # one id over the tile's rows (min == max, none NaN), else no tile is pure
+            self.op(f"vote.sync.any.pred {anynan}, {anynan}, -1")
+            one = self.pred()
+            self.op(f"setp.eq.f32 {one}, {lo}, {hi}")
+            self.op(f"@{anynan} mov.u32 {pb}, 0")
+            self.op(f"@!{one} mov.u32 {pb}, 0")
+            a2 = self.r32()
+            n_ids = len(ir.id_matches)
+            self.op(f"add.u32 {a2}, {addr}, {8 * n_ids * (nthr // 32)}")
+            self.op(f"@{p0} st.shared.v2.u32 [{a2}], {{{pa}, {pb}}}")
 
     def id_narrow(self, k: int) -> None:
         """Every thread, after the barrier: the warps' (first key, last key + 1) of id_scan
@@ -412,6 +455,33 @@ class _Kernel(HopperKernel):
         self.op(f"@{found} mov.u32 %first, {nf}")
         self.op(f"@{found} mov.u32 %end, {ne}")
         self.op(f"@!{found} mov.u32 %end, %first")
+        if self.id_pure:
+            # the pure tiles [ceil(pa / bn), floor(pb / bn)), intersected over the id matches
+            warps, base = s.threads() // 32, len(self.ir.id_matches) + k
+            pa, pb = self.r32(), self.r32()
+            self.op(f"mov.u32 {pa}, 0")
+            self.op(f"mov.u32 {pb}, -1")
+            for w in range(warps):
+                a, c = self.r32(), self.r32()
+                self.op(f"ld.shared.v2.u32 {{{a}, {c}}}, [%kb+{8 * (base * warps + w)}]")
+                self.op(f"max.u32 {pa}, {pa}, {a}")
+                self.op(f"min.u32 {pb}, {pb}, {c}")
+            self.op(f"add.u32 {pa}, {pa}, {s.block_n - 1}")
+            self.op(f"div.u32 {pa}, {pa}, {s.block_n}")
+            self.op(f"div.u32 {pb}, {pb}, {s.block_n}")
+            if k == 0:
+                self.op(f"mov.u32 %tpa, {pa}")
+                self.op(f"mov.u32 %tpb, {pb}")
+            else:
+                self.op(f"max.u32 %tpa, %tpa, {pa}")
+                self.op(f"min.u32 %tpb, %tpb, {pb}")
+            if k == len(self.ir.id_matches) - 1:
+                # kept in shared memory (the slot after the barriers), not in two registers
+                # live through the loop: thread 0 stores it, the barrier after id_narrow
+                # publishes it, the loop reads it once a tile
+                p0 = self.pred()
+                self.op(f"setp.eq.u32 {p0}, %tx, 0")
+                self.op(f"@{p0} st.shared.v2.u32 [{self.pure_slot()}], {{%tpa, %tpb}}")
 
     # ---- the kernel ----------------------------------------------------------------------
     def render(self) -> Emitted:
@@ -508,6 +578,8 @@ class _Kernel(HopperKernel):
         if s.overlap:
             decls.append("    .reg .b32 %poff, %pphase;")
             decls.append("    .reg .b64 %pdv;")
+        if self.id_pure:
+            decls.append("    .reg .b32 %tpa, %tpb;")
         if s.pingpong:
             decls.append("    .reg .b32 %bmine, %bother;")
             decls.append("    .reg .pred %pcons0;")
@@ -801,6 +873,11 @@ class _Kernel(HopperKernel):
             lab_masked, lab_join = b.new_label("masked"), b.new_label("join")
             if not self.masked_always:
                 pfull = self.tile_full_pred()
+                if self.id_pure:  # every key of the tile has the query tile's one id
+                    ta, tb = self.r32(), self.r32()
+                    self.op(f"ld.shared.v2.u32 {{{ta}, {tb}}}, [{self.pure_slot()}]")
+                    self.op(f"setp.ge.and.u32 {pfull}, %t, {ta}, {pfull}")
+                    self.op(f"setp.lt.and.u32 {pfull}, %t, {tb}, {pfull}")
                 self.op(f"@!{pfull} bra {lab_masked}")
                 self.softmax(rows, colb, masked=False, defer=defer, fast_tanh=fast)
                 self.op(f"bra {lab_join}")
@@ -937,6 +1014,10 @@ class _Kernel(HopperKernel):
         self.release("%poff", "v")
         b.label(lab_none)
 
+    def pure_slot(self) -> str:
+        """The shared-memory slot after the barriers (%qempty + 8), addressed from %full."""
+        return f"%full+{32 * self.s.stages + 8}"
+
     def tile_full_pred(self) -> str:
         """Whether tile %t needs no element mask: tiling.tile_is_full."""
         ir, s = self.ir, self.s
@@ -1009,7 +1090,10 @@ class _Kernel(HopperKernel):
         ev = _Score(b, None, True)
         ev.fast_tanh = fast_tanh
         scale_l2 = ir.scale * LOG2E
-        need_j = masked or "j" in self.reads or self.col_inputs
+        # an unmasked tile loads only the per-key inputs the score reads (a document id
+        # read by the mask alone is not loaded there)
+        cols = self.col_inputs if masked else [c for c in self.col_inputs if c[2] in self.in_score]
+        need_j = masked or "j" in self.score_reads or cols
         ninf = self.f32()
         self.op(f"mov.f32 {ninf}, 0fFF800000")
         colv: dict[int, tuple[str, str | None, dict]] = {}
@@ -1023,10 +1107,10 @@ class _Kernel(HopperKernel):
                     if masked:
                         pin = self.pred()
                         self.op(f"setp.lt.u32 {pin}, {j}, %Skv")
-                    if "j" in self.reads:
+                    if "j" in (self.reads if masked else self.score_reads):
                         fj = self.f32()
                         self.op(f"cvt.rn.f32.u32 {fj}, {j}")
-                    for x, ptr, node in self.col_inputs:
+                    for x, ptr, node in cols:
                         idx = j
                         if x.batched:
                             idx = self.r32()

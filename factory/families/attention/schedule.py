@@ -77,7 +77,9 @@ class AttentionSchedule:
     def smem_bytes(self, head_dim: int) -> int:
         q = self.block_m * head_dim * 2
         kv = self.stages * 2 * self.block_n * head_dim * 2
-        return 1024 + q + kv + 8 * (4 * self.stages + 2)  # barriers: Q, K and V full, empty
+        # barriers: Q full (and empty), K and V full and empty; one 8-byte slot after them
+        # (the document mask's pure tile range, emit.id_narrow)
+        return 1024 + q + kv + 8 * (4 * self.stages + 3)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -70,6 +70,38 @@ def id_tiles(
     return max(first, int(hit[0]) // bn), min(end, int(hit[-1]) // bn + 1)
 
 
+def id_pure_tiles(
+    first: int, end: int, i0: int, rows: int, sq: int, skv: int, bn: int, ids: np.ndarray
+) -> tuple[int, int]:
+    """[tpa, tpb): the KV tiles in which every key's id equals the single id of this query
+    tile's rows i < sq, for a mask term x[i] == x[j] (the document mask's per-tile flag: such
+    a tile needs no id compare). Empty ((0, 0)) unless those rows share one id and none is NaN.
+    The kernel's arithmetic (emit.id_scan / id_narrow): over the keys j of the scan range
+    [first * bn, min(end * bn, skv)) whose id is not that id (NaN included), pa = 1 + the
+    largest such j below i0 (0: none), pb = the smallest such j >= i0 (2^32 - 1: none); every
+    scanned key in [pa, pb) then has the id, so tiles [ceil(pa / bn), floor(pb / bn)) do.
+    Keys read 0 past the ids' end, as in id_tiles. Right for any ids (a tile of the id that a
+    different id separates from i0 keeps the compare)."""
+    ids = np.asarray(ids, dtype=np.float32)
+
+    def at(idx):
+        idx = np.asarray(idx)
+        got = np.zeros(idx.shape, np.float32)
+        ok = idx < ids.shape[0]
+        got[ok] = ids[idx[ok]]
+        return got
+
+    q = at(np.arange(i0, min(i0 + rows, sq)))
+    if q.size == 0 or np.isnan(q).any() or q.min() != q.max():
+        return 0, 0
+    j = np.arange(first * bn, min(end * bn, skv)) if end > first else np.arange(0)
+    miss = j[~(at(j) == q[0])]
+    below, above = miss[miss < i0], miss[miss >= i0]
+    pa = int(below.max()) + 1 if below.size else 0
+    pb = int(above.min()) if above.size else 2**32 - 1
+    return ceildiv(pa, bn), pb // bn
+
+
 def tile_is_full(
     i0: int, rows: int, j0: int, bn: int, skv: int, lo: int | None, hi: int | None
 ) -> bool:
@@ -100,12 +132,36 @@ def _bf16(a: np.ndarray) -> np.ndarray:
     return bits.astype(np.uint32).view(np.float32)
 
 
-def simulate(ir, block_m: int, block_n: int, q, k, v, extra: dict, score_fn=None, mask_fn=None):
+def id_pure_path(ir) -> bool:
+    """Whether the kernel flags tiles by id_pure_tiles: every elementwise term is an id match
+    x[i] == x[j] (then a tile whose keys all carry the query tile's one id, band-full, takes
+    the unmasked path); any other elementwise term masks every tile."""
+    ids = getattr(ir, "id_matches", ())
+    return bool(ids) and len(ir.elementwise) == len(ids)
+
+
+def simulate(
+    ir,
+    block_m: int,
+    block_n: int,
+    q,
+    k,
+    v,
+    extra: dict,
+    score_fn=None,
+    mask_fn=None,
+    stats: dict | None = None,
+):
     """The kernel's algorithm in numpy: per (b, h, query tile) the visited KV tiles only, fp32
     scores (`score_fn(s, i, j, h, b)` applies the score expression, `mask_fn(i, j, h, b)` the
     elementwise terms and the band on masked tiles; both given by the caller from the IR),
-    online softmax in base 2, P rounded to bf16, O and l in fp32. Returns (out, lse, visited)
-    where visited counts the KV tiles computed."""
+    online softmax in base 2, P rounded to bf16, O and l in fp32. A tile is masked unless the
+    kernel's flags say it needs no mask (tile_is_full, and with id matches id_pure_tiles).
+    Returns (out, lse, visited) where visited counts the KV tiles computed; `stats` (a dict of
+    counters) gets "masked" and "unmasked" tile counts added."""
+    if stats is not None:
+        stats.setdefault("masked", 0)
+        stats.setdefault("unmasked", 0)
     bsz, hq, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -127,9 +183,12 @@ def simulate(ir, block_m: int, block_n: int, q, k, v, extra: dict, score_fn=None
                 l_sum = np.zeros(block_m, np.float32)
                 acc = np.zeros((block_m, d), np.float32)
                 first, end = kv_tiles(i0, block_m, skv, block_n, ir.band_lo, ir.band_hi)
+                band = (first, end)
+                pure = []  # per id match: the tiles every key of which has the tile's id
                 for name in getattr(ir, "id_matches", ()):
                     x = extra[name]
                     ids = x[b] if np.ndim(x) == 2 else x
+                    pure.append(id_pure_tiles(*band, i0, block_m, sq, skv, block_n, ids))
                     first, end = id_tiles(first, end, i0, block_m, sq, skv, block_n, ids)
                 for t in range(first, end):
                     visited += 1
@@ -145,7 +204,13 @@ def simulate(ir, block_m: int, block_n: int, q, k, v, extra: dict, score_fn=None
                     if score_fn is not None:
                         s = score_fn(s, ii, jj, h, b).astype(np.float32)
                     full = tile_is_full(i0, block_m, j0, block_n, skv, ir.band_lo, ir.band_hi)
-                    if not full or ir.elementwise:
+                    if id_pure_path(ir):  # every elementwise term an id match: its flag
+                        full = full and all(pa <= t < pb for pa, pb in pure)
+                    elif ir.elementwise:
+                        full = False
+                    if stats is not None:
+                        stats["unmasked" if full else "masked"] += 1
+                    if not full:
                         keep = cols[None, :] < skv
                         if mask_fn is not None:
                             keep = keep & mask_fn(ii, jj, h, b)

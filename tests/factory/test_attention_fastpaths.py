@@ -1,0 +1,165 @@
+"""The attention kernel's unmasked fast paths on the CPU: the document mask's per-tile flag (a
+KV tile whose keys all carry the query tile's one id skips the id compare), checked against
+brute force, in the numpy model of the loop against the float64 reference (a wrong flag fails),
+and in the emitted PTX (compiles for sm_90a without spills)."""
+
+import numpy as np
+import pytest
+
+from factory import families
+from factory.families.attention import ir as I
+from factory.families.attention import schedule as S
+from factory.families.attention import tiling as T
+from factory.spec import load_manifest
+from factory.spec.reference import random_inputs, reference, to_float64
+from lab.attention.variants import manifest
+
+
+def workload(variant, causal, d=64, shape=None, window=40):
+    return load_manifest(manifest(variant, causal, d, shape=shape, window=window))
+
+
+def _f64(w, x, name):
+    d = w.input(name)
+    if d.dtype == "int32":
+        return np.asarray(x[name]).astype(np.float64)
+    return to_float64(x[name], d.dtype)
+
+
+def test_pure_tiles_hold_only_the_query_tiles_one_id_and_are_tight_for_sorted_ids():
+    rng = np.random.default_rng(5)
+    found = 0
+    for case in range(400):
+        bm, bn = int(rng.choice([64, 128])), int(rng.choice([64, 128]))
+        sq = int(rng.integers(1, 900))
+        skv = sq
+        n_docs = int(rng.choice([1, 2, 4, 9]))
+        ids = np.sort(rng.integers(0, n_docs, sq)).astype(np.float32)
+        if case % 3 == 0:
+            ids = rng.permutation(ids)  # unsorted: right, just fewer pure tiles
+        if case % 7 == 0:
+            ids[rng.integers(0, sq)] = np.nan  # matches nothing, not even itself
+        i0 = int(rng.integers(0, T.ceildiv(sq, bm))) * bm
+        n = T.ceildiv(skv, bn)
+        first = int(rng.integers(0, n))
+        end = int(rng.integers(first, n + 1))
+        tpa, tpb = T.id_pure_tiles(first, end, i0, bm, sq, skv, bn, ids)
+        rows = ids[i0 : min(i0 + bm, sq)]
+        for t in range(first, end):
+            keys = ids[t * bn : min(t * bn + bn, skv)]
+            every = bool((rows[:, None] == keys[None, :]).all())
+            if tpa <= t < tpb:
+                assert every, (case, t, tpa, tpb)
+                found += 1
+            elif case % 3 and case % 7 and every and t * bn + bn <= skv:
+                # sorted ids without NaN: every tile of the query tile's document is flagged
+                raise AssertionError((case, t, tpa, tpb, "missed"))
+    assert found > 200
+
+
+def _doc_case(causal, shape, bounds, seed=3):
+    w = workload("document", causal, 64, shape)
+    ir = I.lower(w)
+    dims = w.shapes[0]
+    x = random_inputs(w, dims, seed=seed)
+    doc = np.zeros((shape["B"], shape["S"]), np.int32)
+    for b in range(shape["B"]):
+        for n, start in enumerate(bounds[b]):
+            doc[b, start:] = n
+    x["doc"] = doc
+    ref = reference(w, x, dims)
+    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    extra = {"doc": _f64(w, x, "doc")}
+    return w, ir, ref, q, k, v, extra
+
+
+# documents of 0-600 tokens whose edges fall inside tiles, one edge on a tile boundary
+BOUNDS = [[0, 40, 300, 384, 990], [0, 512, 700]]
+SHAPE = {"B": 2, "H": 2, "HKV": 1, "S": 1001}
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bm, bn", [(128, 128), (128, 64), (64, 64)])
+def test_the_model_with_pure_tiles_unmasked_matches_the_reference(causal, bm, bn):
+    w, ir, ref, q, k, v, extra = _doc_case(causal, SHAPE, BOUNDS)
+    assert T.id_pure_path(ir)
+    _, mask_fn = T.ir_functions(ir)
+    stats = {}
+    out, lse, _ = T.simulate(
+        ir,
+        bm,
+        bn,
+        q,
+        k,
+        v,
+        extra,
+        mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra),
+        stats=stats,
+    )
+    err = np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"])
+    assert err < 5e-3, err
+    np.testing.assert_allclose(lse, ref["lse"], atol=1e-4, rtol=1e-4)
+    assert stats["unmasked"] > 0 and stats["masked"] > 0  # both paths run
+
+
+def test_the_model_catches_a_pure_flag_one_tile_too_wide(monkeypatch):
+    w, ir, ref, q, k, v, extra = _doc_case(False, SHAPE, BOUNDS)
+    _, mask_fn = T.ir_functions(ir)
+    good = T.id_pure_tiles
+
+    def wide(*a):
+        pa, pb = good(*a)
+        return (max(0, pa - 1), pb + 1) if pb > pa else (pa, pb)  # a straddling tile too
+
+    monkeypatch.setattr(T, "id_pure_tiles", wide)
+    out, _, _ = T.simulate(
+        ir, 64, 64, q, k, v, extra, mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra)
+    )
+    assert np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"]) > 0.02
+
+
+def test_another_elementwise_term_keeps_every_tile_masked():
+    text = manifest("document", False, 64, lse=False).replace(
+        "mask=['doc[i] == doc[j]']", "mask=['doc[i] == doc[j]', 'j * 2 <= i + 300']"
+    )
+    ir = I.lower(load_manifest(text))
+    assert ir.id_matches == ("doc",) and not T.id_pure_path(ir)
+    from factory.families.attention.emit import emit
+
+    ptx = emit(ir, S.AttentionSchedule(128, 128, 2)).ptx
+    assert "%tpa" not in ptx
+
+
+def _compile_clean(e, ir, s):
+    from factory.compile import compile_ptx
+    from factory.families.attention.wholeprog import compile_whole, find_ptxas
+
+    compilers = [compile_ptx] if S.fits_relocatable(ir, s) else []
+    if find_ptxas() is not None:
+        compilers.append(compile_whole)
+    assert compilers
+    for comp in compilers:
+        r = comp(e.ptx, "sm_90a")
+        assert r.ok, r.log[:2000]
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (s, comp)
+        assert r.stack_bytes == 0, (s, comp)
+        assert "C7509" not in r.log
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_document_ptx_has_both_paths_and_compiles_without_spills(causal, d):
+    from factory.families.attention.emit import emit
+
+    w = workload("document", causal, d)
+    fam, ir = families.family_for(w)
+    scheds = fam.space(ir, list(w.shapes))[::5]
+    stages = 2 if d == 128 else 3
+    scheds.append(S.AttentionSchedule(128, 128, stages, overlap=True, pingpong=True))
+    for s in scheds:
+        e = emit(ir, s)
+        # the flag narrows the unmasked path's use: the id compare (a per-key load of doc)
+        # sits only in the masked softmax, so the loop holds one unmasked and one masked copy
+        assert "%tpa" in e.ptx and "setp.neu.and.f32" in e.ptx and "%full+" in e.ptx
+        assert e.ptx.count("// softmax (masked tile)") == e.ptx.count("// softmax\n")
+        _compile_clean(e, ir, s)
