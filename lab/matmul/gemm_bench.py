@@ -1,6 +1,10 @@
 """Bench of the wgmma GEMM emitter on the GPU: verify each variant, then time it beside cuBLAS.
 
-    python -m lab.matmul.gemm_bench [--quick] [--time SHAPES] [--variants NAMES]
+    python -m lab.matmul.gemm_bench [--plan "op:sched+sched;op:sched"] [--check-shapes MxNxK,..]
+        [--time-shapes MxNxK,..] [--allow-cp-async ...] [--dry-run]
+
+--dry-run needs no GPU or torch: it resolves the plan's names, emits and compiles each kernel
+(nvJitLink) and fails on a build error, a spill or a serialised wgmma (C7509/C7511/C7515).
 
 For every (epilogue, schedule) variant: emit PTX, compile with nvJitLink (sm_90a), load with the
 driver, and launch through cuLaunchKernel with the CUtensorMap parameters from gpuworker.tensormap.
@@ -551,6 +555,71 @@ def time_pair(torch, kerns: dict, name, m, n, k, reps):
     return rec
 
 
+def parse_shapes(txt: str) -> list[tuple[int, ...]]:
+    return [tuple(int(x) for x in s.split("x")) for s in txt.split(",") if s]
+
+
+def plan_of(args) -> list[tuple[str, list[str]]]:
+    """(op, schedule names) pairs: --plan "op:a+b;op:c" or every --ops with every --scheds."""
+    if args.plan:
+        return [
+            (part.split(":")[0], part.split(":")[1].split("+"))
+            for part in args.plan.split(";")
+            if part
+        ]
+    return [(op, args.scheds.split(",")) for op in args.ops.split(",")]
+
+
+def dry_run(args) -> int:
+    """The plan without a GPU or torch: each (op, schedule) named, valid (is_valid, with the
+    --allow-* gates applied), emitted and compiled for sm_90a (nvJitLink, or ptxas for
+    "name@ptxas"), with its registers, spills and any wgmma serialisation warning (C7509, C7511,
+    C7515); each check and time shape against is_valid at that shape. Prints one line per
+    kernel; returns 1 if a name is unknown, a kernel fails to build, spills or is serialised."""
+    import re
+
+    irs, scheds = epilogue_irs(), schedules()
+    shapes = parse_shapes(args.check_shapes) + parse_shapes(args.time_shapes)
+    bad = 0
+    for op, snames in plan_of(args):
+        for sn in snames:
+            base, _, compiler = sn.partition("@")
+            if op not in irs or base not in scheds:
+                log(f"UNKNOWN {op}:{sn}")
+                bad += 1
+                continue
+            ir, s = irs[op], scheds[base]
+            why = is_valid(ir, s)
+            if why:
+                log(f"skip {op} {sn}: {why}")
+                continue
+            e = gemm_emit.emit(ir, s)
+            if compiler == "ptxas":
+                r = compile_whole_program(e.ptx)
+            else:
+                r = compile_ptx(e.ptx, "sm_90a", cache=False)
+            serial = sorted(set(re.findall(r"C75(?:09|11|15)", r.log))) if r.ok else []
+            refused = [
+                "x".join(map(str, sh))
+                for sh in shapes
+                if is_valid(ir, s, {"M": sh[0], "N": sh[1], "K": sh[2], "Bt": 3})
+            ]
+            ok = r.ok and not r.spill_store_bytes and not serial
+            bad += not ok
+            log(
+                f"{'ok  ' if ok else 'FAIL'} {op:9s} {sn:18s} {s.label():40s} "
+                + (
+                    f"{r.registers} regs, {r.spill_store_bytes} B spilled"
+                    + (f", serialised {serial}" if serial else "")
+                    if r.ok
+                    else "COMPILE FAILED " + r.log[-300:]
+                )
+                + (f"; refused at {', '.join(refused)}" if refused else "")
+            )
+    log(f"dry run: {'all kernels built clean' if not bad else f'{bad} FAILED'}")
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ops", default="plain")
@@ -582,9 +651,24 @@ def main():
     ap.add_argument(
         "--allow-wide-k", action="store_true", help="let is_valid pass tile_k 128 (to verify it)"
     )
+    ap.add_argument(
+        "--allow-cp-async",
+        action="store_true",
+        help="let is_valid pass the cp.async load path (to verify it)",
+    )
+    ap.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="no GPU: check the plan's names, emit and compile (nvJitLink) each kernel, check "
+        "the shapes against is_valid; exit status 1 on any failure",
+    )
     ap.add_argument("--timeout", type=float, default=500.0)
     args = ap.parse_args()
     start = time.time()
+    if args.allow_cp_async:
+        from factory.families.matmul import schedule as _schedule
+
+        _schedule.CP_ASYNC_VERIFIED = True
     if args.allow_batch:
         from factory.families.matmul import schedule as _schedule
 
@@ -606,6 +690,8 @@ def main():
         from factory.families.matmul import schedule as _schedule
 
         _schedule.WIDE_K_VERIFIED = True
+    if args.dry_run:
+        sys.exit(dry_run(args))
     import torch
 
     dev = torch.cuda.get_device_properties(0)
@@ -633,15 +719,9 @@ def main():
     _, ctx = cu.cuDevicePrimaryCtxRetain(cu.CUdevice(torch.cuda.current_device()))
     cu.cuCtxSetCurrent(ctx)
     irs, scheds = epilogue_irs(), schedules()
-    parse = lambda txt: [tuple(int(x) for x in s.split("x")) for s in txt.split(",") if s]  # noqa
+    parse = parse_shapes
     table = []
-    plan = [(op, args.scheds.split(",")) for op in args.ops.split(",")]
-    if args.plan:
-        plan = [
-            (part.split(":")[0], part.split(":")[1].split("+"))
-            for part in args.plan.split(";")
-            if part
-        ]
+    plan = plan_of(args)
     for op, snames in plan:
         kerns = {}
         for sn in snames:

@@ -78,10 +78,12 @@ def candidates(
     allow_splitk: bool,
     extra: list[str],
     allow_tma_store: bool = False,
+    allow_cp_async: bool = False,
 ) -> list:
     """Schedule names (lab.matmul.variants.schedules) worth timing at this shape, those the
     validity predicate lets through for this op at this shape (split-K only with allow_splitk,
-    the TMA-store epilogue only with allow_tma_store)."""
+    the TMA-store epilogue only with allow_tma_store; with allow_cp_async and K % 64 != 0, each
+    name's cp.async twin "<name>ca" where the variants have one, beside it)."""
     from factory.families.matmul import schedule as sched_mod
 
     irs, scheds = epilogue_irs(), schedules()
@@ -90,14 +92,18 @@ def candidates(
         names += ["glu128s4t128"] if op == "swiglu" else ["w256s4t128", "w256s3t256"]
         if op in ("rowq_fp8", "groupq_fp8"):
             names.append("w256s4t256")  # two 128-column fp8 boxes a consumer
+    if allow_cp_async and (2 * k) % 128:
+        names += [x + "ca" for x in names if x + "ca" in scheds]
     was = (
         sched_mod.SPLITK_VERIFIED,
         sched_mod.TMA_STORE_VERIFIED,
         sched_mod.TMA_STORE_FP8_VERIFIED,
+        sched_mod.CP_ASYNC_VERIFIED,
     )
     sched_mod.SPLITK_VERIFIED = was[0] or allow_splitk
     sched_mod.TMA_STORE_VERIFIED = was[1] or allow_tma_store
     sched_mod.TMA_STORE_FP8_VERIFIED = was[2] or allow_tma_store
+    sched_mod.CP_ASYNC_VERIFIED = was[3] or allow_cp_async
     dims = {"M": m, "N": n, "K": k, "Bt": 3}
     try:
         return [
@@ -111,6 +117,7 @@ def candidates(
             sched_mod.SPLITK_VERIFIED,
             sched_mod.TMA_STORE_VERIFIED,
             sched_mod.TMA_STORE_FP8_VERIFIED,
+            sched_mod.CP_ASYNC_VERIFIED,
         ) = was
 
 
@@ -209,6 +216,11 @@ def main():
     ap.add_argument(
         "--allow-tma-store", action="store_true", help="verify and time the TMA-store epilogue"
     )
+    ap.add_argument(
+        "--allow-cp-async",
+        action="store_true",
+        help="verify and time the cp.async load path beside TMA where K % 64 != 0",
+    )
     ap.add_argument("--extra", default="", help="more schedule names for every shape")
     ap.add_argument(
         "--compile-plain", action="store_true", help="max-autotune for the plain GEMM too"
@@ -229,6 +241,8 @@ def main():
     if args.allow_tma_store:
         sched_mod.TMA_STORE_VERIFIED = True
         sched_mod.TMA_STORE_FP8_VERIFIED = True
+    if args.allow_cp_async:
+        sched_mod.CP_ASYNC_VERIFIED = True
     if args.dry_run:
         return dry_run(args)
     import torch
@@ -308,7 +322,9 @@ def main():
             flops = 2.0 * m * n * k * (2 if op == "swiglu" else 1)
             # ours: check at this shape first
             good = {}
-            for sn in candidates(op, m, n, k, args.allow_splitk, extra, args.allow_tma_store):
+            for sn in candidates(
+                op, m, n, k, args.allow_splitk, extra, args.allow_tma_store, args.allow_cp_async
+            ):
                 kern = kernel(op, sn)
                 if isinstance(kern, str):
                     rec.setdefault("refused", {})[sn] = kern
@@ -470,7 +486,9 @@ def dry_run(args) -> int:
     bad = 0
     for m, n, k in shapes:
         for op in [o for o in args.ops.split(",") if o]:
-            names = candidates(op, m, n, k, args.allow_splitk, extra, args.allow_tma_store)
+            names = candidates(
+                op, m, n, k, args.allow_splitk, extra, args.allow_tma_store, args.allow_cp_async
+            )
             line = []
             for sn in names:
                 if (op, sn) not in built:

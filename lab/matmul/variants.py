@@ -165,4 +165,21 @@ def schedules() -> dict[str, GemmSchedule]:
             tile_n=256, stages=2, split_k=4, persistent=False, tile_k=128
         ),
         "w256s2k128t128": GemmSchedule(tile_n=256, stages=2, tile_k=128, tma_store=128),
+        # cp.async loads (schedule.CP_ASYNC_VERIFIED; gemm_bench --allow-cp-async): the producer
+        # warpgroup copies 16-byte chunks into the swizzled ring, for K % 64 != 0 where every
+        # TMA box row spans two 128-byte lines; "ca" names the same schedule loaded that way
+        "w256s4ca": GemmSchedule(tile_n=256, stages=4, load="cp_async"),
+        "w256s4t128ca": GemmSchedule(tile_n=256, stages=4, tma_store=128, load="cp_async"),
+        "w128s6t128ca": GemmSchedule(tile_n=128, stages=6, tma_store=128, load="cp_async"),
+        "glu128s4t128ca": GemmSchedule(tile_n=128, stages=4, tma_store=128, load="cp_async"),
+        "w128s7c1t128ca": GemmSchedule(
+            tile_m=64, tile_n=128, consumers=1, stages=7, tma_store=128, load="cp_async"
+        ),
+        "pp128s6ca": GemmSchedule(tile_n=128, stages=6, pingpong=True, load="cp_async"),
+        "sk2w256s4ca": GemmSchedule(
+            tile_n=256, stages=4, split_k=2, persistent=False, load="cp_async"
+        ),
+        "w128s4c1k128ca": GemmSchedule(
+            tile_m=64, tile_n=128, consumers=1, stages=4, tile_k=128, load="cp_async"
+        ),
     }

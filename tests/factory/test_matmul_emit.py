@@ -34,18 +34,21 @@ def _nvjitlink() -> bool:
 
 
 def _valid_unbatched(ir, s):
-    """Valid with the batch axes dropped and the fp8 output's staging and tile_k 128 let
-    through (emitted, compiled here; their gates wait for a GPU run)."""
+    """Valid with the batch axes dropped and the fp8 output's staging, tile_k 128 and the
+    cp.async loads let through (emitted, compiled here; their gates wait for a GPU run)."""
     from dataclasses import replace as _r
 
     from factory.families.matmul import schedule as sched_mod
 
-    was = sched_mod.TMA_STORE_FP8_VERIFIED, sched_mod.WIDE_K_VERIFIED
-    sched_mod.TMA_STORE_FP8_VERIFIED = sched_mod.WIDE_K_VERIFIED = True
+    flags = ("TMA_STORE_FP8_VERIFIED", "WIDE_K_VERIFIED", "CP_ASYNC_VERIFIED")
+    was = [getattr(sched_mod, f) for f in flags]
+    for f in flags:
+        setattr(sched_mod, f, True)
     try:
         return is_valid(_r(ir, batch=()) if ir.batch else ir, s) is None
     finally:
-        sched_mod.TMA_STORE_FP8_VERIFIED, sched_mod.WIDE_K_VERIFIED = was
+        for f, v in zip(flags, was, strict=True):
+            setattr(sched_mod, f, v)
 
 
 # batched IRs render like their flattened form: every IR is compiled (test_batch_axes... checks
@@ -66,6 +69,7 @@ def test_every_schedule_emits_and_compiles(op, sn, monkeypatch):
 
     monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", True)
     monkeypatch.setattr(sched_mod, "WIDE_K_VERIFIED", True)
+    monkeypatch.setattr(sched_mod, "CP_ASYNC_VERIFIED", True)
 
     ir, s = epilogue_irs()[op], schedules()[sn]
     e = gemm_emit.emit(ir, s)
@@ -92,6 +96,8 @@ def test_cases_cover_every_epilogue():
     assert any(s.cluster_m == 2 for _, sn in CASES for s in [schedules()[sn]])
     assert any(s.split_k > 1 for _, sn in CASES for s in [schedules()[sn]])
     assert any(s.tma_store for _, sn in CASES for s in [schedules()[sn]])
+    # the cp.async loads (tests/factory/test_matmul_cp_async.py), with every epilogue
+    assert {op for op, sn in CASES if schedules()[sn].load == "cp_async"} == set(epilogue_irs())
 
 
 def test_ptx_uses_the_hopper_path():

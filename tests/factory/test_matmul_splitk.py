@@ -41,6 +41,7 @@ def _nvjitlink() -> bool:
 def verified(monkeypatch):
     monkeypatch.setattr(sched_mod, "SPLITK_VERIFIED", True)
     monkeypatch.setattr(sched_mod, "WIDE_K_VERIFIED", True)  # the tile_k 128 variants
+    monkeypatch.setattr(sched_mod, "CP_ASYNC_VERIFIED", True)  # the cp.async-loaded ones
 
 
 def test_split_k_is_open_and_its_flag_still_gates_it(monkeypatch):

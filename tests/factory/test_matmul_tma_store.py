@@ -42,6 +42,7 @@ def verified(monkeypatch):
     monkeypatch.setattr(sched_mod, "TMA_STORE_VERIFIED", True)
     monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", True)
     monkeypatch.setattr(sched_mod, "WIDE_K_VERIFIED", True)  # the tile_k 128 variants
+    monkeypatch.setattr(sched_mod, "CP_ASYNC_VERIFIED", True)  # the cp.async-loaded ones
 
 
 def _op_for(sn: str) -> str:
@@ -55,6 +56,7 @@ def test_tma_store_is_open_and_its_gate_still_works(monkeypatch):
     assert TS_NAMES
     monkeypatch.setattr(sched_mod, "TMA_STORE_FP8_VERIFIED", True)
     monkeypatch.setattr(sched_mod, "WIDE_K_VERIFIED", True)
+    monkeypatch.setattr(sched_mod, "CP_ASYNC_VERIFIED", True)
     for sn in TS_NAMES:
         ir = epilogue_irs()[_op_for(sn)]
         assert is_valid(ir, schedules()[sn]) is None
@@ -159,9 +161,11 @@ def test_emitted_protocol_order_and_offsets(sn, verified):
             "cp.async.bulk.commit_group",
         ]
     )
-    # the first fence is the barrier initialisation's; the last wait before the kernel ends
-    assert steps[0] == "fence.proxy.async.shared::cta"
-    assert steps[1:] == one_box * boxes * 2 + ["cp.async.bulk.wait_group 0"]
+    # the first fence is the barrier initialisation's (with cp.async loads, the main loop's
+    # fence after each full-barrier wait follows); the last wait before the kernel ends
+    head = 2 if s.load == "cp_async" else 1
+    assert steps[:head] == ["fence.proxy.async.shared::cta"] * head
+    assert steps[head:] == one_box * boxes * 2 + ["cp.async.bulk.wait_group 0"]
     # the stores' offsets: per column block j the XOR constant (j % 8) * 16, then rows h = 0, 1
     # at slot (j // 8) % slots x 8 KB + h x 1 KB (tiling.staged_offset)
     pairs = re.findall(

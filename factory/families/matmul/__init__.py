@@ -55,7 +55,8 @@ LEGEND = (
     "wgmma 128x256x64 s4 c2 pers g8: the tensor-core kind, the CTA's output tile (rows x columns "
     "x k per stage), s = shared-memory stages in the load ring, c = consumer warpgroups, pers = "
     "persistent CTAs walking tiles in groups of g tile rows (L2 reuse); cl = cluster shape, "
-    "sk = split-K"
+    "sk = split-K, ts = epilogue staged and stored by TMA (columns), cpa = A and B loaded by "
+    "cp.async chunks instead of TMA boxes"
 )
 
 
@@ -103,7 +104,7 @@ def moves(schedule) -> list:
             )
     out.append(
         (
-            {"cluster_m": 1 if s.cluster_m == 2 else 2, "tma_store": 0},
+            {"cluster_m": 1 if s.cluster_m == 2 else 2, "tma_store": 0, "load": "tma"},
             "B multicast to a 2x1 cluster",
         )
     )
@@ -122,6 +123,16 @@ def moves(schedule) -> list:
         )
     else:
         out.append(({"split_k": 1, "persistent": True}, "one CTA per tile's whole K"))
+    if getattr(s, "load", None) is not None:
+        if s.load == "cp_async":
+            out.append(({"load": "tma"}, "A and B loaded by TMA boxes"))
+        else:
+            out.append(
+                (
+                    {"load": "cp_async", "cluster_m": 1},
+                    "A and B loaded by the producer warpgroup's cp.async chunks (K % 64 != 0)",
+                )
+            )
     if s.tma_store:
         out.append(({"tma_store": 0}, "epilogue stored from registers"))
     else:

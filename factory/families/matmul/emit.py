@@ -252,6 +252,10 @@ class _Kernel(HopperKernel):
         self.ts_slots = s.tma_store // (128 // self.ts_elem)
         if self.ts_slots:
             self.entry += f"_ts{s.tma_store}"
+        # cp.async loads by the whole producer warpgroup (see producer_cp_async)
+        self.cpa = s.load == "cp_async"
+        if self.cpa:
+            self.entry += "_cpa"
 
     # ---- helpers (op, r32, r64, pred, wait, advance, ...: HopperKernel) -------------------
     def tile_coords(self, t: str) -> tuple[str, str]:
@@ -289,9 +293,15 @@ class _Kernel(HopperKernel):
         maps = [("a_map", ir.a.name, s.tile_m, rows_expr(ir)), ("b_map", ir.b.name, b_box, ir.n)]
         if self.two:
             maps.append(("b2_map", ir.b2.name, b_box, ir.n))
-        for pname, tensor, rows, outer in maps:
-            params.append(tmap_param(pname, tensor, (64, rows), (ir.k, outer)))
-            plist.append(f".param .align 64 .b8 {pname}[128]")
+        if self.cpa:
+            # cp.async loads: A, B (and B2) by their global addresses, no tensor maps
+            for _, tensor, _, _ in maps:
+                params.append(KernelParam("tensor", "u64", tensor))
+                plist.append(f".param .u64 src_{tensor}")
+        else:
+            for pname, tensor, rows, outer in maps:
+                params.append(tmap_param(pname, tensor, (64, rows), (ir.k, outer)))
+                plist.append(f".param .align 64 .b8 {pname}[128]")
         if self.ts_slots:
             # the output's map: boxes of 64 x 64 16-bit elements (128 bytes x 64 rows), stored
             # from the staging slots; an fp8 output is mapped as its bytes in 16-bit pairs (N / 2
@@ -375,9 +385,11 @@ class _Kernel(HopperKernel):
         releasers = 4 if self.pp else 4 * s.consumers  # warps that read each stage
         if self.cl:
             releasers *= 2  # a slot is refilled in both CTAs: both CTAs' readers release
+        # cp.async: each of the producer warpgroup's 128 threads arrives once per stage (noinc)
+        fills = 128 if self.cpa else 1
         inits = []
         for i in range(s.stages):
-            inits += [(f"%full+{8 * i}", 1), (f"%empty+{8 * i}", releasers)]
+            inits += [(f"%full+{8 * i}", fills), (f"%empty+{8 * i}", releasers)]
         self.init_barriers(inits)
         if self.cl:
             # both CTAs' barriers initialised before any multicast or remote arrive
@@ -392,7 +404,10 @@ class _Kernel(HopperKernel):
         pw = self.pred()
         self.op(f"setp.ne.u32 {pw}, %wg, 0")
         self.op(f"@{pw} bra {lab_cons}")
-        self.producer(lab_pexit, maps)
+        if self.cpa:
+            self.producer_cp_async(lab_pexit, maps)
+        else:
+            self.producer(lab_pexit, maps)
         if self.sk > 1:
             # producer threads pass the cluster barrier twice, as the consumers do (once when
             # the partial tiles are in shared memory, once when every CTA has read them)
@@ -535,6 +550,122 @@ class _Kernel(HopperKernel):
         self.op("add.u32 %tile, %tile, %ncta")
         self.op(f"bra {lab_tile}")
 
+    def producer_cp_async(self, lab_exit: str, maps) -> None:
+        """The producer warpgroup's 128 threads copy each k-block in 16-byte chunks (cp.async.cg,
+        L2 prefetch of 256 bytes) into the 128-byte swizzled layout the TMA would write. Thread t
+        takes chunk c = t % 8 (k elements 8c..8c+7 of each 64-k sub-block) of rows r0 + 16 i,
+        r0 = t / 8: its destination is swizzle128(r0, c) + 2048 i (rows r0 + 16 i share r0 % 8).
+        A chunk past M / N (rows_left <= 16 i) or past K (K - k0 <= 8c) is zero filled
+        (ignore-src; its address is not read). After its chunks of a stage, each thread arms the
+        stage's full barrier with cp.async.mbarrier.arrive.noinc (the barrier completes when
+        all 128 threads' copies have landed). tiling.cp_async_tile models the mapping."""
+        s, b = self.s, self.b
+        b.comment("producer warpgroup: give registers back, 128 threads issue cp.async chunks")
+        self.op(f"setmaxnreg.dec.sync.aligned.u32 {PRODUCER_REGS}")
+        # this thread's chunk, first row and swizzled destination offset in every tile
+        c, r0, dst = self.r32(), self.r32(), self.r32()
+        self.op(f"and.b32 {c}, %tx, 7")
+        self.op(f"shr.u32 {r0}, %tx, 3")
+        x = self.r32()
+        self.op(f"and.b32 {x}, {r0}, 7")
+        self.op(f"xor.b32 {x}, {x}, {c}")
+        self.op(f"shl.b32 {x}, {x}, 4")
+        self.op(f"mad.lo.u32 {dst}, {r0}, 128, {x}")
+        c8 = self.r32()
+        self.op(f"shl.b32 {c8}, {c}, 3")  # the chunk's first k element within a sub-block
+        # row pitch (2 K bytes) and the 16-row step (32 K bytes), 64-bit
+        pitch, step = self.r32(), self.r64()
+        self.op(f"shl.b32 {pitch}, %K, 1")
+        self.op(f"mul.wide.u32 {step}, {pitch}, 16")
+        # each operand's address of this thread's chunk in row 0, k 0: base + 16 c
+        c16 = self.r64()
+        self.op(f"mul.wide.u32 {c16}, {c}, 16")
+        bases = []
+        for _, tensor, _, _ in maps:
+            g = self._ptr(f"src_{tensor}")
+            self.op(f"add.u64 {g}, {g}, {c16}")
+            bases.append(g)
+        lab_tile, lab_k, lab_kdone = b.new_label("ptile"), b.new_label("pk"), b.new_label("pkd")
+        lab_pdone = b.new_label("pdone")
+        self.op("mov.u32 %tile, %cta")
+        pt = self.pred()
+        b.label(lab_tile)
+        self.op(f"setp.ge.u32 {pt}, %tile, %tiles")
+        self.op(f"@{pt} bra {lab_pdone}")
+        tm, tn = self.tile_coords("%tile")
+        # per operand: (address of row r0's chunk at k 0, rows left from row r0 (signed),
+        # chunk rows per thread, byte offset of the operand in a stage's sub-block)
+        ops_ = []
+        b_off = 0
+        for (pname, _, rows, _), g in zip(maps, bases, strict=True):
+            first, left, ptr, w = self.r32(), self.r32(), self.r64(), self.r64()
+            if pname == "a_map":
+                self.op(f"mul.lo.u32 {first}, {tm}, {s.tile_m}")
+                limit = "%M"
+            else:
+                self.op(f"mul.lo.u32 {first}, {tn}, {s.tile_n}")
+                limit = "%N"
+            self.op(f"add.u32 {first}, {first}, {r0}")
+            self.op(f"sub.s32 {left}, {limit}, {first}")
+            self.op(f"mul.wide.u32 {w}, {first}, {pitch}")
+            self.op(f"add.u64 {ptr}, {g}, {w}")
+            if pname == "a_map":
+                ops_.append((ptr, left, rows // 16, "a", 0))
+            else:
+                ops_.append((ptr, left, rows // 16, "b", b_off))
+                b_off += rows * 128
+        self.op("mov.u32 %kb, %kb0")
+        b.label(lab_k)
+        pk = self.pred()
+        self.op(f"setp.ge.u32 {pk}, %kb, %kb1")
+        self.op(f"@{pk} bra {lab_kdone}")
+        full = self.claim_slot()
+        kc, kl = self.r32(), self.r32()
+        self.op(f"shl.b32 {kc}, %kb, {s.tile_k.bit_length() - 1}")
+        self.op(f"sub.s32 {kl}, %K, {kc}")  # k elements left from the k-block's start
+        kbytes = self.r64()
+        self.op(f"mul.wide.u32 {kbytes}, {kc}, 2")
+        da, db = self.r32(), self.r32()
+        self.op(f"mad.lo.u32 {da}, %stage, {self.a_bytes}, %base")
+        self.op(f"add.u32 {da}, {da}, {dst}")
+        self.op(f"mad.lo.u32 {db}, %stage, {self.b_bytes}, %sb")
+        self.op(f"add.u32 {db}, {db}, {dst}")
+        cp = "cp.async.cg.shared.global.L2::256B"
+        for sub in range(self.subs):
+            # past K: this chunk of the sub-block (k0 + 64 sub + 8c >= K), for every row
+            nok = self.pred()
+            if sub:
+                kls = self.r32()
+                self.op(f"sub.s32 {kls}, {kl}, {64 * sub}")
+            else:
+                kls = kl
+            self.op(f"setp.le.s32 {nok}, {kls}, {c8}")
+            for ptr, left, n_i, which, off in ops_:
+                dbase = da if which == "a" else db
+                sub_bytes = self.a_sub if which == "a" else self.b_sub
+                q = self.r64()
+                self.op(f"add.u64 {q}, {ptr}, {kbytes}")
+                if sub:
+                    self.op(f"add.u64 {q}, {q}, {128 * sub}")
+                for i in range(n_i):
+                    if i:
+                        self.op(f"add.u64 {q}, {q}, {step}")
+                    ign = self.pred()
+                    self.op(f"setp.le.or.s32 {ign}, {left}, {16 * i}, {nok}")
+                    d_off = sub * sub_bytes + off + 2048 * i
+                    self.op(f"{cp} [{dbase}+{d_off}], [{q}], 16, {ign}")
+        self.op(f"cp.async.mbarrier.arrive.noinc.shared::cta.b64 [{full}]")
+        self.advance()
+        self.op("add.u32 %kb, %kb, 1")
+        self.op(f"bra {lab_k}")
+        b.label(lab_kdone)
+        self.op("add.u32 %tile, %tile, %ncta")
+        self.op(f"bra {lab_tile}")
+        b.label(lab_pdone)
+        # no thread leaves with copies in flight
+        self.op("cp.async.wait_all")
+        self.op(f"bra {lab_exit}")
+
     # ---- consumers -----------------------------------------------------------------------
     def release(self, eaddr: str, pred: str) -> None:
         """Lane 0 of each consumer warp frees a ring slot: its empty barrier here and, with a
@@ -619,6 +750,10 @@ class _Kernel(HopperKernel):
         self.op(f"shl.b32 {off}, %stage, 3")
         self.op(f"add.u32 {full}, %full, {off}")
         self.wait(full, "%phase")
+        if self.cpa:
+            # the cp.async chunks are generic-proxy writes, acquired through the full barrier;
+            # wgmma reads shared memory through the async proxy
+            self.op("fence.proxy.async.shared::cta")
         # descriptors of this stage: stage * bytes / 16 added to the start address field
         sa, sbb = self.r64(), self.r64()
         t32 = self.r32()

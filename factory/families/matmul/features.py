@@ -30,6 +30,10 @@ EPILOGUE_BYTES_PER_US_PER_SM = 8000.0
 # split-K: a CTA stores its fp32 partial tile to shared memory and reads its share of the
 # others' over distributed shared memory; bytes per microsecond per SM, a guess (not measured).
 DSMEM_BYTES_PER_US_PER_SM = 50000.0
+# TMA loads of rows whose pitch (2 K bytes) is not a multiple of 128: each 128-byte box row spans
+# two 128-byte lines; the 128x256 staged kernel ran at 0.586x cuBLAS at 3072x5120x2056 against
+# 0.961x at K = 2048 (H100, lab/matmul/NOTES.md): a k-block takes about 1.6x as long.
+UNALIGNED_TMA_SLOWDOWN = 1.6
 SMEM_PER_SM = DEVICE.smem_per_sm_bytes
 REGS_PER_SM = DEVICE.registers_per_sm
 
@@ -48,6 +52,7 @@ FEATURE_FIELDS = (
     "split_k",
     "pingpong",
     "tma_store",
+    "load",
     "problem",
 )
 
@@ -136,6 +141,8 @@ def estimate(schedule: dict, rows: int, n: int, k: int, nb: int = 1, out_bytes: 
     kb_bytes = (tm + tn * nb / cluster_m) * tk * 2
     t_load = kb_bytes / (L2_BYTES_PER_US / SMS)
     t_kb = max(t_mma, t_load, TMA_LATENCY_US / (stages - 1))
+    if (2 * k) % 128 and schedule.get("load", "tma") == "tma":
+        t_kb *= UNALIGNED_TMA_SLOWDOWN
     epi = tm * tn * out_bytes / EPILOGUE_BYTES_PER_US_PER_SM
     if pingpong:  # one consumer's epilogue runs beside the other's main loop
         epi *= 0.2

@@ -24,6 +24,17 @@ summed through distributed shared memory in a fixed rank order (deterministic) a
 applies the epilogue to its share of the tile's columns. One tile per CTA (not persistent): the
 ring, idle at the tile's end, holds the partial.
 
+Loads (`load`): "tma" (above: one producer thread issues a TMA box per operand and k-block) or
+"cp_async": the whole producer warpgroup (128 threads) copies each k-block in 16-byte chunks with
+`cp.async.cg` straight into the same 128-byte swizzled layout (zero fill past M, N and K), and
+each thread signals the stage's full mbarrier with `cp.async.mbarrier.arrive.noinc` (the barrier
+counts 128 arrivals, no transaction bytes). For K not a multiple of 64 (a row pitch of 2 K bytes
+that is not a multiple of 128) every 128-byte TMA box row spans two 128-byte lines, and the TMA
+kernel ran at 0.59-0.61x cuBLAS on an H100 (lab/matmul/NOTES.md); the chunk copies do not depend
+on the rows' alignment (only on 16-byte rows: K % 8 == 0). The consumers read the same layout
+with the same descriptors, after a proxy fence (the copies are generic-proxy writes, wgmma reads
+through the async proxy).
+
 The "mma_sync" kind is reserved for the fallback (mma.sync + cp.async); it is not emitted yet and
 `is_valid` refuses it.
 """
@@ -63,6 +74,10 @@ TMA_STORE_FP8_VERIFIED = True
 # so not among space.OPTIONS.
 WIDE_K_VERIFIED = True
 SPLIT_KS = (1, 2, 4)
+LOADS = ("tma", "cp_async")
+# The cp.async load path (GemmSchedule.load = "cp_async"): emitted and compiled here, not yet run
+# on a GPU (lab/matmul/unaligned_run.sh checks and times it); refused until then.
+CP_ASYNC_VERIFIED = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,9 @@ class GemmSchedule:
     # consumer warpgroup's staging buffer in shared memory (a multiple of 64): the epilogue writes
     # its rows there in boxes of 64 x 64 and one thread stores each box by TMA (see emit.py)
     tma_store: int = 0
+    # how the k-blocks of A and B reach shared memory: "tma" (one thread, TMA boxes) or
+    # "cp_async" (the producer warpgroup's 16-byte cp.async chunks; for K % 64 != 0)
+    load: str = "tma"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -110,6 +128,8 @@ class GemmSchedule:
             parts.append(f"sk{self.split_k}")
         if self.tma_store:
             parts.append(f"ts{self.tma_store}")
+        if self.load != "tma":
+            parts.append("cpa")
         return " ".join(parts)
 
     # Derived quantities the emitter uses.
@@ -187,6 +207,13 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
         return "; ".join(probs)
     if s.kind != "wgmma":
         return f"kind {s.kind!r} is not emitted yet (only wgmma)"
+    if s.load not in LOADS:
+        return f"load must be one of {LOADS}"
+    if s.load == "cp_async":
+        if s.cluster_m != 1:
+            return "cp_async loads are not emitted with a 2x1 cluster (B is multicast by TMA)"
+        if not CP_ASYNC_VERIFIED:
+            return "the cp.async load path is emitted but not yet verified on a GPU"
     if s.tile_k not in (64, 128):
         return "tile_k must be 64 or 128 (one or two 128-byte swizzle rows of bf16/fp16)"
     if s.tile_k == 128:

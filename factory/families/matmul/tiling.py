@@ -418,3 +418,60 @@ def simulate_tma_store(
         engine_reads_oldest()
     assert (stored == 1).all(), "an output element stored other than once"
     return out, most
+
+
+# ---- cp.async loads (schedule load = "cp_async") ------------------------------------------------
+
+PRODUCER_THREADS = 128
+
+
+def cp_async_thread(t: int) -> tuple[int, int, int]:
+    """(first row r0, chunk c, destination byte offset) of producer thread t (0..127) under the
+    cp.async load path: it copies chunk c = t % 8 (16 bytes, k elements 8c..8c+7 of a 64-k
+    sub-block) of rows r0 + 16 i, r0 = t // 8, to dst + 2048 i, dst = r0 * 128 + (c ^ r0 % 8)
+    * 16 (rows 16 apart share r0 % 8, so only the row term moves)."""
+    r0, c = t // 8, t % 8
+    return r0, c, r0 * 128 + ((c ^ (r0 % 8)) * 16)
+
+
+def cp_async_tile(src, row0: int, k0: int, rows: int):
+    """The shared-memory tile (rows x 64 elements, as a flat array in 16-bit element units) the
+    producer warpgroup's chunks write for rows row0.. of `src` (R x K, row-major) at k0.., with
+    the emitter's predicate per chunk: ignore the source (zero fill) when rows_left <= 16 i
+    (rows_left = R - (row0 + r0), signed) or K - k0 <= 8c. AssertionError if a byte of the tile
+    is written other than once."""
+    import numpy as np
+
+    n_rows, k = src.shape
+    tile = np.full(rows * 64, np.nan)
+    written = np.zeros(rows * 64, dtype=int)
+    for t in range(PRODUCER_THREADS):
+        r0, c, dst = cp_async_thread(t)
+        left = n_rows - (row0 + r0)
+        past_k = k - k0 <= 8 * c
+        for i in range(rows // 16):
+            off = (dst + 2048 * i) // 2
+            if left <= 16 * i or past_k:
+                tile[off : off + 8] = 0.0
+            else:
+                g = row0 + r0 + 16 * i
+                tile[off : off + 8] = src[g, k0 + 8 * c : k0 + 8 * c + 8]
+            written[off : off + 8] += 1
+    assert (written == 1).all(), "a tile element written other than once"
+    return tile
+
+
+def tma_tile(src, row0: int, k0: int, rows: int):
+    """The same tile as the TMA writes it: the box rows x 64 at (row0, k0), zero past the
+    tensor, each 16-byte chunk c of row r at swizzle128(r, c)."""
+    import numpy as np
+
+    box = np.zeros((rows, 64))
+    blk = src[row0 : row0 + rows, k0 : k0 + 64]
+    box[: blk.shape[0], : blk.shape[1]] = blk
+    tile = np.full(rows * 64, np.nan)
+    for r in range(rows):
+        for c in range(8):
+            off = swizzle128(r, c) // 2
+            tile[off : off + 8] = box[r, 8 * c : 8 * c + 8]
+    return tile
