@@ -163,3 +163,132 @@ def test_document_ptx_has_both_paths_and_compiles_without_spills(causal, d):
         assert "%tpa" in e.ptx and "setp.neu.and.f32" in e.ptx and "%full+" in e.ptx
         assert e.ptx.count("// softmax (masked tile)") == e.ptx.count("// softmax\n")
         _compile_clean(e, ir, s)
+
+
+# ---- ALiBi: one-sided tiles build the bias from one value a row ----------------------------
+
+
+def test_alibi_is_recognised_in_its_forms_only():
+    from factory.spec import expr as E
+
+    for v in ("plain", "softcap", "window", "document"):
+        assert I.alibi_of(I.lower(workload(v, False)).score) is None
+    k, coef = I.alibi_of(I.lower(workload("alibi", True)).score)
+    assert k == 1.0 and isinstance(coef, E.Gather) and coef.x.name == "slope"
+    from factory.spec.attention import PLACEHOLDERS
+
+    s_, i_, j_ = (PLACEHOLDERS[n] for n in "sij")
+    ab = E.Unary("abs", E.Binary("sub", j_, i_, ()), ())
+    c = E.Const(0.5)
+    assert I.alibi_of(
+        E.Binary("sub", E.Binary("mul", s_, E.Const(2.0), ()), E.Binary("mul", ab, c, ()), ())
+    ) == (2.0, c)
+    # abs(i - 2 j), abs(i - j + 1), a coefficient reading i: the per-element form
+    bad = [
+        E.Unary("abs", E.Binary("sub", i_, E.Binary("mul", j_, E.Const(2.0), ()), ()), ()),
+        E.Unary("abs", E.Binary("add", E.Binary("sub", i_, j_, ()), E.Const(1.0), ()), ()),
+    ]
+    for x in bad:
+        assert I.alibi_of(E.Binary("sub", s_, E.Binary("mul", c, x, ()), ())) is None
+    assert I.alibi_of(E.Binary("sub", s_, E.Binary("mul", i_, ab, ()), ())) is None
+
+
+def test_the_incremental_bias_stays_within_its_stated_error_bound():
+    rng = np.random.default_rng(9)
+    worst = 0.0
+    for _ in range(300):
+        coef = float(np.float32(rng.uniform(0.001, 0.1)))
+        bn = int(rng.choice([64, 128, 176]))
+        side = int(rng.choice([1, -1]))
+        i = np.arange(int(rng.integers(0, 16384)), 0, -1)[:16]
+        if side > 0:
+            j0 = int(rng.integers(0, max(1, i.min() - bn + 2)))
+            j0 = min(j0, i.min() - bn + 1)
+        else:
+            j0 = int(rng.integers(i.max(), 16384 + 1))
+        if j0 < 0:
+            continue
+        j = j0 + np.arange(bn)
+        exact = -coef * np.abs(i[:, None] - j[None, :]) * T.LOG2E
+        got = T.alibi_bias(coef, side, i, j0, bn).astype(np.float64)
+        c = coef * T.LOG2E
+        bound = 2.0**-24 * (4 * np.abs(exact) + c * bn) + 1e-30
+        assert (np.abs(got - exact) <= bound).all()
+        worst = max(worst, float((np.abs(got - exact) / bound).max()))
+    assert worst > 0.05  # the bound is not vacuous
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bm, bn", [(128, 128), (128, 64), (64, 64)])
+def test_the_model_with_one_sided_alibi_tiles_matches_the_reference(causal, bm, bn):
+    shape = {"B": 1, "H": 2, "HKV": 1, "S": 700}
+    w = workload("alibi", causal, 64, shape)
+    ir = I.lower(w)
+    dims = w.shapes[0]
+    x = random_inputs(w, dims, seed=4)
+    x["slope"] = np.array([0.004, 0.0625], np.float32)
+    ref = reference(w, x, dims)
+    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    extra = {e.name: _f64(w, x, e.name) for e in ir.extra}
+    score_fn, mask_fn = T.ir_functions(ir)
+    stats = {}
+    out, lse, _ = T.simulate(
+        ir,
+        bm,
+        bn,
+        q,
+        k,
+        v,
+        extra,
+        score_fn=lambda s, i, j, h, b: score_fn(s, i, j, h, b, extra),
+        mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra),
+        stats=stats,
+    )
+    err = np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"])
+    assert err < 5e-3, err
+    np.testing.assert_allclose(lse, ref["lse"], atol=1e-4, rtol=1e-4)
+    assert stats["alibi_sided"] > 0
+
+
+def test_the_model_catches_a_diagonal_tile_taken_as_one_sided(monkeypatch):
+    shape = {"B": 1, "H": 2, "HKV": 1, "S": 400}
+    w = workload("alibi", False, 64, shape)
+    ir = I.lower(w)
+    dims = w.shapes[0]
+    x = random_inputs(w, dims, seed=4)
+    x["slope"] = np.array([0.05, 0.1], np.float32)
+    ref = reference(w, x, dims)["o"]
+    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    extra = {e.name: _f64(w, x, e.name) for e in ir.extra}
+    score_fn, mask_fn = T.ir_functions(ir)
+    good = T.alibi_side
+    monkeypatch.setattr(T, "alibi_side", lambda i0, r, j0, bn: good(i0, r, j0, bn) or 1)
+    out, _, _ = T.simulate(
+        ir,
+        64,
+        64,
+        q,
+        k,
+        v,
+        extra,
+        score_fn=lambda s, i, j, h, b: score_fn(s, i, j, h, b, extra),
+        mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra),
+    )
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) > 0.02
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("d", [64, 128])
+def test_alibi_ptx_has_the_one_sided_paths_and_compiles_without_spills(causal, d):
+    from factory.families.attention.emit import emit
+
+    w = workload("alibi", causal, d)
+    fam, ir = families.family_for(w)
+    scheds = fam.space(ir, list(w.shapes))[::5]
+    stages = 2 if d == 128 else 3
+    scheds.append(S.AttentionSchedule(128, 128, stages, overlap=True, pingpong=True))
+    for s in scheds:
+        e = emit(ir, s)
+        assert "(ALiBi, keys before the rows)" in e.ptx
+        assert ("(ALiBi, keys after the rows)" in e.ptx) == (not causal)
+        _compile_clean(e, ir, s)

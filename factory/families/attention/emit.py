@@ -45,7 +45,7 @@ from __future__ import annotations
 from factory.emit.hopper import TMA_LOAD, WGMMA_TYPE, HopperKernel, ptx_head
 from factory.emit.ptx import LOG2E, Builder, EmitError, f32_literal
 from factory.emit.types import Emitted
-from factory.families.attention.ir import AttentionIR
+from factory.families.attention.ir import AttentionIR, alibi_of
 from factory.families.attention.schedule import (
     PRODUCER_REGS,
     AttentionSchedule,
@@ -232,6 +232,8 @@ class _Kernel(HopperKernel):
         }
         # with only id matches as elementwise terms, tiles flagged by id_scan skip the compare
         self.id_pure = id_pure_path(ir)
+        # k * s - coef * abs(i - j): one-sided tiles build the bias from one value a row
+        self.alibi = alibi_of(ir.score)
         self.masked_always = bool(ir.elementwise) and not self.id_pure
 
     def _reads(self) -> set[str]:
@@ -879,13 +881,44 @@ class _Kernel(HopperKernel):
                     self.op(f"setp.ge.and.u32 {pfull}, %t, {ta}, {pfull}")
                     self.op(f"setp.lt.and.u32 {pfull}, %t, {tb}, {pfull}")
                 self.op(f"@!{pfull} bra {lab_masked}")
+                sides = []
+                for side in self.alibi_sides():
+                    lab_side, ps = b.new_label("alibi"), self.pred()
+                    if side > 0:  # j0 + bn - 1 <= i0: every key at or before every row
+                        u = self.r32()
+                        self.op(f"add.u32 {u}, %j0, {self.s.block_n - 1}")
+                        self.op(f"setp.le.u32 {ps}, {u}, %i0")
+                    else:  # j0 >= i0 + bm - 1: every key at or after every row
+                        u = self.r32()
+                        self.op(f"add.u32 {u}, %i0, {self.s.block_m - 1}")
+                        self.op(f"setp.ge.u32 {ps}, %j0, {u}")
+                    self.op(f"@{ps} bra {lab_side}")
+                    sides.append((side, lab_side))
                 self.softmax(rows, colb, masked=False, defer=defer, fast_tanh=fast)
                 self.op(f"bra {lab_join}")
+                for side, lab_side in sides:
+                    b.label(lab_side)
+                    self.softmax(rows, colb, masked=False, defer=defer, side=side)
+                    self.op(f"bra {lab_join}")
             b.label(lab_masked)
             self.softmax(rows, colb, masked=True, defer=defer, fast_tanh=fast)
             b.label(lab_join)
         if bound is not None:
             b.label(lab_end)
+
+    def alibi_sides(self) -> list[int]:
+        """The one-sided ALiBi paths an unmasked tile can take under the band: 1 (keys before
+        the rows) unless the band's lower edge forbids a full tile there, -1 likewise (a causal
+        band has no full tile after the diagonal)."""
+        if self.alibi is None:
+            return []
+        ir, reach = self.ir, self.s.block_m + self.s.block_n - 2
+        out = []
+        if ir.band_lo is None or ir.band_lo <= -reach:
+            out.append(1)
+        if ir.band_hi is None or ir.band_hi >= reach:
+            out.append(-1)
+        return out
 
     def fast_tanh_bound(self) -> float | None:
         """With `poly_tanh`, the bound on |S| (the raw products) under which every tanh of the
@@ -1076,8 +1109,45 @@ class _Kernel(HopperKernel):
             isinstance(n, E.Input) and n.name == "s" for t in self.ir.mask for n in E.walk(t)
         )
 
+    def alibi_biases(self, rows, colb: str, side: int) -> dict[int, str]:
+        """The base-2 ALiBi bias of every score of a one-sided tile (tiling.alibi_bias, the
+        same arithmetic): c = side * coef * log2 e, per row b0 = c * (j0 + colb - i), then at
+        column j0 + colb + n (n = 8 jj + e) fma(c, n, b0). Keyed by the S register index."""
+        ev = _Score(self.b, None, True)
+        out: dict[int, str] = {}
+        for h, r in enumerate(rows):
+            env = {"h": self.fh, "i": self.fi[f"i{h}"]}
+            c = self.f32()
+            if isinstance(self.alibi[1], E.Const):
+                self.op(f"mov.f32 {c}, {f32_literal(side * self.alibi[1].value * LOG2E)}")
+            else:
+                coef = ev.value(self.alibi[1], env, dict(self.row_vals[h]))
+                lit = f32_literal(LOG2E if side > 0 else -LOG2E)
+                self.op(f"mul.f32 {c}, {coef}, {lit}")
+            d, fd, b0 = self.r32(), self.f32(), self.f32()
+            self.op(f"add.u32 {d}, %j0, {colb}")
+            self.op(f"sub.u32 {d}, {d}, {r}")
+            self.op(f"cvt.rn.f32.s32 {fd}, {d}")
+            self.op(f"mul.f32 {b0}, {c}, {fd}")
+            for jj in range(self.s.block_n // 8):
+                for e in range(2):
+                    n = 8 * jj + e
+                    if n == 0:
+                        out[4 * jj + 2 * h + e] = b0
+                        continue
+                    bv = self.f32()
+                    self.op(f"fma.rn.f32 {bv}, {c}, {f32_literal(float(n))}, {b0}")
+                    out[4 * jj + 2 * h + e] = bv
+        return out
+
     def softmax(
-        self, rows, colb: str, masked: bool, defer: bool = False, fast_tanh: bool = False
+        self,
+        rows,
+        colb: str,
+        masked: bool,
+        defer: bool = False,
+        fast_tanh: bool = False,
+        side: int = 0,
     ) -> None:
         """x = score * log2(e) (masked: -inf where a term fails or j >= Skv), the row max over
         the 4 lanes, rescale O and l, P = 2^(x - m) packed to 16-bit pairs. Without a score
@@ -1086,14 +1156,18 @@ class _Kernel(HopperKernel):
         factor keeps the order), and 2^(x - m) is ex2(fma(s, scale log2 e, -m)): one
         operation a score fewer."""
         ir, s, b = self.ir, self.s, self.b
-        b.comment("softmax" + (" (masked tile)" if masked else ""))
+        b.comment(
+            "softmax"
+            + (" (masked tile)" if masked else "")
+            + (f" (ALiBi, keys {'before' if side > 0 else 'after'} the rows)" if side else "")
+        )
         ev = _Score(b, None, True)
         ev.fast_tanh = fast_tanh
         scale_l2 = ir.scale * LOG2E
         # an unmasked tile loads only the per-key inputs the score reads (a document id
         # read by the mask alone is not loaded there)
         cols = self.col_inputs if masked else [c for c in self.col_inputs if c[2] in self.in_score]
-        need_j = masked or "j" in self.score_reads or cols
+        need_j = (masked or "j" in self.score_reads or cols) and not side
         ninf = self.f32()
         self.op(f"mov.f32 {ninf}, 0fFF800000")
         colv: dict[int, tuple[str, str | None, dict]] = {}
@@ -1121,13 +1195,19 @@ class _Kernel(HopperKernel):
                 colv[2 * jj + e] = (fj, pin, gath)
         xs: dict[int, str] = {}
         raw = ir.score is None and ir.scale > 0 and not self.mask_reads_s()
+        if side:
+            bias = self.alibi_biases(rows, colb, side)
+            kl2 = f32_literal(self.alibi[0] * ir.scale * LOG2E)
         for h in range(2):
             for jj in range(s.block_n // 8):
                 for e in range(2):
                     idx = 4 * jj + 2 * h + e
                     fj, pin, gath = colv[2 * jj + e]
                     acc = f"%sa{idx}"
-                    if raw:
+                    if side:
+                        x = self.f32()
+                        self.op(f"fma.rn.f32 {x}, {acc}, {kl2}, {bias[idx]}")
+                    elif raw:
                         x = acc
                         if masked:
                             keep = pin

@@ -223,3 +223,53 @@ def lower(workload) -> AttentionIR:
 
 def dim_value(d: str | int, dims: dict) -> int:
     return int(dims[d]) if isinstance(d, str) else int(d)
+
+
+def _s_coef(node: E.Node) -> float | None:
+    """k where `node` is k * s (s, -s, s * c, c * s, s / c), else None."""
+    if isinstance(node, E.Input) and node.name == "s":
+        return 1.0
+    if isinstance(node, E.Unary) and node.op == "neg":
+        k = _s_coef(node.x)
+        return None if k is None else -k
+    if isinstance(node, E.Binary) and node.op in ("mul", "div"):
+        a, c = node.a, node.b
+        if node.op == "mul" and isinstance(a, E.Const):
+            a, c = c, a
+        if isinstance(c, E.Const) and c.value != 0:
+            k = _s_coef(a)
+            if k is not None:
+                return k * c.value if node.op == "mul" else k / c.value
+    return None
+
+
+def _reads_ijs(node: E.Node) -> bool:
+    return any(
+        isinstance(n, E.Input)
+        and n.name in ("s", "i", "j")
+        or isinstance(n, E.Gather)
+        and getattr(n.idx, "name", None) in ("i", "j")
+        for n in E.walk(node)
+    )
+
+
+def alibi_of(score: E.Node | None) -> tuple[float, E.Node] | None:
+    """(k, coef) when `score` is k * s - coef * abs(i - j) (abs(j - i), the product either way
+    round), coef reading neither s, i nor j (slope[h], a constant): an ALiBi bias, linear in j
+    on either side of the diagonal, which the kernel builds from one value a row per tile
+    (emit.softmax's `side`). None for any other score."""
+    if not (isinstance(score, E.Binary) and score.op == "sub"):
+        return None
+    k = _s_coef(score.a)
+    prod = score.b
+    if k is None or not (isinstance(prod, E.Binary) and prod.op == "mul"):
+        return None
+    for coef, ab in ((prod.a, prod.b), (prod.b, prod.a)):
+        if not (isinstance(ab, E.Unary) and ab.op == "abs"):
+            continue
+        lin = _linear(ab.x)
+        if lin is None or lin[2] != 0 or {lin[0], lin[1]} != {1.0, -1.0}:
+            continue
+        if not _reads_ijs(coef):
+            return k, coef
+    return None

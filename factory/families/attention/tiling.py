@@ -116,6 +116,42 @@ def tile_is_full(
     return True
 
 
+def alibi_side(i0: int, rows: int, j0: int, bn: int) -> int:
+    """1 when every key of the tile is at or before every row (j <= i: abs(i - j) = i - j), -1
+    when at or after (j >= i), 0 for a tile the diagonal crosses (the per-element form)."""
+    if j0 + bn - 1 <= i0:
+        return 1
+    if j0 >= i0 + rows - 1:
+        return -1
+    return 0
+
+
+def _f32(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64).astype(np.float32)
+
+
+def _fma(a, b, c) -> np.ndarray:
+    """fp32 fma: the product and sum in float64 (exact for these operands), rounded once."""
+    return _f32(np.float64(1) * np.asarray(a, np.float64) * np.asarray(b, np.float64) + c)
+
+
+def alibi_bias(coef: float, side: int, i: np.ndarray, j0: int, bn: int) -> np.ndarray:
+    """The kernel's base-2 ALiBi bias -coef * abs(i - j) * log2 e on a one-sided tile (rows i,
+    keys j0 .. j0 + bn - 1), built as emit.softmax(side=...) does: c = side * fl(coef * log2 e),
+    per row and thread column base cb (0, 2, 4, 6: the thread's first column in each group of
+    8) b0 = fl(c * (j0 + cb - i)), then at column j0 + cb + n (n = 8 jj + e) fma(c, n, b0): one
+    fma a score, no accumulated rounding. Its error against the exact value B is at most
+    2^-24 (4 |B| + |c| bn) to first order (c: 2 roundings, b0: one of |c (j0 + cb - i)| <= |B|
+    + |c| bn, the fma: one of |b|); the per-element form's is about 3 * 2^-24 |B|."""
+    c = _f32(_f32(coef) * np.float32(LOG2E)) * np.float32(side)
+    jr = np.arange(bn)
+    cb = (jr % 8) // 2 * 2
+    n = jr - cb
+    d0 = (j0 + cb)[None, :] - np.asarray(i, np.int64).reshape(-1, 1)
+    b0 = _f32(np.float64(c) * d0)
+    return np.where(n[None, :] == 0, b0, _fma(c, n[None, :], b0))
+
+
 def query_tile_order(n_tiles: int, band_hi: int | None) -> list[int]:
     """The query tile CTA x takes: with a causal-like band the last tiles have the most keys,
     so they go first (the longest work starts in the first wave)."""
@@ -162,6 +198,16 @@ def simulate(
     if stats is not None:
         stats.setdefault("masked", 0)
         stats.setdefault("unmasked", 0)
+    from factory.families.attention.ir import alibi_of
+
+    alibi = alibi_of(ir.score)
+    if alibi is not None:
+        from factory.spec.attention import _eval_term
+
+        def coef_of(h, b):
+            env = {"s": 0.0, "i": 0.0, "j": 0.0, "h": np.float64(h)}
+            return float(np.asarray(_eval_term(alibi[1], env, extra, b, {})).reshape(-1)[0])
+
     bsz, hq, sq, d = q.shape
     hkv, skv = k.shape[1], k.shape[2]
     group = hq // hkv
@@ -203,6 +249,7 @@ def simulate(
                     ii, jj = rows[:, None].astype(np.float32), cols[None, :].astype(np.float32)
                     if score_fn is not None:
                         s = score_fn(s, ii, jj, h, b).astype(np.float32)
+                    x2 = None
                     full = tile_is_full(i0, block_m, j0, block_n, skv, ir.band_lo, ir.band_hi)
                     if id_pure_path(ir):  # every elementwise term an id match: its flag
                         full = full and all(pa <= t < pb for pa, pb in pure)
@@ -210,12 +257,22 @@ def simulate(
                         full = False
                     if stats is not None:
                         stats["unmasked" if full else "masked"] += 1
+                    side = alibi_side(i0, block_m, j0, block_n) if alibi else 0
+                    if full and side:
+                        # the one-sided ALiBi tile: x = fma(acc, k scale log2 e, bias)
+                        acc_s = (qq @ kk.T).astype(np.float32)
+                        kl2 = np.float32(alibi[0] * ir.scale * LOG2E)
+                        bias = alibi_bias(coef_of(h, b), side, rows, j0, block_n)
+                        x2 = _fma(acc_s, kl2, bias)
+                        if stats is not None:
+                            stats["alibi_sided"] = stats.get("alibi_sided", 0) + 1
                     if not full:
                         keep = cols[None, :] < skv
                         if mask_fn is not None:
                             keep = keep & mask_fn(ii, jj, h, b)
                         s = np.where(keep, s, -np.inf)
-                    x2 = s * np.float32(LOG2E)
+                    if x2 is None:
+                        x2 = s * np.float32(LOG2E)
                     m_new = np.maximum(m, x2.max(axis=1))
                     m_use = np.where(np.isfinite(m_new), m_new, 0.0).astype(np.float32)
                     alpha = np.exp2(m - m_use)
