@@ -657,6 +657,12 @@ def main():
         help="let is_valid pass the cp.async load path (to verify it)",
     )
     ap.add_argument(
+        "--allow-tma-store-fallback",
+        action="store_true",
+        help="emit the staged kernels with their register-store fallback for output rows that "
+        "are not a multiple of 16 bytes (schedule.TMA_STORE_FALLBACK_VERIFIED)",
+    )
+    ap.add_argument(
         "--dry-run",
         action="store_true",
         help="no GPU: check the plan's names, emit and compile (nvJitLink) each kernel, check "
@@ -669,6 +675,10 @@ def main():
         from factory.families.matmul import schedule as _schedule
 
         _schedule.CP_ASYNC_VERIFIED = True
+    if args.allow_tma_store_fallback:
+        from factory.families.matmul import schedule as _schedule
+
+        _schedule.TMA_STORE_FALLBACK_VERIFIED = True
     if args.allow_batch:
         from factory.families.matmul import schedule as _schedule
 

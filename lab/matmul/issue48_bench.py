@@ -221,6 +221,11 @@ def main():
         action="store_true",
         help="verify and time the cp.async load path beside TMA where K % 64 != 0",
     )
+    ap.add_argument(
+        "--allow-tma-store-fallback",
+        action="store_true",
+        help="staged kernels with their register-store fallback (held-out N % 8 != 0)",
+    )
     ap.add_argument("--extra", default="", help="more schedule names for every shape")
     ap.add_argument(
         "--compile-plain", action="store_true", help="max-autotune for the plain GEMM too"
@@ -243,6 +248,8 @@ def main():
         sched_mod.TMA_STORE_FP8_VERIFIED = True
     if args.allow_cp_async:
         sched_mod.CP_ASYNC_VERIFIED = True
+    if args.allow_tma_store_fallback:
+        sched_mod.TMA_STORE_FALLBACK_VERIFIED = True
     if args.dry_run:
         return dry_run(args)
     import torch

@@ -24,7 +24,9 @@ fence.proxy.async (generic writes made visible to the TMA's async proxy), a name
 the first thread issues the box's store (cp.async.bulk.tensor ... bulk_group, one commit per
 box). The TMA clips rows and columns past the output, so tail tiles store with no predicates.
 The first thread waits for all its stores before the kernel exits (tiling.simulate_tma_store
-models the protocol).
+models the protocol). With schedule.TMA_STORE_FALLBACK_VERIFIED the output map's rows are padded
+to 16 bytes (it encodes at any N) and each tile's epilogue checks N: output rows that are not a
+multiple of 16 bytes take the register-store epilogue instead (the map is not exact there).
 
 Shared memory, from a 1024-byte aligned base (the 128-byte swizzle repeats every 8 rows of 128
 bytes, and the wgmma descriptors assume that period starts on a 1024-byte boundary):
@@ -54,6 +56,7 @@ from dataclasses import dataclass
 from factory.emit import ops
 from factory.emit.hopper import TMA_LOAD, WGMMA_TYPE, HopperKernel, ptx_head
 from factory.emit.ptx import Builder, EmitError
+from factory.families.matmul import schedule as sched_mod
 from factory.families.matmul.ir import ACC, ACC2, SCALE_GROUP, GemmIR
 from factory.families.matmul.schedule import (
     NUM_SMS,
@@ -252,6 +255,9 @@ class _Kernel(HopperKernel):
         self.ts_slots = s.tma_store // (128 // self.ts_elem)
         if self.ts_slots:
             self.entry += f"_ts{s.tma_store}"
+        # staged kernels with a register-store fallback for output rows that are not a multiple
+        # of 16 bytes (schedule.TMA_STORE_FALLBACK_VERIFIED; read when the kernel is emitted)
+        self.ts_fallback = bool(self.ts_slots) and sched_mod.TMA_STORE_FALLBACK_VERIFIED
         # cp.async loads by the whole producer warpgroup (see producer_cp_async)
         self.cpa = s.load == "cp_async"
         if self.cpa:
@@ -308,6 +314,14 @@ class _Kernel(HopperKernel):
             # elements a row: one 128-byte box row = 128 fp8 columns), so its tensor map is
             # encoded with a 2-byte element type
             cols = ir.n if self.ts_elem == 2 else f"ceildiv({ir.n}, 2)"
+            if self.ts_fallback:
+                # rows padded to 16 bytes (ceildiv(N, 8) * 8 16-bit elements; fp8: ceildiv(N,
+                # 16) * 8 pairs), so that the map encodes at any N: where N * element bytes is a
+                # multiple of 16 that is N (N / 2 pairs) and the map is exact; elsewhere it is
+                # not, and the kernel does not use it (register stores, `epilogue`)
+                cols = (
+                    f"ceildiv({ir.n}, 8) * 8" if self.ts_elem == 2 else f"ceildiv({ir.n}, 16) * 8"
+                )
             params.append(tmap_param("c_map", ir.outputs[0].name, (64, 64), (cols, rows_expr(ir))))
             plist.append(".param .align 64 .b8 c_map[128]")
         for o in ir.outputs:
@@ -912,7 +926,31 @@ class _Kernel(HopperKernel):
     # ---- epilogue ------------------------------------------------------------------------
     def epilogue(self, tm: str, tn: str, frag_row: str, frag_col: str, js=None) -> None:
         """The fused epilogue of the accumulators' column blocks `js` (8 columns each; all of
-        the tile's when None)."""
+        the tile's when None). Staged (tma_store) with the fallback (self.ts_fallback): through
+        shared memory and the output's tensor map where the output's rows are a multiple of 16
+        bytes (N % 8 == 0 for a 16-bit output, N % 16 == 0 for fp8), else from registers as
+        without staging (the map, padded to encode at any N, is not exact there)."""
+        if not self.ts_fallback:
+            self._epilogue(tm, tn, frag_row, frag_col, js)
+            return
+        b = self.b
+        lab_reg, lab_done = b.new_label("ereg"), b.new_label("edone")
+        nmod, pok = self.r32(), self.pred()
+        self.op(f"and.b32 {nmod}, %N, {16 // self.ts_elem - 1}")
+        self.op(f"setp.ne.u32 {pok}, {nmod}, 0")
+        self.op(f"@{pok} bra {lab_reg}")
+        self._epilogue(tm, tn, frag_row, frag_col, js)
+        self.op(f"bra {lab_done}")
+        b.label(lab_reg)
+        b.comment("output rows not a multiple of 16 bytes: the epilogue stores from registers")
+        slots, self.ts_slots = self.ts_slots, 0
+        try:
+            self._epilogue(tm, tn, frag_row, frag_col, js)
+        finally:
+            self.ts_slots = slots
+        b.label(lab_done)
+
+    def _epilogue(self, tm: str, tn: str, frag_row: str, frag_col: str, js=None) -> None:
         s, b = self.s, self.b
         b.comment("epilogue: rows row0 (+8), columns col0 + 8j (+1) of the accumulators")
         if self.ts_slots:

@@ -69,6 +69,13 @@ TMA_STORE_VERIFIED = True
 # bench/results/2026-12-07-h100-matmul-2 (verify/: per-row and group-scaled fp8 staged at M, N
 # and K tails and one row; fused/: every staged kernel checked at 4096^3 and 8192^3).
 TMA_STORE_FP8_VERIFIED = True
+# The staged kernels' fallback for an N whose output rows are not a multiple of 16 bytes: with
+# this flag set the emitter pads the output map's rows to 16 bytes (so the GPU worker can encode
+# it at any N) and adds a register-store epilogue the kernel takes at such N (emit.py,
+# epilogue), and is_valid lets tma_store schedules serve such shapes. Compiled here (no spill,
+# no serialised wgmma), not yet run on a GPU: until then it is off, and the staged kernels are
+# emitted exactly as verified (gemm_bench --allow-tma-store-fallback turns it on).
+TMA_STORE_FALLBACK_VERIFIED = False
 # tile_k 128: a stage of two 64-k sub-blocks (256 contiguous bytes of each row of A and B per
 # stage), verified in the same run (verify/, skinny/, maxnreg/); no faster than tile_k 64 there,
 # so not among space.OPTIONS.
@@ -314,7 +321,7 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
             return "every dim must be >= 1"
         if k % 8:
             return "K must be a multiple of 8 (the TMA needs 16-byte row strides)"
-        if s.tma_store and (n * staged_bytes(ir)) % 16:
+        if s.tma_store and (n * staged_bytes(ir)) % 16 and not TMA_STORE_FALLBACK_VERIFIED:
             return "tma_store needs the output's rows a multiple of 16 bytes (its tensor map)"
         if max(m, n, k) >= 2**31:
             return "dims must be below 2**31"
