@@ -135,6 +135,8 @@ def make_kernel(gb, ir, compiled: dict):
 
     k = gb.Kernel.__new__(gb.Kernel)
     k.ir, k.s, k.em, k.report = ir, compiled["schedule"], compiled["emitted"], compiled["report"]
+    k.compiler = "nvjitlink"  # start_compiles compiles as the worker does
+    k.setmaxnreg_ignored = "C7504" in k.report.log
     err, k.mod = cu.cuModuleLoadData(k.report.cubin)
     if err != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(f"module load: {err}")

@@ -308,3 +308,35 @@ def test_a_fit_on_the_fast_end_keeps_rows_near_their_own_shapes_fastest():
     kept = fast_end(rows, 1.5)
     assert [r["median_us"] for r in kept] == [10.0, 14.0, 100.0, 149.0, 20.0]
     assert fast_end(rows, 0.0) is rows
+
+
+def test_the_sweeps_prebuilt_kernel_sets_every_attribute_the_bench_kernel_sets():
+    """sweep_matmul.make_kernel builds a gemm_bench.Kernel without its constructor; an
+    attribute the constructor sets and make_kernel does not (a sweep of 18,840 errors on
+    2026-12-07: `compiler`) fails here, without a GPU."""
+    import ast
+    import inspect
+
+    from lab.matmul import gemm_bench
+    from lab.search import sweep_matmul
+
+    init = ast.parse(inspect.getsource(gemm_bench.Kernel.__init__).strip())
+    wanted = {
+        t.attr
+        for node in ast.walk(init)
+        if isinstance(node, ast.Assign)
+        for tgt in node.targets
+        for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+    }
+    made = ast.parse(inspect.getsource(sweep_matmul.make_kernel))
+    have = {
+        t.attr
+        for node in ast.walk(made)
+        if isinstance(node, ast.Assign)
+        for tgt in node.targets
+        for t in (tgt.elts if isinstance(tgt, ast.Tuple) else [tgt])
+        if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "k"
+    }
+    assert "compiler" in wanted and "fn" in wanted
+    assert wanted <= have, sorted(wanted - have)
