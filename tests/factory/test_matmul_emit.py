@@ -128,6 +128,9 @@ def test_pingpong_orders_the_main_loops():
     assert "pingpong" in is_valid(plain(), replace(s, persistent=False))
     assert "pingpong" in is_valid(epilogue_irs()["swiglu"], s)
     assert "accumulator" in is_valid(plain(), replace(s, tile_n=256, stages=4))
+    # both 64-row accumulators a consumer: wider than 128 spills under nvJitLink (168 registers)
+    assert "tile_n <= 128" in is_valid(plain(), replace(s, tile_n=160))
+    assert "tile_n <= 128" in is_valid(plain(), replace(s, tile_n=192, stages=5))
 
 
 def test_batch_axes_flatten_into_rows(monkeypatch):

@@ -235,6 +235,11 @@ def is_valid(ir: GemmIR, s: GemmSchedule, dims: dict[str, int] | None = None) ->
             return "pingpong needs 2 consumers, tile_m 128 and a persistent grid"
         if ir.b2 is not None:
             return "pingpong is not emitted with a second right operand"
+        if s.acc_regs(ir) > 128:
+            # each consumer holds both 64-row accumulators (tile_n registers a thread); compiled
+            # by nvJitLink (setmaxnreg ignored: 168 registers a thread, as the product compiles)
+            # tile_n 160 spills 1440 bytes and 192 spills 2176 and serialises its wgmmas (C7511)
+            return "pingpong holds 2 x tile_n / 2 accumulator registers: tile_n <= 128 (spills)"
     elif s.tile_m != 64 * s.consumers:
         return f"tile_m must be 64 per consumer warpgroup ({64 * s.consumers})"
     if s.tile_n % 16 or not 16 <= s.tile_n <= 256:
