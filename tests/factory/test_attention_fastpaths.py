@@ -292,3 +292,84 @@ def test_alibi_ptx_has_the_one_sided_paths_and_compiles_without_spills(causal, d
         assert "(ALiBi, keys before the rows)" in e.ptx
         assert ("(ALiBi, keys after the rows)" in e.ptx) == (not causal)
         _compile_clean(e, ir, s)
+
+
+# ---- the band per warp, and its integer test on masked tiles --------------------------------
+
+
+def test_the_integer_band_test_matches_brute_force():
+    rng = np.random.default_rng(2)
+    for _ in range(3000):
+        skv = int(rng.integers(1, 3000))
+        i = int(rng.integers(0, 3000))
+        lo = [None, -1023, -40, 0][int(rng.integers(0, 4))]
+        hi = [None, 0, 5, 1023][int(rng.integers(0, 4))]
+        j0 = int(rng.integers(0, 3000)) // 64 * 64
+        colb = int(rng.choice([0, 2, 4, 6]))
+        lo_h, hi_h = T.band_columns(i, j0, colb, skv, lo, hi)
+        for n in (0, 1, 8, 9, 56, 57, 120, 121, 168, 169):
+            j = j0 + colb + n
+            want = j < skv and (lo is None or j >= i + lo) and (hi is None or j <= i + hi)
+            assert (n <= hi_h and (lo_h is None or lo_h <= n)) == want
+
+
+def _window_case(causal, shape, window):
+    w = workload("window", causal, 64, shape, window=window)
+    ir = I.lower(w)
+    dims = w.shapes[0]
+    x = random_inputs(w, dims, seed=8)
+    ref = reference(w, x, dims)
+    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    _, mask_fn = T.ir_functions(ir)
+    return ir, ref, q, k, v, lambda i, j, h, b: mask_fn(i, j, h, b, {})
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_warps_inside_the_band_skip_the_mask_and_the_model_matches_the_reference(causal):
+    ir, ref, q, k, v, mask_fn = _window_case(causal, {"B": 1, "H": 2, "HKV": 1, "S": 777}, 256)
+    per_tile = 0
+    for bm, bn in ((128, 64), (128, 128), (64, 64)):
+        stats = {}
+        out, lse, _ = T.simulate(ir, bm, bn, q, k, v, {}, mask_fn=mask_fn, stats=stats)
+        err = np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"])
+        assert err < 5e-3, (bm, bn, err)
+        np.testing.assert_allclose(lse, ref["lse"], atol=1e-4, rtol=1e-4)
+        # the tiles one flag for the whole tile would mask, counted in warps
+        n_q = T.ceildiv(777, bm)
+        for qt in range(n_q):
+            first, end = T.kv_tiles(qt * bm, bm, 777, bn, ir.band_lo, ir.band_hi)
+            for t in range(first, end):
+                full = T.tile_is_full(qt * bm, bm, t * bn, bn, 777, ir.band_lo, ir.band_hi)
+                per_tile += 0 if full else 2 * bm // T.WARP_ROWS
+        if (bm, bn) == (128, 64):
+            assert stats["masked"] < per_tile  # some warps of crossing tiles skip the mask
+        per_tile = 0
+
+
+def test_the_model_catches_a_warp_flag_that_checks_half_its_rows(monkeypatch):
+    ir, ref, q, k, v, mask_fn = _window_case(True, {"B": 1, "H": 2, "HKV": 1, "S": 500}, 200)
+    good = T.tile_is_full
+    monkeypatch.setattr(T, "tile_is_full", lambda i0, rows, *a: good(i0, rows // 2, *a))
+    out, _, _ = T.simulate(ir, 128, 64, q, k, v, {}, mask_fn=mask_fn)
+    assert np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"]) > 0.02
+
+
+@pytest.mark.parametrize("variant", ["window", "plain", "softcap"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_band_masked_tiles_compare_integers_and_compile_without_spills(variant, causal):
+    from factory.families.attention.emit import emit
+
+    w = workload(variant, causal, 128, window=1024)
+    fam, ir = families.family_for(w)
+    scheds = fam.space(ir, list(w.shapes))[::6]
+    scheds.append(S.AttentionSchedule(128, 128, 2, overlap=True, pingpong=True))
+    for s in scheds:
+        e = emit(ir, s)
+        # a band's masked tiles: integer bounds a row, no conversion of i or j to float
+        masked = e.ptx.split("// softmax (masked tile)")[1].split("max.f32")[0]
+        assert "cvt.rn.f32.u32" not in masked
+        banded = ir.band_lo is not None or ir.band_hi is not None
+        assert ("setp.ge.s32" in masked) == banded
+        if s.block_n < s.block_m:  # the band flag per warp (from %tid.x)
+            assert "%tid.x" in e.ptx.split("// softmax")[0].split("S = Q K^T")[-1]
+        _compile_clean(e, ir, s)

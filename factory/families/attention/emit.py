@@ -52,7 +52,7 @@ from factory.families.attention.schedule import (
     entry_regs,
     is_valid,
 )
-from factory.families.attention.tiling import id_pure_path
+from factory.families.attention.tiling import WARP_ROWS, flag_rows, id_pure_path
 from factory.families.matmul.emit import _Epilogue
 from factory.spec import expr as E
 from factory.spec.attention import PLACEHOLDERS
@@ -225,6 +225,9 @@ class _Kernel(HopperKernel):
         self.n_p = s.block_n // 4  # packed P registers a thread
         self.t = WGMMA_TYPE[ir.dtype]
         self.reads = self._reads()
+        self.elementwise_reads_j = any(
+            isinstance(n, E.Input) and n.name == "j" for t in ir.elementwise for n in E.walk(t)
+        )
         score_nodes = list(E.walk(ir.score)) if ir.score is not None else []
         self.in_score = set(n for n in score_nodes if isinstance(n, E.Gather))
         self.score_reads = {
@@ -874,7 +877,8 @@ class _Kernel(HopperKernel):
                 b.label(lab_fast)
             lab_masked, lab_join = b.new_label("masked"), b.new_label("join")
             if not self.masked_always:
-                pfull = self.tile_full_pred()
+                wb = self.warp_rows() if self.flag_rows() == WARP_ROWS else "%i0"
+                pfull = self.tile_full_pred(wb)
                 if self.id_pure:  # every key of the tile has the query tile's one id
                     ta, tb = self.r32(), self.r32()
                     self.op(f"ld.shared.v2.u32 {{{ta}, {tb}}}, [{self.pure_slot()}]")
@@ -884,13 +888,13 @@ class _Kernel(HopperKernel):
                 sides = []
                 for side in self.alibi_sides():
                     lab_side, ps = b.new_label("alibi"), self.pred()
-                    if side > 0:  # j0 + bn - 1 <= i0: every key at or before every row
+                    if side > 0:  # j0 + bn - 1 <= wb: every key at or before the warp's rows
                         u = self.r32()
                         self.op(f"add.u32 {u}, %j0, {self.s.block_n - 1}")
-                        self.op(f"setp.le.u32 {ps}, {u}, %i0")
-                    else:  # j0 >= i0 + bm - 1: every key at or after every row
+                        self.op(f"setp.le.u32 {ps}, {u}, {wb}")
+                    else:  # j0 >= wb + 15: every key at or after the warp's rows
                         u = self.r32()
-                        self.op(f"add.u32 {u}, %i0, {self.s.block_m - 1}")
+                        self.op(f"add.u32 {u}, {wb}, {self.flag_rows() - 1}")
                         self.op(f"setp.ge.u32 {ps}, %j0, {u}")
                     self.op(f"@{ps} bra {lab_side}")
                     sides.append((side, lab_side))
@@ -912,7 +916,7 @@ class _Kernel(HopperKernel):
         band has no full tile after the diagonal)."""
         if self.alibi is None:
             return []
-        ir, reach = self.ir, self.s.block_m + self.s.block_n - 2
+        ir, reach = self.ir, self.flag_rows() + self.s.block_n - 2
         out = []
         if ir.band_lo is None or ir.band_lo <= -reach:
             out.append(1)
@@ -1051,8 +1055,26 @@ class _Kernel(HopperKernel):
         """The shared-memory slot after the barriers (%qempty + 8), addressed from %full."""
         return f"%full+{32 * self.s.stages + 8}"
 
-    def tile_full_pred(self) -> str:
-        """Whether tile %t needs no element mask: tiling.tile_is_full."""
+    def warp_rows(self) -> str:
+        """The first of this warp's WARP_ROWS rows: i0 + 16 * (the warp's index among the
+        consumer warps), from %tid.x (no register kept live for it)."""
+        wb, t = self.r32(), self.r32()
+        self.op(f"mov.u32 {t}, %tid.x")
+        self.op(f"sub.u32 {t}, {t}, 128")
+        self.op(f"shr.u32 {t}, {t}, 1")
+        self.op(f"and.b32 {t}, {t}, {-WARP_ROWS}")
+        self.op(f"add.u32 {wb}, %i0, {t}")
+        return wb
+
+    def flag_rows(self) -> int:
+        """Rows one band flag covers (tiling.flag_rows): a warp's WARP_ROWS (64-key tiles
+        under 128-row ones), else the whole tile's block_m."""
+        return flag_rows(self.ir, self.s.block_m, self.s.block_n)
+
+    def tile_full_pred(self, wb: str) -> str:
+        """Whether tile %t needs no band mask for the rows [wb, wb + flag_rows()) (this warp's,
+        or the tile's): tiling.tile_is_full on them (warp-uniform: the softmax's branch
+        diverges only between warps)."""
         ir, s = self.ir, self.s
         p = self.pred()
         end = self.r32()
@@ -1060,11 +1082,11 @@ class _Kernel(HopperKernel):
         self.op(f"setp.le.u32 {p}, {end}, %Skv")
         if ir.band_lo is not None:
             t = self.r32()
-            self.op(f"add.s32 {t}, %i0, {s.block_m - 1 + ir.band_lo}")
+            self.op(f"add.s32 {t}, {wb}, {self.flag_rows() - 1 + ir.band_lo}")
             self.op(f"setp.ge.and.s32 {p}, %j0, {t}, {p}")
         if ir.band_hi is not None:
             t, u = self.r32(), self.r32()
-            self.op(f"add.s32 {t}, %i0, {ir.band_hi}")
+            self.op(f"add.s32 {t}, {wb}, {ir.band_hi}")
             self.op(f"add.s32 {u}, %j0, {s.block_n - 1}")
             self.op(f"setp.le.and.s32 {p}, {u}, {t}, {p}")
         return p
@@ -1102,6 +1124,40 @@ class _Kernel(HopperKernel):
             self.op(f"{g}ld.global.nc.b16 {h}, [{a}]")
             self.op(f"cvt.f32.{'bf16' if x.dtype == 'bf16' else 'f16'} {f}, {h}")
         return f
+
+    def band_bounds(self, rows, colb: str) -> list[tuple[str | None, str]]:
+        """Per row h of this thread: (lo_h, hi_h), the band's keys [i + lo, min(i + hi, Skv -
+        1)] less this thread's first column j0 + colb (s32; lo_h None without a lower
+        bound): the key at column offset n is kept when lo_h <= n <= hi_h."""
+        ir = self.ir
+        jb, last = self.r32(), self.r32()
+        self.op(f"add.u32 {jb}, %j0, {colb}")
+        self.op(f"add.s32 {last}, %Skv, -1")
+        out = []
+        for r in rows:
+            hi_h = self.r32()
+            if ir.band_hi is None:
+                self.op(f"sub.s32 {hi_h}, {last}, {jb}")
+            else:
+                self.op(f"add.s32 {hi_h}, {r}, {ir.band_hi}")
+                self.op(f"min.s32 {hi_h}, {hi_h}, {last}")
+                self.op(f"sub.s32 {hi_h}, {hi_h}, {jb}")
+            lo_h = None
+            if ir.band_lo is not None:
+                lo_h = self.r32()
+                self.op(f"add.s32 {lo_h}, {r}, {ir.band_lo}")
+                self.op(f"sub.s32 {lo_h}, {lo_h}, {jb}")
+            out.append((lo_h, hi_h))
+        return out
+
+    def band_keep(self, bounds, h: int, n: int) -> str:
+        """Whether the key at column offset n of row h is inside the band and below Skv."""
+        lo_h, hi_h = bounds[h]
+        p = self.pred()
+        self.op(f"setp.ge.s32 {p}, {hi_h}, {n}")
+        if lo_h is not None:
+            self.op(f"setp.le.and.s32 {p}, {lo_h}, {n}, {p}")
+        return p
 
     def mask_reads_s(self) -> bool:
         """Whether a mask term reads the score s (then the mask needs the scaled score)."""
@@ -1167,21 +1223,38 @@ class _Kernel(HopperKernel):
         # an unmasked tile loads only the per-key inputs the score reads (a document id
         # read by the mask alone is not loaded there)
         cols = self.col_inputs if masked else [c for c in self.col_inputs if c[2] in self.in_score]
-        need_j = (masked or "j" in self.score_reads or cols) and not side
+        # a masked tile tests the band (and j < Skv) on integers: per row the columns
+        # [lo, hi] relative to this thread's first column (band_bounds); only the other
+        # (elementwise) terms are evaluated as expressions
+        # (without a band, only the tail's j < Skv, per column; with other elementwise terms,
+        # such as a document's ids, every term as an expression as before: the integer
+        # bounds' registers made the overlapped 128 x 128 document kernels spill at 168)
+        # a score reading j (ALiBi) forms j per column anyway: there the band terms stay
+        # float compares on it (as many operations, fewer live registers)
+        int_band = (
+            (ir.band_lo is not None or ir.band_hi is not None)
+            and not ir.elementwise
+            and "j" not in self.score_reads
+        )
+        terms = ir.elementwise if int_band else ir.mask
+        reads_j = self.elementwise_reads_j if int_band else "j" in self.reads
+        fj_needed = "j" in self.score_reads or (masked and reads_j)
+        need_j = (fj_needed or cols or (masked and not int_band)) and not side
+        bounds = self.band_bounds(rows, colb) if masked and int_band else None
         ninf = self.f32()
         self.op(f"mov.f32 {ninf}, 0fFF800000")
         colv: dict[int, tuple[str, str | None, dict]] = {}
         for jj in range(s.block_n // 8):
             for e in range(2):
-                fj, pin, gath = None, None, {}
+                fj, gath, pin = None, {}, None
                 if need_j:
                     j = self.r32()
                     self.op(f"add.u32 {j}, %j0, {colb}")
                     self.op(f"add.u32 {j}, {j}, {8 * jj + e}")
-                    if masked:
+                    if masked and not int_band:
                         pin = self.pred()
                         self.op(f"setp.lt.u32 {pin}, {j}, %Skv")
-                    if "j" in (self.reads if masked else self.score_reads):
+                    if fj_needed:
                         fj = self.f32()
                         self.op(f"cvt.rn.f32.u32 {fj}, {j}")
                     for x, ptr, node in cols:
@@ -1192,7 +1265,7 @@ class _Kernel(HopperKernel):
                         pj = self.pred()
                         self.op(f"setp.lt.u32 {pj}, {j}, %Skv")
                         gath[node] = self._load_extra(x, ptr, idx, pj)
-                colv[2 * jj + e] = (fj, pin, gath)
+                colv[2 * jj + e] = (fj, gath, pin)
         xs: dict[int, str] = {}
         raw = ir.score is None and ir.scale > 0 and not self.mask_reads_s()
         if side:
@@ -1202,7 +1275,9 @@ class _Kernel(HopperKernel):
             for jj in range(s.block_n // 8):
                 for e in range(2):
                     idx = 4 * jj + 2 * h + e
-                    fj, pin, gath = colv[2 * jj + e]
+                    fj, gath, pin = colv[2 * jj + e]
+                    if bounds is not None:
+                        pin = self.band_keep(bounds, h, 8 * jj + e)
                     acc = f"%sa{idx}"
                     if side:
                         x = self.f32()
@@ -1215,14 +1290,14 @@ class _Kernel(HopperKernel):
                             if fj is not None:
                                 env["j"] = fj
                             memo = {**self.row_vals[h], **gath}
-                            for term in ir.mask:
+                            for term in terms:
                                 pt = ev.value(term, env, memo)
                                 k2 = self.pred()
                                 self.op(f"and.pred {k2}, {keep}, {pt}")
                                 keep = k2
                             x = self.f32()
                             self.op(f"selp.f32 {x}, {acc}, {ninf}, {keep}")
-                    elif ir.score is None and (not masked or not ir.mask):
+                    elif ir.score is None and (not masked or not terms):
                         x = self.f32()
                         self.op(f"mul.f32 {x}, {acc}, {f32_literal(scale_l2)}")
                         if masked:
@@ -1239,7 +1314,7 @@ class _Kernel(HopperKernel):
                         self.op(f"mul.f32 {x}, {score}, {f32_literal(LOG2E)}")
                         if masked:
                             keep = pin
-                            for term in ir.mask:
+                            for term in terms:
                                 pt = ev.value(term, env, memo)
                                 k2 = self.pred()
                                 self.op(f"and.pred {k2}, {keep}, {pt}")

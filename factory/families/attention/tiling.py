@@ -14,6 +14,9 @@ import math
 import numpy as np
 
 LOG2E = 1.4426950408889634
+# rows of one warp in a consumer warpgroup's S fragment (64 rows, 4 warps): the unit of the
+# kernel's per-tile branches on the band and ALiBi's side (warp-uniform)
+WARP_ROWS = 16
 
 
 def ceildiv(a: int, b: int) -> int:
@@ -116,6 +119,16 @@ def tile_is_full(
     return True
 
 
+def band_columns(
+    i: int, j0: int, colb: int, skv: int, lo: int | None, hi: int | None
+) -> tuple[int | None, int]:
+    """(lo_h, hi_h) of a masked tile's integer band test (emit.band_bounds, s32): the keys
+    [i + lo, min(i + hi, skv - 1)] of row i less the thread's first column j0 + colb; the key
+    j0 + colb + n is kept when lo_h <= n <= hi_h (lo_h None: no lower bound)."""
+    last = skv - 1 if hi is None else min(i + hi, skv - 1)
+    return (None if lo is None else i + lo - (j0 + colb)), last - (j0 + colb)
+
+
 def alibi_side(i0: int, rows: int, j0: int, bn: int) -> int:
     """1 when every key of the tile is at or before every row (j <= i: abs(i - j) = i - j), -1
     when at or after (j >= i), 0 for a tile the diagonal crosses (the per-element form)."""
@@ -166,6 +179,21 @@ def _bf16(a: np.ndarray) -> np.ndarray:
     bits = a.view(np.uint32).astype(np.uint64)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return bits.astype(np.uint32).view(np.float32)
+
+
+def flag_rows(ir, block_m: int, block_n: int) -> int:
+    """The rows one of the kernel's band / ALiBi-side flags covers: a warp's WARP_ROWS where
+    KV tiles are narrower than query tiles (block_n 64 under block_m 128: a diagonal tile is
+    then full for half the warps), else the whole query tile's block_m. Also block_m with
+    elementwise terms (a document mask) or an ALiBi score. A flag from %tid.x is not
+    CTA-uniform: the 128 x 128 kernels at head dim 128 (and the document's and ALiBi's
+    overlapped ones) then spill under nvJitLink's 168 registers, and gain nothing at
+    aligned windows (no warp of a 128 x 128 edge tile is wholly inside)."""
+    from factory.families.attention.ir import alibi_of
+
+    if ir.elementwise or alibi_of(ir.score) is not None or block_n >= block_m:
+        return block_m
+    return WARP_ROWS
 
 
 def id_pure_path(ir) -> bool:
@@ -249,30 +277,39 @@ def simulate(
                     ii, jj = rows[:, None].astype(np.float32), cols[None, :].astype(np.float32)
                     if score_fn is not None:
                         s = score_fn(s, ii, jj, h, b).astype(np.float32)
-                    x2 = None
-                    full = tile_is_full(i0, block_m, j0, block_n, skv, ir.band_lo, ir.band_hi)
+                    # the flags the kernel branches on: per tile (the id flag, other
+                    # elementwise terms) and per flag_rows rows (the band, ALiBi's side)
+                    tile_ok = not ir.elementwise
                     if id_pure_path(ir):  # every elementwise term an id match: its flag
-                        full = full and all(pa <= t < pb for pa, pb in pure)
-                    elif ir.elementwise:
-                        full = False
-                    if stats is not None:
-                        stats["unmasked" if full else "masked"] += 1
-                    side = alibi_side(i0, block_m, j0, block_n) if alibi else 0
-                    if full and side:
-                        # the one-sided ALiBi tile: x = fma(acc, k scale log2 e, bias)
-                        acc_s = (qq @ kk.T).astype(np.float32)
-                        kl2 = np.float32(alibi[0] * ir.scale * LOG2E)
-                        bias = alibi_bias(coef_of(h, b), side, rows, j0, block_n)
-                        x2 = _fma(acc_s, kl2, bias)
+                        tile_ok = all(pa <= t < pb for pa, pb in pure)
+                    keep = None
+                    x2 = np.empty_like(s)
+                    unit = flag_rows(ir, block_m, block_n)
+                    for w0 in range(0, block_m, unit):
+                        wr = slice(w0, w0 + unit)
+                        full = tile_ok and tile_is_full(
+                            i0 + w0, unit, j0, block_n, skv, ir.band_lo, ir.band_hi
+                        )
                         if stats is not None:
-                            stats["alibi_sided"] = stats.get("alibi_sided", 0) + 1
-                    if not full:
-                        keep = cols[None, :] < skv
-                        if mask_fn is not None:
-                            keep = keep & mask_fn(ii, jj, h, b)
-                        s = np.where(keep, s, -np.inf)
-                    if x2 is None:
-                        x2 = s * np.float32(LOG2E)
+                            stats["unmasked" if full else "masked"] += 1
+                        side = alibi_side(i0 + w0, unit, j0, block_n) if alibi else 0
+                        if full and side:
+                            # the one-sided ALiBi rows: x = fma(acc, k scale log2 e, bias)
+                            acc_s = (qq[wr] @ kk.T).astype(np.float32)
+                            kl2 = np.float32(alibi[0] * ir.scale * LOG2E)
+                            bias = alibi_bias(coef_of(h, b), side, rows[wr], j0, block_n)
+                            x2[wr] = _fma(acc_s, kl2, bias)
+                            if stats is not None:
+                                stats["alibi_sided"] = stats.get("alibi_sided", 0) + 1
+                            continue
+                        sw = s[wr]
+                        if not full:
+                            if keep is None:
+                                keep = np.broadcast_to(cols[None, :] < skv, s.shape)
+                                if mask_fn is not None:
+                                    keep = keep & mask_fn(ii, jj, h, b)
+                            sw = np.where(keep[wr], sw, -np.inf)
+                        x2[wr] = sw * np.float32(LOG2E)
                     m_new = np.maximum(m, x2.max(axis=1))
                     m_use = np.where(np.isfinite(m_new), m_new, 0.0).astype(np.float32)
                     alpha = np.exp2(m - m_use)
