@@ -2,7 +2,12 @@
 SDPA (flash, cuDNN), flex_attention under torch.compile, and eager attention.
 
     python3 -m lab.attention.bench [--out DIR] [--budget-s 230] [--quick] [--swap-v-offsets]
-        [--phase all|check|time [--checked CHECK_JSON]]
+        [--phase all|check|time [--checked CHECK_JSON]] [--variants plain,alibi,...]
+        [--labels 128x128s2ovpp,...] [--shapes 0,1,3] [--dry-run]
+
+`--labels` keeps those schedules of CHECK_SCHEDULES only, `--shapes` those TIME_SHAPES (by
+index); `--dry-run` (no GPU, no torch) emits and compiles every selected kernel here, prints
+their registers and spills and the cases the time phase would run, and exits.
 
 lab/attention/run_device.sh runs the check phase and then the time phase in separate processes
 (a kernel that hangs in the first leaves the baselines' timings of the second).
@@ -347,9 +352,13 @@ def _key(name: str):
     return variant, causal == "True", int(d), lab
 
 
-def compile_all(variants, only) -> dict:
+LABELS: set | None = None  # --labels: the CHECK_SCHEDULES labels kept (None: all)
+
+
+def compile_all(variants, only, load: bool = True) -> dict:
     """{(variant, causal, d, label): Kernel or None} for every checked schedule (or those in
-    `only`), compiled side by side."""
+    `only`), compiled side by side. Without `load` (--dry-run): {key: CompileReport}, nothing
+    loaded on a GPU."""
     import hashlib
     from concurrent.futures import ThreadPoolExecutor
 
@@ -363,6 +372,8 @@ def compile_all(variants, only) -> dict:
                         continue
                     if variant not in ONLY.get(lab, (variant,)):
                         continue
+                    if LABELS is not None and lab not in LABELS:
+                        continue
                     if is_valid(ir, sched) is None:
                         em = attn_emit.emit(ir, sched)
                         todo.append(((variant, causal, d, lab), ir, sched, em, compiler))
@@ -370,6 +381,8 @@ def compile_all(variants, only) -> dict:
     with ThreadPoolExecutor(max_workers=min(16, os.cpu_count() or 1)) as pool:
         reports = list(pool.map(lambda x: compile_with(x[3].ptx, x[4]), todo))
     log(f"compiled {len(todo)} kernels at {time.time() - T0:.1f} s")
+    if not load:
+        return {key: rep for (key, *_), rep in zip(todo, reports, strict=True)}
     out = {}
     for (key, ir, sched, em, compiler), rep in zip(todo, reports, strict=True):
         name = "/".join(str(x) for x in key)
@@ -556,6 +569,29 @@ def time_case(
     return rec
 
 
+def dry_run(variants, time_shapes) -> None:
+    """--dry-run: emit and compile the selected kernels on this machine (ptxas as a whole
+    program where present, else nvJitLink), print registers and spills, and the timed cases."""
+    RESULTS["env"] = {"dry_run": True}
+    reps = compile_all(variants, only=None, load=False)
+    bad = 0
+    for (variant, causal, d, lab), r in sorted(reps.items()):
+        spill = r.spill_store_bytes + r.spill_load_bytes + r.stack_bytes
+        bad += (not r.ok) or spill > 0
+        log(
+            f"{variant:9s} {str(causal):5s} d{d:<4d} {lab:16s} ok={r.ok} regs={r.registers} "
+            f"spill={spill}"
+        )
+    order = ("plain", "alibi", "window", "document", "softcap")
+    for v in sorted(variants, key=lambda v: order.index(v) if v in order else 9):
+        for sh in time_shapes:
+            for c in (True, False):
+                log(f"would time {v} causal={c} {sh}")
+    log(f"dry run: {len(reps)} kernels compiled, {bad} failed or spilled")
+    if bad:
+        sys.exit(1)
+
+
 def main():
     global OUT, RESULTS_NAME
     ap = argparse.ArgumentParser()
@@ -573,8 +609,22 @@ def main():
         help="check only, or time only the kernels that passed in --checked (its own process)",
     )
     ap.add_argument("--checked", default="", help="the check phase's JSON (--phase time)")
+    ap.add_argument("--labels", default="", help="schedule labels kept (default: all)")
+    ap.add_argument("--shapes", default="", help="TIME_SHAPES indices kept (default: all)")
+    ap.add_argument(
+        "--dry-run", action="store_true", help="compile here and list the cases; no GPU"
+    )
     args = ap.parse_args()
     OUT = args.out
+    global LABELS
+    if args.labels:
+        LABELS = set(args.labels.split(","))
+    time_shapes = TIME_SHAPES
+    if args.shapes:
+        time_shapes = [TIME_SHAPES[int(i)] for i in args.shapes.split(",")]
+    if args.dry_run:
+        dry_run(args.variants.split(","), time_shapes)
+        return
     RESULTS_NAME = f"attention_{args.phase}.json"
     if args.phase == "time" and not args.checked:
         args.checked = os.path.join(OUT, "attention_check.json")
@@ -655,7 +705,7 @@ def main():
     # 2. timings, one pass: plain beside SDPA flash and cuDNN first, then each variant beside
     # flex_attention compiled (ALiBi, window and document first: they had no valid flex
     # number yet); when the budget runs low, ours alone (no flex compile), then nothing.
-    shapes = TIME_SHAPES[:2] if args.quick else TIME_SHAPES
+    shapes = time_shapes[:2] if args.quick else time_shapes
     table = []
     order = ("plain", "alibi", "window", "document", "softcap")
     ordered = sorted(variants, key=lambda v: order.index(v) if v in order else 9)
