@@ -1,7 +1,9 @@
 """The cp.async load path of the wgmma GEMM (schedule load = "cp_async", for K % 64 != 0): a numpy
 model of the producer warpgroup's 16-byte chunks writes the same swizzled tile as the TMA, tails
 included; the emitted PTX issues those chunks (offsets, predicates, barrier counts, the proxy
-fence); a tile loop over the chunk model equals a direct product; the validity gate, the space,
+fence); the emitted producer itself, run for all 128 threads by a small integer interpreter of
+its PTX (tile walk, split-K ranks, ring wrap), fills each stage exactly as the TMA would, tails
+included; a tile loop over the chunk model equals a direct product; the validity gate, the space,
 the default and the seeds; the lab benches can name the schedules (nvJitLink compiles of every
 cp.async variant are in test_matmul_emit.test_every_schedule_emits_and_compiles)."""
 
@@ -258,3 +260,230 @@ def test_benches_name_the_cp_async_schedules():
     got = issue48_bench.candidates("plain", 3072, 5120, 2048, False, [], True, True)
     assert not any(schedules()[x].load == "cp_async" for x in got)
     assert not sched_mod.CP_ASYNC_VERIFIED  # candidates restores the gate
+
+
+# ---- the emitted producer, run: a small interpreter of its integer PTX ----------------------
+
+
+class _Producer:
+    """Runs one thread of an emitted cp.async kernel from its entry up to `ret`, as a producer
+    thread (tid < 128): integer arithmetic, predicates and branches exactly; every mbarrier wait
+    succeeds at once; barriers, fences and setmaxnreg do nothing. Records each cp.async chunk
+    (shared address, global address, ignore-src) and each noinc arrive (its barrier address)."""
+
+    MASK = {"8": 0xFF, "16": 0xFFFF, "32": 0xFFFFFFFF, "64": 0xFFFFFFFFFFFFFFFF}
+
+    def __init__(self, ptx: str):
+        body = ptx.split("{", 1)[1].rsplit("}", 1)[0]
+        self.stmts: list[str] = []
+        self.labels: dict[str, int] = {}
+        for raw in body.splitlines():
+            line = raw.split("//", 1)[0].strip()
+            if not line or line.startswith(".reg"):
+                continue
+            if line.endswith(":"):
+                self.labels[line[:-1]] = len(self.stmts)
+            else:
+                self.stmts.append(line.rstrip(";"))
+
+    def run(self, tid: int, ctaid: int, nctaid: int, params: dict) -> tuple[list, list]:
+        regs: dict[str, int] = {"%tid.x": tid, "%ctaid.x": ctaid, "%nctaid.x": nctaid}
+        chunks, arrives = [], []
+        pc, steps = 0, 0
+
+        def val(tok: str) -> int:
+            tok = tok.strip()
+            if tok == "dsmem":
+                return 0
+            if tok.startswith("%"):
+                return regs[tok]
+            return int(tok, 0)
+
+        def addr(tok: str) -> int:
+            inner = tok.strip()[1:-1]
+            if inner in params:
+                return params[inner]
+            base, _, off = inner.partition("+")
+            return val(base) + (int(off) if off else 0)
+
+        while True:
+            steps += 1
+            assert steps < 2_000_000, "runaway producer"
+            st = self.stmts[pc]
+            pc += 1
+            if st.startswith("@"):
+                guard, st = st.split(None, 1)
+                neg = guard.startswith("@!")
+                if bool(regs[guard[2:] if neg else guard[1:]]) == neg:
+                    continue
+            op, _, rest = st.partition(" ")
+            a = [x.strip() for x in rest.split(",")] if rest else []
+            parts = op.split(".")
+            name = parts[0]
+            if name == "ret":
+                return chunks, arrives
+            if name == "bra":
+                pc = self.labels[a[0]]
+                continue
+            if op.startswith("cp.async.cg.shared.global"):
+                assert a[2] == "16", st  # 16-byte chunks
+                chunks.append((addr(a[0]), addr(a[1]), bool(regs[a[3]])))
+                continue
+            if op.startswith("cp.async.mbarrier.arrive.noinc"):
+                arrives.append(addr(a[0]))
+                continue
+            if op.startswith("mbarrier.try_wait"):
+                regs[a[0]] = 1
+                continue
+            if name in ("mbarrier", "fence", "bar", "barrier", "setmaxnreg", "prefetch"):
+                continue
+            if op.startswith("cp.async.wait_all"):
+                continue
+            width = next((p[1:] for p in reversed(parts) if p[1:] in self.MASK), "32")
+            mask = self.MASK[width]
+            signed = parts[-1].startswith("s")
+
+            def sv(x: int, w: int = int(width)) -> int:
+                x &= (1 << w) - 1
+                return x - (1 << w) if signed and x >> (w - 1) else x
+
+            if name == "ld" and parts[1] == "param":
+                regs[a[0]] = addr(a[1])
+            elif name in ("mov", "cvt", "cvta"):
+                regs[a[0]] = val(a[1])
+            elif name == "setp":
+                cmp, x, y = parts[1], sv(val(a[1])), sv(val(a[2]))
+                r = {"eq": x == y, "ne": x != y, "lt": x < y, "le": x <= y, "gt": x > y,
+                     "ge": x >= y}[cmp]  # fmt: skip
+                if len(parts) == 4:  # setp.cmp.bool.type d, a, b, c
+                    c = a[3]
+                    cv = not regs[c[1:]] if c.startswith("!") else bool(regs[c])
+                    r = (r and cv) if parts[2] == "and" else (r or cv)
+                regs[a[0]] = int(r)
+            else:
+                x = [val(t) for t in a[1:]]
+                if name == "mul" and parts[1] == "wide":
+                    regs[a[0]] = x[0] * x[1]
+                    continue
+                f = {
+                    "add": lambda: x[0] + x[1],
+                    "sub": lambda: x[0] - x[1],
+                    "mul": lambda: x[0] * x[1],
+                    "mad": lambda: x[0] * x[1] + x[2],
+                    "div": lambda: x[0] // x[1],
+                    "rem": lambda: x[0] % x[1],
+                    "min": lambda: min(x[0], x[1]),
+                    "shl": lambda: x[0] << x[1],
+                    "shr": lambda: x[0] >> x[1],
+                    "and": lambda: x[0] & x[1],
+                    "or": lambda: x[0] | x[1],
+                    "xor": lambda: x[0] ^ x[1],
+                }[name]
+                regs[a[0]] = f() & mask
+
+
+@pytest.mark.parametrize(
+    ("op", "sn", "m", "n", "k", "nctaid"),
+    [
+        ("plain", "w256s4ca", 158, 300, 72, 4),  # M, N, K tails, one tile a CTA
+        ("plain", "w256s4ca", 300, 260, 200, 2),  # several tiles a CTA: the ring wraps
+        ("plain", "w128s4c1k128ca", 70, 140, 200, 3),  # tile_k 128: two sub-blocks a stage
+        ("swiglu", "glu128s4t128ca", 129, 130, 136, 2),  # B and B2 rows in each stage
+        ("plain", "sk2w256s4ca", 130, 260, 520, 8),  # split-K: each rank its k-blocks
+    ],
+)
+def test_emitted_producer_fills_the_stages_the_tma_would(op, sn, m, n, k, nctaid, verified):
+    ir, s = epilogue_irs()[op], schedules()[sn]
+    e = gemm_emit.emit(ir, s)
+    run = _Producer(e.ptx)
+    rng = np.random.default_rng(m * n + k)
+    mats = {"a": rng.standard_normal((m, k))}
+    mats["b"] = rng.standard_normal((n, k))
+    if ir.b2 is not None:
+        mats["b2"] = rng.standard_normal((n, k))
+    base = {name: (i + 1) << 32 for i, name in enumerate(mats)}
+    params = {f"src_{name}": base[name] for name in mats}
+    params.update({"dim_m": m, "dim_n": n, "dim_k": k})
+    subs, a_sub, b_sub = s.tile_k // 64, s.tile_m * 128, s.b_rows(ir) * 128
+    a_bytes, b_bytes = a_sub * subs, b_sub * subs
+    sb = s.stages * a_bytes
+    tiles_m, tiles_n = tiling.ceildiv(m, s.tile_m), tiling.ceildiv(n, s.tile_n)
+    nk = tiling.ceildiv(k, s.tile_k)
+    sk = s.split_k
+    for cta in range(nctaid):
+        # the ring positions this CTA's producer fills, in order: (tile row, tile col, k-block)
+        if sk > 1:
+            tile, rank = divmod(cta, sk)  # clusters of sk CTAs, rank r the r-th part of K
+            if tile >= tiles_m * tiles_n:
+                continue
+            tm, tn = tiling.tile_coords(tile, tiles_m, tiles_n, s.group_m)
+            kb0, kb1 = tiling.splitk_range(rank, nk, sk)
+            order = [(tm, tn, kb) for kb in range(kb0, kb1)]
+        else:
+            order = [
+                (*tiling.tile_coords(t, tiles_m, tiles_n, s.group_m), kb)
+                for t in tiling.cta_tiles(cta, nctaid, tiles_m * tiles_n)
+                for kb in range(nk)
+            ]
+        images = [
+            {"a": np.full(a_bytes // 2, np.nan), "b": np.full(b_bytes // 2, np.nan)} for _ in order
+        ]
+        for tid in range(tiling.PRODUCER_THREADS):
+            if sk > 1:
+                # the kernel reads its rank and cluster from special registers: run it as one
+                regs_cta = {"%clusterid.x": cta // sk, "%cluster_ctarank": cta % sk}
+                regs_cta["%nclusterid.x"] = nctaid // sk
+                run_chunks, arrives = _run_with(run, tid, regs_cta, params)
+            else:
+                run_chunks, arrives = run.run(tid, cta, nctaid, params)
+            per = len(run_chunks) // max(1, len(order))
+            assert len(arrives) == len(order) and len(run_chunks) == per * len(order)
+            for pos in range(len(order)):
+                stage = pos % s.stages
+                full = sb + s.stages * b_bytes + 8 * stage  # %full: after both rings (no staging)
+                if s.tma_store:
+                    full += s.epi_bytes(ir)
+                assert arrives[pos] == full
+                for dst, src, ignore in run_chunks[pos * per : (pos + 1) * per]:
+                    part = "a" if dst < sb else "b"
+                    off = dst - (stage * a_bytes if part == "a" else sb + stage * b_bytes)
+                    assert 0 <= off and off % 16 == 0
+                    img = images[pos][part]
+                    assert np.isnan(img[off // 2 : off // 2 + 8]).all(), "a chunk written twice"
+                    if ignore:
+                        img[off // 2 : off // 2 + 8] = 0.0
+                        continue
+                    names = ["a"] if part == "a" else [x for x in ("b", "b2") if x in mats]
+                    name = max((x for x in names if base[x] <= src), key=lambda x: base[x])
+                    row, byte = divmod(src - base[name], 2 * k)
+                    assert byte % 16 == 0
+                    img[off // 2 : off // 2 + 8] = mats[name][row, byte // 2 : byte // 2 + 8]
+        for pos, (tm, tn, kb) in enumerate(order):
+            want_a = np.concatenate(
+                [tiling.tma_tile(mats["a"], tm * s.tile_m, kb * s.tile_k + 64 * u, s.tile_m)
+                 for u in range(subs)]
+            )  # fmt: skip
+            b_tiles = []
+            for u in range(subs):
+                for name in [x for x in ("b", "b2") if x in mats]:
+                    b_tiles.append(
+                        tiling.tma_tile(mats[name], tn * s.tile_n, kb * s.tile_k + 64 * u, s.tile_n)
+                    )
+            np.testing.assert_array_equal(images[pos]["a"], want_a)
+            np.testing.assert_array_equal(images[pos]["b"], np.concatenate(b_tiles))
+
+
+def _run_with(run: _Producer, tid: int, special: dict, params: dict):
+    """_Producer.run with extra special registers (a split-K cluster's rank and count)."""
+    stmts = run.stmts
+    saved = list(stmts)
+    try:
+        run.stmts = [
+            st.replace(", %clusterid.x", f", {special['%clusterid.x']}")
+            .replace(", %cluster_ctarank", f", {special['%cluster_ctarank']}")
+            .replace(", %nclusterid.x", f", {special['%nclusterid.x']}")
+            for st in stmts
+        ]
+        return run.run(tid, 0, 1, params)
+    finally:
+        run.stmts = saved

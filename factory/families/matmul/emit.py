@@ -393,7 +393,10 @@ class _Kernel(HopperKernel):
             self.op("mov.u32 %cta, %ctaid.x")
 
         b.comment(
-            "thread 0 initialises the barriers: full expects the producer's one arrival "
+            "thread 0 initialises the barriers: full expects the 128 producer threads' "
+            "cp.async arrivals; empty one arrival per consumer warp"
+            if self.cpa
+            else "thread 0 initialises the barriers: full expects the producer's one arrival "
             "plus the TMA bytes; empty one arrival per consumer warp"
         )
         releasers = 4 if self.pp else 4 * s.consumers  # warps that read each stage
