@@ -118,7 +118,7 @@ def test_the_token_axis_default_holds_whole_vectors_and_compiles_without_spills(
     ir = SC.lower(wl("cumsum(x, axis=1)", "bf16", "bf16"))
     dims = {"B": 16, "S": 8192, "D": 1024}
     d = SC.default_schedule(ir, dims)
-    assert (d.vec, d.lanes) == (8, 32) and d.rows >= 4 and d.split > 1
+    assert (d.vec, d.lanes, d.split) == (8, 8, 1) and d.rows >= 4  # narrower strips, no cluster
     for s in SC.seeds(ir, dims)[:3]:
         em = SC.emit(ir, s)
         assert "ld.global.nc.v4.b32" in em.ptx and "st.global.v4.b32" in em.ptx

@@ -245,10 +245,16 @@ def _pow2_at_least(x: int) -> int:
 def default_schedule(ir: ColReduceIR, dims) -> Schedule:
     """16-byte loads; lanes to cover the columns (up to a warp), narrower where the column
     blocks are too few to give each SM four blocks even split four ways; 256 threads; a split
-    of at most 4 that brings the blocks to about four a SM, and four rows in flight a thread.
+    of at most 4 that brings the blocks to about four a SM, and eight rows in flight a thread
+    where every thread row of the cluster has eight rows and a thread holds at most 32 loaded
+    values (vec x rows x inputs: fp32 16-byte loads of one input; 64-72 registers, so four
+    blocks of 256 threads an SM), else four, else two.
     H100, 2026-12-07 (bench/results/2026-12-07-h100-memfamilies): clusters of 4 beat clusters
     of 8 at four rows in flight (bias grad bf16 92.8 against 110.5 us, NHWC statistics fp32
-    105.4 against 122.8), and four rows beat two (bias grad fp32 96.4 against 107.2)."""
+    105.4 against 122.8), and four rows beat two (bias grad fp32 96.4 against 107.2);
+    (-4) eight rows beat four: NHWC statistics fp32 95.2 against 108.3 us (92.9% of copy),
+    bias grad fp32 98.4 against 105.5. 16-bit data at eight rows (64 values: 96-98 registers,
+    two blocks an SM) never timed: a seed."""
     v = max(vecs(ir))
     q, r, p = _size(ir.inner, dims), _size(ir.reduced, dims), _size(ir.outer, dims)
     while v > 1 and LANES[0] * v >= 2 * q:
@@ -264,10 +270,13 @@ def default_schedule(ir: ColReduceIR, dims) -> Schedule:
     split = 1
     while split < 4 and clusters * split < want and 2 * split * rows <= r:
         split *= 2
-    unroll = 4 if r >= 4 * split * rows else 2
-    s = Schedule(threads=256, lanes=lanes, vec=v, split=split, unroll=unroll)
-    ok, _ = is_valid(ir, s, dims)
-    return s if ok else Schedule(threads=256, lanes=LANES[0], vec=1, split=1, unroll=1)
+    for unroll in (8, 4, 2):
+        s = Schedule(threads=256, lanes=lanes, vec=v, split=split, unroll=unroll)
+        held = v * unroll * len(ir.inputs)  # loaded values a thread has in flight
+        if unroll == 2 or (r >= unroll * split * rows and held <= 32):
+            if is_valid(ir, s, dims)[0]:
+                return s
+    return Schedule(threads=256, lanes=LANES[0], vec=1, split=1, unroll=1)
 
 
 def seeds(ir: ColReduceIR, dims) -> list[Schedule]:
@@ -278,7 +287,7 @@ def seeds(ir: ColReduceIR, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     cands = [d]
     for change in (
-        {"unroll": 8},
+        {"unroll": 4 if d.unroll == 8 else 8},
         {"lanes": min(d.threads, d.lanes * 2), "split": min(8, d.split * 2)},
         {"split": min(8, d.split * 2)},
         {"split": max(1, d.split // 2)},

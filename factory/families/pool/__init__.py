@@ -141,6 +141,10 @@ def is_valid(ir: PoolIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "the window layout takes vec <= 4, no unroll, no minblocks"
     if s.minblocks not in MINBLOCKS or s.minblocks * s.threads > 2048:
         return False, f"{s.minblocks} blocks of {s.threads} threads a SM"
+    if s.minblocks and 65536 // (s.minblocks * s.threads) < (48 if s.unroll <= 2 else 64):
+        # the registers the directive leaves a thread: under 48 (two rows a step) or 64
+        # (four) ptxas spills the strip's rows (3x3/2 bf16 max-pool, sm_90a)
+        return False, f"{s.minblocks} blocks of {s.threads} threads: too few registers"
     if s.layout == "strip":
         ok, why = strip_ok(ir, s.vec, s.unroll)
         if not ok:
@@ -170,10 +174,13 @@ def strip_default(ir, dims) -> Schedule | None:
     """16 bytes of input a lane a row (vec = 16 / (stride_w x the widest input's size)), the
     fewest lanes that cover an output row (at least 8, at most 32; 128 for a 1-D pool), 128
     threads for a 2-D pool (fewer where thread rows would outnumber output rows; 256 for 1-D),
-    two output rows a step (1-D: four rows of the leading axes); None where the strip layout
-    does not fit. H100, 2026-12-07 (bench/results/2026-12-07-h100-memfamilies-3), 3x3/2 max
-    pool of 168x64x112x112 bf16: 128 threads 124.8 us (88.5% of copy), 256 threads 137.5 us,
-    256 threads with four rows a step 170.4 us."""
+    two output rows a step (1-D: four rows of the leading axes), and for a 2-D pool blocks a
+    SM asked of ptxas for 10/16 of the SM's 2048 thread slots (`.minnctapersm` 10 at 128
+    threads: 48 registers a thread against 72 without, 10 blocks a SM against 7); None where
+    the strip layout does not fit. H100, 3x3/2 max pool of 168x64x112x112 bf16:
+    bench/results/2026-12-07-h100-memfamilies-3, 128 threads 124.8 us (88.5% of copy), 256
+    threads 137.5 us, 256 threads with four rows a step 170.4 us; -4, 128 threads at 10
+    blocks a SM 119.8 us (92.7%) against 127.7 us without the directive, 64 threads 126.1."""
     oh, ow = _out_hw(ir, dims)
     es = max(ESIZE[d] for _, d in ir.inputs)
     v = 16 // (ir.stride[1] * es) if 16 % (ir.stride[1] * es) == 0 else 0
@@ -189,7 +196,12 @@ def strip_default(ir, dims) -> Schedule | None:
     while ir.nd == 2 and threads > THREADS[0] and threads // lanes > oh:
         threads //= 2
     unroll = 2 if ir.nd == 2 else 4  # 1-D: rows of the leading axes, four at once
-    s = Schedule(threads=max(threads, lanes), lanes=lanes, vec=v, layout="strip", unroll=unroll)
+    threads = max(threads, lanes)
+    m = 2048 // threads * 10 // 16 if ir.nd == 2 else 0  # (1-D: never timed with it)
+    m = m if m in MINBLOCKS else 0
+    s = Schedule(threads=threads, lanes=lanes, vec=v, layout="strip", unroll=unroll, minblocks=m)
+    if m and not is_valid(ir, s, dims)[0]:
+        s = Schedule(**{**s.to_dict(), "minblocks": 0})
     return s if is_valid(ir, s, dims)[0] else None
 
 
@@ -218,12 +230,12 @@ def window_default(ir, dims) -> Schedule:
 def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     out = [d]
-    # never timed yet: 10 blocks a SM at 128 threads (48 registers, no spills, against 7 at
-    # 72 for the 3x3/2 bf16 max-pool), 20 at 64
-    more = {"minblocks": 2048 // d.threads * 10 // 16} if d.layout == "strip" else {}
-    changes = [more, {"threads": 64}, {"threads": 64, "minblocks": 20}, {"threads": 256},
-               {"unroll": 1}, {"unroll": 4}, {"threads": 512},
-               {"vec": d.vec // 2 or 1}]  # fmt: skip
+    # the strip without the blocks-a-SM directive (the default before -4: 72 registers for
+    # the 3x3/2 bf16 max-pool, 7 blocks a SM), 64 threads at 20 blocks a SM, and without
+    fewer = {"minblocks": 0} if d.layout == "strip" else {}
+    changes = [fewer, {"threads": 64, "minblocks": 20}, {"threads": 64, "minblocks": 0},
+               {"threads": 256, "minblocks": 0}, {"unroll": 1}, {"unroll": 4, "minblocks": 0},
+               {"threads": 512, "minblocks": 0}, {"vec": d.vec // 2 or 1}]  # fmt: skip
     if d.layout == "strip":
         changes.append(window_default(ir, dims).to_dict())
     else:

@@ -48,6 +48,7 @@ ROWS = (1, 2, 4, 8, 16)
 SMEM_BYTES = 48 * 1024
 LOOKBACK_TILES = 1 << 16  # the module's workspace: an aggregate and a flag per tile of a launch
 SMS = 132
+LINE_BYTES = 128  # an L2 line: the least a thread row of a column strip reads of a row
 
 
 @dataclass(frozen=True)
@@ -271,10 +272,15 @@ def block_row(ir, dims, v: int) -> Schedule:
     return s if is_valid(ir, s, dims)[0] else Schedule(threads=32, vec=1)
 
 
-def default_columns(ir, dims, v: int) -> Schedule:
-    """A warp (or fewer lanes, for narrow Q) along Q with 16-byte vectors, 256 threads, rows
-    a thread in registers up to 64 elements, and a cluster split until the grid has about
-    1.5 blocks an SM (so that every SM has a block and most two)."""
+def default_columns(ir, dims, v: int, narrow: bool = True) -> Schedule:
+    """16-byte vectors along Q, 256 threads, rows a thread in registers up to 64 elements, and
+    blocks enough for about 1.5 an SM (every SM has a block and most two): first by narrower
+    strips (a warp's lanes, or fewer for narrow Q, halved while a thread row still reads a
+    whole 128-byte line of each row), and only then by a cluster splitting the scanned axis.
+    H100, 2026-12-07 (bench/results/2026-12-07-h100-memfamilies-4), cumsum over the tokens of
+    16x8192x1024 bf16: 8 lanes a strip and no cluster 194.6 us (91.0% of copy) against 32
+    lanes in clusters of 4 273.1 us (no DSMEM reads, no cluster barrier a round). `narrow`
+    False gives the cluster-first rule of before (a seed)."""
     size = lambda shape: math.prod(int(dims[d]) if isinstance(d, str) else d for d in shape)  # noqa: E731
     q, p, r = size(ir.shape[ir.axis + 1 :]), size(ir.shape[: ir.axis]), _row(ir, dims)
     while v > 1 and v > q:
@@ -282,6 +288,12 @@ def default_columns(ir, dims, v: int) -> Schedule:
     lanes = 1
     while lanes < 32 and lanes * v < q:
         lanes *= 2
+    while (  # narrower strips, each thread row still a whole line of a row, until ~1.5 an SM
+        narrow
+        and (lanes // 2) * v * ir.max_esize >= LINE_BYTES
+        and p * math.ceil(q / (lanes * v)) * 2 < 3 * SMS
+    ):
+        lanes //= 2
     t = 256
     g = t // lanes
     while g > 32:
@@ -307,12 +319,16 @@ def seeds(ir, dims) -> list[Schedule]:
     d = default_schedule(ir, dims)
     if ir.columns:  # rows a round, then the cluster, then the block
         out = [d]
-        changes = (  # no cluster, the blocks spread over narrower strips (no DSMEM, no
+        wide = default_columns(ir, dims, d.vec, narrow=False)  # a warp's strip, a cluster
+        changes = (  # the next round's loads in flight through this round's barriers (at
+            # the cluster default it gained 15%); the wide strips in a cluster (the rule of
+            # before); no cluster, the blocks spread over narrower strips (no DSMEM, no
             # cluster barrier); half the block in twice the cluster (the same rows a round,
             # more blocks an SM to overlap one block's barriers with another's loads)
+            {"ahead": 1},
+            wide.to_dict(),
             {"lanes": max(1, d.lanes // d.split), "split": 1},
             {"threads": d.threads // 2, "split": d.split * 2},
-            {"ahead": 1},  # the next round's loads in flight through this round's barriers
             {"split": d.split * 2}, {"rows": d.rows // 2}, {"split": d.split // 2},
             {"threads": d.threads * 2},
             {"rows": d.rows * 2}, {"vec": d.vec // 2},

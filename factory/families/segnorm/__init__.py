@@ -187,6 +187,10 @@ def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "prefetch is 0 or 1, and needs held segments"
     if s.minblocks not in MINBLOCKS or s.minblocks * s.threads > 2048:
         return False, f"{s.minblocks} blocks of {s.threads} threads a SM"
+    if s.minblocks and 65536 // (s.minblocks * s.threads) < (80 if s.prefetch else 48):
+        # the registers the directive leaves a thread: ptxas spills the held vectors under
+        # 48 (80 with the next segment in flight: two sets); instance and group norms, sm_90a
+        return False, f"{s.minblocks} blocks of {s.threads} threads: too few registers"
     held_words = 2 * s.hold * s.vec * ir.max_esize // 4 if s.prefetch else s.hold * s.vec
     if held_words > min(64, 65536 // s.threads - 40):
         return False, f"{s.hold} x {s.vec} held values a thread: more registers than fit"
@@ -220,8 +224,13 @@ def streaming_default(ir, dims) -> Schedule:
 
 def default_schedule(ir, dims) -> Schedule:
     """Where a segment fits 16-byte vectors of 128-1024 threads, at most 4 a thread: the
-    segment held in registers (one read of it, every load of the block in flight at once);
-    else a pass over it a stage."""
+    segment held in registers (one read of it, every load of the block in flight at once),
+    with blocks a SM asked of ptxas for 9/16 of the SM's 2048 thread slots (`.minnctapersm`:
+    9 blocks of 128 threads, 56 registers a thread; more segments in flight a SM); else a
+    pass over it a stage. H100, instance norm of 128x256x64x64 bf16 (t128 v8 h4):
+    bench/results/2026-12-07-h100-memfamilies-4, 9 blocks a SM 194.2 us (91.2% of copy)
+    against 210.1 us without the directive (71 registers, 7 blocks) and 255.4 us with the
+    next segment prefetched (94 registers)."""
     v = max(vecs(ir))
     n = _segment(ir, dims)
     t = 128
@@ -230,7 +239,8 @@ def default_schedule(ir, dims) -> Schedule:
     h = 1
     while h < 4 and h * t * v < n:
         h *= 2
-    s = Schedule(threads=t, vec=v, hold=h)
+    m = 2048 // t * 9 // 16
+    s = Schedule(threads=t, vec=v, hold=h, minblocks=m if m in MINBLOCKS else 0)
     if h * t * v >= n and is_valid(ir, s, dims)[0]:
         return s
     return streaming_default(ir, dims)
@@ -242,10 +252,9 @@ def seeds(ir, dims) -> list[Schedule]:
     t, v, h = d.threads, d.vec, d.hold
     changes = [(2 * t, v, h // 2), (t // 2, v, 2 * h), (t, v, 0), (2 * t, v, h), (t // 2, v, h),
                (t, max(1, v // 2), 2 * h)]  # fmt: skip
-    if h:  # never timed yet: the held default at more blocks a SM, with the next segment in
-        # flight, and both (the registers ptxas fits without spills at t128 v8 h4: 9 blocks
-        # at 56, prefetch 6 at 80)
-        for p, m in ((0, 2048 // t * 9 // 16), (1, 0), (1, 2048 // t * 6 // 16)):
+    if h:  # the held default without the directive (7 blocks at t128 v8 h4), with the
+        # next segment in flight, and that at 6 blocks (80 registers, never timed)
+        for p, m in ((0, 0), (1, 0), (1, 2048 // t * 6 // 16)):
             c = Schedule(threads=t, vec=v, hold=h, prefetch=p, minblocks=m)
             if m in MINBLOCKS and c not in out and is_valid(ir, c, dims)[0]:
                 out.append(c)
