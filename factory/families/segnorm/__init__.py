@@ -154,7 +154,9 @@ class Schedule(ScheduleDict):
     in registers (0: every stage reads the segment again); prefetch (with hold): the held
     vectors kept as loaded (16-bit pairs packed) in two sets, the block's next segment loaded
     into one while the other is folded and written; minblocks: blocks a SM asked of ptxas
-    (`.minnctapersm`, so it caps the registers a thread; 0: no directive)."""
+    (`.minnctapersm`, so it caps the registers a thread; 0: no directive); moments (with hold,
+    without prefetch, for a mean and the mean square about it: `moments_pair`): both from one
+    block-wide fold of (count, mean, M2) triples instead of a fold a stage."""
 
     family: str = "segnorm"
     threads: int = 256
@@ -162,16 +164,38 @@ class Schedule(ScheduleDict):
     hold: int = 0
     prefetch: int = 0
     minblocks: int = 0
+    moments: int = 0
 
     def tag(self) -> str:
         t = f"t{self.threads}v{self.vec}"
         t = f"{t}h{self.hold}" if self.hold else t
         t = f"{t}p" if self.prefetch else t
+        t = f"{t}c" if self.moments else t
         return f"{t}m{self.minblocks}" if self.minblocks else t
 
 
 def vecs(ir) -> tuple[int, ...]:
     return tuple(v for v in VECS if v * ir.max_esize <= 16)
+
+
+def moments_pair(ir):
+    """(mu, var, a) where the IR's two stages are mu = mean(a) and var = mean((a - mu) ** 2)
+    (or the square as a product), else None."""
+    if len(ir.stages) != 2 or len(ir.stages[0]) != 1 or len(ir.stages[1]) != 1:
+        return None
+    mu, var = ir.stages[0][0], ir.stages[1][0]
+    (op_m, a), (op_v, sq) = ir.operand[mu], ir.operand[var]
+    if op_m != "mean" or op_v != "mean" or not isinstance(sq, E.Binary):
+        return None
+    if sq.op == "pow" and isinstance(sq.b, E.Const) and sq.b.value == 2:
+        d = sq.a
+    elif sq.op == "mul" and sq.a == sq.b:
+        d = sq.a
+    else:
+        return None
+    if isinstance(d, E.Binary) and d.op == "sub" and d.a == a and d.b == mu:
+        return mu, var, a
+    return None
 
 
 def _segment(ir, dims) -> int:
@@ -185,11 +209,17 @@ def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
         return False, "hold outside the space"
     if s.prefetch not in (0, 1) or (s.prefetch and not s.hold):
         return False, "prefetch is 0 or 1, and needs held segments"
+    if s.moments not in (0, 1) or (s.moments and (not s.hold or s.prefetch)):
+        return False, "moments is 0 or 1, for held segments without prefetch"
+    if s.moments and moments_pair(ir) is None:
+        return False, "moments needs a mean and the mean square about it"
     if s.minblocks not in MINBLOCKS or s.minblocks * s.threads > 2048:
         return False, f"{s.minblocks} blocks of {s.threads} threads a SM"
-    if s.minblocks and 65536 // (s.minblocks * s.threads) < (80 if s.prefetch else 48):
+    least = 80 if s.prefetch else 64 if s.moments else 48
+    if s.minblocks and 65536 // (s.minblocks * s.threads) < least:
         # the registers the directive leaves a thread: ptxas spills the held vectors under
-        # 48 (80 with the next segment in flight: two sets); instance and group norms, sm_90a
+        # 48 (80 with the next segment in flight: two sets; 64 with the moments' triples:
+        # 63 at t128 v8 h4, 28 bytes spilled at 56); instance and group norms, sm_90a
         return False, f"{s.minblocks} blocks of {s.threads} threads: too few registers"
     held_words = 2 * s.hold * s.vec * ir.max_esize // 4 if s.prefetch else s.hold * s.vec
     if held_words > min(64, 65536 // s.threads - 40):
@@ -204,9 +234,13 @@ def is_valid(ir: SegNormIR, s: Schedule, dims) -> tuple[bool, str]:
 def space(ir, dims_list) -> list[Schedule]:
     return [
         s
-        for t, v, h, p, m in itertools.product(THREADS, vecs(ir), HOLDS, (0, 1), MINBLOCKS)
+        for t, v, h, p, m, c in itertools.product(
+            THREADS, vecs(ir), HOLDS, (0, 1), MINBLOCKS, (0, 1)
+        )
         if all(
-            is_valid(ir, s := Schedule(threads=t, vec=v, hold=h, prefetch=p, minblocks=m), d)[0]
+            is_valid(
+                ir, s := Schedule(threads=t, vec=v, hold=h, prefetch=p, minblocks=m, moments=c), d
+            )[0]
             for d in (dims_list or [None])
         )
     ]
@@ -252,10 +286,15 @@ def seeds(ir, dims) -> list[Schedule]:
     t, v, h = d.threads, d.vec, d.hold
     changes = [(2 * t, v, h // 2), (t // 2, v, 2 * h), (t, v, 0), (2 * t, v, h), (t // 2, v, h),
                (t, max(1, v // 2), 2 * h)]  # fmt: skip
-    if h:  # the held default without the directive (7 blocks at t128 v8 h4), with the
-        # next segment in flight, and that at 6 blocks (80 registers, never timed)
-        for p, m in ((0, 0), (1, 0), (1, 2048 // t * 6 // 16)):
-            c = Schedule(threads=t, vec=v, hold=h, prefetch=p, minblocks=m)
+    if h:  # the default with one fold of both moments (never timed; 8 blocks of 128 a SM,
+        # the registers of 9 spill), the held default without the directive (7 blocks at t128
+        # v8 h4), with the next segment in flight, and that at 6 blocks (80 registers, never
+        # timed)
+        mm = 2048 // t * 8 // 16 if d.minblocks else 0
+        for p, m, c in ((0, mm, 1), (0, 0, 0), (1, 0, 0), (1, 2048 // t * 6 // 16, 0)):
+            if c and moments_pair(ir) is None:
+                continue
+            c = Schedule(threads=t, vec=v, hold=h, prefetch=p, minblocks=m, moments=c)
             if m in MINBLOCKS and c not in out and is_valid(ir, c, dims)[0]:
                 out.append(c)
     for t, v, h in changes:
@@ -399,6 +438,84 @@ class SegNormKernel(ColumnKernel):
         b.op("bar.sync 0")
         return r
 
+    def merge(self, x, y) -> tuple[str, str, str]:
+        """Two (count, mean, M2) triples merged; symmetric in x and y to the bit (products and
+        sums only, no fused multiply-add), so butterfly partners get the same triple:
+        n = na + nb, mean = (na ma + nb mb) / max(n, 1), M2 = M2a + M2b + d^2 na nb / max(n, 1)
+        with d = mb - ma (a count of 0 gives 0, not a division by zero)."""
+        b = self.b
+        (na, ma, qa), (nb, mb, qb) = x, y
+        n, nm, t1, t2, m = (b.reg("f32") for _ in range(5))
+        b.op(f"add.rn.f32 {n}, {na}, {nb}")
+        b.op(f"max.f32 {nm}, {n}, 0f3F800000")
+        b.op(f"mul.rn.f32 {t1}, {na}, {ma}")
+        b.op(f"mul.rn.f32 {t2}, {nb}, {mb}")
+        b.op(f"add.rn.f32 {t1}, {t1}, {t2}")
+        b.op(f"div.rn.f32 {m}, {t1}, {nm}")
+        d, w, q = b.reg("f32"), b.reg("f32"), b.reg("f32")
+        b.op(f"sub.rn.f32 {d}, {mb}, {ma}")
+        b.op(f"mul.rn.f32 {d}, {d}, {d}")
+        b.op(f"mul.rn.f32 {w}, {na}, {nb}")
+        b.op(f"mul.rn.f32 {d}, {d}, {w}")
+        b.op(f"div.rn.f32 {d}, {d}, {nm}")
+        b.op(f"add.rn.f32 {q}, {qa}, {qb}")
+        b.op(f"add.rn.f32 {q}, {q}, {d}")
+        return n, m, q
+
+    def moments_fold(self, slots, elems, a, nf) -> tuple[str, str]:
+        """(mean of a, mean square of a about it) over the segment by one block-wide fold: each
+        thread's count, mean and M2 (sum of squares about its own mean) from its held values in
+        a fixed order, merged across the warp by butterflies and across warps in warp order
+        from shared memory (every thread the same order: the same bits)."""
+        b, V = self.b, self.V
+        cnt, s = b.reg("f32"), b.reg("f32")
+        b.op(f"mov.f32 {cnt}, 0f00000000")
+        b.op(f"mov.f32 {s}, 0f00000000")
+        vals = []
+        for (p, _, _), slot in zip(slots, elems, strict=True):
+            vs = [self.reg_of(self.element(a, loaded, {}, {})) for loaded in slot]
+            t = b.reg("f32")
+            b.op(f"selp.f32 {t}, {f32_literal(float(V))}, 0f00000000, {p}")
+            b.op(f"add.rn.f32 {cnt}, {cnt}, {t}")
+            for v in vs:
+                u = b.reg("f32")
+                b.op(f"selp.f32 {u}, {v}, 0f00000000, {p}")
+                b.op(f"add.rn.f32 {s}, {s}, {u}")
+            vals.append((p, vs))
+        nm, m, q = b.reg("f32"), b.reg("f32"), b.reg("f32")
+        b.op(f"max.f32 {nm}, {cnt}, 0f3F800000")
+        b.op(f"div.rn.f32 {m}, {s}, {nm}")
+        b.op(f"mov.f32 {q}, 0f00000000")
+        for p, vs in vals:
+            for v in vs:
+                d = b.reg("f32")
+                b.op(f"sub.rn.f32 {d}, {v}, {m}")
+                b.op(f"selp.f32 {d}, {d}, 0f00000000, {p}")
+                b.op(f"fma.rn.f32 {q}, {d}, {d}, {q}")
+        x = (cnt, m, q)
+        for off in (16, 8, 4, 2, 1):
+            y = tuple(b.reg("f32") for _ in range(3))
+            for r, o in zip(y, x, strict=True):
+                b.op(f"shfl.sync.bfly.b32 {r}, {o}, {off}, 31, -1")
+            x = self.merge(x, y)
+        l0 = b.reg("pred")
+        b.op(f"setp.eq.u32 {l0}, {self.lane}, 0")
+        at = b.reg("b32")
+        b.op(f"mad.lo.u32 {at}, {self.warp}, 12, {self.smem}")
+        for i, r in enumerate(x):
+            b.op(f"@{l0} st.shared.f32 [{at}+{4 * i}], {r}")
+        b.op("bar.sync 0")
+        acc = None
+        for w in range(self.W):
+            y = tuple(b.reg("f32") for _ in range(3))
+            for i, r in enumerate(y):
+                b.op(f"ld.shared.f32 {r}, [{self.smem}+{12 * w + 4 * i}]")
+            acc = y if acc is None else self.merge(acc, y)
+        b.op("bar.sync 0")
+        var = b.reg("f32")
+        b.op(f"div.rn.f32 {var}, {acc[2]}, {nf}")
+        return acc[1], var
+
     def held_segment(self, sbase, N, nf) -> None:
         """The segment read once into registers (vector i of this thread: elements
         (i * threads + tid) * vec .. + vec, each vector whole or outside the segment: N is a
@@ -429,7 +546,10 @@ class SegNormKernel(ColumnKernel):
                    if name in raw for words in [raw[name]]}  # fmt: skip
             elems.append([{**{n: per[n][e] for n in per}, **self.scalar_vals} for e in range(V)])
         seg: dict = {}
-        for reds in ir.stages:
+        if self.s.moments:
+            mu, var, a = moments_pair(ir)
+            seg[mu], seg[var] = self.moments_fold(slots, elems, a, nf)
+        for reds in ir.stages if not self.s.moments else ():
             accs = {r: [b.reg("f32") for _ in range(V)] for r in reds}
             for r, row in accs.items():
                 for a in row:
@@ -757,7 +877,8 @@ class SegNormKernel(ColumnKernel):
         entry = f"{ident(ir.name)}_segnorm_{s.tag()}"
         # the header names the schedule as before prefetch existed, where it is off
         header = {k: v for k, v in s.to_dict().items() if k not in LATE_FIELDS or v}
-        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{self.W}];"]
+        words = 3 * self.W if s.moments else self.W  # moments: a triple a warp
+        body = b.declarations() + [f"    .shared .align 16 .f32 red_smem[{words}];"]
         lines = b.lines
         if self.scalar_vals:
             lines = ["    setp.eq.u32 %p_true, 0, 0;", *lines]
@@ -787,8 +908,8 @@ def features(schedule: dict, dims: dict, dim_order: list) -> list[float]:
             float(s.minblocks)]  # fmt: skip
 
 
-LATE_DEFAULTS = {"hold": 0, "prefetch": 0, "minblocks": 0}
-LATE_FIELDS = ("prefetch", "minblocks")  # left out of the PTX header where 0
+LATE_DEFAULTS = {"hold": 0, "prefetch": 0, "minblocks": 0, "moments": 0}
+LATE_FIELDS = ("prefetch", "minblocks", "moments")  # left out of the PTX header where 0
 
 
 def canonical(schedule: dict) -> dict:
@@ -801,6 +922,7 @@ def label(schedule: dict) -> str:
     s = Schedule.from_dict(schedule)
     held = f", held in registers ({s.hold} loads a thread)" if s.hold else ""
     held += ", the next segment loaded while one is computed" if s.prefetch else ""
+    held += ", both moments in one fold" if s.moments else ""
     held += f", {s.minblocks} blocks a SM" if s.minblocks else ""
     return f"segment norm: a segment a block of {s.threads} threads x {s.vec} a load{held}"
 
@@ -824,7 +946,7 @@ FAMILY = Family(
     roofline=lambda workload, dims: Roofline(bytes=io_bytes(workload, dims)),
     baselines=("torch_eager", "torch_compile", "torch_compile_max_autotune"),
     baselines_module="factory.families.colreduce.baselines",
-    layout_fields=("threads", "vec", "hold", "prefetch", "minblocks"),
+    layout_fields=("threads", "vec", "hold", "prefetch", "minblocks", "moments"),
 )
 
 __all__ = ["FAMILY", "SegNormIR", "Schedule", "lower"]
