@@ -262,6 +262,32 @@ class Ledger:
         }
 
 
+def admissible_keys(workload) -> set[str] | None:
+    """The schedules a job may run: the family's space at the job's shapes that also serves its
+    held-out shapes (the agents keep to the same set, factory.agents.context). None where the
+    job has no held-out shapes."""
+    from factory import families
+
+    held = [dict(d) for d in (getattr(workload, "heldout_shapes", ()) or ())]
+    if not held:
+        return None
+    fam, ir = families.family_for(workload)
+    dims = [dict(d) for d in workload.shapes]
+    return {schedule_key(s.to_dict()) for s in fam.space(ir, dims) if fam.fits(ir, s, held)}
+
+
+def restrict(table: Table, keys: set[str] | None) -> Table:
+    """The table with only the schedules in `keys` (its space, cells, best and target): a job's
+    best is the best kernel it could ship, not one that cannot run at its held-out shapes."""
+    if keys is None:
+        return table
+    return dataclasses.replace(
+        table,
+        space=[s for s in table.space if schedule_key(s) in keys],
+        cells={k: c for k, c in table.cells.items() if k in keys},
+    )
+
+
 def replay_random(table: Table, *, seed: int, population: int, max_generations: int) -> Run:
     """Uniform draws without replacement from the space, `population` per generation, until the
     target is reached, the space is spent or `max_generations`."""
@@ -397,6 +423,7 @@ def benchmark(
     screen: bool = True,
     workload_for=None,
     manifest: str = "factory/examples/matmul_bias_gelu.toml",
+    admissible_only: bool = True,
     log=print,
 ) -> dict:
     """Every strategy on every job: the runs, and per job the median GPU-seconds to reach."""
@@ -407,6 +434,8 @@ def benchmark(
             return manifest_workload([t.dims], manifest)
 
     workloads = {t.name: workload_for(t) for t in tables}
+    if admissible_only:
+        tables = [restrict(t, admissible_keys(workloads[t.name])) for t in tables]
     runs: list[Run] = []
     for t in tables:
         for s in range(random_seeds):
@@ -581,6 +610,12 @@ def main(argv=None) -> int:
         action="store_true",
         help="a cut-short sweep: cost a proposal outside the sample at the sample's mean",
     )
+    ap.add_argument(
+        "--whole-space",
+        action="store_true",
+        help="keep schedules that cannot run at a job's held-out shapes (the agents never "
+        "propose them) in the space, the best and random's draws",
+    )
     args = ap.parse_args(argv)
     t_start = time.monotonic()
     from factory.compile import configure_cache
@@ -600,6 +635,7 @@ def main(argv=None) -> int:
         warm_generations=args.warm_generations,
         screen=not args.no_screen,
         manifest=data.get("manifest") or "factory/examples/matmul_bias_gelu.toml",
+        admissible_only=not args.whole_space,
     )
     result["sweep"] = {
         "path": args.sweep,
@@ -608,6 +644,7 @@ def main(argv=None) -> int:
         "with_compile": args.with_compile,
         "measured_only": tables[0].measured_only if tables else None,
         "charge_unmeasured": args.charge_unmeasured,
+        "admissible_only": not args.whole_space,
         "screen": not args.no_screen,
         "seeds": args.seeds,
         "random_seeds": args.random_seeds,

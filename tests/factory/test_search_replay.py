@@ -2,6 +2,7 @@
 the GPU-seconds ledger, the strategies, the summary and the report, on a synthetic sweep (times
 from the analytic estimate plus noise: a test fixture, never a result)."""
 
+import json
 import math
 
 import pytest
@@ -340,3 +341,22 @@ def test_the_sweeps_prebuilt_kernel_sets_every_attribute_the_bench_kernel_sets()
     }
     assert "compiler" in wanted and "fn" in wanted
     assert wanted <= have, sorted(wanted - have)
+
+
+def test_a_jobs_table_keeps_only_what_serves_its_held_out_shapes(tables):
+    """The replay's best and random's draws come from the schedules a job could ship: the
+    agents never propose one that cannot run at the job's held-out shapes (a TMA-store epilogue
+    at the derived odd N), so neither may the target."""
+    from lab.search.sweep_matmul import manifest_workload
+
+    t = tables[0]
+    w = manifest_workload([t.dims])
+    assert w.heldout_shapes and any(d["N"] % 8 for d in w.heldout_shapes)
+    keys = R.admissible_keys(w)
+    assert keys and any(s.get("tma_store") for s in t.space)
+    assert not any(json.loads(k).get("tma_store") for k in keys)
+    r = R.restrict(t, keys)
+    assert r.cells and set(r.cells) <= keys and len(r.cells) < len(t.cells)
+    assert all(R.schedule_key(s) in keys for s in r.space)
+    assert r.best_us >= t.best_us
+    assert R.restrict(t, None) is t
