@@ -333,6 +333,10 @@ def build_context(
                 sched = [s for s in sched if fits(ctx.ir, s, ctx.dims_list)]
             if ctx.heldout_list:
                 sched = [s for s in sched if fits(ctx.ir, s, ctx.heldout_list)]
+            only = settings.get("space_filter")
+            if only is not None:
+                # a replay whose space is a measured sample: the job's space is that sample
+                sched = [s for s in sched if only(schedule_dict(s))]
             ctx.gen_items = [Item("generator", s) for s in sched]
         except Exception as exc:  # noqa: BLE001 - Unsupported (or a generator bug) -> no space
             ctx.unsupported = f"{type(exc).__name__}: {exc}"
@@ -376,6 +380,8 @@ def default_item(ctx: Context) -> Item | None:
             if not _serves_heldout(ctx, s):
                 return None
         found = ctx.item_for(schedule_dict(s))
+        if found is None and ctx.settings.get("space_filter") is not None:
+            return None  # the default is outside the (filtered) space
         return found or Item("generator", s)
     return None
 

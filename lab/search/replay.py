@@ -355,6 +355,7 @@ def replay_agents(
     strategy: str = "agents_cold",
     screen: bool = True,
     stop_at_target: bool = True,
+    sample_is_space: bool = True,
 ) -> tuple[Run, list[dict]]:
     """The offline agents on this job, generation after generation, each proposal measured from
     the table; returns the run and the evidence records the job left."""
@@ -363,6 +364,12 @@ def replay_agents(
     job_id = f"{strategy}-{table.name}-{seed}"
     led = Ledger(table, strategy, seed, job_id, workload)
     past = list(evidence)
+    settings = _settings(job_id, screen)
+    if table.measured_only and sample_is_space:
+        # the sample is the job's space for the agents too, as it is for random search and
+        # the cost model (they draw from it): a proposal outside it is never made
+        measured = set(table.cells)
+        settings["space_filter"] = lambda d: schedule_key(d) in measured
     for g in range(max_generations):
         drafts, _ = propose_with_report(
             workload,
@@ -370,7 +377,7 @@ def replay_agents(
             population=population,
             evidence=past + led.records,
             seed=seed,
-            settings=_settings(job_id, screen),
+            settings=dict(settings),
         )
         scheds = [d.schedule for d in drafts if d.schedule]
         if not scheds:
@@ -424,6 +431,7 @@ def benchmark(
     workload_for=None,
     manifest: str = "factory/examples/matmul_bias_gelu.toml",
     admissible_only: bool = True,
+    sample_is_space: bool = True,
     log=print,
 ) -> dict:
     """Every strategy on every job: the runs, and per job the median GPU-seconds to reach."""
@@ -452,6 +460,7 @@ def benchmark(
                 population=population,
                 max_generations=max_generations,
                 screen=screen,
+                sample_is_space=sample_is_space,
             )
             runs.append(run)
             _, records = replay_agents(
@@ -462,6 +471,7 @@ def benchmark(
                 max_generations=warm_generations,
                 strategy="earlier",
                 screen=screen,
+                sample_is_space=sample_is_space,
                 stop_at_target=False,
             )
             history[(t.name, seed)] = records
@@ -480,6 +490,7 @@ def benchmark(
                 evidence=others,
                 strategy="agents_warm",
                 screen=screen,
+                sample_is_space=sample_is_space,
             )
             runs.append(run)
             runs.append(
@@ -611,6 +622,12 @@ def main(argv=None) -> int:
         help="a cut-short sweep: cost a proposal outside the sample at the sample's mean",
     )
     ap.add_argument(
+        "--agents-whole-space",
+        action="store_true",
+        help="a cut-short sweep: let the agents propose outside the sample (each such "
+        "proposal gives no time; with --charge-unmeasured it costs the sample's mean)",
+    )
+    ap.add_argument(
         "--whole-space",
         action="store_true",
         help="keep schedules that cannot run at a job's held-out shapes (the agents never "
@@ -636,6 +653,7 @@ def main(argv=None) -> int:
         screen=not args.no_screen,
         manifest=data.get("manifest") or "factory/examples/matmul_bias_gelu.toml",
         admissible_only=not args.whole_space,
+        sample_is_space=not args.agents_whole_space,
     )
     result["sweep"] = {
         "path": args.sweep,
@@ -645,6 +663,7 @@ def main(argv=None) -> int:
         "measured_only": tables[0].measured_only if tables else None,
         "charge_unmeasured": args.charge_unmeasured,
         "admissible_only": not args.whole_space,
+        "agents_sample_is_space": not args.agents_whole_space,
         "screen": not args.no_screen,
         "seeds": args.seeds,
         "random_seeds": args.random_seeds,

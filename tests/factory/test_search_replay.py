@@ -253,6 +253,35 @@ def test_a_sample_charged_for_proposals_outside_it_costs_them_the_mean(sweep):
     assert led.run.steps[0].unmeasured == 1 and led.best == inside.median_us
 
 
+def test_with_a_sample_as_the_space_the_agents_propose_only_inside_it(sweep):
+    """A cut-short sweep's sample is the job's space for every strategy: the agents' space,
+    default and seeds are filtered to it (settings' space_filter), so none of their
+    proposals is unmeasured; with sample_is_space off they may propose outside it."""
+    from lab.search.sweep_matmul import manifest_workload
+
+    partial = dict(sweep, complete=False)
+    keep = set(range(0, len(sweep["schedules"]), 3))
+    partial["measurements"] = [m for m in sweep["measurements"] if m["id"] in keep]
+    t = R.tables_from_sweep(partial)[1]
+    w = manifest_workload([t.dims])
+    run, records = R.replay_agents(
+        t, w, seed=0, population=8, max_generations=3, screen=False, stop_at_target=False
+    )
+    assert records and all(R.schedule_key(r["schedule"]) in t.cells for r in records)
+    assert run.steps[-1].unmeasured == 0
+    free, _ = R.replay_agents(
+        t,
+        w,
+        seed=0,
+        population=8,
+        max_generations=3,
+        screen=False,
+        stop_at_target=False,
+        sample_is_space=False,
+    )
+    assert free.steps[-1].unmeasured > 0
+
+
 def test_the_report_keeps_hundredths_of_a_gpu_second():
     from lab.search.report import _r, _s
 
