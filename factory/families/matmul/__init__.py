@@ -130,7 +130,7 @@ def moves(schedule) -> list:
             out.append(
                 (
                     {"load": "cp_async", "cluster_m": 1},
-                    "A and B loaded by the producer warpgroup's cp.async chunks (K % 64 != 0)",
+                    "A and B loaded by the producer warpgroup's cp.async chunks",
                 )
             )
     if s.tma_store:

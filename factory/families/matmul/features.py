@@ -30,10 +30,19 @@ EPILOGUE_BYTES_PER_US_PER_SM = 8000.0
 # split-K: a CTA stores its fp32 partial tile to shared memory and reads its share of the
 # others' over distributed shared memory; bytes per microsecond per SM, a guess (not measured).
 DSMEM_BYTES_PER_US_PER_SM = 50000.0
-# TMA loads of rows whose pitch (2 K bytes) is not a multiple of 128: each 128-byte box row spans
-# two 128-byte lines; the 128x256 staged kernel ran at 0.586x cuBLAS at 3072x5120x2056 against
-# 0.961x at K = 2048 (H100, lab/matmul/NOTES.md): a k-block takes about 1.6x as long.
-UNALIGNED_TMA_SLOWDOWN = 1.6
+# Rows of A and B whose pitch (2 K bytes) is not a multiple of 32 (K % 16 != 0): every load
+# path slows down. The 128x256 staged kernel (H100, bench/results/2026-12-07-h100-matmul-3,
+# kprobe/) ran 3072x5120xK at 0.942-0.961x cuBLAS for K = 2048, 2080, 2096, 2112, 2176 (pitches
+# 0, 64, 96, 0 and 0 mod 128) and 0.618x at K = 2056: a k-block takes about 1.6x as long; the
+# cp.async kernels lost as much (unaligned/). A pitch that is a multiple of 32 but not of 128
+# costs nothing measurable.
+PITCH32_SLOWDOWN = 1.6
+# cp.async loads (schedule load "cp_async") against TMA, same tile, same call (unaligned/): the
+# 128x256 staged kernel 125.6 against 109.5 us at 3072x5120x2048 (1.15x), 1.05-1.09x at the three
+# shapes with K % 16 != 0 (on top of PITCH32_SLOWDOWN); unstaged cp.async 0.716x cuBLAS against
+# the staged TMA's 0.961x.
+CP_ASYNC_SLOWDOWN = 1.15
+CP_ASYNC_SLOWDOWN_PITCH32 = 1.07
 SMEM_PER_SM = DEVICE.smem_per_sm_bytes
 REGS_PER_SM = DEVICE.registers_per_sm
 
@@ -141,8 +150,11 @@ def estimate(schedule: dict, rows: int, n: int, k: int, nb: int = 1, out_bytes: 
     kb_bytes = (tm + tn * nb / cluster_m) * tk * 2
     t_load = kb_bytes / (L2_BYTES_PER_US / SMS)
     t_kb = max(t_mma, t_load, TMA_LATENCY_US / (stages - 1))
-    if (2 * k) % 128 and schedule.get("load", "tma") == "tma":
-        t_kb *= UNALIGNED_TMA_SLOWDOWN
+    odd_pitch = (2 * k) % 32 != 0
+    if odd_pitch:
+        t_kb *= PITCH32_SLOWDOWN
+    if schedule.get("load", "tma") == "cp_async":
+        t_kb *= CP_ASYNC_SLOWDOWN_PITCH32 if odd_pitch else CP_ASYNC_SLOWDOWN
     epi = tm * tn * out_bytes / EPILOGUE_BYTES_PER_US_PER_SM
     if pingpong:  # one consumer's epilogue runs beside the other's main loop
         epi *= 0.2

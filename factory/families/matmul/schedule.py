@@ -28,12 +28,13 @@ Loads (`load`): "tma" (above: one producer thread issues a TMA box per operand a
 "cp_async": the whole producer warpgroup (128 threads) copies each k-block in 16-byte chunks with
 `cp.async.cg` straight into the same 128-byte swizzled layout (zero fill past M, N and K), and
 each thread signals the stage's full mbarrier with `cp.async.mbarrier.arrive.noinc` (the barrier
-counts 128 arrivals, no transaction bytes). For K not a multiple of 64 (a row pitch of 2 K bytes
-that is not a multiple of 128) every 128-byte TMA box row spans two 128-byte lines, and the TMA
-kernel ran at 0.59-0.61x cuBLAS on an H100 (lab/matmul/NOTES.md); the chunk copies do not depend
-on the rows' alignment (only on 16-byte rows: K % 8 == 0). The consumers read the same layout
-with the same descriptors, after a proxy fence (the copies are generic-proxy writes, wgmma reads
-through the async proxy).
+counts 128 arrivals, no transaction bytes). The consumers read the same layout with the same
+descriptors, after a proxy fence (the copies are generic-proxy writes, wgmma reads through the
+async proxy). Measured on an H100 (bench/results/2026-12-07-h100-matmul-3): correct everywhere
+it was checked, and slower than TMA at every K timed: the 128x256 staged kernel 0.838x cuBLAS
+against TMA's 0.961x at K = 2048, 0.561x against 0.604x at K = 2056. Where the row pitch 2 K is
+not a multiple of 32 bytes (K % 16 != 0) both load paths run at about 0.6x cuBLAS; a pitch that
+is a multiple of 32 but not of 128 (K = 2080, 2096) is as fast as K = 2048.
 
 The "mma_sync" kind is reserved for the fallback (mma.sync + cp.async); it is not emitted yet and
 `is_valid` refuses it.
@@ -82,9 +83,11 @@ TMA_STORE_FALLBACK_VERIFIED = False
 WIDE_K_VERIFIED = True
 SPLIT_KS = (1, 2, 4)
 LOADS = ("tma", "cp_async")
-# The cp.async load path (GemmSchedule.load = "cp_async"): emitted and compiled here, not yet run
-# on a GPU (lab/matmul/unaligned_run.sh checks and times it); refused until then.
-CP_ASYNC_VERIFIED = False
+# The cp.async load path (GemmSchedule.load = "cp_async"), verified on an H100 in
+# bench/results/2026-12-07-h100-matmul-3 (unaligned/: 46 checks passed, M / N / K tails,
+# 3000x5000x2056, 130x304x8, 1x4096x4104, bias+GELU, SwiGLU; the worker's launch path too). In
+# the space for the search to measure; never the default (slower than TMA at every K timed).
+CP_ASYNC_VERIFIED = True
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ class GemmSchedule:
     # its rows there in boxes of 64 x 64 and one thread stores each box by TMA (see emit.py)
     tma_store: int = 0
     # how the k-blocks of A and B reach shared memory: "tma" (one thread, TMA boxes) or
-    # "cp_async" (the producer warpgroup's 16-byte cp.async chunks; for K % 64 != 0)
+    # "cp_async" (the producer warpgroup's 16-byte cp.async chunks; slower than TMA where timed)
     load: str = "tma"
 
     def to_dict(self) -> dict:

@@ -52,7 +52,8 @@ OPTIONS: dict[str, tuple] = {
     "fast_math": (True, False),
     "pingpong": (False, True),
     "tma_store": (0, 128, 256),
-    # cp.async chunks instead of TMA boxes (for K % 64 != 0; gated by CP_ASYNC_VERIFIED)
+    # cp.async chunks instead of TMA boxes (verified; slower than TMA wherever it was timed, so
+    # never the default and ranked by the estimate's charge, features.CP_ASYNC_SLOWDOWN)
     "load": ("tma", "cp_async"),
 }
 
@@ -196,13 +197,6 @@ def skinny_choices(ir: GemmIR, dims_list: list[dict]) -> list[Schedule]:
     return out
 
 
-def unaligned_k(ir: GemmIR, dims_list: list[dict]) -> bool:
-    """Whether a shape of the job has rows of A and B whose pitch (2 K bytes) is not a multiple
-    of 128: there each 128-byte TMA box row spans two 128-byte lines (0.59-0.61x cuBLAS on an
-    H100 at K = 2056 against 0.92-0.96x at K = 2048), and the cp.async load path is the choice."""
-    return any((2 * gemm_dims({"problem": problem_text(ir)}, d)[2]) % 128 for d in dims_list if d)
-
-
 def default_schedule(ir: GemmIR, dims=None) -> Schedule:
     """The schedule to use without search. For skinny shapes (skinny_choices), the first of
     SKINNY that fills the SMs and serves every shape. Otherwise 128 x 256 tiles (128 x 128 with
@@ -212,15 +206,13 @@ def default_schedule(ir: GemmIR, dims=None) -> Schedule:
     registers over the issue's shapes with a 16-bit output, slower only in two cases within
     0.5%; an fp8 output staged 1.06-1.12x, bench/results/2026-12-07-h100-matmul-2); where the
     shapes refuse the staging (output rows not a multiple of 16 bytes), the same without it;
-    where neither fits, the estimate's best of the space. Where a shape's K is not a multiple of
-    64 (unaligned_k), each of these with cp.async loads first (while the cp.async path is
-    verified: schedule.CP_ASYNC_VERIFIED), then the TMA ones."""
+    where neither fits, the estimate's best of the space. Always TMA loads: the cp.async path
+    ran slower than TMA at every K timed, aligned or not (bench/results/2026-12-07-h100-matmul-3:
+    0.838x against 0.961x cuBLAS at 3072x5120x2048, 0.561x against 0.604x at K = 2056)."""
     dl = _dims_list(dims)
     tile_n = 128 if ir.b2 is not None else 256
     base = Schedule(tile_n=tile_n, problem=problem_text(ir))
     tries = [*skinny_choices(ir, dl), replace(base, tma_store=128), base]
-    if unaligned_k(ir, dl):
-        tries = [replace(s, load="cp_async") for s in tries] + tries
     for s in tries:
         if fits(ir, s, dl):
             return s
@@ -236,15 +228,14 @@ def _score(ir: GemmIR, s: Schedule, dims: dict) -> float:
 
 
 def _ranked(ir: GemmIR, pool, dims: dict) -> list[Schedule]:
-    # ties (shapes where the L2 order does not show in the estimate): the load path that suits
-    # K (cp.async where K % 64 != 0, else TMA), persistent, groups of 8 tile rows, the deeper
-    # ring, the TMA-store epilogue, fast math
-    cpa = unaligned_k(ir, [dims])
+    # ties (shapes where the L2 order does not show in the estimate): TMA loads (the estimate
+    # charges cp.async its measured slowdown already), persistent, groups of 8 tile rows, the
+    # deeper ring, the TMA-store epilogue, fast math
     return sorted(
         pool,
         key=lambda s: (
             round(_score(ir, s, dims), 3),
-            (s.load == "cp_async") != cpa,
+            s.load != "tma",
             not s.persistent,
             abs(s.group_m - 8),
             -s.stages,
