@@ -219,7 +219,7 @@ def main():
     ap.add_argument(
         "--allow-cp-async",
         action="store_true",
-        help="verify and time the cp.async load path beside TMA where K % 64 != 0",
+        help="time the cp.async twin of each candidate beside it where K % 64 != 0",
     )
     ap.add_argument(
         "--allow-tma-store-fallback",

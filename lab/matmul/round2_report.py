@@ -2,6 +2,8 @@
 the files' numbers).
 
     python3 -m lab.matmul.round2_report bench/results/2026-12-07-h100-matmul-2/round1
+    python3 -m lab.matmul.round2_report bench/results/2026-12-07-h100-matmul-3 \
+        --gemm-steps unaligned/unaligned_check,unaligned/unaligned_time,cluster,kprobe
 
 Sections: the checks of every step (and any that failed), each gemm_bench step's timings (our
 kernels interleaved with cuBLAS through torch, medians, speed ratio torch time / ours), and each
@@ -32,10 +34,10 @@ def _shape(s) -> str:
     return "x".join(str(x) for x in s)
 
 
-def checks_table(folder: str) -> list[str]:
+def checks_table(folder: str, gemm_steps=GEMM_STEPS, issue_steps=ISSUE_STEPS) -> list[str]:
     out = ["| step | checks | passed | failed (op, schedule, shape) |", "|---|---|---|---|"]
-    for step in GEMM_STEPS + ISSUE_STEPS:
-        name = "gemm_bench.json" if step in GEMM_STEPS else "issue48_bench.json"
+    for step in (*gemm_steps, *issue_steps):
+        name = "gemm_bench.json" if step in gemm_steps else "issue48_bench.json"
         data = _load(os.path.join(folder, step, name))
         if data is None:
             out.append(f"| {step} | no results | | |")
@@ -111,12 +113,18 @@ def issue_records(folder: str, step: str) -> list[str]:
     return out
 
 
-def report(folder: str) -> str:
-    parts = ["### Checks (float64 reference, before any timing)", "", *checks_table(folder)]
-    for step in GEMM_STEPS[1:]:
+def report(folder: str, gemm_steps=GEMM_STEPS, issue_steps=ISSUE_STEPS) -> str:
+    """The checks of every step, then the timings of each gemm_bench step that has any, then
+    each issue48_bench step's records."""
+    parts = ["### Checks (float64 reference, before any timing)", ""]
+    parts += checks_table(folder, gemm_steps, issue_steps)
+    for step in gemm_steps:
+        data = _load(os.path.join(folder, step, "gemm_bench.json"))
+        if data is not None and not data.get("timings"):
+            continue  # a checks-only step
         parts += ["", f"### {step}/ (gemm_bench: interleaved with torch, medians)", ""]
         parts += gemm_timings(folder, step)
-    for step in ISSUE_STEPS:
+    for step in issue_steps:
         parts += ["", f"### {step}/ (issue48_bench; * = held-out shape)", ""]
         parts += issue_records(folder, step)
     return "\n".join(parts) + "\n"
@@ -125,8 +133,24 @@ def report(folder: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("folder")
+    ap.add_argument(
+        "--gemm-steps",
+        default=",".join(GEMM_STEPS),
+        help="comma-separated gemm_bench step folders (default: round2_run.sh's)",
+    )
+    ap.add_argument(
+        "--issue-steps",
+        default=None,
+        help="comma-separated issue48_bench step folders (default: round2_run.sh's; with "
+        "--gemm-steps given and this not, none)",
+    )
     args = ap.parse_args(argv)
-    print(report(args.folder), end="")
+    gemm = tuple(x for x in args.gemm_steps.split(",") if x)
+    if args.issue_steps is not None:
+        issue = tuple(x for x in args.issue_steps.split(",") if x)
+    else:
+        issue = ISSUE_STEPS if gemm == GEMM_STEPS else ()
+    print(report(args.folder, gemm, issue), end="")
     return 0
 
 
