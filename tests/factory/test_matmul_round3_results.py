@@ -48,3 +48,23 @@ def test_the_pitch_rule_and_the_cp_async_charge_are_in_the_files():
     for shape in ("3072x5120x2056", "3000x5000x2056", "4096x4096x4104"):
         r = _ratio(t, shape, "w256s4t128") / _ratio(t, shape, "w256s4t128ca")
         assert 1.05 <= r < 1.1, (shape, r)
+
+
+def test_padk_probe_pads_to_a_32_byte_pitch_and_its_kernel_compiles():
+    from lab.matmul import padk_probe
+
+    assert [padk_probe.padded_k(k) for k in (2056, 4104, 2048, 1032, 8)] == [
+        2064,
+        4112,
+        2048,
+        1040,
+        16,
+    ]
+    assert all((2 * padk_probe.padded_k(k)) % 32 == 0 for k in range(8, 4200, 8))
+    shapes = padk_probe.parse(padk_probe.SHAPES)
+    assert shapes and all(k % 16 for _, _, k in shapes)
+    try:
+        from cuda.bindings import nvjitlink  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return
+    assert padk_probe.dry_run() == 0
