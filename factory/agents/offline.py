@@ -233,6 +233,16 @@ class OfflineWriter:
                 k = per_layout[lay] = per_layout.get(lay, 0) + 1
                 (model_picks if lay is None or k <= self.oversample else rest).append((it, us))
             picks += [(it, "cost model's pick") for it, _ in model_picks]
+            if plan.avoid and ctx.generation > 0:
+                # One slot re-tests what the avoid-lists hold out: the model's fastest untried
+                # item among them. A value is avoided after a few slow records, and with few
+                # records its slowness may belong to the other choices it was tried with
+                # (one-consumer tiles were avoided at 1024x1024x16384 after three slow ones,
+                # two of them in 2x1 clusters, and the winner is one-consumer).
+                held = [it for it in pool if it.key not in tried and _avoided(it, plan)]
+                if held:
+                    best_held = ctx.ranked(held)[:4]
+                    picks += [(it, "re-test of an avoided choice") for it, _ in best_held]
             picks += [(it, "exploration") for it in self._explore(rest, 4 * n, rng)]
         else:
             picks += [(it, "spread of the space") for it in self._spread(untried, n * 2, rng)]

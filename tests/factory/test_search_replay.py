@@ -389,3 +389,46 @@ def test_a_jobs_table_keeps_only_what_serves_its_held_out_shapes(tables):
     assert all(R.schedule_key(s) in keys for s in r.space)
     assert r.best_us >= t.best_us
     assert R.restrict(t, None) is t
+
+
+def test_after_generation_zero_one_slot_re_tests_what_the_avoid_lists_hold_out(sweep, tables):
+    """A value slow in a few records is avoided, and those records may be slow for their other
+    choices: from generation 1 on, one writer slot goes to the model's fastest untried item
+    the avoid-lists hold out (at 1024x1024x16384 one-consumer tiles were avoided after three
+    slow ones, two of them in 2x1 clusters, and the winner is one-consumer)."""
+    from factory.loop import propose_with_report
+    from lab.search.sweep_matmul import manifest_workload
+
+    t = tables[1]
+    w = manifest_workload([t.dims], sweep["manifest"])
+    _, records = R.replay_agents(
+        t, w, seed=0, population=8, max_generations=1, screen=False, stop_at_target=False
+    )
+    # a value some of generation 0's records have and some do not
+    field, value = next(
+        (f, r["schedule"][f])
+        for r in records
+        for f in ("tile_n", "stages", "group_m", "tile_m")
+        if 0 < sum(x["schedule"].get(f) == r["schedule"][f] for x in records) < len(records)
+    )
+    one = [r for r in records if r["schedule"].get(field) == value]
+    # three slow records with that value (the table's times made 3x slower)
+    slow = [dict(r, median_us=r["median_us"] * 3) for r in (one * 3)[:3]]
+    for i, r in enumerate(slow):
+        r["ptx_sha256"] = f"{r['ptx_sha256'][:60]}{i:04d}"
+    evidence = [r for r in records if r["schedule"].get(field) != value] + slow
+    settings = R._settings(records[0]["job"], False)  # the same job, its generation 1
+    drafts, report = propose_with_report(
+        w, generation=1, population=8, evidence=evidence, seed=0, settings=settings
+    )
+    assert value in report.plan.avoid.get(field, [])
+    retests = [d for d in drafts if d.note.startswith("re-test of an avoided choice")]
+    avoid = report.plan.avoid
+
+    def held_out(d):
+        return any(d.schedule.get(f) in vals for f, vals in avoid.items())
+
+    assert retests and all(held_out(d) for d in retests)
+    others = [d for d in drafts if d not in retests and d.schedule]
+    assert others and not any(held_out(d) for d in others)
+    assert len(retests) <= 2
