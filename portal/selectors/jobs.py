@@ -361,12 +361,12 @@ def job_progress(job: Job, counts: JobCounts | None = None) -> dict:
     # Estimate the rest from the generations already done (median, robust to a slow first one
     # that had to warm caches); nothing to say before the first generation is done.
     durations = [g["duration_s"] for g in gens if g["status"] == Generation.DONE]
-    eta_s = None
+    eta_s, overrun = None, False
     if not finished and durations:
-        remaining = budget - done
         current = next((g for g in gens if g["status"] != Generation.DONE), None)
-        per_gen = statistics.median(durations)
-        eta_s = max(0.0, remaining * per_gen - (current["duration_s"] if current else 0.0))
+        eta_s, overrun = time_left(
+            budget - done, durations, current["duration_s"] if current else None
+        )
     totals: dict[str, int] = {}
     for g in gens:
         for key in ("total", "passed", "failed", "rejected", "waiting"):
@@ -380,7 +380,7 @@ def job_progress(job: Job, counts: JobCounts | None = None) -> dict:
     else:
         waiting_hint = "being written or compiled"
     if eta_s is not None and not waits_for_gpu:
-        eta = format_duration(eta_s)
+        eta = eta_text(eta_s, overrun)
     elif waits_for_gpu:
         eta = "unknown until a GPU takes the batch"
     else:
@@ -404,6 +404,26 @@ def job_progress(job: Job, counts: JobCounts | None = None) -> dict:
         "stop_reason": job.stop_reason,
         "best_score_us": job.best_candidate.score_us if job.best_candidate_id else None,
     }
+
+
+def time_left(remaining: int, durations: list[float], current_s: float | None):
+    """(seconds left, whether the running generation has overrun): the generations still to
+    run at the median of those done, the running one counted from what it has used. A running
+    generation past the median has an unknown rest, and only the ones after it are counted."""
+    per_gen = statistics.median(durations)
+    if current_s is None:
+        return max(0, remaining) * per_gen, False
+    left_now = per_gen - current_s
+    after = max(0, remaining - 1) * per_gen
+    return after + max(left_now, 0.0), left_now < 0
+
+
+def eta_text(eta_s: float, overrun: bool) -> str:
+    if not overrun:
+        return format_duration(eta_s)
+    if eta_s < 1:
+        return "any moment: this last generation is taking longer than the others"
+    return f"{format_duration(eta_s)} after this generation, which is taking longer than the others"
 
 
 def format_duration(seconds: float | None) -> str:

@@ -92,3 +92,19 @@ def test_an_environment_is_the_machine_and_its_timing_protocol_not_one_batchs_bo
     assert a.pk == b.pk
     assert c.pk != a.pk and c.versions["l2_flush"] == "write"
     assert "restart_log" not in a.versions and a.versions["l2_flush"] == "read"
+
+
+def test_time_left_counts_a_running_generation_from_what_it_has_used():
+    from portal.selectors.jobs import eta_text, time_left
+
+    # three generations to run (the current one 20 s in), 60 s each by the median
+    assert time_left(3, [50.0, 60.0, 70.0], 20.0) == (160.0, False)
+    assert time_left(2, [60.0], None) == (120.0, False)
+    # the current generation is past the median: only the ones after it are counted
+    assert time_left(2, [60.0], 90.0) == (60.0, True)
+    assert time_left(1, [60.0], 90.0) == (0.0, True)
+    assert eta_text(160.0, False) == "about 3 min"
+    assert eta_text(0.0, True).startswith("any moment")
+    assert eta_text(60.0, True) == (
+        "about 1 min after this generation, which is taking longer than the others"
+    )
