@@ -146,16 +146,22 @@ def _compile_clean(e, ir, s):
         assert "C7509" not in r.log
 
 
+def _every_fifth_and_the_wide_tile(w, d):
+    """The lowered IR and every fifth schedule of its space, plus the 128x128 overlapped
+    ping-pong schedule (2 stages at d 128, else 3)."""
+    fam, ir = families.family_for(w)
+    scheds = fam.space(ir, list(w.shapes))[::5]
+    stages = 2 if d == 128 else 3
+    scheds.append(S.AttentionSchedule(128, 128, stages, overlap=True, pingpong=True))
+    return ir, scheds
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [64, 128])
 def test_document_ptx_has_both_paths_and_compiles_without_spills(causal, d):
     from factory.families.attention.emit import emit
 
-    w = workload("document", causal, d)
-    fam, ir = families.family_for(w)
-    scheds = fam.space(ir, list(w.shapes))[::5]
-    stages = 2 if d == 128 else 3
-    scheds.append(S.AttentionSchedule(128, 128, stages, overlap=True, pingpong=True))
+    ir, scheds = _every_fifth_and_the_wide_tile(workload("document", causal, d), d)
     for s in scheds:
         e = emit(ir, s)
         # the flag narrows the unmasked path's use: the id compare (a per-key load of doc)
@@ -218,21 +224,25 @@ def test_the_incremental_bias_stays_within_its_stated_error_bound():
     assert worst > 0.05  # the bound is not vacuous
 
 
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("bm, bn", [(128, 128), (128, 64), (64, 64)])
-def test_the_model_with_one_sided_alibi_tiles_matches_the_reference(causal, bm, bn):
-    shape = {"B": 1, "H": 2, "HKV": 1, "S": 700}
+def _alibi_case(causal, seq, slopes):
+    """The ALiBi workload at d 64, one batch, two query heads on one kv head and `seq` tokens,
+    with the given per-head slopes: its IR, float64 reference and float32 q, k, v and extras."""
+    shape = {"B": 1, "H": 2, "HKV": 1, "S": seq}
     w = workload("alibi", causal, 64, shape)
     ir = I.lower(w)
     dims = w.shapes[0]
     x = random_inputs(w, dims, seed=4)
-    x["slope"] = np.array([0.004, 0.0625], np.float32)
+    x["slope"] = np.array(slopes, np.float32)
     ref = reference(w, x, dims)
     q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
     extra = {e.name: _f64(w, x, e.name) for e in ir.extra}
+    return ir, ref, q, k, v, extra
+
+
+def _simulate_alibi(ir, bm, bn, q, k, v, extra, **kw):
+    """tiling.simulate with the IR's score and mask functions bound to `extra`."""
     score_fn, mask_fn = T.ir_functions(ir)
-    stats = {}
-    out, lse, _ = T.simulate(
+    return T.simulate(
         ir,
         bm,
         bn,
@@ -242,8 +252,16 @@ def test_the_model_with_one_sided_alibi_tiles_matches_the_reference(causal, bm, 
         extra,
         score_fn=lambda s, i, j, h, b: score_fn(s, i, j, h, b, extra),
         mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra),
-        stats=stats,
+        **kw,
     )
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bm, bn", [(128, 128), (128, 64), (64, 64)])
+def test_the_model_with_one_sided_alibi_tiles_matches_the_reference(causal, bm, bn):
+    ir, ref, q, k, v, extra = _alibi_case(causal, 700, [0.004, 0.0625])
+    stats = {}
+    out, lse, _ = _simulate_alibi(ir, bm, bn, q, k, v, extra, stats=stats)
     err = np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"])
     assert err < 5e-3, err
     np.testing.assert_allclose(lse, ref["lse"], atol=1e-4, rtol=1e-4)
@@ -251,30 +269,11 @@ def test_the_model_with_one_sided_alibi_tiles_matches_the_reference(causal, bm, 
 
 
 def test_the_model_catches_a_diagonal_tile_taken_as_one_sided(monkeypatch):
-    shape = {"B": 1, "H": 2, "HKV": 1, "S": 400}
-    w = workload("alibi", False, 64, shape)
-    ir = I.lower(w)
-    dims = w.shapes[0]
-    x = random_inputs(w, dims, seed=4)
-    x["slope"] = np.array([0.05, 0.1], np.float32)
-    ref = reference(w, x, dims)["o"]
-    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
-    extra = {e.name: _f64(w, x, e.name) for e in ir.extra}
-    score_fn, mask_fn = T.ir_functions(ir)
+    ir, ref, q, k, v, extra = _alibi_case(False, 400, [0.05, 0.1])
     good = T.alibi_side
     monkeypatch.setattr(T, "alibi_side", lambda i0, r, j0, bn: good(i0, r, j0, bn) or 1)
-    out, _, _ = T.simulate(
-        ir,
-        64,
-        64,
-        q,
-        k,
-        v,
-        extra,
-        score_fn=lambda s, i, j, h, b: score_fn(s, i, j, h, b, extra),
-        mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra),
-    )
-    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) > 0.02
+    out, _, _ = _simulate_alibi(ir, 64, 64, q, k, v, extra)
+    assert np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"]) > 0.02
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -282,11 +281,7 @@ def test_the_model_catches_a_diagonal_tile_taken_as_one_sided(monkeypatch):
 def test_alibi_ptx_has_the_one_sided_paths_and_compiles_without_spills(causal, d):
     from factory.families.attention.emit import emit
 
-    w = workload("alibi", causal, d)
-    fam, ir = families.family_for(w)
-    scheds = fam.space(ir, list(w.shapes))[::5]
-    stages = 2 if d == 128 else 3
-    scheds.append(S.AttentionSchedule(128, 128, stages, overlap=True, pingpong=True))
+    ir, scheds = _every_fifth_and_the_wide_tile(workload("alibi", causal, d), d)
     for s in scheds:
         e = emit(ir, s)
         assert "(ALiBi, keys before the rows)" in e.ptx
