@@ -8,29 +8,37 @@ from lab.attention import variants_summary as V
 
 def test_ratios_against_flex_and_plain_sdpa(tmp_path, capsys):
     shape = [4, 32, 32, 4096, 128]
+
+    def timing(variant, causal, rows):
+        """One timing entry at `shape`; rows maps a name to (median_us, tflops)."""
+        return {
+            "variant": variant,
+            "causal": causal,
+            "shape": shape,
+            "rows": {n: {"median_us": us, "tflops": tf} for n, (us, tf) in rows.items()},
+        }
+
     data = {
         "timings": [
-            {
-                "variant": "plain",
-                "causal": True,
-                "shape": shape,
-                "rows": {
-                    "ours a": {"median_us": 100.0, "tflops": 500.0},
-                    "sdpa flash": {"median_us": 120.0, "tflops": 400.0},
-                    "sdpa cudnn": {"median_us": 90.0, "tflops": 600.0},
+            timing(
+                "plain",
+                True,
+                {
+                    "ours a": (100.0, 500.0),
+                    "sdpa flash": (120.0, 400.0),
+                    "sdpa cudnn": (90.0, 600.0),
                 },
-            },
-            {
-                "variant": "alibi",
-                "causal": True,
-                "shape": shape,
-                "rows": {
-                    "ours fast": {"median_us": 100.0, "tflops": 540.0},
-                    "ours slow": {"median_us": 150.0, "tflops": 360.0},
-                    "flex compiled": {"median_us": 300.0, "tflops": 180.0},
+            ),
+            timing(
+                "alibi",
+                True,
+                {
+                    "ours fast": (100.0, 540.0),
+                    "ours slow": (150.0, 360.0),
+                    "flex compiled": (300.0, 180.0),
                 },
-            },
-            {"variant": "window", "causal": False, "shape": shape, "rows": {}},
+            ),
+            timing("window", False, {}),
         ]
     }
     (r,) = V.rows(data)
