@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from test_fam_helpers import run_and_check
+from test_segnorm_helpers import inorm_manifest
 
 from factory import families
 from factory.families import Unsupported
@@ -18,29 +19,9 @@ from factory.spec import load_catalogue, load_manifest
 
 EXAMPLES = sorted(glob.glob(str(Path(__file__).parents[2] / "factory/examples/segnorm_*.toml")))
 
-M = """
-name = "inorm"
-[inputs.x]
-shape = ["N", "C", "H", "W"]
-dtype = "{dt}"
-[constants]
-eps = 1e-5
-[let]
-mu = "mean(x, axis=(2, 3), keepdims=True)"
-var = "mean((x - mu) ** 2, axis=(2, 3), keepdims=True)"
-[outputs.y]
-expr = "{expr}"
-dtype = "{odt}"
-[[shapes]]
-N = 2
-C = 3
-H = 16
-W = 16
-"""
-
 
 def w(expr, dt="fp32", odt="fp32"):
-    return load_manifest(M.format(expr=expr, dt=dt, odt=odt))
+    return load_manifest(inorm_manifest(expr, dt, odt))
 
 
 def S(t, v):  # noqa: N802 - a schedule, briefly

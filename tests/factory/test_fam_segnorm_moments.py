@@ -10,36 +10,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_fam_helpers import run_and_check
+from test_segnorm_helpers import VAR, inorm_manifest
 
 from factory.families import segnorm as F
 from factory.ptxsim import run_kernel
 from factory.spec import load_manifest, random_inputs, reference, to_float64
 from lab.memfamilies import bench
 
-M = """
-name = "inorm"
-[inputs.x]
-shape = ["N", "C", "H", "W"]
-dtype = "{dt}"
-[constants]
-eps = 1e-5
-[let]
-mu = "mean(x, axis=(2, 3), keepdims=True)"
-var = "{var}"
-[outputs.y]
-expr = "(x - mu) * rsqrt(var + eps)"
-dtype = "{dt}"
-[[shapes]]
-N = 2
-C = 3
-H = 16
-W = 16
-"""
-VAR = "mean((x - mu) ** 2, axis=(2, 3), keepdims=True)"
-
 
 def w(dt="bf16", var=VAR):
-    return load_manifest(M.format(dt=dt, var=var))
+    return load_manifest(inorm_manifest(dt=dt, odt=dt, var=var))
 
 
 def SC(t, v, h, m=0):  # noqa: N802 - a moments schedule, briefly
