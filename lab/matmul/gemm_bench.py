@@ -504,22 +504,12 @@ def label_of(kern) -> str:
     return lab if kern.compiler == "nvjitlink" else f"{lab} [{kern.compiler}]"
 
 
-def time_pair(torch, kerns: dict, name, m, n, k, reps):
-    """Time the kernels in `kerns` (label -> Kernel) and torch interleaved, same inputs."""
-    gen = torch.Generator(device="cuda")
-    gen.manual_seed(1234)
-    t = make_inputs(torch, name, m, n, k, gen)
-    dims = {"M": m, "N": n, "K": k, "Bt": BATCH}
-    stream = torch.cuda.current_stream().cuda_stream
-    for kern in kerns.values():
-        kern.bind(t, dims)
-    base = torch_baseline(torch, name, t)
-    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
-    runners = {"torch": base}
-    for lab, kern in kerns.items():
-        runners[lab] = (lambda kk: lambda: kk.launch(stream))(kern)
-    samples = {lab: [] for lab in runners}
-    # warm-up, at least 200 ms
+def time_interleaved(torch, runners: dict, reps: int, flush):
+    """Warm every runner (label -> callable) up for 0.3 s, then launch each in turn `reps`
+    times between CUDA events, zeroing `flush` before each launch (so the L2 holds none of the
+    inputs). Returns the samples in microseconds a label and the SM clock (MHz, or None) before
+    and after the timed launches."""
+    samples: dict = {lab: [] for lab in runners}
     t0 = time.time()
     while time.time() - t0 < 0.3:
         for f in runners.values():
@@ -539,6 +529,24 @@ def time_pair(torch, kerns: dict, name, m, n, k, reps):
     clk1 = sm_clock()
     for lab, e0, e1 in evs:
         samples[lab].append(e0.elapsed_time(e1) * 1e3)
+    return samples, clk0, clk1
+
+
+def time_pair(torch, kerns: dict, name, m, n, k, reps):
+    """Time the kernels in `kerns` (label -> Kernel) and torch interleaved, same inputs."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(1234)
+    t = make_inputs(torch, name, m, n, k, gen)
+    dims = {"M": m, "N": n, "K": k, "Bt": BATCH}
+    stream = torch.cuda.current_stream().cuda_stream
+    for kern in kerns.values():
+        kern.bind(t, dims)
+    base = torch_baseline(torch, name, t)
+    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    runners = {"torch": base}
+    for lab, kern in kerns.items():
+        runners[lab] = (lambda kk: lambda: kk.launch(stream))(kern)
+    samples, clk0, clk1 = time_interleaved(torch, runners, reps, flush)
     # the timed runs' output must still be right: recheck the last kernel's output cheaply
     flops = 2.0 * rows_of(name, m) * n * k * (2 if name == "swiglu" else 1)
     rows = {}

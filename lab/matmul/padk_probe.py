@@ -67,7 +67,7 @@ def dry_run() -> int:
 
 
 def run_shape(torch, kern_k, kern_p, m, n, k, reps):
-    from lab.matmul.gemm_bench import sm_clock
+    from lab.matmul.gemm_bench import time_interleaved
 
     kp = padded_k(k)
     gen = torch.Generator(device="cuda")
@@ -115,26 +115,7 @@ def run_shape(torch, kern_k, kern_p, m, n, k, reps):
             return None
     del ref
     flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
-    t0 = time.time()
-    while time.time() - t0 < 0.3:
-        for f in runners.values():
-            f()
-        torch.cuda.synchronize()
-    clk0 = sm_clock()
-    evs = []
-    for _ in range(reps):
-        for lab, f in runners.items():
-            flush.zero_()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            f()
-            e1.record()
-            evs.append((lab, e0, e1))
-    torch.cuda.synchronize()
-    clk1 = sm_clock()
-    samples: dict = {lab: [] for lab in runners}
-    for lab, e0, e1 in evs:
-        samples[lab].append(e0.elapsed_time(e1) * 1e3)
+    samples, clk0, clk1 = time_interleaved(torch, runners, reps, flush)
     rows = {}
     for lab, xs in samples.items():
         xs = np.array(xs)
