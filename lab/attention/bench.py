@@ -425,6 +425,20 @@ def unmasked_pairs(w, ir, dims: dict, tensors: dict) -> float:
     return total * hq
 
 
+def doc_ids(bsz: int, s: int) -> np.ndarray:
+    """The timed document ids: documents of 256 to 2048 tokens (generator seed 7), the ids
+    increasing along each sequence."""
+    rng = np.random.default_rng(7)
+    doc = np.zeros((bsz, s), np.int32)
+    for b in range(bsz):
+        pos, i = 0, 0
+        while pos < s:
+            n = int(rng.integers(256, 2049))
+            doc[b, pos : pos + n] = i
+            pos, i = pos + n, i + 1
+    return doc
+
+
 def time_case(
     torch,
     kerns: dict,
@@ -454,16 +468,7 @@ def time_case(
     if variant == "alibi":
         t["slope"] = torch.linspace(0.001, 0.1, h, device="cuda")
     if variant == "document":
-        # documents of 256 to 2048 tokens, the ids increasing along each sequence
-        rng = np.random.default_rng(7)
-        doc = np.zeros((bsz, s), np.int32)
-        for b in range(bsz):
-            pos, i = 0, 0
-            while pos < s:
-                n = int(rng.integers(256, 2049))
-                doc[b, pos : pos + n] = i
-                pos, i = pos + n, i + 1
-        t["doc"] = torch.from_numpy(doc).cuda()
+        t["doc"] = torch.from_numpy(doc_ids(bsz, s)).cuda()
     t[ir.out] = torch.empty(bsz, h, s, d, device="cuda", dtype=torch.bfloat16)
     if ir.lse:
         t[ir.lse] = torch.empty(bsz, h, s, device="cuda", dtype=torch.float32)

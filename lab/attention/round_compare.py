@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from factory.families.attention import tiling
+from lab.attention.bench import doc_ids
 from lab.attention.results_table import PEAK_BF16, shape_label
 
 SDPA = ("sdpa flash", "sdpa cudnn")
@@ -73,19 +74,6 @@ def band(variant: str, causal: bool) -> tuple[int | None, int | None]:
     lo = -(WINDOW - 1) if variant == "window" else None
     hi = 0 if causal else ((WINDOW - 1) if variant == "window" else None)
     return lo, hi
-
-
-def doc_ids(bsz: int, s: int) -> np.ndarray:
-    """The bench's document ids (time_case: documents of 256-2048 tokens, generator seed 7)."""
-    rng = np.random.default_rng(7)
-    doc = np.zeros((bsz, s), np.int32)
-    for b in range(bsz):
-        pos, i = 0, 0
-        while pos < s:
-            n = int(rng.integers(256, 2049))
-            doc[b, pos : pos + n] = i
-            pos, i = pos + n, i + 1
-    return doc
 
 
 def tile_work(variant: str, causal: bool, shape, bm: int = 128, bn: int = 128) -> float:
