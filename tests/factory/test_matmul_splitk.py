@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import importlib  # noqa: E402
 
 gemm_emit = importlib.import_module("factory.families.matmul.emit")
+from test_matmul_helpers import nvjitlink_available  # noqa: E402
+
 from factory.families.matmul import schedule as sched_mod  # noqa: E402
 from factory.families.matmul import tiling  # noqa: E402
 from factory.families.matmul.ir import plain  # noqa: E402
@@ -27,14 +29,6 @@ from lab.matmul.variants import epilogue_irs, schedules  # noqa: E402
 
 SK = GemmSchedule(tile_n=256, stages=4, split_k=2, persistent=False)
 SK_NAMES = [sn for sn, s in schedules().items() if s.split_k > 1]
-
-
-def _nvjitlink() -> bool:
-    try:
-        from cuda.bindings import nvjitlink  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 @pytest.fixture
@@ -82,7 +76,7 @@ def test_split_k_launch_is_one_cluster_per_tile(verified):
             assert got == tiles * s.split_k
 
 
-@pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
+@pytest.mark.skipif(not nvjitlink_available(), reason="nvJitLink is not installed")
 @pytest.mark.parametrize("op", ["plain", "bias_gelu", "residual", "relu2", "swiglu"])
 @pytest.mark.parametrize("sn", SK_NAMES)
 def test_split_k_schedules_emit_and_compile(op, sn, verified):

@@ -20,6 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import importlib  # noqa: E402
 
 gemm_emit = importlib.import_module("factory.families.matmul.emit")
+from test_matmul_helpers import nvjitlink_available  # noqa: E402
+
 from factory.families.matmul import schedule as sched_mod  # noqa: E402
 from factory.families.matmul import tiling  # noqa: E402
 from factory.families.matmul.ir import plain  # noqa: E402
@@ -27,14 +29,6 @@ from factory.families.matmul.schedule import GemmSchedule, is_valid  # noqa: E40
 from lab.matmul.variants import epilogue_irs, schedules  # noqa: E402
 
 TS_NAMES = [sn for sn, s in schedules().items() if s.tma_store]
-
-
-def _nvjitlink() -> bool:
-    try:
-        from cuda.bindings import nvjitlink  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 @pytest.fixture
@@ -115,7 +109,7 @@ def test_output_tensor_map_param(verified):
     assert "st.global" not in e.ptx
 
 
-@pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
+@pytest.mark.skipif(not nvjitlink_available(), reason="nvJitLink is not installed")
 @pytest.mark.parametrize(
     "op", ["plain", "bias_gelu", "bias_silu", "residual", "relu2", "swiglu", "batched_row"]
 )
@@ -276,7 +270,7 @@ def test_space_holds_staged_schedules_where_the_output_allows():
     assert odd and not any(s.tma_store for s in odd)
 
 
-@pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
+@pytest.mark.skipif(not nvjitlink_available(), reason="nvJitLink is not installed")
 @pytest.mark.parametrize(
     "op",
     [

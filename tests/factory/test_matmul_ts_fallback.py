@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import importlib  # noqa: E402
 
 gemm_emit = importlib.import_module("factory.families.matmul.emit")
+from test_matmul_helpers import nvjitlink_available  # noqa: E402
+
 from factory.families.matmul import schedule as sched_mod  # noqa: E402
 from factory.families.matmul import space  # noqa: E402
 from factory.families.matmul.ir import plain  # noqa: E402
@@ -26,14 +28,6 @@ from factory.spec import eval_dim_expr  # noqa: E402
 from lab.matmul.variants import epilogue_irs, schedules  # noqa: E402
 
 TS_NAMES = [sn for sn, s in schedules().items() if s.tma_store]
-
-
-def _nvjitlink() -> bool:
-    try:
-        from cuda.bindings import nvjitlink  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 @pytest.fixture
@@ -112,7 +106,7 @@ def test_on_the_default_serves_unaligned_n_staged(fallback):
         assert d.tma_store == 128, d.label()
 
 
-@pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
+@pytest.mark.skipif(not nvjitlink_available(), reason="nvJitLink is not installed")
 @pytest.mark.parametrize("op", ["plain", "bias_gelu", "residual", "swiglu", "groupq_fp8"])
 @pytest.mark.parametrize("sn", TS_NAMES)
 def test_on_every_staged_kernel_compiles_clean(op, sn, fallback):
