@@ -24,6 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import importlib  # noqa: E402
 
 gemm_emit = importlib.import_module("factory.families.matmul.emit")
+from test_matmul_helpers import wgmma_read_idx  # noqa: E402
+
 from factory.families.matmul import schedule as sched_mod  # noqa: E402
 from factory.families.matmul import space, tiling  # noqa: E402
 from factory.families.matmul.ir import plain  # noqa: E402
@@ -82,24 +84,8 @@ def _model_gemm_cp_async(a, b, tile_m: int, tile_n: int, consumers: int):
     m, k = a.shape
     n = b.shape[0]
     out = np.full((m, n), np.nan)
-    ks = np.arange(64)
-
-    def read_idx(rows, base_row):
-        return (
-            np.array(
-                [
-                    [
-                        tiling.wgmma_k_major_offset(32 * (kk // 16), base_row + r, (2 * kk) % 32)
-                        for kk in ks
-                    ]
-                    for r in rows
-                ]
-            )
-            // 2
-        )
-
-    ra = [read_idx(np.arange(64), 64 * c) for c in range(consumers)]
-    rb = read_idx(np.arange(tile_n), 0)
+    ra = [wgmma_read_idx(np.arange(64), 64 * c) for c in range(consumers)]
+    rb = wgmma_read_idx(np.arange(tile_n), 0)
     for tm in range(tiling.ceildiv(m, tile_m)):
         for tn in range(tiling.ceildiv(n, tile_n)):
             accs = [np.zeros((64, tile_n)) for _ in range(consumers)]

@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import importlib  # noqa: E402
 
 gemm_emit = importlib.import_module("factory.families.matmul.emit")
+from test_matmul_helpers import wgmma_read_idx  # noqa: E402
+
 from factory.families.matmul import tiling  # noqa: E402
 from factory.families.matmul.ir import plain  # noqa: E402
 from factory.families.matmul.schedule import GemmSchedule, is_valid  # noqa: E402
@@ -310,23 +312,9 @@ def _model_gemm(a, b, s: GemmSchedule, ctas: int):
             // 2
         )
 
-    def read_idx(rows, base_row):
-        return (
-            np.array(
-                [
-                    [
-                        tiling.wgmma_k_major_offset(32 * (kk // 16), base_row + r, (2 * kk) % 32)
-                        for kk in ks
-                    ]
-                    for r in rows
-                ]
-            )
-            // 2
-        )
-
     wa, wb = write_idx(rows_a), write_idx(rows_b)
-    ra = [read_idx(np.arange(64), 64 * c) for c in range(s.consumers)]
-    rb = read_idx(rows_b, 0)
+    ra = [wgmma_read_idx(np.arange(64), 64 * c) for c in range(s.consumers)]
+    rb = wgmma_read_idx(rows_b, 0)
     for cta in range(ctas):
         for t in tiling.cta_tiles(cta, ctas, tiles_m * tiles_n):
             tm, tn = tiling.tile_coords(t, tiles_m, tiles_n, s.group_m)
