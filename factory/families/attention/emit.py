@@ -45,7 +45,7 @@ from __future__ import annotations
 from factory.emit.hopper import TMA_LOAD, WGMMA_TYPE, HopperKernel, ptx_head
 from factory.emit.ptx import LOG2E, Builder, EmitError, f32_literal
 from factory.emit.types import Emitted
-from factory.families.attention.ir import AttentionIR, alibi_of
+from factory.families.attention.ir import AttentionIR, alibi_of, linear_in_s
 from factory.families.attention.schedule import (
     PRODUCER_REGS,
     AttentionSchedule,
@@ -107,24 +107,6 @@ def tanh_poly(x):
     for c in reversed(TANH_POLY[:-1]):
         p = (p * u + np.float32(c)).astype(np.float32)
     return (p * x).astype(np.float32)
-
-
-def linear_in_s(node) -> float | None:
-    """k where `node` is k * s (s, -s, s * c, c * s, s / c), else None."""
-    if isinstance(node, E.Input) and node.name == "s":
-        return 1.0
-    if isinstance(node, E.Unary) and node.op == "neg":
-        k = linear_in_s(node.x)
-        return None if k is None else -k
-    if isinstance(node, E.Binary) and node.op in ("mul", "div"):
-        a, c = node.a, node.b
-        if node.op == "mul" and isinstance(a, E.Const):
-            a, c = c, a
-        if isinstance(c, E.Const) and c.value != 0:
-            k = linear_in_s(a)
-            if k is not None:
-                return k * c.value if node.op == "mul" else k / c.value
-    return None
 
 
 class _Score(_Epilogue):

@@ -225,19 +225,19 @@ def dim_value(d: str | int, dims: dict) -> int:
     return int(dims[d]) if isinstance(d, str) else int(d)
 
 
-def _s_coef(node: E.Node) -> float | None:
+def linear_in_s(node: E.Node) -> float | None:
     """k where `node` is k * s (s, -s, s * c, c * s, s / c), else None."""
     if isinstance(node, E.Input) and node.name == "s":
         return 1.0
     if isinstance(node, E.Unary) and node.op == "neg":
-        k = _s_coef(node.x)
+        k = linear_in_s(node.x)
         return None if k is None else -k
     if isinstance(node, E.Binary) and node.op in ("mul", "div"):
         a, c = node.a, node.b
         if node.op == "mul" and isinstance(a, E.Const):
             a, c = c, a
         if isinstance(c, E.Const) and c.value != 0:
-            k = _s_coef(a)
+            k = linear_in_s(a)
             if k is not None:
                 return k * c.value if node.op == "mul" else k / c.value
     return None
@@ -260,7 +260,7 @@ def alibi_of(score: E.Node | None) -> tuple[float, E.Node] | None:
     (emit.softmax's `side`). None for any other score."""
     if not (isinstance(score, E.Binary) and score.op == "sub"):
         return None
-    k = _s_coef(score.a)
+    k = linear_in_s(score.a)
     prod = score.b
     if k is None or not (isinstance(prod, E.Binary) and prod.op == "mul"):
         return None
