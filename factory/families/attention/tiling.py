@@ -41,6 +41,15 @@ def kv_tiles(i0: int, rows: int, skv: int, bn: int, lo: int | None, hi: int | No
     return first, end
 
 
+def _ids_at(ids: np.ndarray, idx) -> np.ndarray:
+    """ids[idx] as float32, 0 where idx is past the ids' end (the kernel's predicated loads)."""
+    idx = np.asarray(idx)
+    got = np.zeros(idx.shape, np.float32)
+    ok = idx < ids.shape[0]
+    got[ok] = ids[idx[ok]]
+    return got
+
+
 def id_tiles(
     first: int, end: int, i0: int, rows: int, sq: int, skv: int, bn: int, ids: np.ndarray
 ) -> tuple[int, int]:
@@ -51,22 +60,15 @@ def id_tiles(
     [first * bn, min(end * bn, skv)) whose id does. No such key: end = first."""
     ids = np.asarray(ids, dtype=np.float32)
 
-    def at(idx):
-        idx = np.asarray(idx)
-        got = np.zeros(idx.shape, np.float32)
-        ok = idx < ids.shape[0]
-        got[ok] = ids[idx[ok]]
-        return got
-
     if end <= first:
         return first, end
-    q = at(np.arange(i0, min(i0 + rows, sq)))
+    q = _ids_at(ids, np.arange(i0, min(i0 + rows, sq)))
     q = q[~np.isnan(q)]
     if q.size == 0:
         return first, first
     lo, hi = q.min(), q.max()
     j = np.arange(first * bn, min(end * bn, skv))
-    kid = at(j)
+    kid = _ids_at(ids, j)
     hit = j[(kid >= lo) & (kid <= hi)]
     if hit.size == 0:
         return first, first
@@ -87,18 +89,11 @@ def id_pure_tiles(
     different id separates from i0 keeps the compare)."""
     ids = np.asarray(ids, dtype=np.float32)
 
-    def at(idx):
-        idx = np.asarray(idx)
-        got = np.zeros(idx.shape, np.float32)
-        ok = idx < ids.shape[0]
-        got[ok] = ids[idx[ok]]
-        return got
-
-    q = at(np.arange(i0, min(i0 + rows, sq)))
+    q = _ids_at(ids, np.arange(i0, min(i0 + rows, sq)))
     if q.size == 0 or np.isnan(q).any() or q.min() != q.max():
         return 0, 0
     j = np.arange(first * bn, min(end * bn, skv)) if end > first else np.arange(0)
-    miss = j[~(at(j) == q[0])]
+    miss = j[~(_ids_at(ids, j) == q[0])]
     below, above = miss[miss < i0], miss[miss >= i0]
     pa = int(below.max()) + 1 if below.size else 0
     pb = int(above.min()) if above.size else 2**32 - 1
