@@ -492,6 +492,34 @@ class _Kernel(HopperKernel):
         return Emitted(ptx=ptx, entry=self.entry, params=tuple(params), launch=launch_for(ir, s))
 
     # ---- producer ------------------------------------------------------------------------
+    def producer_tile_loop(self, lab_tile: str, lab_out: str) -> tuple[str, str]:
+        """The producer's tile loop head at `lab_tile`: %tile starts at %cta, and once past
+        %tiles the loop leaves for `lab_out`. Returns the tile's (tm, tn)."""
+        self.op("mov.u32 %tile, %cta")
+        pt = self.pred()
+        self.b.label(lab_tile)
+        self.op(f"setp.ge.u32 {pt}, %tile, %tiles")
+        self.op(f"@{pt} bra {lab_out}")
+        return self.tile_coords("%tile")
+
+    def producer_k_loop(self, lab_k: str, lab_kdone: str) -> None:
+        """The producer's k-block loop head at `lab_k`: %kb from %kb0, to `lab_kdone` at %kb1."""
+        self.op("mov.u32 %kb, %kb0")
+        self.b.label(lab_k)
+        pk = self.pred()
+        self.op(f"setp.ge.u32 {pk}, %kb, %kb1")
+        self.op(f"@{pk} bra {lab_kdone}")
+
+    def producer_next(self, lab_tile: str, lab_k: str, lab_kdone: str) -> None:
+        """The producer's loop tails: the next ring slot and k-block, then (at `lab_kdone`)
+        the next tile of this CTA."""
+        self.advance()
+        self.op("add.u32 %kb, %kb, 1")
+        self.op(f"bra {lab_k}")
+        self.b.label(lab_kdone)
+        self.op("add.u32 %tile, %tile, %ncta")
+        self.op(f"bra {lab_tile}")
+
     def producer(self, lab_exit: str, maps) -> None:
         s, b = self.s, self.b
         b.comment("producer warpgroup: give registers back, one thread issues the TMA loads")
@@ -501,12 +529,7 @@ class _Kernel(HopperKernel):
         self.op(f"@{p} bra {lab_exit}")
         gm = self.prefetch_maps(m[0] for m in maps)
         lab_tile, lab_k, lab_kdone = b.new_label("ptile"), b.new_label("pk"), b.new_label("pkd")
-        self.op("mov.u32 %tile, %cta")
-        pt = self.pred()
-        b.label(lab_tile)
-        self.op(f"setp.ge.u32 {pt}, %tile, %tiles")
-        self.op(f"@{pt} bra {lab_exit}")
-        tm, tn = self.tile_coords("%tile")
+        tm, tn = self.producer_tile_loop(lab_tile, lab_exit)
         row_a, row_b = self.r32(), self.r32()
         self.op(f"mul.lo.u32 {row_a}, {tm}, {s.tile_m}")
         self.op(f"mul.lo.u32 {row_b}, {tn}, {s.tile_n}")
@@ -514,11 +537,7 @@ class _Kernel(HopperKernel):
             self.op(f"mad.lo.u32 {row_b}, %rank, {s.tile_n // 2}, {row_b}")
             mask = self.b.reg("b16")
             self.op(f"mov.b16 {mask}, 3")
-        self.op("mov.u32 %kb, %kb0")
-        b.label(lab_k)
-        pk = self.pred()
-        self.op(f"setp.ge.u32 {pk}, %kb, %kb1")
-        self.op(f"@{pk} bra {lab_kdone}")
+        self.producer_k_loop(lab_k, lab_kdone)
         # wait until the consumers released this slot (the first pass through the ring finds
         # the "previous phase" of a fresh barrier complete)
         full = self.claim_slot(cluster=self.cl)
@@ -560,12 +579,7 @@ class _Kernel(HopperKernel):
                 db2 = self.r32()
                 self.op(f"add.u32 {db2}, {db}, {s.tile_n * 128}")
                 self.op(f"{cp} [{db2}], [{gm['b2_map']}, {{{kc}, {row_b}}}], [{full}]")
-        self.advance()
-        self.op("add.u32 %kb, %kb, 1")
-        self.op(f"bra {lab_k}")
-        b.label(lab_kdone)
-        self.op("add.u32 %tile, %tile, %ncta")
-        self.op(f"bra {lab_tile}")
+        self.producer_next(lab_tile, lab_k, lab_kdone)
 
     def producer_cp_async(self, lab_exit: str, maps) -> None:
         """The producer warpgroup's 128 threads copy each k-block in 16-byte chunks (cp.async.cg,
@@ -604,12 +618,7 @@ class _Kernel(HopperKernel):
             bases.append(g)
         lab_tile, lab_k, lab_kdone = b.new_label("ptile"), b.new_label("pk"), b.new_label("pkd")
         lab_pdone = b.new_label("pdone")
-        self.op("mov.u32 %tile, %cta")
-        pt = self.pred()
-        b.label(lab_tile)
-        self.op(f"setp.ge.u32 {pt}, %tile, %tiles")
-        self.op(f"@{pt} bra {lab_pdone}")
-        tm, tn = self.tile_coords("%tile")
+        tm, tn = self.producer_tile_loop(lab_tile, lab_pdone)
         # per operand: (address of row r0's chunk at k 0, rows left from row r0 (signed),
         # chunk rows per thread, byte offset of the operand in a stage's sub-block)
         ops_ = []
@@ -631,11 +640,7 @@ class _Kernel(HopperKernel):
             else:
                 ops_.append((ptr, left, rows // 16, "b", b_off))
                 b_off += rows * 128
-        self.op("mov.u32 %kb, %kb0")
-        b.label(lab_k)
-        pk = self.pred()
-        self.op(f"setp.ge.u32 {pk}, %kb, %kb1")
-        self.op(f"@{pk} bra {lab_kdone}")
+        self.producer_k_loop(lab_k, lab_kdone)
         full = self.claim_slot()
         kc, kl = self.r32(), self.r32()
         self.op(f"shl.b32 {kc}, %kb, {s.tile_k.bit_length() - 1}")
@@ -672,12 +677,7 @@ class _Kernel(HopperKernel):
                     d_off = sub * sub_bytes + off + 2048 * i
                     self.op(f"{cp} [{dbase}+{d_off}], [{q}], 16, {ign}")
         self.op(f"cp.async.mbarrier.arrive.noinc.shared::cta.b64 [{full}]")
-        self.advance()
-        self.op("add.u32 %kb, %kb, 1")
-        self.op(f"bra {lab_k}")
-        b.label(lab_kdone)
-        self.op("add.u32 %tile, %tile, %ncta")
-        self.op(f"bra {lab_tile}")
+        self.producer_next(lab_tile, lab_k, lab_kdone)
         b.label(lab_pdone)
         # no thread leaves with copies in flight
         self.op("cp.async.wait_all")
