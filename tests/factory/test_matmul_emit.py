@@ -18,21 +18,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import importlib  # noqa: E402
 
 gemm_emit = importlib.import_module("factory.families.matmul.emit")
-from test_matmul_helpers import wgmma_read_idx  # noqa: E402
+from test_matmul_helpers import nvjitlink_available, wgmma_read_idx  # noqa: E402
 
 from factory.families.matmul import tiling  # noqa: E402
 from factory.families.matmul.ir import plain  # noqa: E402
 from factory.families.matmul.schedule import GemmSchedule, is_valid  # noqa: E402
 from factory.spec import eval_dim_expr  # noqa: E402
 from lab.matmul.variants import epilogue_irs, schedules  # noqa: E402
-
-
-def _nvjitlink() -> bool:
-    try:
-        from cuda.bindings import nvjitlink  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 def _valid_unbatched(ir, s):
@@ -63,7 +55,7 @@ CASES = [
 ]
 
 
-@pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
+@pytest.mark.skipif(not nvjitlink_available(), reason="nvJitLink is not installed")
 @pytest.mark.parametrize(("op", "sn"), CASES)
 def test_every_schedule_emits_and_compiles(op, sn, monkeypatch):
     from factory.compile import compile_ptx
@@ -149,7 +141,7 @@ def test_batch_axes_flatten_into_rows(monkeypatch):
     assert is_valid(ir, GemmSchedule(), {"Bt": 3, "M": 100, "N": 256, "K": 64}) is None
 
 
-@pytest.mark.skipif(not _nvjitlink(), reason="nvJitLink is not installed")
+@pytest.mark.skipif(not nvjitlink_available(), reason="nvJitLink is not installed")
 @pytest.mark.parametrize(
     ("op", "sn"), [("plain", "cl2w256s4"), ("bias_gelu", "cl2w256s4"), ("swiglu", "cl2glu128s4")]
 )
