@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+from test_attention_helpers import f64, simulate_bound, workload
 
 from factory import families
 from factory.families.attention import features as F
@@ -14,12 +15,8 @@ from factory.families.attention import ir as I
 from factory.families.attention import schedule as S
 from factory.families.attention import tiling as T
 from factory.spec import load_manifest
-from factory.spec.reference import random_inputs, reference, to_float64
+from factory.spec.reference import random_inputs, reference
 from lab.attention.variants import VARIANTS, manifest
-
-
-def workload(variant, causal, d=64, shape=None, window=40):
-    return load_manifest(manifest(variant, causal, d, shape=shape, window=window))
 
 
 @pytest.mark.parametrize(
@@ -69,13 +66,6 @@ def test_kv_tile_range_and_full_tiles_match_brute_force():
             assert T.tile_is_full(i0, bm, j0, bn, skv, lo, hi) == all(pairs)
 
 
-def _f64(w, x, name):
-    d = w.input(name)
-    if d.dtype == "int32":
-        return np.asarray(x[name]).astype(np.float64)
-    return to_float64(x[name], d.dtype)
-
-
 @pytest.mark.parametrize(
     "variant, causal, d", [(v, c, d) for v in VARIANTS for c in (False, True) for d in (64,)]
 )
@@ -89,21 +79,10 @@ def test_the_kernel_model_matches_the_reference(variant, causal, d):
     if variant == "document":  # contiguous documents, as packed sequences have them
         x["doc"] = np.sort(x["doc"], axis=1).astype(np.int32)
     ref = reference(w, x, dims)
-    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
-    extra = {e.name: _f64(w, x, e.name) for e in ir.extra}
-    score_fn, mask_fn = T.ir_functions(ir)
+    q, k, v = (f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    extra = {e.name: f64(w, x, e.name) for e in ir.extra}
     for bm, bn in ((128, 128), (64, 64)):
-        out, lse, visited = T.simulate(
-            ir,
-            bm,
-            bn,
-            q,
-            k,
-            v,
-            extra,
-            score_fn=lambda s, i, j, h, b: score_fn(s, i, j, h, b, extra),
-            mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra),
-        )
+        out, lse, visited = simulate_bound(ir, bm, bn, q, k, v, extra)
         err = np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"])
         assert err < 5e-3, (bm, bn, err)
         np.testing.assert_allclose(lse, ref["lse"], atol=1e-4, rtol=1e-4)
@@ -169,8 +148,8 @@ def test_the_model_catches_a_narrowing_that_drops_a_tile(monkeypatch):
     x = random_inputs(w, dims, seed=5)
     x["doc"] = np.sort(x["doc"], axis=1).astype(np.int32)
     ref = reference(w, x, dims)["o"]
-    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
-    extra = {"doc": _f64(w, x, "doc")}
+    q, k, v = (f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    extra = {"doc": f64(w, x, "doc")}
     _, mask_fn = T.ir_functions(ir)
     good = T.id_tiles
 
@@ -191,7 +170,7 @@ def test_the_model_catches_a_wrong_band():
     dims = w.shapes[0]
     x = random_inputs(w, dims, seed=1)
     ref = reference(w, x, dims)["o"]
-    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    q, k, v = (f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
     wrong = ir.__class__(**{**ir.__dict__, "band_hi": -64})  # skips the diagonal tiles
     score_fn, mask_fn = T.ir_functions(ir)
     out, _, _ = T.simulate(

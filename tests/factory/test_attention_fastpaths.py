@@ -5,25 +5,15 @@ and in the emitted PTX (compiles for sm_90a without spills)."""
 
 import numpy as np
 import pytest
+from test_attention_helpers import f64, simulate_bound, workload
 
 from factory import families
 from factory.families.attention import ir as I
 from factory.families.attention import schedule as S
 from factory.families.attention import tiling as T
 from factory.spec import load_manifest
-from factory.spec.reference import random_inputs, reference, to_float64
+from factory.spec.reference import random_inputs, reference
 from lab.attention.variants import manifest
-
-
-def workload(variant, causal, d=64, shape=None, window=40):
-    return load_manifest(manifest(variant, causal, d, shape=shape, window=window))
-
-
-def _f64(w, x, name):
-    d = w.input(name)
-    if d.dtype == "int32":
-        return np.asarray(x[name]).astype(np.float64)
-    return to_float64(x[name], d.dtype)
 
 
 def test_pure_tiles_hold_only_the_query_tiles_one_id_and_are_tight_for_sorted_ids():
@@ -68,8 +58,8 @@ def _doc_case(causal, shape, bounds, seed=3):
             doc[b, start:] = n
     x["doc"] = doc
     ref = reference(w, x, dims)
-    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
-    extra = {"doc": _f64(w, x, "doc")}
+    q, k, v = (f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    extra = {"doc": f64(w, x, "doc")}
     return w, ir, ref, q, k, v, extra
 
 
@@ -234,26 +224,9 @@ def _alibi_case(causal, seq, slopes):
     x = random_inputs(w, dims, seed=4)
     x["slope"] = np.array(slopes, np.float32)
     ref = reference(w, x, dims)
-    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
-    extra = {e.name: _f64(w, x, e.name) for e in ir.extra}
+    q, k, v = (f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    extra = {e.name: f64(w, x, e.name) for e in ir.extra}
     return ir, ref, q, k, v, extra
-
-
-def _simulate_alibi(ir, bm, bn, q, k, v, extra, **kw):
-    """tiling.simulate with the IR's score and mask functions bound to `extra`."""
-    score_fn, mask_fn = T.ir_functions(ir)
-    return T.simulate(
-        ir,
-        bm,
-        bn,
-        q,
-        k,
-        v,
-        extra,
-        score_fn=lambda s, i, j, h, b: score_fn(s, i, j, h, b, extra),
-        mask_fn=lambda i, j, h, b: mask_fn(i, j, h, b, extra),
-        **kw,
-    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -261,7 +234,7 @@ def _simulate_alibi(ir, bm, bn, q, k, v, extra, **kw):
 def test_the_model_with_one_sided_alibi_tiles_matches_the_reference(causal, bm, bn):
     ir, ref, q, k, v, extra = _alibi_case(causal, 700, [0.004, 0.0625])
     stats = {}
-    out, lse, _ = _simulate_alibi(ir, bm, bn, q, k, v, extra, stats=stats)
+    out, lse, _ = simulate_bound(ir, bm, bn, q, k, v, extra, stats=stats)
     err = np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"])
     assert err < 5e-3, err
     np.testing.assert_allclose(lse, ref["lse"], atol=1e-4, rtol=1e-4)
@@ -272,7 +245,7 @@ def test_the_model_catches_a_diagonal_tile_taken_as_one_sided(monkeypatch):
     ir, ref, q, k, v, extra = _alibi_case(False, 400, [0.05, 0.1])
     good = T.alibi_side
     monkeypatch.setattr(T, "alibi_side", lambda i0, r, j0, bn: good(i0, r, j0, bn) or 1)
-    out, _, _ = _simulate_alibi(ir, 64, 64, q, k, v, extra)
+    out, _, _ = simulate_bound(ir, 64, 64, q, k, v, extra)
     assert np.linalg.norm(out - ref["o"]) / np.linalg.norm(ref["o"]) > 0.02
 
 
@@ -314,7 +287,7 @@ def _window_case(causal, shape, window):
     dims = w.shapes[0]
     x = random_inputs(w, dims, seed=8)
     ref = reference(w, x, dims)
-    q, k, v = (_f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
+    q, k, v = (f64(w, x, n).astype(np.float32) for n in ("q", "k", "v"))
     _, mask_fn = T.ir_functions(ir)
     return ir, ref, q, k, v, lambda i, j, h, b: mask_fn(i, j, h, b, {})
 
