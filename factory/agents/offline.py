@@ -235,10 +235,8 @@ class OfflineWriter:
             picks += [(it, "cost model's pick") for it, _ in model_picks]
             if plan.avoid and ctx.generation > 0:
                 # One slot re-tests what the avoid-lists hold out: the model's fastest untried
-                # item among them. A value is avoided after a few slow records, and with few
-                # records its slowness may belong to the other choices it was tried with
-                # (one-consumer tiles were avoided at 1024x1024x16384 after three slow ones,
-                # two of them in 2x1 clusters, and the winner is one-consumer).
+                # item among them (a value is avoided after a few slow records, whose slowness
+                # may belong to the other choices they were tried with).
                 held = [it for it in pool if it.key not in tried and _avoided(it, plan)]
                 if held:
                     best_held = ctx.ranked(held)[:4]
