@@ -325,14 +325,7 @@ def build_context(
         try:
             if ctx.ir is None:
                 ctx.ir = ctx.generator.lower(workload)
-            sched = ctx.generator.space(ctx.ir, ctx.dims_list)
-            fits = ctx.generator.fits or (
-                lambda ir, s, dl: all(_valid(ctx.generator.is_valid(ir, s, d)) for d in dl)
-            )
-            if not ctx.generator.space_fits:
-                sched = [s for s in sched if fits(ctx.ir, s, ctx.dims_list)]
-            if ctx.heldout_list:
-                sched = [s for s in sched if fits(ctx.ir, s, ctx.heldout_list)]
+            sched = admissible_space(ctx.generator, ctx.ir, ctx.dims_list, ctx.heldout_list)
             only = settings.get("space_filter")
             if only is not None:
                 # a replay whose space is a measured sample: the job's space is that sample
@@ -386,12 +379,29 @@ def default_item(ctx: Context) -> Item | None:
     return None
 
 
-def _serves_heldout(ctx: Context, s) -> bool:
-    fits = ctx.generator.fits or (
-        lambda ir, sch, dl: all(_valid(ctx.generator.is_valid(ir, sch, d)) for d in dl)
+def _fits_fn(generator):
+    """The generator's predicate "this schedule runs at every one of these shapes"."""
+    return generator.fits or (
+        lambda ir, sch, dl: all(_valid(generator.is_valid(ir, sch, d)) for d in dl)
     )
+
+
+def admissible_space(generator, ir, dims_list, heldout_list=()) -> list:
+    """The schedules a job may run: the generator's space at the job's shapes, each valid there
+    and at every held-out shape the worker verifies at (a kernel that cannot run at a held-out
+    shape cannot ship). The search replay (lab/search/replay.py) keeps to the same set."""
+    fits = _fits_fn(generator)
+    sched = generator.space(ir, dims_list)
+    if not generator.space_fits:
+        sched = [s for s in sched if fits(ir, s, dims_list)]
+    if heldout_list:
+        sched = [s for s in sched if fits(ir, s, heldout_list)]
+    return sched
+
+
+def _serves_heldout(ctx: Context, s) -> bool:
     try:
-        return bool(fits(ctx.ir, s, ctx.heldout_list))
+        return bool(_fits_fn(ctx.generator)(ctx.ir, s, ctx.heldout_list))
     except Exception:  # noqa: BLE001 - a predicate that fails serves nothing
         return False
 

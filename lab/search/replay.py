@@ -267,13 +267,14 @@ def admissible_keys(workload) -> set[str] | None:
     held-out shapes (the agents keep to the same set, factory.agents.context). None where the
     job has no held-out shapes."""
     from factory import families
+    from factory.agents.context import admissible_space
 
     held = [dict(d) for d in (getattr(workload, "heldout_shapes", ()) or ())]
     if not held:
         return None
     fam, ir = families.family_for(workload)
     dims = [dict(d) for d in workload.shapes]
-    return {schedule_key(s.to_dict()) for s in fam.space(ir, dims) if fam.fits(ir, s, held)}
+    return {schedule_key(s.to_dict()) for s in admissible_space(fam, ir, dims, held)}
 
 
 def restrict(table: Table, keys: set[str] | None) -> Table:
