@@ -219,12 +219,12 @@ def main():
     ap.add_argument(
         "--allow-cp-async",
         action="store_true",
-        help="time the cp.async twin of each candidate beside it where K % 64 != 0",
+        help="time the cp.async twin of each candidate beside it where K %% 64 != 0",
     )
     ap.add_argument(
         "--allow-tma-store-fallback",
         action="store_true",
-        help="staged kernels with their register-store fallback (held-out N % 8 != 0)",
+        help="staged kernels with their register-store fallback (held-out N %% 8 != 0)",
     )
     ap.add_argument("--extra", default="", help="more schedule names for every shape")
     ap.add_argument(
