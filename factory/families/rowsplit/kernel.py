@@ -33,7 +33,12 @@ Two ways to hand out tasks:
 Within a task each thread walks the chunk `unroll` vectors of `vec` elements at a time (every
 load issued before the first use), then one vector at a time for the row's tail; a vector that
 is not whole (or rows not a multiple of vec, so not aligned) takes the element path, each
-element under its own predicate. Indices are 32-bit: rows x length below 2^31."""
+element under its own predicate. Indices are 32-bit: rows x length below 2^31.
+
+L2 policies (createpolicy, once a kernel; `.L2::cache_hint` on the unpredicated vector loads
+and stores): `stream` marks the output pass's reads of the row (their last) and its stores
+evict-first, `keep` the statistics passes' reads of the row evict-last (they are read again);
+a per-column input's loads and the element path keep the default policy."""
 
 from __future__ import annotations
 
@@ -153,9 +158,11 @@ class SplitKernel(SegNormKernel):
         self.fast = fast_math_allowed(kir)
         # segnorm's element() reads self.ir only through scalar_input (overridden here)
         self.ir = kir
-        # L2 evict-first on the last reads of the row and on the stores (Schedule.stream)
+        # L2 evict-first on the last reads of the row and on the stores (Schedule.stream);
+        # evict-last on the statistics passes' reads of the row (Schedule.keep)
         self.stream = bool(getattr(s, "stream", False)) and not flat
-        self.hint_loads: set = set()
+        self.keep = bool(getattr(s, "keep", False)) and not flat and self.P > 1
+        self.hint_loads: dict = {}  # input name -> the policy register its loads take
         self.hint_stores = False
 
     # -- what segnorm's helpers ask -----------------------------------------------------------
@@ -187,22 +194,22 @@ class SplitKernel(SegNormKernel):
         return addr
 
     def load_hinted(self, name: str, addr: str, dtype: str) -> list[str]:
-        """load_vector, marked evict-first in L2 where `name` is in hint_loads."""
+        """load_vector, with the L2 policy hint_loads gives `name` (if any)."""
         since = len(self.b.lines)
         vals = self.load_vector(addr, dtype)
         if name in self.hint_loads:
-            self.with_hint(since, "ld.global.nc.")
+            self.with_hint(since, "ld.global.nc.", self.hint_loads[name])
         return vals
 
-    def with_hint(self, since: int, op: str) -> None:
-        """The unpredicated `op` instructions emitted since line `since` take the kernel's
-        evict-first L2 policy (`.L2::cache_hint` and the policy register)."""
+    def with_hint(self, since: int, op: str, policy: str) -> None:
+        """The unpredicated `op` instructions emitted since line `since` take the L2 policy
+        in register `policy` (`.L2::cache_hint` and the register)."""
         lines = self.b.lines
         for i in range(since, len(lines)):
             text = lines[i].strip()
             if text.startswith(op):
                 text = text.replace(op, f"{op}L2::cache_hint.", 1)
-                lines[i] = f"    {text[:-1]}, {self.policy};"
+                lines[i] = f"    {text[:-1]}, {policy};"
 
     def inputs_of(self, nodes, seg: dict) -> set:
         """The names of the inputs these nodes read at an element; what `seg` holds (a row's
@@ -312,7 +319,7 @@ class SplitKernel(SegNormKernel):
                     since = len(b.lines)
                     self.store_vector(addr, o.dtype, part)
                     if self.hint_stores:
-                        self.with_hint(since, "st.global.")
+                        self.with_hint(since, "st.global.", self.policy)
                     continue
                 for e, v in enumerate(part):
                     if es == 4:
@@ -357,6 +364,9 @@ class SplitKernel(SegNormKernel):
         if self.stream:
             self.policy = b.reg("b64")
             b.op(f"createpolicy.fractional.L2::evict_first.b64 {self.policy}, 1.0")
+        if self.keep:
+            self.keep_policy = b.reg("b64")
+            b.op(f"createpolicy.fractional.L2::evict_last.b64 {self.keep_policy}, 1.0")
         self.lane, self.warp = b.reg("b32"), b.reg("b32")
         b.op(f"and.b32 {self.lane}, {self.tid}, 31")
         b.op(f"shr.u32 {self.warp}, {self.tid}, 5")
@@ -503,10 +513,11 @@ class SplitKernel(SegNormKernel):
                 # the output pass reads the row for the last time and writes: evict-first, so
                 # neither pushes out of L2 the rows a statistics pass read for a later one
                 if self.stream:
-                    self.hint_loads = {t.name for t in kir.inputs if t.role == ROLE_ROW}
+                    rows_in = (t.name for t in kir.inputs if t.role == ROLE_ROW)
+                    self.hint_loads = dict.fromkeys(rows_in, self.policy)
                     self.hint_stores = True
                 self.walk(start, end, rowbase, aligned, out, self.inputs_of(outs, seg))
-                self.hint_loads, self.hint_stores = set(), False
+                self.hint_loads, self.hint_stores = {}, False
                 self.store_row_values(seg, r, c, t0)
             if P > 1:
                 b.op(f"bra.uni {task_end}")
@@ -793,9 +804,15 @@ class SplitKernel(SegNormKernel):
                     ps = list(preds) if preds is not None else [None] * len(vals[u])
                     R.group_moments(b, acc, lambda u=u: vals[u], ps)
 
-        # only the inputs the pass's operands read (RMSNorm's statistics: x, not w)
+        # only the inputs the pass's operands read (RMSNorm's statistics: x, not w); with
+        # `keep` the row's reads evict-last (a later pass reads them again), a per-column
+        # input's with the default policy (read by every row: kept by use)
         needs = self.inputs_of([u.operand for u in mine], seg)
+        if self.keep:
+            rows_in = (t.name for t in self.kir.inputs if t.role == ROLE_ROW)
+            self.hint_loads = dict.fromkeys(rows_in, self.keep_policy)
         self.walk(start, end, rowbase, aligned, accumulate, needs)
+        self.hint_loads = {}
         words = {}
         for u in mine:
             acc = accs[u]
