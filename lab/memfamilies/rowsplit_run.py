@@ -6,7 +6,9 @@ times it.
 For each case (RMSNorm, softmax, LayerNorm, bias+GELU over 1-64 rows of 1M-16M elements, the
 bench's manifests; RMSNorm first, the one slower than torch.compile) one batch: the family's
 default at each timed shape (deduplicated, so each shape's default is timed at every shape),
-for RMSNorm a variant (two blocks an SM instead of four), and torch.compile. A case starts
+each of those defaults with `keep` (the statistics reads evict-last in L2: does the second
+read of a row come from L2 then?), for RMSNorm a variant (two blocks an SM instead of four),
+and torch.compile. A case starts
 only if the mean case so far still fits the budget (the caller's timeout ends one that does
 not); raw results go to OUT/raw/<case>.json for lab/memfamilies/report.py.
 
@@ -31,16 +33,18 @@ ORDER = (
     "layernorm_few_rows_fp32",
     "bias_gelu_few_rows_bf16",
 )
-MAX_CANDIDATES = 5
+MAX_CANDIDATES = 10
 VARIANT = {"rmsnorm-few-rows-bf16": "blocks"}
 
 
 def schedules(fam, ir, w) -> list:
     """Each timed shape's default (in shape order, once each: they differ in chunk, row
-    group and lag, so each is timed at every shape), then one variant of the default at
-    64x1M that tells whether a default choice holds: for RMSNorm the other residency (two
-    blocks an SM instead of four). (A softmax without the evict-first hints would be next;
-    the time does not hold it.)"""
+    group and lag, so each is timed at every shape), then each of them with `keep` (in the
+    same order: the i-th kept candidate beside the i-th default; none with one pass), then
+    one variant of the default at 64x1M that tells whether a default choice holds: for
+    RMSNorm the other residency (two blocks an SM instead of four). (A softmax without the
+    evict-first hints would be next; the time does not hold it.) An extra candidate costs
+    about the 0.5 s of timing it is given: 5 and 3 candidates each took 30 s a case."""
     from factory.device import device_for
 
     sms = device_for("sm_90").sms
@@ -50,6 +54,10 @@ def schedules(fam, ir, w) -> list:
         s = fam.default_schedule(ir, dims)
         if s not in out:
             out.append(s)
+    for s in list(out):
+        k = s.__class__(**{**s.to_dict(), "keep": True})
+        if hasattr(s, "keep") and k not in out and fam.fits(ir, k, every):
+            out.append(k)
     wide = fam.default_schedule(ir, {"M": 64, "N": 1 << 20})
     change = VARIANT.get(w.name)
     if change == "blocks":
