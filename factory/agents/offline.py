@@ -61,6 +61,82 @@ def _space_field_values(ctx: Context, kind: str) -> dict[str, list]:
     return ctx._kind_values[key]
 
 
+def _lesson_rows(ctx: Context) -> list[tuple[dict, float]]:
+    """The passed records the context's lessons were distilled from (the family's on its GPU
+    near the job's first shape, `Context`'s evidence as `ev.distil_lessons` filters it), each
+    as (schedule, time over the best of its job and shape)."""
+    dims = ctx.dims_list[0] if ctx.dims_list else None
+    rel = [
+        r
+        for r in [*ctx.job_records, *ctx.past_records]
+        if r.get("family") == ctx.family
+        and r.get("gpu") == ctx.gpu
+        and (dims is None or ev.shape_distance(r.get("dims") or {}, dims) <= 2.0)
+    ]
+    groups: dict[tuple, list[dict]] = {}
+    for r in ev.passed(rel):
+        key = (r.get("job"), json.dumps(r.get("dims"), sort_keys=True))
+        groups.setdefault(key, []).append(r)
+    rows = []
+    for group in groups.values():
+        best_us = min(float(r["median_us"]) for r in group)
+        rows += [(r.get("schedule") or {}, float(r["median_us"]) / best_us) for r in group]
+    return rows
+
+
+def avoid_lists(ctx: Context) -> dict[str, list]:
+    """The schedule-field values to hold out of the job's next proposals (JSON-decoded, per
+    field).
+
+    A suspect is a value tried at least 3 times, never within 5% of its job's best, on average
+    1.5x slower, and in no one-field pair that showed it level (`ev.Lessons.choices`). A slow
+    record holds several choices, and its slowness may belong to any of them: at
+    1024x1024x16384 one-consumer, 64-row and unsplit tiles were avoided for records slow for
+    their 2x1 clusters, and the cold agents never tried the one-consumer layout that wins. So a
+    suspect earns its place only from records that hold no value already on the list: the
+    list is built greedily, the suspect slowest on average over its records without a listed
+    value first, then the others' averages recomputed without its records, until no suspect
+    is still tried 3 times and 1.5x slower over what is left. Suspects held by exactly the same
+    remaining records cannot be told apart and are listed together."""
+    if not ctx.lessons:
+        return {}
+    suspects = sorted(
+        (fname, v)
+        for fname, stats in ctx.lessons.choices.items()
+        for v, s in stats.items()
+        if s["n"] >= 3 and s["wins"] == 0 and s["mean_rel"] > 1.5 and not s.get("even")
+    )
+    if not suspects:
+        return {}
+    held: dict[tuple[str, str], list[tuple[int, float]]] = {c: [] for c in suspects}
+    for i, (sched, ratio) in enumerate(_lesson_rows(ctx)):
+        for fname, value in sched.items():
+            rows = held.get((fname, json.dumps(value, sort_keys=True, default=str)))
+            if rows is not None:
+                rows.append((i, ratio))
+    listed: list[tuple[str, str]] = []
+    explained: set[int] = set()  # the records that hold a listed value
+    while True:
+        left = {}
+        for c in suspects:
+            if c not in listed:
+                rows = [(i, r) for i, r in held[c] if i not in explained]
+                if len(rows) >= 3 and sum(r for _, r in rows) / len(rows) > 1.5:
+                    left[c] = rows
+        if not left:
+            break
+        worst = max(left, key=lambda c: sum(r for _, r in left[c]) / len(left[c]))
+        same = {i for i, _ in left[worst]}
+        for c, rows in left.items():
+            if {i for i, _ in rows} == same:
+                listed.append(c)
+        explained |= {i for i, _ in held[worst]}
+    avoid: dict[str, list] = {}
+    for fname, v in listed:
+        avoid.setdefault(fname, []).append(json.loads(v))
+    return avoid
+
+
 class OfflinePlanner:
     def plan(self, ctx: Context) -> Plan:
         pop = ctx.population
@@ -74,18 +150,10 @@ class OfflinePlanner:
                 lessons_text=ctx.lessons.text if ctx.lessons else "",
             )
         measured = ctx.objective_by_ptx()
-        prefer, avoid = {}, {}
+        prefer = {}
+        avoid = avoid_lists(ctx)
         if ctx.lessons:
-            for fname, stats in ctx.lessons.choices.items():
-                # (never winning and slow on average, unless a one-field pair showed it level:
-                # then the layouts it was tried on were slow, not the value)
-                bad = [
-                    json.loads(v)
-                    for v, s in stats.items()
-                    if s["n"] >= 3 and s["wins"] == 0 and s["mean_rel"] > 1.5 and not s.get("even")
-                ]
-                if bad:
-                    avoid[fname] = bad
+            for fname in ctx.lessons.choices:
                 prefer[fname] = ctx.lessons.preferred(fname)[:2]
         if ctx.generation == 0 or not measured:
             warm = self._warm(ctx)
