@@ -172,9 +172,15 @@ def main(argv=None) -> int:
         print(json.dumps(report[-1]), flush=True)
     (shots / "imported.json").write_text(json.dumps(report, indent=1) + "\n")
     if not args.no_shots:
-        # every job of the index: one without a results file is photographed where it waits
+        # every job of the index in this portal (make_jobs --only makes a portal of some):
+        # one without a results file is photographed where it waits
+        from portal.models import Job
+
         index = json.loads((ROOT / "lab" / "gpujobs" / "batches" / "jobs.json").read_text())
-        shoot([(key, info["job"]) for key, info in index.items()], shots)
+        here = [
+            (k, i["job"]) for k, i in index.items() if Job.objects.filter(code=i["job"]).exists()
+        ]
+        shoot(here, shots)
     return 0
 
 
