@@ -103,23 +103,21 @@ def test_keep_marks_the_statistics_reads_of_the_row_evict_last(name, stream):
         assert len(vec) == len(stats)  # b's loads beside x's, unhinted
 
 
-def test_keep_is_refused_with_one_pass_and_seeded_with_reductions():
-    """One pass has no statistics reads: keep is not valid, not in the space, not a seed.
-    With reductions the seeds hold the default with keep (the bench times it beside it)."""
+def test_keep_is_refused_with_one_pass_and_left_out_of_the_search():
+    """One pass has no statistics reads: keep is not valid. With reductions it is a valid
+    schedule (the lab bench times it) but neither a seed nor in the space: it timed level with
+    the default on an H100."""
     w = load_manifest(per_column(1, 1 << 20))
     ir = RS.lower(w)
     dims = dict(w.shapes[0])
     d = RS.default_schedule(ir, dims)
     assert ir.passes == 1 and not RS.is_valid(ir, kept(d), dims)[0]
-    assert not any(s.keep for s in RS.seeds(ir, dims))
-    assert not any(s.keep for s in RS.space(ir, [dims]))
     for name in ("softmax", "rmsnorm", "layernorm"):
         w, ir = lowered(name)
         for dims in ISSUE_SHAPES:
-            seeds = RS.seeds(ir, dims)
-            assert not seeds[0].keep and kept(seeds[0]) in seeds
-        space = RS.space(ir, [ISSUE_SHAPES[0]])
-        assert {s for s in space if s.keep} == {kept(s) for s in space if not s.keep}
+            assert RS.is_valid(ir, kept(RS.default_schedule(ir, dims)), dims)[0]
+            assert not any(s.keep for s in RS.seeds(ir, dims))
+        assert not any(s.keep for s in RS.space(ir, [ISSUE_SHAPES[0]]))
     rec = kept(RS.default_schedule(ir, ISSUE_SHAPES[0])).to_dict()
     assert RS.FAMILY.canonical(rec)["keep"] is True
     assert RS.Schedule.from_dict(rec).keep
