@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# segnorm's moments seed on the GPU (issue 50: instance norm at 0.94x torch.compile in the -4
-# run), <= 100 s, from the repository root:  OUT=<dir> bash lab/memfamilies/segnorm_run.sh
-# One `lab.memfamilies.bench` invocation, two candidates a case: c0 the default (instance norm
-# bf16: held t128 v8 h4 at 9 blocks a SM, 194.2 us in -4), c1 the same with both moments from
-# one block-wide fold (8 blocks a SM: at 9 it spills); then group norm bf16 and instance norm
-# fp32 (never run on a GPU) the same way. torch eager and torch.compile, no max-autotune; each
-# kernel verified at the timed and held-out shapes before timing; raw results in $OUT/raw for
-# lab/memfamilies/report.py. A case took 21-24 s in -4, so all three should fit.
+# segnorm's cases on the GPU (issue 50), <= 100 s, from the repository root:
+#   OUT=<dir> bash lab/memfamilies/segnorm_run.sh
+# One `lab.memfamilies.bench` invocation, two candidates a case (the bench's first two seeds):
+# instance norm bf16, then group norm bf16 and instance norm fp32 (never run on a GPU).
+# torch eager and torch.compile, no max-autotune; each kernel verified at the timed and
+# held-out shapes before timing; raw results in $OUT/raw for lab/memfamilies/report.py. A case
+# took 21-41 s, so the first one or two fit. The `moments` seed this ran first was 25% slower
+# than the default (bench/results/2026-12-07-h100-memfamilies-5) and is no longer a seed.
 set -uo pipefail
 : "${OUT:?set OUT}"
 mkdir -p "$OUT/raw"

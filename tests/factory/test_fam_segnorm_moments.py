@@ -77,14 +77,16 @@ def test_the_pattern_is_a_mean_and_the_mean_square_about_it():
     assert not F.is_valid(F.lower(w()), SC(128, 8, 4, 9), None)[0]  # 56 registers: spills
 
 
-def test_the_moments_seed_compiles_without_spills():
+def test_the_moments_schedule_compiles_without_spills_and_is_not_a_seed():
+    """In the space, not a seed: it timed 25% slower than the default on an H100."""
     from factory.compile import compile_ptx
 
     wl = load_manifest(bench.CASES["instancenorm_bf16"])
     ir = F.lower(wl)
-    seeds = F.seeds(ir, dict(wl.shapes[0]))
-    assert seeds[1] == SC(128, 8, 4, 8)
-    em = F.emit(ir, seeds[1])
+    dims = dict(wl.shapes[0])
+    assert not any(s.moments for s in F.seeds(ir, dims))
+    assert F.is_valid(ir, SC(128, 8, 4, 8), dims)[0]
+    em = F.emit(ir, SC(128, 8, 4, 8))
     assert "red_smem[12]" in em.ptx and ".minnctapersm 8" in em.ptx
     r = compile_ptx(em.ptx, "sm_90a", cache=False)
     assert r.ok and r.spill_store_bytes == 0 and r.spill_load_bytes == 0, r.log[:2000]
