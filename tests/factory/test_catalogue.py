@@ -2,6 +2,7 @@
 implementation written here (no shared code with factory.spec.reference beyond decoding)."""
 
 import math
+import tomllib
 
 import numpy as np
 import pytest
@@ -17,19 +18,23 @@ from factory.spec import (
     reference,
     to_float64,
 )
+from factory.spec.manifest import with_pooled_dims
 
 EXPECTED = {
     "softmax", "log_softmax", "layernorm", "rmsnorm", "add_rmsnorm", "silu_mul", "gelu_tanh",
     "gelu_erf", "cross_entropy", "row_sum", "row_max", "relu2", "l2norm", "masked_softmax",
     "softmax_long_rows", "axpby", "attention_causal", "attention_softcap", "matmul_bias_gelu",
-    "swiglu_up", "bias_grad", "cumsum_rows",
+    "swiglu_up", "bias_grad", "cumsum_rows", "maxpool2d", "instancenorm", "greedy_sampling",
+    "mse_loss", "batchnorm_stats",
 }  # fmt: skip
 # the family each operator lowers to (factory.families.family_for); the rest: the row family
 FAMILY = {
     "silu_mul": "flat", "gelu_tanh": "flat", "gelu_erf": "flat", "relu2": "flat", "axpby": "flat",
     "softmax_long_rows": "rowsplit", "attention_causal": "attention",
     "attention_softcap": "attention", "matmul_bias_gelu": "matmul", "swiglu_up": "matmul",
-    "bias_grad": "colreduce", "cumsum_rows": "scan",
+    "bias_grad": "colreduce", "cumsum_rows": "scan", "maxpool2d": "pool",
+    "instancenorm": "segnorm", "greedy_sampling": "argreduce", "mse_loss": "allreduce",
+    "batchnorm_stats": "segreduce",
 }  # fmt: skip
 # families whose kernels use sm_90a's instructions (wgmma, TMA)
 SM90A = {"attention", "matmul"}
@@ -45,6 +50,11 @@ SMALL_OF = {
     "attention_softcap": [{"B": 1, "H": 2, "S": 5}, {"B": 2, "H": 1, "S": 17}],
     "matmul_bias_gelu": [{"M": 3, "N": 5, "K": 7}, {"M": 16, "N": 9, "K": 64}],
     "swiglu_up": [{"M": 3, "N": 5, "K": 7}, {"M": 16, "N": 9, "K": 64}],
+    "maxpool2d": [{"N": 1, "C": 2, "H": 5, "W": 6}, {"N": 2, "C": 3, "H": 9, "W": 8}],
+    "instancenorm": [{"N": 1, "C": 2, "H": 3, "W": 5}, {"N": 2, "C": 3, "H": 8, "W": 7}],
+    "greedy_sampling": [{"M": 3, "V": 5}, {"M": 9, "V": 300}],
+    "mse_loss": [{"B": 3, "D": 5}, {"B": 7, "D": 64}],
+    "batchnorm_stats": [{"N": 1, "C": 2, "H": 3, "W": 5}, {"N": 3, "C": 4, "H": 7, "W": 6}],
 }
 ROW_SUITE = [{"M": 16384, "N": 4096}, {"M": 16384, "N": 8192}, {"M": 32768, "N": 4096}]
 SMALL = [{"M": 3, "N": 5}, {"M": 7, "N": 64}, {"M": 1, "N": 257}]
@@ -138,6 +148,25 @@ def independent(name, a):
         return {"db": a["dy"].sum(0)}
     if name == "cumsum_rows":
         return {"y": np.cumsum(a["x"], axis=-1)}
+    if name == "maxpool2d":  # 3x3 windows every 2, padding 1 that is never the largest
+        x = np.pad(a["x"], ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+        h, w = (a["x"].shape[2] - 1) // 2 + 1, (a["x"].shape[3] - 1) // 2 + 1
+        y = np.full(a["x"].shape[:2] + (h, w), -np.inf)
+        for i in range(h):
+            for j in range(w):
+                y[:, :, i, j] = x[:, :, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3].max(axis=(2, 3))
+        return {"y": y}
+    if name == "instancenorm":
+        x = a["x"]
+        mu, var = x.mean((2, 3), keepdims=True), x.var((2, 3), keepdims=True)
+        return {"y": (x - mu) / np.sqrt(var + 1e-5)}
+    if name == "greedy_sampling":
+        return {"token": np.argmax(a["logits"], axis=-1)}
+    if name == "mse_loss":
+        return {"loss": np.mean((a["x"] - a["t"]) ** 2)}
+    if name == "batchnorm_stats":
+        x = a["x"]
+        return {"mu": x.mean((0, 2, 3)), "msq": (x * x).mean((0, 2, 3))}
     raise AssertionError(name)
 
 
@@ -172,13 +201,18 @@ def test_each_catalogue_reference_matches_an_independent_numpy_version(name):
     w = load_catalogue()[name]
     dims_list = SMALL_OF.get(name, SMALL)
     for seed, dims in enumerate(dims_list):
+        dims = with_pooled_dims(w.outputs, dims)  # a pooled axis's size is a derived dim
         storage = random_inputs(w, dims, seed=seed)
         got = reference(w, storage, dims)
         want = independent(name, decoded(w, storage))
         assert set(got) == set(want)
         for k in want:
-            assert got[k].dtype == np.float64
             assert got[k].shape == np.shape(want[k])
+            if np.issubdtype(np.asarray(want[k]).dtype, np.integer):  # an index: exact
+                assert got[k].dtype == np.int64
+                np.testing.assert_array_equal(got[k], want[k])
+                continue
+            assert got[k].dtype == np.float64
             np.testing.assert_allclose(got[k], want[k], rtol=1e-12, atol=1e-12)
 
 
@@ -233,11 +267,15 @@ def test_the_upload_form_offers_each_operator_and_its_manifest_takes_the_custome
     assert name in offered.names()
     w = load_catalogue()[name]
     assert len(w.description) > 30, "the description says what the operator computes"
-    text = offered.manifest_for(name, [dict(w.shapes[-1])], "fp16")
+    typed = tomllib.loads(catalogue_manifest(name))["shapes"][-1]  # as a customer types it
+    text = offered.manifest_for(name, [typed], "fp16")
     got = load_manifest(text)
-    assert list(got.shapes) == [dict(w.shapes[-1])]
+    assert list(got.shapes) == [dict(w.shapes[-1])]  # with any derived (pooled) dims
     assert {d.dtype for d in got.inputs} <= {"fp16", "int64"}
     # an fp32 output beside bf16 inputs (a log-sum-exp, a bias gradient) stays fp32
     for o, own in zip(got.outputs, w.outputs, strict=True):
+        if own.dtype.startswith("int"):  # an index (argmax's token) stays an integer
+            assert o.dtype == own.dtype
+            continue
         assert o.dtype == ("fp32" if own.dtype == "fp32" and name != "cumsum_rows" else "fp16")
     assert families.name_for(got, default="none") == FAMILY[name]
