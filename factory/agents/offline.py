@@ -90,10 +90,8 @@ def avoid_lists(ctx: Context) -> dict[str, list]:
 
     A suspect is a value tried at least 3 times, never within 5% of its job's best, on average
     1.5x slower, and in no one-field pair that showed it level (`ev.Lessons.choices`). A slow
-    record holds several choices, and its slowness may belong to any of them: at
-    1024x1024x16384 one-consumer, 64-row and unsplit tiles were avoided for records slow for
-    their 2x1 clusters, and the cold agents never tried the one-consumer layout that wins. So a
-    suspect earns its place only from records that hold no value already on the list: the
+    record holds several choices, and its slowness may belong to any of them, so a suspect
+    earns its place only from records that hold no value already on the list: the
     list is built greedily, the suspect slowest on average over its records without a listed
     value first, then the others' averages recomputed without its records, until no suspect
     is still tried 3 times and 1.5x slower over what is left. Suspects held by exactly the same
