@@ -61,7 +61,9 @@ def test_the_row_family_keeps_its_workloads():
              # scan): never offered to it
              "attention_causal": "attention", "attention_softcap": "attention",
              "matmul_bias_gelu": "matmul", "swiglu_up": "matmul", "bias_grad": "colreduce",
-             "cumsum_rows": "scan"}  # fmt: skip
+             "cumsum_rows": "scan", "maxpool2d": "pool", "instancenorm": "segnorm",
+             "greedy_sampling": "argreduce", "mse_loss": "allreduce",
+             "batchnorm_stats": "segreduce"}  # fmt: skip
     for name, wl in load_catalogue().items():
         assert families.name_for(wl) == split.get(name, "row"), name
     assert families.name_for(w("x - mean(x, axis=-1, keepdims=True)")) == "row"

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from factory.spec import catalogue_manifest, load_catalogue, random_inputs, reference
+from factory.spec.manifest import with_pooled_dims
 from portal.artifacts import ArtifactInputs, build_artifact, verify_checksums
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,9 +149,10 @@ def test_the_reference_example_matches_the_manifests_float64_reference(op, tmp_p
     folder = _unpack(built, tmp_path)
     ref_module = _module(folder / "examples" / "reference.py", f"ref_{op}")
     # small sizes of the operator's own dims (row operators: M and N, cross entropy's V; the
-    # attention operators' B, H, S; a matmul's K)
-    small = {"M": 5, "N": 40, "V": 72, "B": 1, "H": 2, "S": 9, "K": 24}
-    dims = {k: small[k] for k in w.shapes[0]}
+    # attention operators' B, H, S; a matmul's K; NCHW activations' C, W; a loss's D), and a
+    # pooled axis's size derived from them
+    small = {"M": 5, "N": 40, "V": 72, "B": 1, "H": 2, "S": 9, "K": 24, "C": 3, "W": 7, "D": 33}
+    dims = with_pooled_dims(w.outputs, {k: small[k] for k in w.shapes[0] if k in small})
     inputs = random_inputs(w, dims, seed=3)
     expected = reference(w, inputs, dims)
     as_torch = {}
