@@ -340,6 +340,40 @@ class Lessons:
         return [json.loads(v) for v, _ in ordered]
 
 
+def lesson_records(
+    records: list[dict],
+    *,
+    family: str,
+    gpu: str = "sm_90",
+    dims: dict[str, int] | None = None,
+    max_distance: float = 2.0,
+) -> list[dict]:
+    """The records lessons are distilled from: one family on one GPU, near `dims` if given."""
+    rel = [r for r in records if r.get("family") == family and r.get("gpu") == gpu]
+    if dims is not None:
+        rel = [r for r in rel if shape_distance(r.get("dims") or {}, dims) <= max_distance]
+    return rel
+
+
+def _job_shape_groups(records: list[dict]) -> list[list[dict]]:
+    """The passed records grouped by (job, shape): times compare only within a group."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in passed(records):
+        groups[(r.get("job"), json.dumps(r.get("dims"), sort_keys=True))].append(r)
+    return list(groups.values())
+
+
+def _relative(group: list[dict]) -> list[tuple[dict, float]]:
+    best_us = min(float(r["median_us"]) for r in group)
+    return [(r, float(r["median_us"]) / best_us) for r in group]
+
+
+def relative_times(records: list[dict]) -> list[tuple[dict, float]]:
+    """Each passed record with its time over the best of its (job, shape), so that sizes mix
+    fairly."""
+    return [pair for group in _job_shape_groups(records) for pair in _relative(group)]
+
+
 def distil_lessons(
     records: list[dict],
     *,
@@ -349,24 +383,16 @@ def distil_lessons(
     max_distance: float = 2.0,
 ) -> Lessons:
     """Distil lessons from evidence of one family on one GPU (optionally near one shape)."""
-    rel = [r for r in records if r.get("family") == family and r.get("gpu") == gpu]
-    if dims is not None:
-        rel = [r for r in rel if shape_distance(r.get("dims") or {}, dims) <= max_distance]
+    rel = lesson_records(records, family=family, gpu=gpu, dims=dims, max_distance=max_distance)
     lessons = Lessons(
         family=family,
         gpu=gpu,
         shape_class=shape_class(dims) if dims else None,
         records=len(rel),
     )
-    # Relative time within each (job, shape) so that sizes mix fairly.
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in passed(rel):
-        groups[(r.get("job"), json.dumps(r.get("dims"), sort_keys=True))].append(r)
     stats: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
-    for group in groups.values():
-        best_us = min(float(r["median_us"]) for r in group)
-        for r in group:
-            ratio = float(r["median_us"]) / best_us
+    for group in _job_shape_groups(rel):
+        for r, ratio in _relative(group):
             for fname, value in (r.get("schedule") or {}).items():
                 vkey = _value_key(value)
                 s = stats[fname].setdefault(

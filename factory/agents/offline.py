@@ -62,26 +62,15 @@ def _space_field_values(ctx: Context, kind: str) -> dict[str, list]:
 
 
 def _lesson_rows(ctx: Context) -> list[tuple[dict, float]]:
-    """The passed records the context's lessons were distilled from (the family's on its GPU
-    near the job's first shape, `Context`'s evidence as `ev.distil_lessons` filters it), each
-    as (schedule, time over the best of its job and shape)."""
-    dims = ctx.dims_list[0] if ctx.dims_list else None
-    rel = [
-        r
-        for r in [*ctx.job_records, *ctx.past_records]
-        if r.get("family") == ctx.family
-        and r.get("gpu") == ctx.gpu
-        and (dims is None or ev.shape_distance(r.get("dims") or {}, dims) <= 2.0)
-    ]
-    groups: dict[tuple, list[dict]] = {}
-    for r in ev.passed(rel):
-        key = (r.get("job"), json.dumps(r.get("dims"), sort_keys=True))
-        groups.setdefault(key, []).append(r)
-    rows = []
-    for group in groups.values():
-        best_us = min(float(r["median_us"]) for r in group)
-        rows += [(r.get("schedule") or {}, float(r["median_us"]) / best_us) for r in group]
-    return rows
+    """The passed records the context's lessons were distilled from, each as (schedule, time
+    over the best of its job and shape)."""
+    rel = ev.lesson_records(
+        [*ctx.job_records, *ctx.past_records],
+        family=ctx.family,
+        gpu=ctx.gpu,
+        dims=ctx.dims_list[0] if ctx.dims_list else None,
+    )
+    return [(r.get("schedule") or {}, ratio) for r, ratio in ev.relative_times(rel)]
 
 
 def avoid_lists(ctx: Context) -> dict[str, list]:
