@@ -28,8 +28,9 @@ class ShapeError(Exception):
 
 @dataclass(eq=False)
 class INode:
-    """kind: in const un bin cmp where red gather cast T. `args` are child nodes; `attrs` the
-    rest (op name, axis, keepdims, dtype, constant value, input name)."""
+    """kind: in const un bin cmp where red gather cast T arg pool. `args` are child nodes;
+    `attrs` the rest (op name, axis, keepdims, dtype, constant value, input name; a pool's
+    window, stride and padding)."""
 
     kind: str
     op: str
@@ -115,6 +116,17 @@ class Graph:
         shape = x.shape[:axis] + ((1,) if keepdims else ()) + x.shape[axis + 1 :]
         return self.make("red", op, (x,), (axis, keepdims), shape, "float", hint)
 
+    def argreduce(self, op: str, x: INode, axis: int, keepdims: bool) -> INode:
+        """argmax/argmin along `axis`: an index value (the first on ties), only ever an output."""
+        axis %= x.rank
+        shape = x.shape[:axis] + ((1,) if keepdims else ()) + x.shape[axis + 1 :]
+        return self.make("arg", op, (x,), (axis, keepdims), shape, "index")
+
+    def pool(self, op: str, x: INode, window: tuple, stride: tuple, padding: tuple,
+             shape: tuple, hint=None) -> INode:  # fmt: skip
+        """maxpool/avgpool over the trailing len(window) axes; `shape` names the pooled axes."""
+        return self.make("pool", op, (x,), (window, stride, padding), shape, "float", hint)
+
     def gather(self, x: INode, idx: INode, hint=None) -> INode:
         return self.make("gather", "", (x, idx), (), idx.shape, "float", hint)
 
@@ -171,9 +183,17 @@ class Graph:
             inner = self.unsqueeze(child, cq)
             return self.make("red", x.op, (inner,), (new_axis, keep), _ins(x.shape, q, 1),
                              "float", self.hints.get(x.uid))  # fmt: skip
-        what = {"in": "an input", "gather": "a gather", "T": "a transposed matrix"}.get(
+        if x.kind == "arg":
+            axis, keep = x.attrs
+            if not keep and q == axis:
+                return self.argreduce(x.op, x.args[0], axis, True)
+        if x.kind == "pool" and q <= x.rank - len(x.attrs[0]):
+            inner = self.unsqueeze(x.args[0], q)
+            return self.pool(x.op, inner, *x.attrs, _ins(x.shape, q, 1), self.hints.get(x.uid))
+        what = {"in": "an input", "gather": "a gather", "T": "a transposed matrix",
+                "arg": "an argmax/argmin", "pool": "a pooling's window axes"}.get(
             x.kind, "a matrix product"
-        )
+        )  # fmt: skip
         raise ShapeError(
             f"a new axis of size 1 inside {what} (shape {x.shape}) has no equivalent in the "
             "manifest language"
@@ -194,6 +214,13 @@ class Graph:
         if x.kind == "red" and x.attrs[1] and x.attrs[0] == q:
             return self.make("red", x.op, x.args, (q, False), _drop(x.shape, q), "float",
                              self.hints.get(x.uid))  # fmt: skip
+        if x.kind == "arg":
+            if x.attrs[1] and x.attrs[0] == q:
+                return self.argreduce(x.op, x.args[0], q, False)
+            raise ShapeError("an argmax/argmin's index is an output as it is (keepdim or not)")
+        if x.kind == "pool" and q < x.rank - len(x.attrs[0]):
+            inner = self.squeeze(x.args[0], q)
+            return self.pool(x.op, inner, *x.attrs, _drop(x.shape, q), self.hints.get(x.uid))
         # Anything else (an input declared with an axis of 1): reducing one element is exact.
         return self.make("red", "max", (x,), (q, False), _drop(x.shape, q), "float")
 
@@ -285,6 +312,10 @@ class Renderer:
         self.constants: list[tuple[str, float]] = []
         self._names: dict[int, str] = {}
         self._const_names: dict[float, str] = {}
+        # reduction uid -> (its innermost operand's text, the axes of that operand it reduces,
+        # the operand's rank): nested reductions of one kind are written as one, axis=(2, 3)
+        self._red: dict[int, tuple[str, tuple[int, ...], int]] = {}
+        self._uses: dict[int, int] = {}
 
     def fresh(self, base: str) -> str:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "t"
@@ -305,6 +336,7 @@ class Renderer:
             for c in n.args:
                 uses[c.uid] += 1
         roots = {o.uid for o in outputs}
+        self._uses = uses
         text: dict[int, tuple[str, int]] = {}
         for n in order:
             t = self._text(n, text)
@@ -315,6 +347,7 @@ class Renderer:
                 name = self.fresh(self.g.hints.get(n.uid) or "t")
                 self.lets.append((name, t[0]))
                 t = (name, _ATOM)
+                self._red.pop(n.uid, None)  # a named reduction is not merged into its user
             text[n.uid] = t
         return [text[o.uid][0] for o in outputs]
 
@@ -358,10 +391,23 @@ class Renderer:
             parts = [text[c.uid][0] for c in n.args]
             return f"where({parts[0]}, {parts[1]}, {parts[2]})", _ATOM
         if k == "red":
+            return self._reduction(n, text), _ATOM
+        if k == "arg":
             axis, keep = n.attrs
-            rank = n.args[0].rank
-            kw = f", axis={axis - rank}" + (", keepdims=True" if keep else "")
+            kw = f", axis={axis - n.args[0].rank}" + (", keepdims=True" if keep else "")
             return f"{n.op}({text[n.args[0].uid][0]}{kw})", _ATOM
+        if k == "pool":
+            window, stride, padding = n.attrs
+
+            def ints(v: tuple, single: bool) -> str:
+                if len(v) == 1 or (single and len(set(v)) == 1):
+                    return str(v[0])
+                return "(" + ", ".join(str(i) for i in v) + ")"
+
+            kw = f"window={ints(window, False)}, stride={ints(stride, True)}"
+            if any(padding):
+                kw += f", padding={ints(padding, True)}"
+            return f"{n.op}pool({text[n.args[0].uid][0]}, {kw})", _ATOM
         if k == "gather":
             return f"gather({text[n.args[0].uid][0]}, {text[n.args[1].uid][0]})", _ATOM
         if k == "cast":
@@ -369,3 +415,38 @@ class Renderer:
         if k == "T":
             return f"{arg(0, _ATOM, strict=False)}.T", _ATOM
         raise ShapeError(f"unknown node kind {k}")
+
+    def _reduction(self, n: INode, text) -> str:
+        """sum/mean/max/min over one axis, or over several where the operand is a reduction of
+        the same kind used nowhere else: `mean(x, axis=(2, 3), keepdims=True)` and
+        `mean(d, axis=None)`, as the catalogue writes them. The language reads those as the
+        same nested single-axis reductions (the highest axis first), so only the text differs."""
+        axis, keep = n.attrs
+        c = n.args[0]
+        inner = self._red.get(c.uid)
+        merged = None
+        if (
+            inner is not None
+            and c.kind == "red"
+            and c.op == n.op
+            and c.attrs[1] == keep
+            and self._uses.get(c.uid) == 1
+        ):
+            base, axes, rank = inner
+            if keep:
+                outer = axis
+            else:
+                outer = [i for i in range(rank) if i not in axes][axis]
+            if outer < min(axes):
+                merged = (base, (outer, *axes), rank)
+        if merged is None:
+            merged = (text[c.uid][0], (axis,), c.rank)
+        self._red[n.uid] = merged
+        base, axes, rank = merged
+        if len(axes) == 1:
+            kw = f", axis={axes[0] - rank}"
+        elif len(axes) == rank and not keep:
+            kw = ", axis=None"
+        else:
+            kw = ", axis=(" + ", ".join(str(a) for a in sorted(axes)) + ")"
+        return f"{n.op}({base}{kw}" + (", keepdims=True" if keep else "") + ")"

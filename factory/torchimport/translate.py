@@ -19,6 +19,7 @@ import textwrap
 import warnings
 from dataclasses import dataclass
 
+from factory.spec.expr import pooled_dim_name, pooled_size
 from factory.torchimport.ir import Graph, INode, Renderer, ShapeError, broadcast, walk
 
 # Storage dtypes of the manifest language, by torch dtype name.
@@ -35,6 +36,10 @@ _AUTO_DIMS = ("N", "M", "B", "H")  # by position from the last axis of the first
 _MORE_DIMS = ("K", "V", "D", "L", "P", "Q", "R", "S", "T", "U", "G", "J")
 _NOOPS = ("clone", "contiguous", "detach", "alias", "lift_fresh_copy", "detach_copy", "alias_copy")
 _HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_ARG_ONLY_OUTPUT = (
+    "the index an argmax/argmin gives is only ever an output here (int64 or int32, as it is): "
+    "the manifest language cannot compute with it (compare, convert or gather with it)"
+)
 _SKIP = ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")
 
 
@@ -55,6 +60,14 @@ class TranslationError(Exception):
                 where += f" at {source}"
             where += ": "
         super().__init__(where + reason)
+
+
+@dataclass
+class Missing:
+    """One result of a node with several that the language has no form for (the indices of
+    max_pool2d(return_indices=True)): translating the node is fine, using this result is not."""
+
+    reason: str
 
 
 @dataclass
@@ -236,6 +249,12 @@ class Translator:
         self.index_use: dict[str, str] = {}  # index input name -> label of the gathered axis
         self.mask_inputs: set[str] = set()
         self.dims_given = dims_given or {}
+        self.roles: list[tuple] = []  # (label, dim name) a handler asks for: a pool's H and W
+        self.pooled: dict[str, tuple] = {}  # pooled axis label -> (label, window, stride, pad)
+        self.arg_nodes: dict[int, str] = {}  # argmax/argmin node uid -> the FX node's name
+        # inputs a handler declares with trailing axes of 1 (instance_norm's [C] weight as
+        # [C, 1, 1], to broadcast along the channel axis): name -> (PyTorch's shape, new shape)
+        self.reshaped: dict[str, tuple] = {}
 
     # -- errors ----------------------------------------------------------------------------
 
@@ -328,9 +347,45 @@ class Translator:
         if not isinstance(v, Value):
             raise self.fail(f"expected a tensor or a number, got {type(v).__name__}")
         node = self.need(v)
+        if node.kind == "arg":
+            raise self.fail(_ARG_ONLY_OUTPUT)
         if node.vkind == "mask":
             return self.g.where(node, self.g.const(1.0), self.g.const(0.0))
         return node
+
+    def pooled_label(self, label, window: int, stride: int, padding: int):
+        """The label of `label`'s axis pooled: a derived dim (H_3_2_1) or a literal size."""
+        if not isinstance(label, str):
+            return pooled_size(int(label), window, stride, padding)
+        out = f"{label}~{window}_{stride}_{padding}"
+        if out not in self.pooled:
+            self.pooled[out] = (label, window, stride, padding)
+            self.label_size[out] = pooled_size(self.label_size[label], window, stride, padding)
+        return out
+
+    def channel_param(self, w, x: Value, what: str) -> INode:
+        """w, a [C] tensor, broadcast along axis 1 of x (N, C, spatial...): the language has no
+        w[:, None, None], so the input is declared [C, 1, 1] (the same memory)."""
+        if isinstance(w, int | float):
+            return self.g.const(w)
+        node = w.node if isinstance(w, Value) else None
+        if node is None or node.kind != "in" or w.pending or len(w.shape) != 1:
+            raise self.fail(
+                f"{what} must be one of the function's inputs or the module's parameters, as "
+                "given (a [C] tensor): the manifest language cannot put a computed [C] tensor "
+                "along the channel axis"
+            )
+        if node.vkind != "float":
+            raise self.fail(f"{what} must be a floating-point tensor")
+        if w.shape[0] != x.shape[1]:
+            raise self.fail(f"{what} of shape {w.shape} for channels {x.shape[1]!r}")
+        name = node.attrs[0]
+        new = node.shape + (1,) * (len(x.shape) - 2)
+        old = self.reshaped.get(name, (node.shape, new))
+        if old[1] != new:
+            raise self.fail(f"{name!r} is broadcast along the channels of tensors of two ranks")
+        self.reshaped[name] = old
+        return self.g.input(name, new, node.vkind)
 
     def as_mask(self, v) -> INode:
         node = self.need(v) if isinstance(v, Value) else self.as_float(v)
@@ -812,6 +867,8 @@ def _convert(tr: Translator, v: Value, to: str) -> Value:
         return v
     src = v.dtype
     node = tr.need(v)
+    if node.kind == "arg" and to not in ("int32", "int64"):
+        raise tr.fail(_ARG_ONLY_OUTPUT)
     if to == "bool":
         return Value(tr.as_mask(v), v.shape, "bool")
     if to in ("int32", "int64"):
@@ -960,9 +1017,46 @@ def _max_min(name):
         values = tr.reduce(name, a["self"], dim, bool(a.get("keepdim")))
         if dim is None:
             return values
-        return (values, None)  # the indices (argmax) are not in the language
+        try:  # the indices: argmax/argmin (the first on ties, as torch.max(x, dim) gives them)
+            indices = _arg_reduce(tr, "arg" + name, a["self"], dim, bool(a.get("keepdim")))
+        except TranslationError as e:
+            indices = Missing(e.reason)
+        return (values, indices)
 
     return handler
+
+
+def _arg_reduce(tr, name: str, x, dim, keepdim: bool) -> Value:
+    """argmax/argmin of x along dim: the language's argmax(x, axis=..., keepdims=...)."""
+    v = tr.full(x)
+    rank = len(v.shape)
+    if dim is None:
+        if rank != 1:
+            raise tr.fail(
+                f"{name} without dim (the index into the flattened tensor) is not in the "
+                f"language, which takes one axis: give dim=, e.g. {name}(x, dim=-1)"
+            )
+        dim = 0
+    if rank == 0:
+        raise tr.fail(f"{name} of a scalar: there is no axis to work along")
+    d = tr.axis(v, dim)
+    node = tr.as_float(v)
+    if node.vkind != "float":
+        raise tr.fail(f"{name} of an integer tensor is not in the language (convert it: .float())")
+    lead = rank - node.rank
+    if lead > 0 or (node.shape[d] == 1 and v.shape[d] != 1):
+        raise tr.fail(f"{name} of a broadcast (expanded) tensor: take it of the tensor itself")
+    out = tr.g.argreduce(name, node, d, keepdim)
+    tr.arg_nodes.setdefault(out.uid, tr.current.name if tr.current is not None else "")
+    shape = v.shape[:d] + ((1,) if keepdim else ()) + v.shape[d + 1 :]
+    return Value(out, shape, "int64")
+
+
+@op("argmax", "argmin")
+def _argmax(tr, a):
+    return _arg_reduce(
+        tr, _packet(tr.current.target), a["self"], a.get("dim"), bool(a.get("keepdim"))
+    )
 
 
 OPS["max"] = _max_min("max")
@@ -1110,6 +1204,119 @@ def _rms_norm(tr, a):
     return tr.result(y, shape=v.shape)
 
 
+@op("instance_norm")
+def _instance_norm(tr, a):
+    g = tr.g
+    v = tr.full(a["input"])
+    rank = len(v.shape)
+    if rank < 3:
+        raise tr.fail(
+            f"instance_norm of a tensor of shape {v.shape}: it needs (N, C, ...) with at least "
+            "one axis to normalise over"
+        )
+    if not a.get("use_input_stats", True):
+        raise tr.fail(
+            "instance_norm with running statistics (track_running_stats=True, in eval mode) is "
+            "not supported: the language cannot put the [C] running mean and variance along "
+            "the channel axis; use track_running_stats=False (each instance's own statistics)"
+        )
+    dims = list(range(2, rank))
+    eps = g.const(_scalar(tr, a.get("eps", 1e-5), "eps"), hint="eps")
+    mean = tr.reduce("mean", v, dims, True, hint="mu")
+    d = g.binary("sub", v.node, mean.node, hint="d")
+    sq = Value(g.binary("pow", d, g.const(2.0)), v.shape, v.dtype)
+    var = tr.reduce("mean", sq, dims, True, hint="var")
+    y = g.binary("mul", d, g.unary("rsqrt", g.binary("add", var.node, eps)))
+    if a.get("weight") is not None:
+        y = g.binary("mul", y, tr.channel_param(a["weight"], v, "instance_norm's weight"))
+    if a.get("bias") is not None:
+        y = g.binary("add", y, tr.channel_param(a["bias"], v, "instance_norm's bias"))
+    _nchw_roles(tr, v.shape, ("L",) if rank == 3 else ("D", "H", "W")[5 - rank :])
+    return tr.result(y, shape=v.shape)
+
+
+def _nchw_roles(tr, shape: tuple, spatial: tuple) -> None:
+    """N, C, H, W for the axes of an image batch (N, C, spatial...), as the catalogue names
+    them; from the last axis (a pooled (C, H, W) tensor has no N)."""
+    names = ("N", "C", *spatial)
+    for label, wanted in zip(reversed(shape), reversed(names), strict=False):
+        tr.roles.append((label, wanted))
+
+
+# -- pooling --
+
+
+def _pool_ints(tr, a, key: str, default, what: str) -> tuple[int, int]:
+    v = a.get(key)
+    if v is None or (isinstance(v, list | tuple) and len(v) == 0):
+        v = default
+    if isinstance(v, int):
+        v = [v]
+    v = [int(i) for i in v]
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2:
+        raise tr.fail(f"{what}: {key}={list(v)} names {len(v)} axes, not 2")
+    return tuple(v)
+
+
+@op("max_pool2d", "max_pool2d_with_indices")
+def _max_pool2d(tr, a):
+    g = tr.g
+    v = tr.full(a["self"])
+    kernel = _pool_ints(tr, a, "kernel_size", None, "max_pool2d")
+    stride = _pool_ints(tr, a, "stride", kernel, "max_pool2d")
+    padding = _pool_ints(tr, a, "padding", 0, "max_pool2d")
+    dilation = _pool_ints(tr, a, "dilation", 1, "max_pool2d")
+    if dilation != (1, 1):
+        raise tr.fail(
+            f"max_pool2d with dilation={list(dilation)} is not in the language: its maxpool "
+            "reads windows of adjacent elements (dilation=1)"
+        )
+    if a.get("ceil_mode"):
+        raise tr.fail(
+            "max_pool2d with ceil_mode=True is not in the language: its maxpool rounds the "
+            "pooled size down, (L + 2 * padding - kernel_size) // stride + 1 (ceil_mode=False)"
+        )
+    for key, vals, low in (("kernel_size", kernel, 1), ("stride", stride, 1),
+                           ("padding", padding, 0)):  # fmt: skip
+        if not all(low <= i <= 63 for i in vals):
+            raise tr.fail(f"max_pool2d with {key}={list(vals)}: the language takes {low}..63")
+    if any(2 * p > k for k, p in zip(kernel, padding, strict=True)):
+        raise tr.fail(f"max_pool2d: padding {list(padding)} is more than half the window")
+    if len(v.shape) not in (3, 4):
+        raise tr.fail(
+            f"max_pool2d of a tensor of shape {v.shape}: it takes (N, C, H, W) or (C, H, W)"
+        )
+    node = tr.as_float(v)
+    if (
+        node.vkind != "float"
+        or node.rank != len(v.shape)
+        or any(ns == 1 and vs != 1 for ns, vs in zip(node.shape, v.shape, strict=True))
+    ):
+        raise tr.fail("max_pool2d of a broadcast (expanded) tensor is not supported")
+    pooled = tuple(
+        tr.pooled_label(label, k, st, p)
+        for label, k, st, p in zip(v.shape[-2:], kernel, stride, padding, strict=True)
+    )
+    shape = v.shape[:-2] + pooled
+    meta = tr.current.meta.get("val")
+    meta = meta[0] if isinstance(meta, list | tuple) else meta
+    sizes = [tr.label_size.get(d, d) for d in shape]
+    if meta is not None and [int(s) for s in meta.shape] != sizes:
+        raise tr.fail(f"max_pool2d gives {tuple(meta.shape)} but the language's maxpool {sizes}")
+    out = g.pool("max", node, kernel, stride, padding, shape)
+    _nchw_roles(tr, v.shape, ("H", "W"))
+    dtype = _dtype_name(meta.dtype) if meta is not None else v.dtype
+    values = Value(out, shape, dtype)
+    if _packet(tr.current.target) == "max_pool2d_with_indices":
+        return (values, Missing(
+            "the indices of max_pool2d (return_indices=True) are not in the language (no "
+            "argmax over a window): use the pooled values only"
+        ))  # fmt: skip
+    return values
+
+
 # -- gathers and losses --
 
 
@@ -1154,6 +1361,26 @@ def _reduce_loss(tr, loss: Value, reduction) -> Value:
     if mode in ("mean", "sum"):
         return tr.reduce(mode, loss, None, False)
     raise tr.fail(f"reduction {reduction!r} is unknown")
+
+
+@op("mse_loss")
+def _mse_loss(tr, a):
+    g = tr.g
+    x, t = a["self"], a["target"]
+    d = g.binary("sub", tr.as_float(x), tr.as_float(t))
+    loss = tr.result(g.binary("pow", d, g.const(2.0)), like=[x, t])
+    return _reduce_loss(tr, loss, a.get("reduction", 1))
+
+
+@op("broadcast_tensors")
+def _broadcast_tensors(tr, a):
+    metas = tr.current.meta["val"]
+    out = []
+    for v, meta in zip(a["tensors"], metas, strict=True):
+        if not isinstance(v, Value):
+            raise tr.fail("broadcast_tensors of something that is not a tensor")
+        out.append(Value(v.node, tr.shape_of(meta.shape, like=v.shape), v.dtype, v.pending))
+    return tuple(out)
 
 
 @op("cross_entropy_loss")
@@ -1440,6 +1667,8 @@ def translate(
         if node.target is operator.getitem:
             src, index = value_of(node.args[0]), node.args[1]
             item = src[index] if isinstance(src, tuple | list) else None
+            if isinstance(item, Missing):
+                raise tr.fail(item.reason)
             if item is None:
                 raise tr.fail(
                     "this result (e.g. the indices of max/argmax, or a statistic) is not in the "
@@ -1484,9 +1713,12 @@ def translate(
         tr.current = r if hasattr(r, "meta") else None
         node = tr.need(v)
         dtype = v.dtype
-        if dtype not in FLOAT_OUT:
+        if node.kind == "arg" and dtype in ("int32", "int64"):
+            pass  # an argmax/argmin's index: int64 (or int32) as it is
+        elif dtype not in FLOAT_OUT:
             raise tr.fail(
-                f"output {i} is {dtype}; kernels here write fp32, bf16 or fp16 outputs"
+                f"output {i} is {dtype}; kernels here write fp32, bf16 or fp16 outputs, or the "
+                "int64/int32 index of an argmax/argmin"
                 + (" (cast it, e.g. .float())" if dtype != "bool" else "")
             )
         if node.vkind == "mask":
@@ -1533,10 +1765,33 @@ def translate(
             n = n.args[0]
         final.append((n, dtype, shape))
 
+    _check_final(tr, [n for n, _, _ in final])
     used = {n.attrs[0] for n in walk([n for n, _, _ in final]) if n.kind == "in"}
     tr.inputs = [d for d in tr.inputs if d["name"] in used or d.get("user")]
     return _render(tr, fn_or_module, final, out_names, name=name, shapes=shapes,
                    target=target, description=description)  # fmt: skip
+
+
+def _check_final(tr: Translator, roots: list[INode]) -> None:
+    """An argmax's index only as an output itself; an input re-declared with trailing axes of 1
+    (instance_norm's weight) used nowhere with its own shape. Declarations follow."""
+    nodes = walk(roots)
+    for n in nodes:
+        for c in n.args:
+            if c.kind == "arg":
+                raise TranslationError(_ARG_ONLY_OUTPUT, tr.arg_nodes.get(c.uid, ""))
+    for name, (old, new) in tr.reshaped.items():
+        seen = {n.shape for n in nodes if n.kind == "in" and n.attrs[0] == name}
+        if seen - {new}:
+            raise TranslationError(
+                f"{name!r} is used both as it is ({len(old)} axis) and broadcast along the "
+                "channel axis, which the manifest language cannot declare at once: pass it "
+                "twice, as two inputs"
+            )
+        for decl in tr.inputs:
+            if decl["name"] == name:
+                decl["shape"] = new
+                decl["torch_shape"] = old
 
 
 def _output_names(tr: Translator, fn, count: int, given: list[str] | None) -> list[str]:
@@ -1570,6 +1825,10 @@ def _dim_names(tr: Translator, roots: list[INode]) -> dict:
             give(a.shape[-2], "M")
         if n.kind == "gather":
             give(n.args[0].shape[-1], "V")
+        if n.kind == "arg":  # greedy decoding's vocabulary
+            give(n.args[0].shape[n.attrs[0]], "V")
+    for label, wanted in tr.roles:
+        give(label, wanted)
     for decl in tr.inputs:
         for pos, label in enumerate(reversed(decl["shape"])):
             if not isinstance(label, str) or label in names:
@@ -1580,6 +1839,8 @@ def _dim_names(tr: Translator, roots: list[INode]) -> dict:
             if wanted is None:
                 wanted = safe_name("D", used, tr.reserved)
             give(label, wanted)
+    for label, (base, k, st, p) in tr.pooled.items():  # in order: a pooled pooled axis last
+        names[label] = pooled_dim_name(names.get(base, base), k, st, p)
     return names
 
 
@@ -1639,6 +1900,14 @@ def _render(tr, original, final, out_names, *, name, shapes, target, description
         "",
     ]
     for decl in tr.inputs:
+        if "torch_shape" in decl:
+            old, new = dims_of(decl["torch_shape"]), dims_of(decl["shape"])
+            lines.append(
+                f"# {decl['name']}: {_toml_value(old)} in PyTorch, declared {_toml_value(new)} "
+                f"to broadcast along the channel axis: pass {decl['name']}.view(-1"
+                + ", 1" * (len(new) - 1)
+                + ") (the same memory)"
+            )
         lines.append(f"[inputs.{decl['name']}]")
         lines.append(f"shape = {_toml_value(dims_of(decl['shape']))}")
         lines.append(f"dtype = {_toml_value(decl['dtype'])}")

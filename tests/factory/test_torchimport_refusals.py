@@ -51,8 +51,9 @@ def test_chunk_is_refused_by_name():
 
 
 def test_an_integer_output_is_refused():
-    err = _refusal(lambda x: x.argmax(dim=-1), torch.randn(4, 32))
-    assert "argmax" in str(err)
+    # only an argmax/argmin's index may be an integer output
+    err = _refusal(lambda t: t * 2, torch.randint(0, 8, (4, 32)))
+    assert "int64" in str(err) and "argmax" in str(err)
 
 
 def test_computed_gather_indices_are_refused():
@@ -94,3 +95,73 @@ def test_dropout_in_training_mode_asks_for_eval():
     assert "eval()" in str(err)
     model.eval()
     assert "[outputs.y]" in from_torch(model, torch.randn(4, 8))
+
+
+# -- pooling, instance norm, argmax and mse_loss: the variants the language has no form for -------
+
+
+def test_max_pool2d_with_dilation_is_refused_naming_the_argument():
+    err = _refusal(lambda x: F.max_pool2d(x, 3, 1, 1, dilation=2), torch.randn(2, 3, 12, 10))
+    assert err.node == "max_pool2d" and "dilation=[2, 2]" in str(err)
+
+
+def test_max_pool2d_with_ceil_mode_is_refused_naming_the_argument():
+    err = _refusal(torch.nn.MaxPool2d(3, 2, ceil_mode=True), torch.randn(2, 3, 12, 10))
+    assert "ceil_mode=True" in str(err) and "ceil_mode=False" in str(err)
+
+
+def test_the_indices_of_max_pool2d_are_refused_naming_return_indices():
+    def f(x):
+        y, idx = F.max_pool2d(x, 2, return_indices=True)
+        return y, idx
+
+    err = _refusal(f, torch.randn(2, 3, 12, 10))
+    assert "return_indices=True" in str(err)
+
+
+@pytest.mark.parametrize("key, value", [("kernel_size", 65), ("stride", 64)])
+def test_a_max_pool2d_window_or_stride_beyond_the_language_is_refused(key, value):
+    kw = {"kernel_size": 2, key: value}
+    err = _refusal(lambda x: F.max_pool2d(x, **kw), torch.randn(1, 2, 70, 70))
+    assert f"{key}=[{value}, {value}]" in str(err) and "1..63" in str(err)
+
+
+def test_argmax_without_dim_is_refused_asking_for_dim():
+    err = _refusal(lambda x: torch.argmax(x), torch.randn(4, 32))
+    assert err.node == "argmax" and "without dim" in str(err) and "dim=-1" in str(err)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.argmax(dim=-1).float(),
+        lambda x: (x.argmax(dim=-1) == 3).float(),
+        lambda x: x.argmax(dim=-1) + 1,
+    ],
+    ids=["to_float", "compared", "added"],
+)
+def test_computing_with_an_argmax_is_refused(fn):
+    err = _refusal(fn, torch.randn(4, 32))
+    assert "argmax/argmin" in str(err) and "only ever an output" in str(err)
+
+
+def test_instance_norm_with_running_statistics_is_refused():
+    model = torch.nn.InstanceNorm2d(3, track_running_stats=True).eval()
+    err = _refusal(model, torch.randn(2, 3, 12, 10))
+    assert err.node == "instance_norm" and "track_running_stats" in str(err)
+
+
+def test_instance_norm_of_a_computed_weight_is_refused():
+    def f(x, w):
+        return F.instance_norm(x, weight=w * 2)
+
+    err = _refusal(f, torch.randn(2, 3, 12, 10), torch.randn(3))
+    assert "instance_norm's weight" in str(err) and "computed" in str(err)
+
+
+def test_a_weight_used_as_it_is_and_along_the_channels_is_refused():
+    def f(x, w):
+        return F.instance_norm(x, weight=w) + w
+
+    err = _refusal(f, torch.randn(2, 3, 12, 3), torch.randn(3))
+    assert "'w'" in str(err) and "two inputs" in str(err)

@@ -101,23 +101,40 @@ def bias_grad(dy):
     return dy.float().sum(dim=0)
 
 
+def maxpool2d(x):
+    return F.max_pool2d(x, 3, 2, 1)
+
+
+def instancenorm(x):
+    return F.instance_norm(x, eps=1e-5)
+
+
+def greedy_sampling(logits):
+    token = torch.argmax(logits, dim=-1)
+    return token
+
+
+def mse_loss(x, t):
+    loss = F.mse_loss(x.float(), t.float())
+    return loss
+
+
 CATALOGUE_FUNCTIONS = {
     f.__name__: f
     for f in (
         add_rmsnorm, cross_entropy, gelu_erf, gelu_tanh, l2norm, layernorm, log_softmax,
         masked_softmax, relu2, rmsnorm, row_max, row_sum, silu_mul, softmax, softmax_long_rows,
-        axpby, matmul_bias_gelu, swiglu_up, bias_grad,
+        axpby, matmul_bias_gelu, swiglu_up, bias_grad, maxpool2d, instancenorm, greedy_sampling,
+        mse_loss,
     )
 }  # fmt: skip
+# dims the caller names where the translator's own names (from positions and roles) differ
+CATALOGUE_DIMS = {"mse_loss": {"x": "BxD", "t": "BxD"}}
 # catalogue operators the translator has no form for yet, with the reason
 NOT_TRANSLATED = {
     "attention_causal": "from_torch translates no scaled_dot_product_attention (or its lse)",
     "attention_softcap": "from_torch translates no attention (flex_attention's score_mod)",
     "cumsum_rows": "from_torch translates no cumsum",
-    "maxpool2d": "from_torch translates no max_pool2d",
-    "instancenorm": "from_torch translates no instance_norm",
-    "greedy_sampling": "from_torch translates no argmax",
-    "mse_loss": "from_torch translates no mse_loss (its broadcast_tensors)",
     "batchnorm_stats": "from_torch translates x.mean((0, 2, 3)), but names the four dims from "
     "their sizes, not N, C, H, W as the catalogue does, and this test sizes M, N, V and K only",
 }
@@ -164,13 +181,16 @@ def roundtrip(fn, examples, bool_inputs=(), **kw):
     for name in bool_inputs:
         args[name] = args[name] != 0
     with torch.no_grad():
+        # an input declared with trailing axes of 1 (instance_norm's [C] weight as [C, 1, 1]) is
+        # the same memory: the function gets it in its own shape
         if isinstance(fn, torch.nn.Module):
             state = {}
             for fqn, p in list(fn.named_parameters()) + list(fn.named_buffers()):
-                state[fqn] = args.pop(fqn.replace(".", "_")).to(p.dtype)
-            got = torch.func.functional_call(fn, state, tuple(args.values()))
+                state[fqn] = args.pop(fqn.replace(".", "_")).to(p.dtype).reshape(p.shape)
+            user = [a.reshape(e.shape) for a, e in zip(args.values(), examples, strict=True)]
+            got = torch.func.functional_call(fn, state, tuple(user))
         else:
-            got = fn(*args.values())
+            got = fn(*[a.reshape(e.shape) for a, e in zip(args.values(), examples, strict=True)])
     got = got if isinstance(got, tuple) else (got,)
     assert len(got) == len(w.outputs)
     for o, t in zip(w.outputs, got, strict=True):
@@ -196,9 +216,11 @@ def test_catalogue_operator_without_a_translation_is_skipped_with_its_reason(op)
 @pytest.mark.parametrize("op", sorted(CATALOGUE_FUNCTIONS))
 def test_catalogue_operator_round_trips(op):
     cat = load_catalogue()[op]
-    dims = {"M": M, "N": N, "V": V, "K": K}
+    dims = {"M": M, "N": N, "V": V, "K": K, "C": 3, "H": 12, "W": 10, "B": 10, "D": 24}
     examples = [_example(d, dims, seed=i) for i, d in enumerate(cat.inputs)]
-    text, w, inputs, wdims, ref = roundtrip(CATALOGUE_FUNCTIONS[op], examples)
+    text, w, inputs, wdims, ref = roundtrip(
+        CATALOGUE_FUNCTIONS[op], examples, dims=CATALOGUE_DIMS.get(op)
+    )
 
     # The translation declares what the catalogue declares: names, dims, dtypes, outputs.
     assert [(d.name, d.shape, d.dtype) for d in w.inputs] == [
@@ -431,3 +453,152 @@ def test_math_constants_are_exact():
     w = load_manifest(from_torch(gelu_erf, torch.randn(M, N)))
     (c,) = [v for v in w.manifest.splitlines() if v.startswith("inv_sqrt2")]
     assert float(c.split("=")[1]) == 1 / math.sqrt(2)
+
+
+# -- pooling, instance norm, argmax and mse_loss (issue 50) ---------------------------------------
+
+C, H, W = 3, 12, 10  # an image batch: N, C, H, W (N = 64 as above)
+
+
+@pytest.mark.parametrize(
+    "fn, examples, expr",
+    [
+        (torch.nn.MaxPool2d(2), lambda: (torch.randn(N, C, H, W, dtype=BF16),),
+         "maxpool(input, window=(2, 2), stride=2)"),
+        (torch.nn.MaxPool2d((3, 2), stride=(2, 1), padding=(1, 0)),
+         lambda: (torch.randn(N, C, H, W),),
+         "maxpool(input, window=(3, 2), stride=(2, 1), padding=(1, 0))"),
+        (lambda x: F.max_pool2d(F.relu(x), 3, 1, 1) + 1, lambda: (torch.randn(C, H, W),),
+         "maxpool(max(x, 0), window=(3, 3), stride=1, padding=1) + 1"),
+        (lambda x: F.max_pool2d(x, 2, return_indices=True)[0], lambda: (torch.randn(N, C, H, W),),
+         "maxpool(x, window=(2, 2), stride=2)"),
+    ],
+    ids=["module_2x2", "non_square", "chw_in_an_expression", "return_indices_values_only"],
+)  # fmt: skip
+def test_max_pool2d_variants_round_trip(fn, examples, expr):
+    text, w, *_ = roundtrip(fn, examples())
+    assert expr in text
+    assert [s for s in w.inputs[0].shape][-2:] == ["H", "W"]
+
+
+def test_a_pooled_axis_is_a_derived_dim_in_every_shape_row():
+    text = from_torch(
+        maxpool2d, torch.randn(N, C, H, W), shapes=[{"N": 8, "C": 64, "H": 112, "W": 112}]
+    )
+    w = load_manifest(text)
+    assert w.outputs[0].shape == ("N", "C", "H_3_2_1", "W_3_2_1")
+    assert w.shapes[1]["H_3_2_1"] == 56 and w.shapes[0]["W_3_2_1"] == 5
+
+
+class AffineInstanceNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.InstanceNorm2d(C, affine=True, eps=1e-6)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def instance_norm_with_inputs(x, w, b):
+    return F.instance_norm(x, weight=w, bias=b, eps=1e-5)
+
+
+@pytest.mark.parametrize(
+    "fn, examples",
+    [
+        (AffineInstanceNorm(), lambda: (torch.randn(N, C, H, W),)),
+        (AffineInstanceNorm().to(BF16), lambda: (torch.randn(N, C, H, W, dtype=BF16),)),
+        (instance_norm_with_inputs,
+         lambda: (torch.randn(N, C, H, W), torch.rand(C), torch.rand(C))),
+        (torch.nn.InstanceNorm1d(C), lambda: (torch.randn(N, C, W),)),
+    ],
+    ids=["affine_module", "affine_module_bf16", "functional_weight_bias", "instancenorm1d"],
+)  # fmt: skip
+def test_instance_norm_variants_round_trip(fn, examples):
+    text, w, *_ = roundtrip(fn, examples())
+    assert "mean(x, axis=(2, 3), keepdims=True)" in text or "axis=-1, keepdims=True" in text
+    assert w.inputs[0].shape[:2] == ("N", "C")
+
+
+def test_an_affine_instance_norms_weight_is_declared_along_the_channel_axis():
+    text, w, *_ = roundtrip(AffineInstanceNorm(), (torch.randn(N, C, H, W),))
+    assert [(d.name, d.shape) for d in w.inputs] == [
+        ("x", ("N", "C", "H", "W")), ("norm_weight", ("C", 1, 1)), ("norm_bias", ("C", 1, 1))
+    ]  # fmt: skip
+    assert "pass norm_weight.view(-1, 1, 1)" in text
+    assert "* norm_weight + norm_bias" in text
+
+
+def test_instance_norm_is_written_the_way_the_catalogue_writes_it():
+    text = from_torch(instancenorm, torch.randn(N, C, H, W, dtype=BF16))
+    assert 'd = "x - mean(x, axis=(2, 3), keepdims=True)"' in text
+    assert 'expr = "d * rsqrt(mean(d ** 2, axis=(2, 3), keepdims=True) + eps)"' in text
+
+
+@pytest.mark.parametrize(
+    "fn, expr",
+    [
+        (lambda logits: logits.argmax(dim=-1, keepdim=True),
+         "argmax(logits, axis=-1, keepdims=True)"),
+        (lambda logits: torch.argmax(logits, 0), "argmax(logits, axis=-2)"),
+        (lambda logits: torch.argmin(logits, dim=1), "argmin(logits, axis=-1)"),
+        (lambda logits: logits.argmax(-1).to(torch.int32), "argmax(logits, axis=-1)"),
+        (lambda logits: torch.max(logits, dim=-1).indices, "argmax(logits, axis=-1)"),
+        (lambda logits: torch.argmax(F.softmax(logits.float(), -1), -1), "argmax(e / "),
+    ],
+    ids=["keepdim", "dim0", "argmin", "int32", "max_indices", "of_an_expression"],
+)  # fmt: skip
+def test_argmax_variants_round_trip(fn, expr):
+    text, w, *_ = roundtrip(fn, (torch.randn(M, V, dtype=BF16),))
+    assert expr in text
+    assert "V" in w.inputs[0].shape  # the argmax's axis, as greedy decoding's vocabulary
+
+
+def test_max_with_dim_gives_its_values_and_indices():
+    def f(logits):
+        best, token = logits.max(dim=-1)
+        return best, token
+
+    text, w, *_ = roundtrip(f, (torch.randn(M, V),))
+    assert [(o.name, o.dtype) for o in w.outputs] == [("best", "fp32"), ("token", "int64")]
+
+
+def test_argmax_takes_the_first_index_on_ties():
+    text = from_torch(greedy_sampling, torch.randn(M, V))
+    w = load_manifest(text)
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randint(0, 3, (M, V), generator=g).float()  # every row has ties
+    logits[0] = 1.0  # a row of one value: index 0
+    ref = reference(w, {"logits": logits.numpy()}, dict(w.shapes[0]))
+    want = torch.argmax(logits, dim=-1)
+    assert np.array_equal(ref["token"], want.numpy()) and int(want[0]) == 0
+    assert (logits == logits.max(-1, keepdim=True).values).sum(-1).min() > 1
+
+
+def mse_sum(x, t):
+    return F.mse_loss(x, t, reduction="sum")
+
+
+def mse_none(x, t):
+    return F.mse_loss(x, t, reduction="none")
+
+
+@pytest.mark.filterwarnings("ignore:Using a target size")
+@pytest.mark.parametrize(
+    "fn, examples, expr",
+    [
+        (mse_sum, lambda: (torch.randn(M, N), torch.randn(M, N)), "sum((x - t) ** 2, axis=None)"),
+        (mse_none, lambda: (torch.randn(M, N), torch.randn(M, N)), '"(x - t) ** 2"'),
+        (mse_loss, lambda: (torch.randn(M, N, dtype=BF16), torch.randn(N, dtype=BF16)),
+         "mean((x - t) ** 2, axis=None)"),
+        (mse_sum, lambda: (torch.randn(M, 1), torch.randn(1, N)), "sum((x - t) ** 2, axis=None)"),
+        (mse_none, lambda: (torch.randn(M, N), torch.randn(M, 1)), '"(x - t) ** 2"'),
+    ],
+    ids=["sum", "none", "mean_broadcast_row", "sum_broadcast_outer", "none_broadcast_column"],
+)  # fmt: skip
+def test_mse_loss_variants_round_trip(fn, examples, expr):
+    text, *_ = roundtrip(fn, examples())
+    assert expr in text
