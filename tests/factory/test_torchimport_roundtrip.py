@@ -609,3 +609,20 @@ def mse_none(x, t):
 def test_mse_loss_variants_round_trip(fn, examples, expr):
     text, *_ = roundtrip(fn, examples())
     assert expr in text
+
+
+@pytest.mark.parametrize(
+    "fn, expr",
+    [
+        (lambda x: x.sum((0, 2, 3)), "sum(x, axis=(0, 2, 3))"),
+        (lambda x: x.amax((1, 3), keepdim=True), "max(x, axis=(1, 3), keepdims=True)"),
+        (lambda x: x.mean(), "mean(x, axis=None)"),
+        (lambda x: x.sum(2).sum(0), "sum(x, axis=(0, 2))"),
+        (lambda x: x.sum(1).sum(1), "sum(sum(x, axis=-3), axis=-2)"),  # not the parser's order
+        (lambda x: x.mean(2).sum(1), "sum(mean(x, axis=-2), axis=-2)"),
+    ],
+    ids=["sum_023", "amax_13_keepdim", "mean_all", "sum_2_then_0", "sum_1_then_1", "mixed"],
+)
+def test_reductions_over_several_axes_are_written_as_one(fn, expr):
+    text, *_ = roundtrip(fn, (torch.randn(3, 5, 7, 4),))
+    assert f'expr = "{expr}"' in text
