@@ -2,10 +2,11 @@
 
 The judging process (this one) never initialises CUDA. It parses the batch, draws the inputs from
 a seed nobody else knows (os.urandom), computes the float64 reference once per shape and input
-set, compiles every candidate for the exact device with nvJitLink, and hands the GPU work to a
-child process (worker.py / child.py) one request at a time. A candidate that crashes or hangs the
-child is recorded with the reason, the child is replaced (by a standby child prepared in the
-background unless `options.warm_spare` is off), and the batch goes on.
+set, compiles every candidate for the exact device with nvJitLink (PTX that uses setmaxnreg
+with ptxas as a whole program where PTXF_WHOLE_PROGRAM=1, see `_compile`), and hands the GPU
+work to a child process (worker.py / child.py) one request at a time. A candidate that crashes
+or hangs the child is recorded with the reason, the child is replaced (by a standby child
+prepared in the background unless `options.warm_spare` is off), and the batch goes on.
 
 Phases: verify every entrant (candidates, then baselines) at every shape and held-out shape, run
 twice; then, per benchmarked shape, time every entrant that passed, interleaved on the same
@@ -148,15 +149,32 @@ def _compile_arch(ptx: str, device_arch: str) -> str:
 
 def _compile(ptx: str, arch: str) -> tuple[dict | None, bytes | None, str]:
     """(report dict, cubin, error) through factory.compile; (None, None, "") when nvJitLink is
-    not importable here (the child then links the PTX itself)."""
+    not importable here (the child then links the PTX itself).
+
+    With PTXF_WHOLE_PROGRAM=1, PTX that uses setmaxnreg is compiled by the toolkit's ptxas as a
+    whole program (factory.families.attention.wholeprog: nvJitLink's relocatable compile ignores
+    setmaxnreg), for the same arch. The report's "compiler" says which one compiled it
+    ("ptxas-whole" or "nvjitlink"); "compiler_note" says why nvJitLink did where the setting
+    asked for ptxas and none was found. Either cubin is a linked, non-relocatable image: the child
+    loads both the same way (ObjectCode.from_cubin)."""
     try:
-        from factory.compile import compile_ptx
+        from factory.compile import compile_ptx, target_arch
+        from factory.families.attention import wholeprog
     except ImportError:
         return None, None, ""
-    rep = compile_ptx(ptx, arch, cache=False)  # the cubin timed here comes from this PTX
+    compiler, ptxas, note = wholeprog.choose_compiler(ptx)
+    if compiler == wholeprog.COMPILER_WHOLE:
+        rep = wholeprog.compile_whole(ptx, target_arch(ptx, arch), ptxas)
+        refused = "ptxas refused the PTX"
+    else:
+        rep = compile_ptx(ptx, arch, cache=False)  # the cubin timed here comes from this PTX
+        refused = "nvJitLink refused the PTX"
+    report = {**rep.to_dict(), "compiler": compiler}
+    if note:
+        report["compiler_note"] = note
     if not rep.ok:
-        return rep.to_dict(), None, rep.log.strip()[-2000:] or "nvJitLink refused the PTX"
-    return rep.to_dict(), rep.cubin, ""
+        return report, None, rep.log.strip()[-2000:] or refused
+    return report, rep.cubin, ""
 
 
 # Every helper process loads its own BLAS, whose thread pool is sized to the whole machine: 6

@@ -146,3 +146,68 @@ def test_beside_a_torch_baseline_our_timed_runs_write_where_torch_allocates(mode
         else:
             assert t["timed_outputs"] == "guarded buffer"
             assert t["same_outputs_as_baselines"] is None
+
+
+def test_whole_program_setting_runs_a_ping_pong_attention_kernel_that_needs_setmaxnreg(
+    monkeypatch,
+):
+    """PTXF_WHOLE_PROGRAM=1: a ping-pong soft-cap attention schedule that does not fit the
+    launch register count (nvJitLink would spill it) is compiled by ptxas as a whole program,
+    loaded, launched and verified against the float64 reference at every shape, through the
+    worker's own path (run_batch)."""
+    import uuid
+
+    sys.path.insert(0, str(ROOT / "tests" / "factory"))
+    from test_attention_helpers import workload
+
+    from factory import families
+    from factory.agents.types import launch_to_dict, param_to_dict
+    from factory.families.attention import schedule as S
+    from factory.families.attention.wholeprog import find_ptxas
+    from gpuworker import run_batch
+
+    if find_ptxas() is None:
+        pytest.skip("no CUDA toolkit ptxas on this GPU host")
+    monkeypatch.setenv("PTXF_WHOLE_PROGRAM", "1")
+    w = workload("softcap", True, 128)
+    fam, ir = families.family_for(w)
+    shapes = [dict(d) for d in w.shapes]
+    heldout = [dict(d) for d in w.heldout_shapes]
+    s = next(
+        s for s in fam.space(ir, shapes + heldout) if s.pingpong and not S.fits_relocatable(ir, s)
+    )
+    em = fam.emit(ir, s, "sm_90a")
+    batch = {
+        "format": 1,
+        "batch_id": str(uuid.uuid4()),
+        "family": families.name_for(w),
+        "manifest": w.manifest,
+        "baseline_source": None,
+        "shapes": shapes,
+        "heldout_shapes": heldout,
+        "candidates": [
+            {
+                "id": s.label(),
+                "ptx": em.ptx,
+                "entry": em.entry,
+                "params": [param_to_dict(p) for p in em.params],
+                "launch": launch_to_dict(em.launch),
+            }
+        ],
+        "baselines": [],
+        "options": {
+            "time_budget_s_per_candidate": 0.2,
+            "timeout_s_per_candidate": 60,
+            "seed": None,
+        },
+    }
+    res = run_batch(batch)
+    (c,) = res["candidates"]
+    assert c["compile"]["compiler"] == "ptxas-whole", c["compile"]
+    assert c["compile"]["spill_store_bytes"] == 0 and c["compile"]["stack_bytes"] == 0
+    assert "ignored" not in c["compile"]["log"], c["compile"]["log"][:2000]
+    assert c["status"] == "passed", c["reason"]
+    assert c["verification"] and all(v["passed"] for v in c["verification"])
+    assert any(v["heldout"] for v in c["verification"])
+    (t,) = c["timing"]
+    assert t["median_us"] > 0 and t["timed_runs_checked"] >= 3

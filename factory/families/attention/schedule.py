@@ -31,10 +31,12 @@ MAX_CONSUMER_REGS = 240
 # cap and the document mask spill a little there, and not at 240 with a 24-register producer).
 OVERHEAD_REGS = 36
 # Whether the kernels are compiled by a compiler that honours setmaxnreg (ptxas on the PTX as a
-# whole program, wholeprog.py). The GPU worker compiles with nvJitLink, which ignores it, so
-# the space keeps only schedules that fit the launch register count (fits_relocatable); the
-# bench (lab/attention) compiles with ptxas and may emit any valid schedule.
-WHOLE_PROGRAM = False
+# whole program, wholeprog.py): `whole_program()`. By default the GPU worker compiles with
+# nvJitLink, which ignores it, so the space keeps only schedules that fit the launch register
+# count (fits_relocatable); with PTXF_WHOLE_PROGRAM=1 the worker compiles such PTX with ptxas
+# and the space admits every valid schedule. None here: the setting decides, read at each use;
+# True or False overrides it (a test, or a bench that compiles with ptxas itself).
+WHOLE_PROGRAM: bool | None = None
 
 OPTIONS: dict[str, tuple] = {
     "block_m": (128, 64),
@@ -123,6 +125,16 @@ def fits_relocatable(ir: AttentionIR, s: AttentionSchedule) -> bool:
     return fragment_regs(s, ir.head_dim) + extra <= entry_regs(s)
 
 
+def whole_program() -> bool:
+    """Whether the space may hold schedules that fit only where setmaxnreg is honoured:
+    WHOLE_PROGRAM where set, else PTXF_WHOLE_PROGRAM (wholeprog.whole_program_enabled) now."""
+    if WHOLE_PROGRAM is not None:
+        return bool(WHOLE_PROGRAM)
+    from factory.families.attention.wholeprog import whole_program_enabled
+
+    return whole_program_enabled()
+
+
 def is_valid(ir: AttentionIR, s: AttentionSchedule, dims: dict | None = None) -> str | None:
     """None when the emitter renders `ir` with `s` (at `dims`), else the reason."""
     if s.block_m not in OPTIONS["block_m"]:
@@ -173,12 +185,13 @@ def candidates(ir: AttentionIR) -> list[AttentionSchedule]:
 
 
 def space(ir: AttentionIR, dims_list: list[dict]) -> list[AttentionSchedule]:
+    whole = whole_program()
     return [
         s
         for s in candidates(ir)
         if is_valid(ir, s) is None
         and all(is_valid(ir, s, d) is None for d in dims_list)
-        and (WHOLE_PROGRAM or fits_relocatable(ir, s))
+        and (whole or fits_relocatable(ir, s))
     ]
 
 
