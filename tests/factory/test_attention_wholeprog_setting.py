@@ -116,3 +116,86 @@ def test_uses_setmaxnreg_sees_the_instruction_not_a_comment():
     assert not WP.uses_setmaxnreg("// setmaxnreg.inc.sync.aligned.u32 232;\n  ret;")
     assert not WP.uses_setmaxnreg("/* setmaxnreg.dec.sync.aligned.u32 40; */ ret;")
     assert not WP.uses_setmaxnreg("  mov.u32 %r1, 0;\n")
+
+
+@pytest.fixture
+def fake_reports(monkeypatch):
+    """hopper's nvJitLink reports and compile_whole replaced by recorders; ptxas 'found'."""
+    import factory.emit.hopper as H
+    from factory.compile import CompileReport
+
+    calls = {"jit": [], "whole": []}
+
+    def jit(ptxs):
+        calls["jit"].append(list(ptxs))
+        return [CompileReport(ok=True, arch="sm_90a", log=f"jit:{p}") for p in ptxs]
+
+    def whole(ptx, arch="sm_90a", ptxas=None):
+        calls["whole"].append((ptx, arch, ptxas))
+        return CompileReport(ok=True, arch=arch, log=f"whole:{ptx}")
+
+    monkeypatch.setattr(H, "compile_reports", jit)
+    monkeypatch.setattr(WP, "compile_whole", whole)
+    monkeypatch.setattr(WP, "find_ptxas", lambda: "/opt/fake/ptxas")
+    WP._whole.cache_clear()
+    yield calls
+    WP._whole.cache_clear()
+
+
+MAXNREG = "  setmaxnreg.dec.sync.aligned.u32 40;\n"
+
+
+def test_review_reports_follow_the_workers_compiler_choice(fake_reports, monkeypatch):
+    ptxs = ["a" + MAXNREG, "plain b", "c" + MAXNREG, "plain b"]
+    monkeypatch.delenv(VAR, raising=False)
+    off = WP.compile_reports(ptxs)
+    assert [r.log for r in off] == [f"jit:{p}" for p in ptxs]
+    assert fake_reports["whole"] == []
+    monkeypatch.setenv(VAR, "1")
+    on = WP.compile_reports(ptxs)
+    assert [r.log for r in on] == [
+        "whole:a" + MAXNREG,
+        "jit:plain b",
+        "whole:c" + MAXNREG,
+        "jit:plain b",
+    ]
+    assert sorted(c[0][0] for c in fake_reports["whole"]) == ["a", "c"]  # each once
+    assert {c[1:] for c in fake_reports["whole"]} == {("sm_90a", "/opt/fake/ptxas")}
+    monkeypatch.setattr(WP, "find_ptxas", lambda: None)  # no ptxas here: nvJitLink's reports
+    WP._whole.cache_clear()
+    assert [r.log for r in WP.compile_reports(ptxs)] == [f"jit:{p}" for p in ptxs]
+
+
+def test_with_ptxas_the_reviewer_passes_what_the_wider_space_adds(monkeypatch):
+    # nvJitLink's report of a schedule that needs setmaxnreg spills, and the reviewer turns it
+    # away; ptxas's (what the worker compiles with the setting on) does not
+    from factory.agents.review import review
+    from factory.agents.types import CandidateDraft
+
+    if WP.find_ptxas() is None:
+        pytest.skip("no CUDA toolkit ptxas here")
+    pytest.importorskip("cuda.bindings.nvjitlink")
+    w = workload("softcap", True, 128)
+    fam, ir = families.family_for(w)
+    monkeypatch.setenv(VAR, "1")
+    s = next(s for s in fam.space(ir, list(w.shapes)) if not S.fits_relocatable(ir, s))
+    em = fam.emit(ir, s, "sm_90a")
+    draft = CandidateDraft(
+        ptx=em.ptx,
+        entry=em.entry,
+        params=tuple(em.params),
+        launch=em.launch,
+        schedule=s.to_dict(),
+        parent_ptx_sha256=None,
+        role="writer",
+        backend="offline",
+        note="",
+    )
+    (on,) = WP.compile_reports([em.ptx])
+    assert on.nvjitlink_version.startswith("ptxas") and on.spill_store_bytes == 0
+    assert review(draft, on)[0], review(draft, on)[1]
+    monkeypatch.setenv(VAR, "0")
+    (off,) = WP.compile_reports([em.ptx])
+    assert off.spill_store_bytes > 0
+    ok, why = review(draft, off)
+    assert not ok and "spills" in why

@@ -150,3 +150,33 @@ def _ptxas_version(ptxas: str) -> str:
 def setmaxnreg_ignored(report: CompileReport) -> bool:
     """Whether ptxas said it ignored setmaxnreg (C7504, C7508 and kin name it)."""
     return any("setmaxnreg" in line and "ignored" in line for line in report.log.splitlines())
+
+
+@lru_cache(maxsize=256)
+def _whole(ptx: str, ptxas: str) -> CompileReport:
+    return compile_whole(ptx, "sm_90a", ptxas)
+
+
+def compile_reports(ptxs: list[str]) -> list[CompileReport]:
+    """factory.emit.hopper.compile_reports (nvJitLink, the family's review compiles), except
+    that each PTX the GPU worker would compile with ptxas (`choose_compiler`: the setting on,
+    setmaxnreg, ptxas found here) is compiled by ptxas as a whole program, as the worker will:
+    with nvJitLink's report the reviewer would turn away, for its spills, every schedule that
+    fits only where setmaxnreg is honoured. With the setting off this is hopper's function."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from factory.emit.hopper import compile_reports as jit_reports
+
+    whole = {}
+    for p in dict.fromkeys(ptxs):
+        compiler, ptxas, _ = choose_compiler(p)
+        if compiler == COMPILER_WHOLE:
+            whole[p] = ptxas
+    if not whole:
+        return jit_reports(ptxs)
+    if len(whole) > 1:  # ptxas runs as its own process: side by side
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1, len(whole))) as pool:
+            list(pool.map(lambda item: _whole(*item), whole.items()))
+    rest = [p for p in ptxs if p not in whole]
+    jit = dict(zip(rest, jit_reports(rest), strict=True))
+    return [_whole(p, whole[p]) if p in whole else jit[p] for p in ptxs]
