@@ -28,9 +28,9 @@ class ShapeError(Exception):
 
 @dataclass(eq=False)
 class INode:
-    """kind: in const un bin cmp where red gather cast T arg pool. `args` are child nodes;
-    `attrs` the rest (op name, axis, keepdims, dtype, constant value, input name; a pool's
-    window, stride and padding)."""
+    """kind: in const un bin cmp where red gather cast T arg pool scan flip. `args` are child
+    nodes; `attrs` the rest (op name, axis, keepdims, dtype, constant value, input name; a
+    pool's window, stride and padding; a scan's axis, exclusive and reverse; a flip's axes)."""
 
     kind: str
     op: str
@@ -95,6 +95,9 @@ class Graph:
     def binary(self, op: str, a: INode, b: INode, hint=None) -> INode:
         if op == "pow" and b.kind != "const":
             raise ShapeError("the exponent of ** must be a constant")
+        if op == "sub" and a.kind == "scan" and a.op == "sum" and not a.attrs[1] and a.args[0] is b:
+            # x.cumsum(d) - x: the exclusive prefix sum (element i sums elements 0..i-1)
+            return self.scan("sum", b, a.attrs[0], True, a.attrs[2], hint)
         if a.kind == "const" and b.kind == "const" and op in ("add", "sub", "mul", "div"):
             x, y = a.attrs[0], b.attrs[0]
             if not (op == "div" and y == 0.0):
@@ -126,6 +129,33 @@ class Graph:
              shape: tuple, hint=None) -> INode:  # fmt: skip
         """maxpool/avgpool over the trailing len(window) axes; `shape` names the pooled axes."""
         return self.make("pool", op, (x,), (window, stride, padding), shape, "float", hint)
+
+    def scan(self, op: str, x: INode, axis: int, exclusive: bool, reverse: bool,
+             hint=None) -> INode:  # fmt: skip
+        """cumsum/cumprod (op "sum"/"prod") along `axis`, the language's exclusive and reverse.
+        A scan of a flip is a flip of the scan the other way round (element i of the scan of
+        x reversed along `axis` is element n-1-i of x's reverse scan; a flip along another
+        axis commutes with it), so x.flip(d).cumsum(d).flip(d) is cumsum(x, reverse=True)."""
+        axis %= x.rank
+        if x.kind == "flip":
+            axes = x.attrs[0]
+            inner = self.scan(op, x.args[0], axis, exclusive, reverse ^ (axis in axes), hint)
+            return self.flip(inner, axes)
+        if x.shape[axis] == 1 and not exclusive:
+            return x  # the scan of one element is the element
+        return self.make("scan", op, (x,), (axis, exclusive, reverse), x.shape, "float", hint)
+
+    def flip(self, x: INode, axes) -> INode:
+        """x reversed along `axes` (axes of 1 drop out; a flip of a flip along the same axis
+        cancels). Not in the language: it only ever translates where a scan and a second flip
+        absorb it (`scan`); the translator refuses a flip left in the graph."""
+        axes = {a % x.rank for a in axes if x.shape[a % x.rank] != 1}
+        if x.kind == "flip":
+            axes ^= set(x.attrs[0])
+            x = x.args[0]
+        if not axes:
+            return x
+        return self.make("flip", "", (x,), (tuple(sorted(axes)),), x.shape, x.vkind)
 
     def gather(self, x: INode, idx: INode, hint=None) -> INode:
         return self.make("gather", "", (x, idx), (), idx.shape, "float", hint)
@@ -190,6 +220,14 @@ class Graph:
         if x.kind == "pool" and q <= x.rank - len(x.attrs[0]):
             inner = self.unsqueeze(x.args[0], q)
             return self.pool(x.op, inner, *x.attrs, _ins(x.shape, q, 1), self.hints.get(x.uid))
+        if x.kind == "scan":
+            axis, exclusive, reverse = x.attrs
+            inner = self.unsqueeze(x.args[0], q)
+            return self.scan(x.op, inner, axis + (q <= axis), exclusive, reverse,
+                             self.hints.get(x.uid))  # fmt: skip
+        if x.kind == "flip":
+            inner = self.unsqueeze(x.args[0], q)
+            return self.flip(inner, [a + (q <= a) for a in x.attrs[0]])
         what = {"in": "an input", "gather": "a gather", "T": "a transposed matrix",
                 "arg": "an argmax/argmin", "pool": "a pooling's window axes"}.get(
             x.kind, "a matrix product"
@@ -221,6 +259,14 @@ class Graph:
         if x.kind == "pool" and q < x.rank - len(x.attrs[0]):
             inner = self.squeeze(x.args[0], q)
             return self.pool(x.op, inner, *x.attrs, _drop(x.shape, q), self.hints.get(x.uid))
+        if x.kind == "scan" and q != x.attrs[0]:
+            axis, exclusive, reverse = x.attrs
+            inner = self.squeeze(x.args[0], q)
+            return self.scan(x.op, inner, axis - (q < axis), exclusive, reverse,
+                             self.hints.get(x.uid))  # fmt: skip
+        if x.kind == "flip":  # its axes are not of size 1
+            inner = self.squeeze(x.args[0], q)
+            return self.flip(inner, [a - (q < a) for a in x.attrs[0]])
         # Anything else (an input declared with an axis of 1): reducing one element is exact.
         return self.make("red", "max", (x,), (q, False), _drop(x.shape, q), "float")
 
@@ -408,6 +454,11 @@ class Renderer:
             if any(padding):
                 kw += f", padding={ints(padding, True)}"
             return f"{n.op}pool({text[n.args[0].uid][0]}, {kw})", _ATOM
+        if k == "scan":
+            axis, exclusive, reverse = n.attrs
+            kw = f", axis={axis - n.rank}"
+            kw += (", exclusive=True" if exclusive else "") + (", reverse=True" if reverse else "")
+            return f"cum{n.op}({text[n.args[0].uid][0]}{kw})", _ATOM
         if k == "gather":
             return f"gather({text[n.args[0].uid][0]}, {text[n.args[1].uid][0]})", _ATOM
         if k == "cast":

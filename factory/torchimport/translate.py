@@ -40,6 +40,11 @@ _ARG_ONLY_OUTPUT = (
     "the index an argmax/argmin gives is only ever an output here (int64 or int32, as it is): "
     "the manifest language cannot compute with it (compare, convert or gather with it)"
 )
+_FLIP = (
+    "flip (reversing the order along an axis) is not in the manifest language: it translates "
+    "only where a second flip undoes it around a cumsum/cumprod along that axis, "
+    "x.flip(d).cumsum(d).flip(d), which is cumsum(x, axis=d, reverse=True)"
+)
 _SKIP = ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size")
 
 
@@ -255,6 +260,7 @@ class Translator:
         # inputs a handler declares with trailing axes of 1 (instance_norm's [C] weight as
         # [C, 1, 1], to broadcast along the channel axis): name -> (PyTorch's shape, new shape)
         self.reshaped: dict[str, tuple] = {}
+        self.flip_errors: dict[int, TranslationError] = {}  # flip node uid -> its refusal
 
     # -- errors ----------------------------------------------------------------------------
 
@@ -1132,6 +1138,80 @@ def _norm(tr, a):
     return _norm_p(tr, a, a.get("p", 2), a.get("dim"), bool(a.get("keepdim")))
 
 
+# -- scans --
+
+
+@op("cumsum", "cumprod")
+def _cumsum(tr, a):
+    """torch.cumsum/cumprod(x, dim, dtype=None): the language's cumsum/cumprod(x, axis=...).
+    Reversed (x.flip(d).cumsum(d).flip(d)) it is reverse=True; x.cumsum(d) - x is
+    exclusive=True (both in Graph)."""
+    name = _packet(tr.current.target)
+    v = tr.full(a["self"])
+    dtype = a.get("dtype")
+    if dtype is not None:
+        to = _dtype_name(dtype)
+        if to in ("int32", "int64"):
+            if v.dtype not in ("int32", "int64", "bool"):
+                raise tr.fail(
+                    f"{name} with dtype={dtype} of a floating-point tensor (each element "
+                    "truncated to an integer first) is not in the language: drop dtype="
+                )
+        elif to not in FLOAT_OUT:
+            raise tr.fail(
+                f"{name} with dtype={dtype} is not in the language, which scans in fp32 (the "
+                "float64 reference) and stores fp32, bf16 or fp16: drop dtype= or use "
+                "torch.float32"
+            )
+        else:
+            v = _convert(tr, v, to)  # PyTorch converts the input first (bf16: rounded)
+    if len(v.shape) == 0:
+        raise tr.fail(f"{name} of a scalar: there is no axis to scan along")
+    d = tr.axis(v, a["dim"])
+    node = tr.as_float(v)
+    if node.vkind != "float":
+        raise tr.fail(
+            f"{name} of an integer tensor is not in the language, which scans floating-point "
+            f"tensors (convert it first: x.float().{name}(dim))"
+        )
+    pos = d - (len(v.shape) - node.rank)
+    if v.shape[d] != 1 and (pos < 0 or node.shape[pos] == 1):
+        raise tr.fail(
+            f"{name} along an axis that is only broadcast (expanded) needs each element's index, "
+            "which the manifest language does not have: take it of the tensor itself"
+        )
+    op_name = "sum" if name == "cumsum" else "prod"
+    out = node if pos < 0 else tr.g.scan(op_name, node, pos, False, False)
+    if out.kind == "flip":  # a scan of a flipped tensor, not (yet) flipped back
+        tr.flip_errors.setdefault(out.uid, tr.fail(_FLIP))
+    return tr.result(out, shape=v.shape)
+
+
+@op("flip")
+def _flip(tr, a):
+    """x.flip(dims): kept in the graph for a scan to absorb (Graph.scan); refused if left."""
+    v = tr.full(a["self"])
+    dims = a["dims"]
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    node = tr.need(v)
+    lead = len(v.shape) - node.rank
+    # an axis that is only broadcast holds one value: reversing it changes nothing
+    axes = [tr.axis(v, d) - lead for d in dims if tr.axis(v, d) >= lead]
+    out = tr.g.flip(node, axes)
+    if out.kind == "flip":
+        tr.flip_errors.setdefault(out.uid, tr.fail(_FLIP))
+    return Value(out, v.shape, v.dtype)
+
+
+@op("cummax", "cummin", "logcumsumexp")
+def _other_scans(tr, a):
+    name = _packet(tr.current.target)
+    raise tr.fail(
+        f"{name} is not in the language, whose scans are cumsum and cumprod (cumsum(x, axis=..., "
+        "exclusive=..., reverse=...))"
+    )
+
+
 # -- normalizations and softmax, written the way the catalogue writes them --
 
 
@@ -1776,6 +1856,9 @@ def _check_final(tr: Translator, roots: list[INode]) -> None:
     """An argmax's index only as an output itself; an input re-declared with trailing axes of 1
     (instance_norm's weight) used nowhere with its own shape. Declarations follow."""
     nodes = walk(roots)
+    for n in nodes:
+        if n.kind == "flip":
+            raise tr.flip_errors.get(n.uid) or TranslationError(_FLIP)
     for n in nodes:
         for c in n.args:
             if c.kind == "arg":

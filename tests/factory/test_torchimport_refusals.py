@@ -165,3 +165,59 @@ def test_a_weight_used_as_it_is_and_along_the_channels_is_refused():
 
     err = _refusal(f, torch.randn(2, 3, 12, 3), torch.randn(3))
     assert "'w'" in str(err) and "two inputs" in str(err)
+
+
+# -- scans: what cumsum/cumprod(x, axis=..., exclusive=..., reverse=...) cannot say --------------
+
+
+def test_a_flip_on_its_own_is_refused_naming_the_reverse_scan():
+    err = _refusal(lambda x: x.flip(-1) * 2, torch.randn(4, 32))
+    assert err.node == "flip" and "aten.flip" in err.target
+    assert "x.flip(d).cumsum(d).flip(d)" in str(err) and "reverse=True" in str(err)
+
+
+def test_a_cumsum_of_a_flip_not_flipped_back_is_refused():
+    err = _refusal(lambda x: x.flip(-1).cumsum(-1), torch.randn(4, 32))
+    assert err.node == "cumsum" and "flip" in str(err) and "reverse=True" in str(err)
+
+
+def test_a_flip_along_another_axis_than_the_scan_is_refused():
+    err = _refusal(lambda x: x.flip(0).cumsum(1).flip(1), torch.randn(4, 32))
+    assert "flip" in str(err) and "reverse=True" in str(err)
+
+
+@pytest.mark.parametrize(
+    "dtype, words",
+    [(torch.float64, "dtype=torch.float64"), (torch.int64, "dtype=torch.int64")],
+    ids=["float64", "int64_of_floats"],
+)
+def test_a_cumsum_dtype_the_language_cannot_scan_in_is_refused_naming_it(dtype, words):
+    err = _refusal(lambda x: x.cumsum(-1, dtype=dtype).float(), torch.randn(4, 32))
+    assert err.node == "cumsum" and words in str(err)
+
+
+def test_a_cumsum_of_an_integer_tensor_is_refused_with_the_fix():
+    err = _refusal(lambda t: t.cumsum(-1).float(), torch.randint(0, 8, (4, 32)))
+    assert err.node == "cumsum" and "integer tensor" in str(err) and "x.float()" in str(err)
+
+
+def test_a_cumsum_along_a_broadcast_axis_is_refused():
+    def f(x, b):
+        return b.expand_as(x).cumsum(0) + x
+
+    err = _refusal(f, torch.randn(4, 32), torch.randn(32))
+    assert err.node == "cumsum" and "broadcast" in str(err)
+
+
+@pytest.mark.parametrize(
+    "fn, name",
+    [
+        (lambda x: x.cummax(-1).values, "cummax"),
+        (lambda x: torch.cummin(x, 0).values, "cummin"),
+        (lambda x: torch.logcumsumexp(x, -1), "logcumsumexp"),
+    ],
+    ids=["cummax", "cummin", "logcumsumexp"],
+)
+def test_scans_other_than_cumsum_and_cumprod_are_refused_by_name(fn, name):
+    err = _refusal(fn, torch.randn(4, 32))
+    assert err.node == name and "cumsum and cumprod" in str(err)

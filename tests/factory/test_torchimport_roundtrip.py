@@ -119,24 +119,32 @@ def mse_loss(x, t):
     return loss
 
 
+def cumsum_rows(x):
+    return torch.cumsum(x, dim=-1)
+
+
+def batchnorm_stats(x):
+    xf = x.float()
+    mu = xf.mean((0, 2, 3))
+    msq = (xf * xf).mean((0, 2, 3))
+    return mu, msq
+
+
 CATALOGUE_FUNCTIONS = {
     f.__name__: f
     for f in (
         add_rmsnorm, cross_entropy, gelu_erf, gelu_tanh, l2norm, layernorm, log_softmax,
         masked_softmax, relu2, rmsnorm, row_max, row_sum, silu_mul, softmax, softmax_long_rows,
         axpby, matmul_bias_gelu, swiglu_up, bias_grad, maxpool2d, instancenorm, greedy_sampling,
-        mse_loss,
+        mse_loss, cumsum_rows, batchnorm_stats,
     )
 }  # fmt: skip
 # dims the caller names where the translator's own names (from positions and roles) differ
-CATALOGUE_DIMS = {"mse_loss": {"x": "BxD", "t": "BxD"}}
+CATALOGUE_DIMS = {"mse_loss": {"x": "BxD", "t": "BxD"}, "batchnorm_stats": {"x": "NxCxHxW"}}
 # catalogue operators the translator has no form for yet, with the reason
 NOT_TRANSLATED = {
     "attention_causal": "from_torch translates no scaled_dot_product_attention (or its lse)",
     "attention_softcap": "from_torch translates no attention (flex_attention's score_mod)",
-    "cumsum_rows": "from_torch translates no cumsum",
-    "batchnorm_stats": "from_torch translates x.mean((0, 2, 3)), but names the four dims from "
-    "their sizes, not N, C, H, W as the catalogue does, and this test sizes M, N, V and K only",
 }
 
 
@@ -626,3 +634,71 @@ def test_mse_loss_variants_round_trip(fn, examples, expr):
 def test_reductions_over_several_axes_are_written_as_one(fn, expr):
     text, *_ = roundtrip(fn, (torch.randn(3, 5, 7, 4),))
     assert f'expr = "{expr}"' in text
+
+
+# -- scans: cumsum and cumprod (issue 50) ---------------------------------------------------------
+
+
+def reverse_cumsum(x):
+    return x.flip(-1).cumsum(-1).flip(-1)
+
+
+def reverse_cumprod_dim0(x):
+    return torch.flip(torch.cumprod(torch.flip(x, [0]), 0), [0])
+
+
+def exclusive_cumsum(x):
+    return x.cumsum(-1) - x
+
+
+def top_p_mass(logits):
+    # nucleus sampling's cumulative probabilities (of already sorted logits)
+    return torch.cumsum(F.softmax(logits.float(), dim=-1), dim=-1)
+
+
+def routing_offsets(x, keep):
+    return torch.cumsum(keep.float(), dim=-1) * x
+
+
+@pytest.mark.parametrize(
+    "fn, examples, expr, kw",
+    [
+        (lambda x: x.cumsum(0), lambda: (torch.randn(M, N),), "cumsum(x, axis=-2)", {}),
+        (lambda x: x.cumsum(-1, dtype=torch.float32), lambda: (torch.randn(M, N, dtype=BF16),),
+         "cumsum(x, axis=-1)", {}),
+        (lambda x: x.cumsum(-1), lambda: (torch.randn(M, N, dtype=BF16),),
+         "cumsum(x, axis=-1)", {}),
+        (lambda x: torch.cumsum(x.float(), 1), lambda: (torch.randn(3, M, N, dtype=BF16),),
+         "cumsum(x, axis=-2)", {}),
+        (lambda x: torch.cumprod(x, dim=-1), lambda: (torch.rand(M, N) + 0.5,),
+         "cumprod(x, axis=-1)", {"ranges": {"x": (0.5, 1.5)}}),
+        (reverse_cumsum, lambda: (torch.randn(M, N),), "cumsum(x, axis=-1, reverse=True)", {}),
+        (reverse_cumprod_dim0, lambda: (torch.rand(M, N) + 0.5,),
+         "cumprod(x, axis=-2, reverse=True)", {"ranges": {"x": (0.5, 1.5)}}),
+        (lambda x: x.flip((0, 1)).cumsum(1).flip((1, 0)), lambda: (torch.randn(M, N),),
+         "cumsum(x, axis=-1, reverse=True)", {}),
+        (exclusive_cumsum, lambda: (torch.randn(M, N),), "cumsum(x, axis=-1, exclusive=True)",
+         {}),
+        (lambda x: reverse_cumsum(x) - x, lambda: (torch.randn(M, N),),
+         "cumsum(x, axis=-1, exclusive=True, reverse=True)", {}),
+        (top_p_mass, lambda: (torch.randn(M, V, dtype=BF16),), "cumsum(e / sum(e", {}),
+    ],
+    ids=["dim0", "dtype_fp32_of_bf16", "bf16_out", "3d_middle_axis", "cumprod", "reverse",
+         "reverse_cumprod_dim0", "reverse_two_flips", "exclusive", "exclusive_reverse",
+         "top_p_mass"],
+)  # fmt: skip
+def test_cumsum_and_cumprod_variants_round_trip(fn, examples, expr, kw):
+    text, *_ = roundtrip(fn, examples(), **kw)
+    assert expr in text
+
+
+def test_a_cumsum_of_a_bool_mask_round_trips():
+    text, *_ = roundtrip(
+        routing_offsets, (torch.randn(M, N), torch.rand(M, N) > 0.5), bool_inputs=["keep"]
+    )
+    assert "cumsum(where(keep" in text
+
+
+def test_cumsum_rows_is_written_the_way_the_catalogue_writes_it():
+    text = from_torch(cumsum_rows, torch.randn(M, N))
+    assert 'expr = "cumsum(x, axis=-1)"' in text
