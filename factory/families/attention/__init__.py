@@ -13,12 +13,12 @@ The emitter is imported when first used.
 
 from __future__ import annotations
 
-from factory.emit.hopper import compile_reports
 from factory.families.attention import baselines as _baselines
 from factory.families.attention import features as _features
 from factory.families.attention import ir as _ir
 from factory.families.attention import schedule as _schedule
 from factory.families.attention.schedule import LAYOUT_FIELDS, AttentionSchedule
+from factory.families.attention.wholeprog import compile_reports
 from factory.families.base import Family
 
 ARCH = "sm_90a"
