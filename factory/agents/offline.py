@@ -24,6 +24,7 @@ import itertools
 import json
 import math
 import random
+from collections import defaultdict
 
 import numpy as np
 
@@ -61,15 +62,20 @@ def _space_field_values(ctx: Context, kind: str) -> dict[str, list]:
     return ctx._kind_values[key]
 
 
-def _lesson_rows(ctx: Context) -> list[tuple[dict, float]]:
+def _lesson_rows(ctx: Context, with_dims: bool = False) -> list[tuple]:
     """The passed records the context's lessons were distilled from, each as (schedule, time
-    over the best of its job and shape)."""
+    over the best of its job and shape), and the record's dims with `with_dims`."""
     rel = ev.lesson_records(
         [*ctx.job_records, *ctx.past_records],
         family=ctx.family,
         gpu=ctx.gpu,
         dims=ctx.dims_list[0] if ctx.dims_list else None,
     )
+    if with_dims:
+        return [
+            (r.get("schedule") or {}, ratio, r.get("dims") or {})
+            for r, ratio in ev.relative_times(rel)
+        ]
     return [(r.get("schedule") or {}, ratio) for r, ratio in ev.relative_times(rel)]
 
 
@@ -87,16 +93,37 @@ def avoid_lists(ctx: Context) -> dict[str, list]:
     remaining records cannot be told apart and are listed together."""
     if not ctx.lessons:
         return {}
-    suspects = sorted(
+    # Only records at the job's own shapes: a value slow at a neighbouring shape (split-K where
+    # the output has tiles enough) may be the one that wins here, so other shapes' lessons
+    # steer the picks (prefer, the cost model) but hold nothing out.
+    own = [json.dumps(d, sort_keys=True) for d in ctx.dims_list]
+    rows_here = [
+        (sched, ratio)
+        for sched, ratio, dims in _lesson_rows(ctx, with_dims=True)
+        if json.dumps(dims, sort_keys=True) in own
+    ]
+    stats: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for sched, ratio in rows_here:
+        for fname, value in sched.items():
+            stats[(fname, json.dumps(value, sort_keys=True, default=str))].append(ratio)
+    even = {
         (fname, v)
-        for fname, stats in ctx.lessons.choices.items()
-        for v, s in stats.items()
-        if s["n"] >= 3 and s["wins"] == 0 and s["mean_rel"] > 1.5 and not s.get("even")
+        for fname, vals in ctx.lessons.choices.items()
+        for v, s in vals.items()
+        if s.get("even")
+    }
+    suspects = sorted(
+        c
+        for c, ratios in stats.items()
+        if len(ratios) >= 3
+        and min(ratios) > 1.05
+        and sum(ratios) / len(ratios) > 1.5
+        and c not in even
     )
     if not suspects:
         return {}
     held: dict[tuple[str, str], list[tuple[int, float]]] = {c: [] for c in suspects}
-    for i, (sched, ratio) in enumerate(_lesson_rows(ctx)):
+    for i, (sched, ratio) in enumerate(rows_here):
         for fname, value in sched.items():
             rows = held.get((fname, json.dumps(value, sort_keys=True, default=str)))
             if rows is not None:
@@ -252,7 +279,14 @@ class OfflineWriter:
                 for it, _ in ranked[: max(1, n // 4 + 1)]
             ]
             winners = [(it, "warm start: a winner of a similar past job") for it in warm]
-            picks += winners[:2] + at_shape + reshaped + winners[2:]
+            # The generator's screened layouts are worked out at this shape (tile counts, waves,
+            # split-K where the output has few tiles): the first two go beside the past winners.
+            here = [
+                (it, "warm start: a screened starting layout at this shape")
+                for it in seed_items(ctx)[:2]
+                if it.key not in tried and (kind is None or it.kind == kind)
+            ]
+            picks += winners[:2] + here + at_shape + reshaped + winners[2:]
         if (ctx.generation == 0 or not ctx.job_records) and kind != "edit":
             # cold (no past job left a winner to start from, whether or not it left records):
             # first the generator's screened starting layouts at this shape (the schedules the

@@ -103,3 +103,37 @@ def test_no_lessons_no_avoid_list(layernorm):
     assert plan.avoid == {}
     ctx.lessons = None
     assert avoid_lists(ctx) == {}
+
+
+def _past(w, rows, dims, job="past"):
+    """The same records left by an earlier job at `dims`."""
+    out = _records(w, rows)
+    for r in out:
+        r["job"] = job
+        r["dims"] = dict(dims)
+        r["ptx_sha256"] = f"{job}-{r['ptx_sha256']}"
+    return out
+
+
+def _plan_from_past(w, past):
+    ctx = build_context(w, generation=0, population=8, evidence=past, seed=0, settings={"job": "j"})
+    return ctx, OfflinePlanner().plan(ctx)
+
+
+def test_values_slow_at_a_neighbouring_shape_are_not_avoided_here(layernorm):
+    # An earlier job at a shape 0.6 log2 units away found vec=1 slow: the lessons carry it
+    # (they steer the picks), but a value's speed moves with the shape, so nothing is held out.
+    dims = dict(layernorm.shapes[0])
+    first = sorted(dims)[0]
+    near = {**dims, first: dims[first] * 3 // 2}  # not one of the job's own shapes
+    ctx, plan = _plan_from_past(layernorm, _past(layernorm, CONFOUNDED, near))
+    assert ctx.lessons.choices["vec"]["1"]["n"] == 4
+    assert plan.avoid == {}
+    assert avoid_lists(ctx) == {}
+
+
+def test_values_slow_at_this_shape_in_an_earlier_job_are_avoided(layernorm):
+    # the same records from an earlier job at this very shape do hold vec=1 out
+    dims = dict(layernorm.shapes[0])
+    ctx, plan = _plan_from_past(layernorm, _past(layernorm, CONFOUNDED, dims))
+    assert avoid_lists(ctx) == {"vec": [1]}
