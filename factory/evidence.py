@@ -394,7 +394,7 @@ def distil_lessons(
     for group in _job_shape_groups(rel):
         for r, ratio in _relative(group):
             for fname, value in (r.get("schedule") or {}).items():
-                vkey = _value_key(value)
+                vkey = value_key(value)
                 s = stats[fname].setdefault(
                     vkey, {"n": 0, "wins": 0, "mean_rel": 0.0, "pairs": 0, "even": 0}
                 )
@@ -417,7 +417,7 @@ def distil_lessons(
     return lessons
 
 
-def _value_key(value) -> str:
+def value_key(value) -> str:
     """A schedule value as the key of Lessons.choices (JSON)."""
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -456,7 +456,7 @@ def _count_pairs(group: list[dict], stats: dict) -> None:
             for value, sch, mine in members:
                 if f not in sch:  # (a field left at its default is not written)
                     continue
-                s = stats[f].get(_value_key(sch[f]))
+                s = stats[f].get(value_key(sch[f]))
                 if s is None:
                     continue
                 same = by_value[value]

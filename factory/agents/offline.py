@@ -62,21 +62,17 @@ def _space_field_values(ctx: Context, kind: str) -> dict[str, list]:
     return ctx._kind_values[key]
 
 
-def _lesson_rows(ctx: Context, with_dims: bool = False) -> list[tuple]:
-    """The passed records the context's lessons were distilled from, each as (schedule, time
-    over the best of its job and shape), and the record's dims with `with_dims`."""
+def _rows_here(ctx: Context) -> list[tuple[dict, float]]:
+    """The passed records the context's lessons were distilled from that ran at the job's own
+    shapes, each as (schedule, time over the best of its job and shape)."""
     rel = ev.lesson_records(
         [*ctx.job_records, *ctx.past_records],
         family=ctx.family,
         gpu=ctx.gpu,
         dims=ctx.dims_list[0] if ctx.dims_list else None,
     )
-    if with_dims:
-        return [
-            (r.get("schedule") or {}, ratio, r.get("dims") or {})
-            for r, ratio in ev.relative_times(rel)
-        ]
-    return [(r.get("schedule") or {}, ratio) for r, ratio in ev.relative_times(rel)]
+    here = [r for r in rel if (r.get("dims") or {}) in ctx.dims_list]
+    return [(r.get("schedule") or {}, ratio) for r, ratio in ev.relative_times(here)]
 
 
 def avoid_lists(ctx: Context) -> dict[str, list]:
@@ -96,16 +92,10 @@ def avoid_lists(ctx: Context) -> dict[str, list]:
     # Only records at the job's own shapes: a value slow at a neighbouring shape (split-K where
     # the output has tiles enough) may be the one that wins here, so other shapes' lessons
     # steer the picks (prefer, the cost model) but hold nothing out.
-    own = [json.dumps(d, sort_keys=True) for d in ctx.dims_list]
-    rows_here = [
-        (sched, ratio)
-        for sched, ratio, dims in _lesson_rows(ctx, with_dims=True)
-        if json.dumps(dims, sort_keys=True) in own
-    ]
-    stats: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for sched, ratio in rows_here:
+    held: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    for i, (sched, ratio) in enumerate(_rows_here(ctx)):
         for fname, value in sched.items():
-            stats[(fname, json.dumps(value, sort_keys=True, default=str))].append(ratio)
+            held[(fname, ev.value_key(value))].append((i, ratio))
     even = {
         (fname, v)
         for fname, vals in ctx.lessons.choices.items()
@@ -114,20 +104,14 @@ def avoid_lists(ctx: Context) -> dict[str, list]:
     }
     suspects = sorted(
         c
-        for c, ratios in stats.items()
-        if len(ratios) >= 3
-        and min(ratios) > 1.05
-        and sum(ratios) / len(ratios) > 1.5
+        for c, rows in held.items()
+        if len(rows) >= 3
+        and min(r for _, r in rows) > 1.05
+        and sum(r for _, r in rows) / len(rows) > 1.5
         and c not in even
     )
     if not suspects:
         return {}
-    held: dict[tuple[str, str], list[tuple[int, float]]] = {c: [] for c in suspects}
-    for i, (sched, ratio) in enumerate(rows_here):
-        for fname, value in sched.items():
-            rows = held.get((fname, json.dumps(value, sort_keys=True, default=str)))
-            if rows is not None:
-                rows.append((i, ratio))
     listed: list[tuple[str, str]] = []
     explained: set[int] = set()  # the records that hold a listed value
     while True:

@@ -20,7 +20,7 @@ def _pairs_one_by_one(group, stats):
             for sch, mine, other in ((sa, ta, tb), (sb, tb, ta)):
                 if f not in sch:
                     continue
-                s = stats[f].get(evidence._value_key(sch[f]))
+                s = stats[f].get(evidence.value_key(sch[f]))
                 if s is not None:
                     s["pairs"] += 1
                     s["even"] += 1 if mine <= 1.02 * other else 0
@@ -46,7 +46,7 @@ def _stats_for(group):
     stats = defaultdict(dict)
     for r in group:
         for name, value in r["schedule"].items():
-            stats[name].setdefault(evidence._value_key(value), {"pairs": 0, "even": 0})
+            stats[name].setdefault(evidence.value_key(value), {"pairs": 0, "even": 0})
     return stats
 
 
